@@ -1,0 +1,43 @@
+"""hf-neutreno: NeuTRENO and eigen-parameterised transformers for the Hugging Face ecosystem.
+
+Importing the package registers every config and model with the Auto classes and marks them for remote code, so
+that `save_pretrained` and Trainer checkpoints carry their code and `auto_map`.
+"""
+
+from transformers import AutoConfig, AutoModel, AutoModelForImageClassification
+
+from .models.configuration_neutreno_vit import NeuTRENOViTConfig
+from .models.modeling_neutreno_vit import (
+    NeuTRENOViTForImageClassification,
+    NeuTRENOViTModel,
+    NeuTRENOViTPreTrainedModel,
+)
+
+__version__ = "0.1.0"
+
+# (config, {Auto class: model class}); the first Auto class of each model is the one `save_pretrained` records.
+_REGISTRY = [
+    (
+        NeuTRENOViTConfig,
+        {AutoModel: NeuTRENOViTModel, AutoModelForImageClassification: NeuTRENOViTForImageClassification},
+    ),
+]
+
+
+def _register() -> None:
+    for config_class, models in _REGISTRY:
+        AutoConfig.register(config_class.model_type, config_class, exist_ok=True)
+        config_class.register_for_auto_class()
+        for auto_class, model_class in models.items():
+            auto_class.register(config_class, model_class, exist_ok=True)
+            model_class.register_for_auto_class(auto_class.__name__)
+
+
+_register()
+
+__all__ = [
+    "NeuTRENOViTConfig",
+    "NeuTRENOViTForImageClassification",
+    "NeuTRENOViTModel",
+    "NeuTRENOViTPreTrainedModel",
+]

@@ -1,0 +1,58 @@
+"""Image datasets: one loader for Hub names, local Parquet folders (same schema as the Hub) and image folders."""
+
+import os
+from pathlib import Path
+
+from datasets import ClassLabel, Dataset, DatasetDict, Image, load_dataset
+
+
+def load_image_dataset(name_or_dir: str | os.PathLike, config_name: str | None = None) -> DatasetDict:
+    """Load every split of an image dataset.
+
+    `name_or_dir` is a Hub dataset name (`uoft-cs/cifar10`), a folder of Parquet files named like the Hub's
+    (`train-00000-of-00001.parquet`, as in ../shared/data), or an `imagefolder` tree (`train/<label>/*.png`).
+    """
+    path = Path(name_or_dir)
+    if path.is_dir():
+        if any(path.glob("*.parquet")) or any(path.glob("*/*.parquet")):
+            return load_dataset("parquet", data_dir=str(path))
+        return load_dataset("imagefolder", data_dir=str(path))
+    if path.suffix or str(name_or_dir).startswith((".", "/")):
+        raise ValueError(f"Dataset folder {str(name_or_dir)!r} does not exist.")
+    return load_dataset(str(name_or_dir), config_name)
+
+
+def get_split(dataset: DatasetDict, split: str) -> Dataset:
+    if split not in dataset:
+        raise ValueError(f"Unknown split {split!r}; the dataset has {sorted(dataset)}.")
+    return dataset[split]
+
+
+def image_and_label_columns(dataset: Dataset | DatasetDict) -> tuple[str, str]:
+    """The first `Image` column and the first `ClassLabel` column (`img`/`label` for CIFAR-10)."""
+    features = next(iter(dataset.values())).features if isinstance(dataset, DatasetDict) else dataset.features
+    image = next((name for name, f in features.items() if isinstance(f, Image)), None)
+    label = next((name for name, f in features.items() if isinstance(f, ClassLabel)), None)
+    if image is None or label is None:
+        raise ValueError(
+            "An image-classification dataset needs an Image column and a ClassLabel column; "
+            f"this one has {dict((n, type(f).__name__) for n, f in features.items())}."
+        )
+    return image, label
+
+
+def label_names(dataset: Dataset | DatasetDict) -> list[str]:
+    features = next(iter(dataset.values())).features if isinstance(dataset, DatasetDict) else dataset.features
+    _, label = image_and_label_columns(dataset)
+    return list(features[label].names)
+
+
+def subset(dataset: Dataset, fraction_or_count: float | int | None, seed: int = 0) -> Dataset:
+    """A seeded random subset: a fraction in (0, 1] or a number of rows; None keeps everything."""
+    if fraction_or_count is None:
+        return dataset
+    n = len(dataset)
+    count = int(round(fraction_or_count * n)) if isinstance(fraction_or_count, float) else int(fraction_or_count)
+    if not 0 < count <= n:
+        raise ValueError(f"Cannot take {fraction_or_count} rows of a dataset of {n}.")
+    return dataset.shuffle(seed=seed).select(range(count)) if count < n else dataset

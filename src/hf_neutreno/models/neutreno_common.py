@@ -1,0 +1,101 @@
+"""Pieces every model file shares: the NeuTRENO term, config checks and presets.
+
+This file travels with every checkpoint (``trust_remote_code``): it imports only torch and transformers.
+"""
+
+
+import copy
+from collections.abc import Iterable, Sequence
+from typing import Any, ClassVar
+
+import torch
+
+
+def neutreno_residual(
+    attn_output: torch.Tensor,
+    value_states: torch.Tensor,
+    first_layer_values: torch.Tensor | None,
+    neutreno_lambda: float,
+) -> torch.Tensor:
+    """``U = A V + λ (V_0 − V)`` (NeuTRENO, methods §2), for merged heads ``(batch, tokens, heads * head_dim)``.
+
+    The term is per token and per head channel, so it is the same whether the heads are merged or not; adding it
+    on the merged layout avoids a transpose. ``first_layer_values`` is never detached: the gradient of every later
+    layer reaches layer 0's value projection.
+    """
+    if first_layer_values is None or neutreno_lambda == 0:
+        return attn_output
+    return attn_output + neutreno_lambda * (first_layer_values - value_states)
+
+
+def check_choice(name: str, value: Any, allowed: Sequence[Any]) -> None:
+    if value not in allowed:
+        raise ValueError(f"`{name}` must be one of {list(allowed)}, got {value!r}.")
+
+
+def check_heads(hidden_size: int, num_attention_heads: int) -> None:
+    if num_attention_heads <= 0 or hidden_size % num_attention_heads != 0:
+        raise ValueError(
+            f"`hidden_size` ({hidden_size}) must be divisible by `num_attention_heads` ({num_attention_heads})."
+        )
+
+
+def check_layer_indices(name: str, indices: Iterable[int] | None, num_hidden_layers: int, first: int = 0) -> None:
+    """Layer lists are 0-based, unique, and inside ``[first, num_hidden_layers - 1]``."""
+    if indices is None:
+        return
+    indices = list(indices)
+    bad = [i for i in indices if not isinstance(i, int) or isinstance(i, bool) or not first <= i < num_hidden_layers]
+    if bad:
+        raise ValueError(
+            f"`{name}` entries must be integers in [{first}, {num_hidden_layers - 1}] "
+            f"(num_hidden_layers={num_hidden_layers}), got {bad}."
+        )
+    if len(set(indices)) != len(indices):
+        raise ValueError(f"`{name}` has repeated layer indices: {indices}.")
+
+
+def check_neutreno(neutreno_lambda: float, neutreno_layers: Iterable[int] | None, num_hidden_layers: int) -> None:
+    if isinstance(neutreno_lambda, bool) or not isinstance(neutreno_lambda, (int, float)) or neutreno_lambda < 0:
+        raise ValueError(f"`neutreno_lambda` must be a float >= 0 (0 gives the plain transformer), got {neutreno_lambda!r}.")
+    if neutreno_layers is not None and 0 in list(neutreno_layers):
+        raise ValueError(
+            "`neutreno_layers` cannot contain 0: layer 0 provides the first-layer values V_0, so its term is zero. "
+            f"Allowed: [1, {num_hidden_layers - 1}], got {list(neutreno_layers)}."
+        )
+    check_layer_indices("neutreno_layers", neutreno_layers, num_hidden_layers, first=1)
+
+
+def neutreno_lambda_for_layer(config, layer_idx: int) -> float:
+    """The λ layer ``layer_idx`` applies: 0 for layer 0 and for layers outside ``config.neutreno_layers``."""
+    if layer_idx == 0:
+        return 0.0
+    layers = config.neutreno_layers
+    if layers is not None and layer_idx not in layers:
+        return 0.0
+    return float(config.neutreno_lambda)
+
+
+class PresetsMixin:
+    """``Config.from_preset(name, **overrides)``; subclasses set ``presets = {name: {field: value}}``."""
+
+    presets: ClassVar[dict[str, dict[str, Any]]] = {}
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides):
+        if name not in cls.presets:
+            raise ValueError(f"Unknown preset {name!r} for {cls.__name__}; known presets: {sorted(cls.presets)}.")
+        fields = copy.deepcopy(cls.presets[name])
+        fields.update(overrides)
+        return cls(**fields)
+
+
+def add_auto_map(config, model: torch.nn.Module, auto_classes: dict[str, str]) -> None:
+    """List every Auto class the model's code file serves in ``config.auto_map``.
+
+    `save_pretrained` records only the saved class's own Auto class; with these entries a classifier checkpoint also
+    opens with `AutoModel` (the backbone) in a process where this package is not installed.
+    """
+    module = type(model).__module__.rsplit(".", 1)[-1]
+    entries = {auto: f"{module}.{name}" for auto, name in auto_classes.items()}
+    config.auto_map = {**entries, **(getattr(config, "auto_map", None) or {})}

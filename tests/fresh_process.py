@@ -1,0 +1,49 @@
+"""Run code in a fresh Python process where `hf_neutreno` cannot be imported.
+
+This is how a user without the package meets a checkpoint: only the code files saved next to the weights
+(`trust_remote_code=True`) may define the model. The process gets a clean HF_HOME and HF_HUB_OFFLINE=1.
+"""
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+_BLOCK_PACKAGE = '''
+import sys
+class _BlockHfNeutreno:
+    def find_spec(self, name, path=None, target=None):
+        if name == "hf_neutreno" or name.startswith("hf_neutreno."):
+            raise ModuleNotFoundError(f"No module named {name!r} (blocked: the checkpoint must carry its own code)")
+sys.meta_path.insert(0, _BlockHfNeutreno())
+'''
+
+
+def run_fresh(code: str, workdir: Path, hf_home: Path | None = None, timeout: int = 300) -> str:
+    """Run `code` with the package blocked; returns stdout, raises with stderr on failure."""
+    workdir = Path(workdir)
+    hf_home = Path(hf_home) if hf_home is not None else workdir / "hf_home"
+    hf_home.mkdir(parents=True, exist_ok=True)
+    script = workdir / "fresh_process_script.py"
+    script.write_text(_BLOCK_PACKAGE + textwrap.dedent(code))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(HF_HOME=str(hf_home), HF_HUB_OFFLINE="1", TRANSFORMERS_VERBOSITY="error")
+    proc = subprocess.run(
+        [sys.executable, str(script)], cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout
+    )
+    if proc.returncode != 0:
+        raise AssertionError(f"fresh process failed ({proc.returncode}):\n{proc.stderr[-6000:]}")
+    return proc.stdout
+
+
+def make_local_hub_cache(hf_home: Path, repo_id: str, folder: Path) -> None:
+    """Lay `folder` out as a cached Hub snapshot, so `from_pretrained(repo_id)` resolves it offline."""
+    org, name = repo_id.split("/")
+    root = Path(hf_home) / "hub" / f"models--{org}--{name}"
+    sha = hashlib.sha1(repo_id.encode()).hexdigest()
+    (root / "refs").mkdir(parents=True, exist_ok=True)
+    (root / "refs" / "main").write_text(sha)
+    shutil.copytree(folder, root / "snapshots" / sha)
