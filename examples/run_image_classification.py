@@ -1,0 +1,206 @@
+#!/usr/bin/env python
+"""Train or fine-tune a NeuTRENO ViT/DeiT image classifier with `Trainer`.
+
+From scratch (a preset), a NeuTRENO checkpoint, or a native ViT/DeiT checkpoint converted with the paper's
+"NeuTRENO adaptation" (`hf_neutreno.convert.vit_to_neutreno`). `--neutreno_lambda 0` trains the softmax baseline.
+
+    # DeiT-tiny on CIFAR-10 from the local copy, NeuTRENO λ = 0.6, the DeiT recipe's knobs
+    python examples/run_image_classification.py --model_name_or_path deit-tiny --image_size 32 --patch_size 4 \
+        --dataset_name ../shared/data/cifar10 --neutreno_lambda 0.6 --drop_path_rate 0.1 \
+        --mixup_alpha 0.8 --cutmix_alpha 1.0 --label_smoothing_factor 0.1 --augment --crop_padding 4 \
+        --output_dir runs/neutreno-cifar10 --learning_rate 1e-3 --weight_decay 0.05 --warmup_steps 0.05 \
+        --lr_scheduler_type cosine --num_train_epochs 100 --per_device_train_batch_size 128 \
+        --eval_strategy epoch --save_strategy epoch --bf16   # on a GPU; add --push_to_hub to publish
+
+Works the same with a Hub dataset name (`uoft-cs/cifar10`) where the Hub is reachable, and under
+`accelerate launch` / `torchrun` for multi-GPU or multi-node training (see examples/accelerate_configs/).
+"""
+
+import logging
+import os
+import sys
+from dataclasses import dataclass, field
+
+import torch
+from transformers import (
+    AutoConfig,
+    AutoImageProcessor,
+    HfArgumentParser,
+    Trainer,
+    TrainingArguments,
+    ViTImageProcessorPil,
+)
+from transformers.image_utils import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+
+import hf_neutreno
+from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForImageClassification
+from hf_neutreno.convert import vit_to_neutreno
+from hf_neutreno.data import get_split, image_and_label_columns, label_names, load_image_dataset, subset
+from hf_neutreno.training import (
+    MixupCutmix,
+    MixupTrainer,
+    accuracy_metrics,
+    collate_images,
+    image_transform,
+    soft_target_cross_entropy,
+)
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ModelArguments:
+    model_name_or_path: str = field(
+        default="deit-tiny",
+        metadata={"help": f"A preset {sorted(NeuTRENOViTConfig.presets)} to train from scratch, or a NeuTRENO, "
+                  "ViT or DeiT checkpoint (folder or Hub id) to fine-tune."},
+    )
+    neutreno_lambda: float = field(default=0.6, metadata={"help": "λ of the NeuTRENO term; 0 = softmax baseline."})
+    neutreno_layers: list[int] | None = field(default=None, metadata={"help": "Layers with the term (default: all but 0)."})
+    image_size: int | None = field(default=None, metadata={"help": "Image size of a model trained from scratch."})
+    patch_size: int | None = field(default=None, metadata={"help": "Patch size of a model trained from scratch."})
+    drop_path_rate: float = field(default=0.0, metadata={"help": "Stochastic depth (DeiT: 0.1)."})
+    config_overrides: str | None = field(
+        default=None, metadata={"help": "Other config fields of a model trained from scratch: 'num_hidden_layers=6,hidden_size=256'."}
+    )
+    trust_remote_code: bool = field(default=False, metadata={"help": "Allow code from a checkpoint's folder."})
+
+
+@dataclass
+class DataArguments:
+    dataset_name: str = field(
+        default="uoft-cs/cifar10",
+        metadata={"help": "Hub dataset name, local Parquet folder (as ../shared/data/cifar10) or imagefolder tree."},
+    )
+    dataset_config_name: str | None = field(default=None, metadata={"help": "Hub dataset configuration."})
+    train_split: str = field(default="train")
+    eval_split: str | None = field(default=None, metadata={"help": "Default: `validation`, else `test`."})
+    max_train_samples: int | None = field(default=None, metadata={"help": "Train on a seeded subset."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Evaluate on a seeded subset."})
+    augment: bool = field(default=False, metadata={"help": "Random horizontal flips (and crops, see crop_padding)."})
+    crop_padding: int = field(default=0, metadata={"help": "Random crops from a zero-padded image (CIFAR: 4)."})
+    mixup_alpha: float = field(default=0.0, metadata={"help": "Mixup Beta(α, α); DeiT: 0.8. 0 disables."})
+    cutmix_alpha: float = field(default=0.0, metadata={"help": "CutMix Beta(α, α); DeiT: 1.0. 0 disables."})
+
+
+def parse_overrides(text: str | None) -> dict:
+    """'a=1,b=0.5,c=gelu' -> {'a': 1, 'b': 0.5, 'c': 'gelu'}, each value typed like the config field it sets."""
+    overrides = {}
+    defaults = NeuTRENOViTConfig()
+    for item in filter(None, (text or "").split(",")):
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not hasattr(defaults, key):
+            raise ValueError(f"--config_overrides: {item!r} is not `field=value` for a NeuTRENOViTConfig field.")
+        current = getattr(defaults, key)
+        if isinstance(current, bool):
+            overrides[key] = value.strip().lower() in ("1", "true", "yes")
+        elif isinstance(current, (int, float)):
+            overrides[key] = type(current)(value)
+        else:
+            overrides[key] = value.strip()
+    return overrides
+
+
+def build_model(args: ModelArguments, labels: list[str]) -> tuple[torch.nn.Module, object]:
+    """The model to train and its image processor."""
+    id2label = dict(enumerate(labels))
+    if args.model_name_or_path in NeuTRENOViTConfig.presets:
+        overrides = {k: v for k, v in (("image_size", args.image_size), ("patch_size", args.patch_size)) if v}
+        overrides.update(parse_overrides(args.config_overrides))
+        config = NeuTRENOViTConfig.from_preset(
+            args.model_name_or_path,
+            neutreno_lambda=args.neutreno_lambda,
+            neutreno_layers=args.neutreno_layers,
+            drop_path_rate=args.drop_path_rate,
+            id2label=id2label,
+            label2id={v: k for k, v in id2label.items()},
+            **overrides,
+        )
+        size = config.image_size_2d
+        processor = ViTImageProcessorPil(
+            size={"height": size[0], "width": size[1]}, image_mean=IMAGENET_DEFAULT_MEAN, image_std=IMAGENET_DEFAULT_STD
+        )
+        return NeuTRENOViTForImageClassification(config), processor
+
+    source_config = AutoConfig.from_pretrained(args.model_name_or_path, trust_remote_code=args.trust_remote_code)
+    processor = AutoImageProcessor.from_pretrained(args.model_name_or_path, trust_remote_code=args.trust_remote_code)
+    if source_config.model_type in ("vit", "deit"):
+        model = vit_to_neutreno(
+            args.model_name_or_path,
+            neutreno_lambda=args.neutreno_lambda,
+            neutreno_layers=args.neutreno_layers,
+            drop_path_rate=args.drop_path_rate,
+        )
+    elif source_config.model_type == NeuTRENOViTConfig.model_type:
+        model = NeuTRENOViTForImageClassification.from_pretrained(
+            args.model_name_or_path,
+            neutreno_lambda=args.neutreno_lambda,
+            neutreno_layers=args.neutreno_layers,
+            drop_path_rate=args.drop_path_rate,
+        )
+    else:
+        raise ValueError(
+            f"--model_name_or_path {args.model_name_or_path!r} has model_type {source_config.model_type!r}; "
+            f"expected a preset {sorted(NeuTRENOViTConfig.presets)} or a vit, deit or neutreno_vit checkpoint."
+        )
+    if model.config.id2label != id2label:
+        model.reset_classifier(len(labels), id2label)
+    return model, processor
+
+
+def main(argv: list[str] | None = None) -> tuple[dict, Trainer]:
+    parser = HfArgumentParser((ModelArguments, DataArguments, TrainingArguments))
+    if argv is None and len(sys.argv) == 2 and sys.argv[1].endswith(".json"):
+        model_args, data_args, training_args = parser.parse_json_file(os.path.abspath(sys.argv[1]))
+    else:
+        model_args, data_args, training_args = parser.parse_args_into_dataclasses(argv)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    training_args.remove_unused_columns = False  # the transform needs the raw image column
+
+    dataset = load_image_dataset(data_args.dataset_name, data_args.dataset_config_name)
+    image_column, label_column = image_and_label_columns(dataset)
+    eval_split = data_args.eval_split or ("validation" if "validation" in dataset else "test")
+    train = subset(get_split(dataset, data_args.train_split), data_args.max_train_samples, training_args.seed)
+    evaluation = subset(get_split(dataset, eval_split), data_args.max_eval_samples, training_args.seed)
+    labels = label_names(dataset)
+
+    model, processor = build_model(model_args, labels)
+    logger.info("Model: %s, %.2fM parameters, λ=%s", type(model).__name__, model.num_parameters() / 1e6,
+                model.config.neutreno_lambda)
+    train.set_transform(image_transform(processor, image_column, label_column, data_args.augment,
+                                        data_args.crop_padding))
+    evaluation.set_transform(image_transform(processor, image_column, label_column))
+
+    common = dict(
+        model=model,
+        args=training_args,
+        train_dataset=train,
+        eval_dataset=evaluation,
+        data_collator=collate_images,
+        compute_metrics=accuracy_metrics,
+        processing_class=processor,
+    )
+    if data_args.mixup_alpha > 0 or data_args.cutmix_alpha > 0:
+        # Label smoothing goes into Mixup's soft targets; the loss is a soft-target cross-entropy.
+        mixup = MixupCutmix(len(labels), data_args.mixup_alpha, data_args.cutmix_alpha,
+                            training_args.label_smoothing_factor, seed=training_args.seed)
+        trainer = MixupTrainer(**common, mixup=mixup, compute_loss_func=soft_target_cross_entropy)
+    else:
+        trainer = Trainer(**common)
+
+    metrics = {}
+    if training_args.do_train or not training_args.do_eval:
+        result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+        trainer.save_model()
+        metrics.update(result.metrics)
+    metrics.update(trainer.evaluate())
+    trainer.log_metrics("all", metrics)
+    trainer.save_metrics("all", metrics)
+    if training_args.push_to_hub:
+        trainer.push_to_hub(tags=["neutreno", "image-classification"], dataset=data_args.dataset_name)
+    return metrics, trainer
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,156 @@
+"""Training helpers for image classification with `Trainer`: transforms, Mixup/CutMix, losses and metrics.
+
+Used by `examples/run_image_classification.py`, `hf-neutreno compare` and the benchmarks, so every entry point
+trains the same way.
+"""
+
+import functools
+import os
+import random
+
+import numpy as np
+import torch
+from PIL import Image, ImageOps
+from transformers import Trainer
+
+
+def image_transform(processor, image_column: str, label_column: str, augment: bool = False, crop_padding: int = 0):
+    """A `Dataset.set_transform` function: PIL images -> `pixel_values` (+ `labels`).
+
+    With `augment`, each image is randomly flipped horizontally and, with `crop_padding` > 0, randomly cropped
+    from a zero-padded copy (the CIFAR recipe); the processor then resizes and normalises.
+    """
+
+    def transform(batch: dict) -> dict:
+        images = [image.convert("RGB") for image in batch[image_column]]
+        if augment:
+            images = [_augment(image, crop_padding) for image in images]
+        out = processor(images, return_tensors="pt")
+        out = {"pixel_values": out["pixel_values"]}
+        if label_column in batch:
+            out["labels"] = torch.as_tensor(batch[label_column])
+        return out
+
+    return transform
+
+
+def _augment(image: Image.Image, crop_padding: int) -> Image.Image:
+    if random.random() < 0.5:
+        image = ImageOps.mirror(image)
+    if crop_padding > 0:
+        width, height = image.size
+        padded = ImageOps.expand(image, border=crop_padding, fill=0)
+        left, top = random.randint(0, 2 * crop_padding), random.randint(0, 2 * crop_padding)
+        image = padded.crop((left, top, left + width, top + height))
+    return image
+
+
+def collate_images(examples: list[dict]) -> dict[str, torch.Tensor]:
+    batch = {"pixel_values": torch.stack([e["pixel_values"] for e in examples])}
+    if "labels" in examples[0]:
+        batch["labels"] = torch.stack([torch.as_tensor(e["labels"]) for e in examples])
+    return batch
+
+
+class MixupCutmix:
+    """Batch-level Mixup / CutMix with label smoothing folded into soft targets (DeiT's recipe, as timm's Mixup).
+
+    Called on a collated batch; each batch is mixed with its reverse. When both alphas are > 0, a batch uses CutMix
+    with probability `switch_prob`. Labels become soft targets of shape (batch, num_labels), for
+    `soft_target_cross_entropy`.
+    """
+
+    def __init__(
+        self,
+        num_labels: int,
+        mixup_alpha: float = 0.8,
+        cutmix_alpha: float = 1.0,
+        label_smoothing: float = 0.1,
+        switch_prob: float = 0.5,
+        seed: int | None = None,
+    ):
+        if mixup_alpha < 0 or cutmix_alpha < 0 or (mixup_alpha == 0 and cutmix_alpha == 0):
+            raise ValueError(
+                f"`mixup_alpha` ({mixup_alpha}) and `cutmix_alpha` ({cutmix_alpha}) must be >= 0, one of them > 0."
+            )
+        self.num_labels = num_labels
+        self.mixup_alpha, self.cutmix_alpha = mixup_alpha, cutmix_alpha
+        self.label_smoothing, self.switch_prob = label_smoothing, switch_prob
+        self.rng = np.random.default_rng(seed)
+
+    def __call__(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        pixels, labels = batch["pixel_values"], batch["labels"]
+        off = self.label_smoothing / self.num_labels
+        targets = torch.full((labels.shape[0], self.num_labels), off, device=labels.device)
+        targets.scatter_(1, labels.view(-1, 1), 1.0 - self.label_smoothing + off)
+        use_cutmix = self.cutmix_alpha > 0 and (self.mixup_alpha == 0 or self.rng.random() < self.switch_prob)
+        alpha = self.cutmix_alpha if use_cutmix else self.mixup_alpha
+        lam = float(self.rng.beta(alpha, alpha))
+        flipped = pixels.flip(0)
+        if use_cutmix:
+            height, width = pixels.shape[-2:]
+            cut_h, cut_w = int(height * np.sqrt(1 - lam)), int(width * np.sqrt(1 - lam))
+            cy, cx = self.rng.integers(height), self.rng.integers(width)
+            y0, y1 = max(cy - cut_h // 2, 0), min(cy + cut_h // 2, height)
+            x0, x1 = max(cx - cut_w // 2, 0), min(cx + cut_w // 2, width)
+            pixels = pixels.clone()
+            pixels[..., y0:y1, x0:x1] = flipped[..., y0:y1, x0:x1]
+            lam = 1 - (y1 - y0) * (x1 - x0) / (height * width)  # the area actually kept
+        else:
+            pixels = lam * pixels + (1 - lam) * flipped
+        return {**batch, "pixel_values": pixels, "labels": lam * targets + (1 - lam) * targets.flip(0)}
+
+
+class MixupTrainer(Trainer):
+    """`Trainer` that mixes training batches (Mixup/CutMix) in the training step, as timm does; evaluation batches
+    are left alone. Pair it with `compute_loss_func=soft_target_cross_entropy`."""
+
+    def __init__(self, *args, mixup: MixupCutmix, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.mixup = mixup
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        return super().training_step(model, self.mixup(inputs), num_items_in_batch)
+
+
+def soft_target_cross_entropy(outputs, labels: torch.Tensor, num_items_in_batch=None) -> torch.Tensor:
+    """`Trainer(compute_loss_func=...)`: cross-entropy against soft targets (Mixup/CutMix), or class indices."""
+    logits = outputs["logits"] if isinstance(outputs, dict) else outputs[0]
+    if labels.dtype.is_floating_point and labels.shape == logits.shape:
+        return torch.sum(-labels * torch.log_softmax(logits.float(), dim=-1), dim=-1).mean()
+    return torch.nn.functional.cross_entropy(logits.float(), labels)
+
+
+def accuracy_metrics(eval_pred) -> dict[str, float]:
+    """`compute_metrics` for classification: top-1 (and top-5 with more than 5 classes).
+
+    Uses `evaluate.load("accuracy")` where the Hub is reachable, and the same formula computed directly offline.
+    """
+    logits, labels = eval_pred.predictions, eval_pred.label_ids
+    logits = logits[0] if isinstance(logits, tuple) else logits
+    predictions = logits.argmax(-1)
+    metrics = {"accuracy": _accuracy(predictions, labels)}
+    if logits.shape[-1] > 5:
+        top5 = np.argsort(-logits, axis=-1)[:, :5]
+        metrics["top5_accuracy"] = float((top5 == labels[:, None]).any(-1).mean())
+    return metrics
+
+
+def _accuracy(predictions: np.ndarray, labels: np.ndarray) -> float:
+    metric = _hub_accuracy_metric()
+    if metric is not None:
+        return float(metric.compute(predictions=predictions, references=labels)["accuracy"])
+    return float((predictions == labels).mean())
+
+
+@functools.cache
+def _hub_accuracy_metric():
+    """`evaluate`'s accuracy script, fetched once from the Hub; None offline (then the direct formula is used)."""
+    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
+        return None
+    try:
+        import evaluate
+
+        return evaluate.load("accuracy")
+    except Exception:  # the Hub is unreachable
+        return None

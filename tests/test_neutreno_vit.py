@@ -1,0 +1,285 @@
+"""The NeuTRENO ViT against independent references: plain eager math of methods.md §2, and transformers' ViT."""
+
+import math
+
+import pytest
+import torch
+from transformers import ViTConfig, ViTForImageClassification
+
+from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForImageClassification, NeuTRENOViTModel
+
+TINY = dict(
+    hidden_size=32,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    intermediate_size=64,
+    image_size=16,
+    patch_size=4,
+    num_labels=3,
+)
+FP32_TOL = 1e-5  # fp32 accumulation-order noise between fused and eager kernels
+
+
+def tiny_model(**overrides) -> NeuTRENOViTForImageClassification:
+    torch.manual_seed(0)
+    model = NeuTRENOViTForImageClassification(NeuTRENOViTConfig(**{**TINY, **overrides})).eval()
+    model.set_attn_implementation("eager")
+    return model
+
+
+def pixels(batch: int = 2, size: int = 16) -> torch.Tensor:
+    return torch.randn(batch, 3, size, size, generator=torch.Generator().manual_seed(1))
+
+
+def reference_logits(model: NeuTRENOViTForImageClassification, x: torch.Tensor) -> torch.Tensor:
+    """methods.md §2 written out with plain tensor math, one head at a time, from the model's raw parameters.
+
+    For layer ℓ ≥ 1 in the NeuTRENO set, head h: U = softmax(Q Kᵀ/√d) V + λ (V_0 − V), added before the
+    output projection; layer 0 runs plain attention and provides V_0.
+    """
+    cfg = model.config
+    p = dict(model.named_parameters())
+    n_heads, d_head = cfg.num_attention_heads, cfg.hidden_size // cfg.num_attention_heads
+    w = p["vit.embeddings.patch_embeddings.projection.weight"]
+    patches = torch.nn.functional.unfold(x, kernel_size=cfg.patch_size, stride=cfg.patch_size)  # (B, C*p*p, N)
+    tokens = patches.transpose(1, 2) @ w.reshape(w.shape[0], -1).T + p["vit.embeddings.patch_embeddings.projection.bias"]
+    cls = p["vit.embeddings.cls_token"].expand(x.shape[0], 1, -1)
+    h = torch.cat([cls, tokens], dim=1) + p["vit.embeddings.position_embeddings"]
+    layers = cfg.neutreno_layers if cfg.neutreno_layers is not None else range(1, cfg.num_hidden_layers)
+
+    def ln(t, name):
+        return torch.nn.functional.layer_norm(t, t.shape[-1:], p[name + ".weight"], p[name + ".bias"], cfg.layer_norm_eps)
+
+    def lin(t, name):
+        return t @ p[name + ".weight"].T + p[name + ".bias"]
+
+    v0 = None
+    for i in range(cfg.num_hidden_layers):
+        pre = f"vit.layers.{i}."
+        a = ln(h, pre + "layernorm_before")
+        k = lin(a, pre + "attention.k_proj")
+        q = k if cfg.symmetric_attention else lin(a, pre + "attention.q_proj")
+        v = lin(a, pre + "attention.v_proj")
+        heads = []
+        for j in range(n_heads):
+            sl = slice(j * d_head, (j + 1) * d_head)
+            qj, kj, vj = q[..., sl], k[..., sl], v[..., sl]
+            if cfg.attention_kernel == "linear":
+                fq, fk = torch.nn.functional.elu(qj) + 1, torch.nn.functional.elu(kj) + 1
+                scores = fq @ fk.transpose(1, 2)
+                attn = scores / scores.sum(-1, keepdim=True)
+            else:
+                attn = torch.softmax(qj @ kj.transpose(1, 2) / math.sqrt(d_head), dim=-1)
+            u = attn @ vj
+            if i in layers and cfg.neutreno_lambda:
+                u = u + cfg.neutreno_lambda * (v0[..., sl] - vj)
+            heads.append(u)
+        if i == 0:
+            v0 = v
+        out = lin(torch.cat(heads, dim=-1), pre + "attention.o_proj")
+        if cfg.featscale:
+            mean = out.mean(dim=1, keepdim=True)
+            out = out + p[pre + "attention.featscale_low"] * mean + p[pre + "attention.featscale_high"] * (out - mean)
+        h = h + out
+        h = h + lin(torch.nn.functional.gelu(lin(ln(h, pre + "layernorm_after"), pre + "mlp.fc1")), pre + "mlp.fc2")
+    h = ln(h, "vit.layernorm")
+    pooled = h[:, 1:].mean(1) if cfg.pooling == "mean" else h[:, 0]
+    return lin(pooled, "classifier")
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        dict(neutreno_lambda=0.6),
+        dict(neutreno_lambda=0.3, neutreno_layers=[2, 3]),
+        dict(neutreno_lambda=1.5, neutreno_layers=[1]),
+        dict(neutreno_lambda=0.6, symmetric_attention=True),
+        dict(neutreno_lambda=0.6, attention_kernel="linear"),
+        dict(neutreno_lambda=0.6, pooling="mean"),
+    ],
+    ids=["all-layers", "layers-2-3", "layer-1-large-lambda", "symmetric", "linear-kernel", "mean-pool"],
+)
+def test_neutreno_vit_equals_eager_reference(overrides):
+    model = tiny_model(**overrides)
+    x = pixels()
+    with torch.no_grad():
+        torch.testing.assert_close(model(x).logits, reference_logits(model, x), atol=FP32_TOL, rtol=0)
+
+
+def test_featscale_equals_reference_with_nonzero_scales():
+    model = tiny_model(neutreno_lambda=0.6, featscale=True)
+    assert all(torch.all(p == 0) for n, p in model.named_parameters() if "featscale" in n), "FeatScale starts at 0"
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "featscale" in name:
+                param.normal_()
+        x = pixels()
+        torch.testing.assert_close(model(x).logits, reference_logits(model, x), atol=FP32_TOL, rtol=0)
+
+
+def test_the_term_changes_the_output():
+    """Guards the reference test against a λ that is never applied."""
+    x = pixels()
+    with torch.no_grad():
+        plain = tiny_model(neutreno_lambda=0.0)(x).logits
+        neutreno = tiny_model(neutreno_lambda=0.6)(x).logits
+    assert (plain - neutreno).abs().max() > 1e-3
+
+
+def test_lambda_zero_equals_native_vit_with_the_same_weights():
+    vit_config = ViTConfig(**TINY, layer_norm_eps=1e-6, hidden_act="gelu", qkv_bias=True)
+    torch.manual_seed(0)
+    native = ViTForImageClassification(vit_config).eval()
+    ours = NeuTRENOViTForImageClassification(NeuTRENOViTConfig(**TINY, neutreno_lambda=0.0)).eval()
+    ours.load_state_dict(native.state_dict(), strict=True)
+    x = pixels(4)
+    with torch.no_grad():
+        diff = (ours(x).logits - native(x).logits).abs().max().item()
+    assert diff <= 1e-5, diff
+
+
+@pytest.mark.parametrize("neutreno_lambda", [0.0, 0.6])
+def test_eager_sdpa_and_flex_agree(neutreno_lambda):
+    model = tiny_model(neutreno_lambda=neutreno_lambda)
+    x = pixels()
+    logits = {}
+    with torch.no_grad():  # flex attention on CPU has no backward
+        for impl in ("eager", "sdpa", "flex_attention"):
+            model.set_attn_implementation(impl)
+            logits[impl] = model(x).logits
+    for impl in ("sdpa", "flex_attention"):
+        assert (logits[impl] - logits["eager"]).abs().max().item() <= FP32_TOL, impl
+
+
+def test_output_attentions_and_hidden_states():
+    model = tiny_model()
+    x = pixels()
+    with torch.no_grad():
+        out = model(x, output_attentions=True, output_hidden_states=True)
+        as_tuple = model(x, output_hidden_states=True, return_dict=False)
+    tokens = (16 // 4) ** 2 + 1
+    assert len(out.attentions) == 4 and out.attentions[0].shape == (2, 4, tokens, tokens)
+    torch.testing.assert_close(out.attentions[2].sum(-1), torch.ones(2, 4, tokens))  # rows of A are distributions
+    assert len(out.hidden_states) == 5  # embeddings + every block
+    assert isinstance(as_tuple, tuple) and torch.equal(as_tuple[0], out.logits)
+
+
+def test_gradient_reaches_layer_zero_values_from_later_layers():
+    """V_0 is not detached: with λ > 0 the loss of later layers flows into layer 0's value projection."""
+    model = tiny_model(neutreno_lambda=0.6, num_hidden_layers=3).train()
+    x = pixels()
+    # Remove layer 0's own path to the output so only V_0 (used by layers 1 and 2) can carry a gradient to v_proj.
+    with torch.no_grad():
+        model.vit.layers[0].attention.o_proj.weight.zero_()
+    model(x).logits.sum().backward()
+    grad = model.vit.layers[0].attention.v_proj.weight.grad
+    assert grad is not None and grad.abs().sum() > 0
+
+    plain = tiny_model(neutreno_lambda=0.0, num_hidden_layers=3).train()
+    with torch.no_grad():
+        plain.vit.layers[0].attention.o_proj.weight.zero_()
+    plain(x).logits.sum().backward()
+    assert plain.vit.layers[0].attention.v_proj.weight.grad.abs().sum() == 0  # so the gradient above is V_0's
+
+
+def test_gradient_checkpointing_gives_the_same_gradients():
+    x, labels = pixels(), torch.tensor([0, 2])
+
+    def grads(checkpointing: bool) -> dict[str, torch.Tensor]:
+        model = tiny_model(neutreno_lambda=0.6).train()
+        if checkpointing:
+            model.gradient_checkpointing_enable()
+        model(x, labels=labels).loss.backward()
+        return {n: p.grad for n, p in model.named_parameters()}
+
+    plain, checkpointed = grads(False), grads(True)
+    for name in plain:
+        torch.testing.assert_close(checkpointed[name], plain[name], atol=1e-6, rtol=1e-5, msg=name)
+
+
+def test_drop_path_and_dropout_are_train_only():
+    model = tiny_model(drop_path_rate=0.5, hidden_dropout_prob=0.2)
+    x = pixels()
+    with torch.no_grad():
+        assert torch.equal(model(x).logits, model(x).logits)
+        model.train()
+        assert not torch.equal(model(x).logits, model(x).logits)
+    rates = [layer.drop_path.drop_prob for layer in model.vit.layers[1:]]
+    assert rates == sorted(rates) and rates[-1] == pytest.approx(0.5)  # linear in depth, as DeiT
+
+
+def test_position_interpolation_for_other_sizes():
+    model = tiny_model()
+    with pytest.raises(ValueError, match="interpolate_pos_encoding"):
+        model(pixels(size=24))
+    with torch.no_grad():
+        out = model(pixels(size=24), interpolate_pos_encoding=True)
+        same = model(pixels(), interpolate_pos_encoding=True).logits
+    assert out.logits.shape == (2, 3)
+    torch.testing.assert_close(same, model(pixels()).logits.detach())  # the native size is unchanged
+
+
+@pytest.mark.parametrize(
+    "problem_type,labels,expected",
+    [
+        ("single_label_classification", torch.tensor([0, 2]), torch.nn.functional.cross_entropy),
+        ("multi_label_classification", torch.tensor([[1.0, 0, 1], [0, 1, 0]]),
+         torch.nn.functional.binary_cross_entropy_with_logits),
+        ("regression", torch.tensor([[0.5, -1.0, 2.0], [1.0, 0.0, 0.0]]), torch.nn.functional.mse_loss),
+    ],
+)
+def test_problem_types_use_the_native_losses(problem_type, labels, expected):
+    model = tiny_model(problem_type=problem_type)
+    out = model(pixels(), labels=labels)
+    torch.testing.assert_close(out.loss, expected(out.logits, labels))
+
+
+def test_presets():
+    tiny = NeuTRENOViTConfig.from_preset("deit-tiny")
+    assert (tiny.hidden_size, tiny.num_hidden_layers, tiny.num_attention_heads, tiny.patch_size, tiny.image_size) == (
+        192, 12, 3, 16, 224)
+    assert NeuTRENOViTConfig.from_preset("deit-small").hidden_size == 384
+    base = NeuTRENOViTConfig.from_preset("deit-base", neutreno_lambda=0.0)
+    assert (base.hidden_size, base.num_attention_heads, base.neutreno_lambda) == (768, 12, 0.0)
+    with pytest.raises(ValueError, match="deit-small"):
+        NeuTRENOViTConfig.from_preset("deit-huge")
+
+
+@pytest.mark.parametrize(
+    "overrides,field",
+    [
+        (dict(hidden_size=30, num_attention_heads=4), "num_attention_heads"),
+        (dict(neutreno_lambda=-0.1), "neutreno_lambda"),
+        (dict(neutreno_layers=[1, 4]), "neutreno_layers"),
+        (dict(neutreno_layers=[0, 1]), "neutreno_layers"),
+        (dict(attention_kernel="cosine"), "attention_kernel"),
+        (dict(pooling="max"), "pooling"),
+        (dict(image_size=18), "patch_size"),
+    ],
+)
+def test_bad_configs_raise_value_errors_naming_the_field(overrides, field):
+    with pytest.raises(ValueError, match=field):
+        NeuTRENOViTConfig(**{**TINY, **overrides})
+
+
+def test_bad_inputs_raise_clear_errors():
+    model = tiny_model()
+    with pytest.raises(ValueError, match="image_size"):
+        model(pixels(size=20))
+    with pytest.raises(ValueError, match="num_channels"):
+        model(torch.randn(1, 1, 16, 16))
+    with pytest.raises(ValueError, match="attn_implementation|attention"):
+        model.set_attn_implementation("not_a_kernel")
+    config = NeuTRENOViTConfig(**TINY)
+    config.neutreno_lambda = -1.0  # edited after construction: the model re-validates
+    with pytest.raises(ValueError, match="neutreno_lambda"):
+        NeuTRENOViTModel(config)
+
+
+def test_reset_classifier_keeps_the_backbone():
+    model = tiny_model()
+    before = model.vit.state_dict()
+    model.reset_classifier(5, {i: str(i) for i in range(5)})
+    assert model(pixels()).logits.shape == (2, 5) and model.config.num_labels == 5
+    for name, tensor in model.vit.state_dict().items():
+        assert torch.equal(tensor, before[name])
