@@ -106,6 +106,34 @@ def test_neutreno_vit_equals_eager_reference(overrides):
         torch.testing.assert_close(model(x).logits, reference_logits(model, x), atol=FP32_TOL, rtol=0)
 
 
+@pytest.mark.parametrize("overrides", [dict(neutreno_lambda=0.6), dict(neutreno_lambda=0.3, neutreno_layers=[2])])
+def test_gradients_equal_the_eager_reference(overrides):
+    """Training takes a memory-lean path (the projection input is recomputed in backward): same gradients."""
+    model = tiny_model(**overrides).train()
+    x = pixels()
+    model(x).logits.square().sum().backward()
+    ours = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    reference_logits(model, x).square().sum().backward()
+    for name, param in model.named_parameters():
+        torch.testing.assert_close(ours[name], param.grad, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_bf16_autocast_training_step_matches_fp32():
+    model = tiny_model(neutreno_lambda=0.6).train()
+    x = pixels()
+    model(x).logits.square().sum().backward()
+    fp32 = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = model(x).logits.float().square().sum()
+    loss.backward()
+    for name, param in model.named_parameters():
+        assert param.grad.dtype == torch.float32, name
+        scale = fp32[name].abs().max().clamp_min(1e-3)
+        assert ((param.grad - fp32[name]).abs().max() / scale) < 0.1, name  # bf16 has ~3 significant digits
+
+
 def test_featscale_equals_reference_with_nonzero_scales():
     model = tiny_model(neutreno_lambda=0.6, featscale=True)
     assert all(torch.all(p == 0) for n, p in model.named_parameters() if "featscale" in n), "FeatScale starts at 0"

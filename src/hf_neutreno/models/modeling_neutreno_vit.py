@@ -26,7 +26,7 @@ from transformers.utils.generic import can_return_tuple, merge_with_config_defau
 from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_neutreno_vit import NeuTRENOViTConfig
-from .neutreno_common import add_auto_map, neutreno_lambda_for_layer, neutreno_residual
+from .neutreno_common import add_auto_map, neutreno_lambda_for_layer, neutreno_projection
 
 
 class NeuTRENOViTPatchEmbeddings(nn.Module):
@@ -176,8 +176,11 @@ class NeuTRENOViTAttention(nn.Module):
         """Values with merged heads, (batch, tokens, heads * head_dim): the V of ``λ (V_0 − V)``."""
         return self.v_proj(hidden_states)
 
-    def project_output(self, attn_output: torch.Tensor) -> torch.Tensor:
-        return self.o_proj(attn_output)
+    def project_output(
+        self, attn_output: torch.Tensor, values: torch.Tensor, first_layer_values: torch.Tensor | None
+    ) -> torch.Tensor:
+        """The output projection of ``A V + λ (V_0 − V)`` (merged heads)."""
+        return neutreno_projection(self.o_proj, attn_output, values, first_layer_values, self.neutreno_lambda)
 
     def forward(
         self,
@@ -214,9 +217,7 @@ class NeuTRENOViTAttention(nn.Module):
             scaling=self.scaling,
             **kwargs,
         )
-        attn_output = attn_output.reshape(*input_shape, -1)
-        attn_output = neutreno_residual(attn_output, values, first_layer_values, self.neutreno_lambda)
-        attn_output = self.project_output(attn_output)
+        attn_output = self.project_output(attn_output.reshape(*input_shape, -1), values, first_layer_values)
 
         if self.config.featscale:
             mean = attn_output.mean(dim=1, keepdim=True)

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar
 
 import torch
+from torch import nn
 
 
 def neutreno_residual(
@@ -25,7 +26,71 @@ def neutreno_residual(
     """
     if first_layer_values is None or neutreno_lambda == 0:
         return attn_output
-    return attn_output + neutreno_lambda * (first_layer_values - value_states)
+    delta = first_layer_values - value_states
+    if torch.is_grad_enabled() and delta.requires_grad:
+        return torch.add(attn_output, delta, alpha=neutreno_lambda)
+    return delta.mul_(neutreno_lambda).add_(attn_output)  # inference: one temporary instead of two
+
+
+def neutreno_projection(
+    linear: nn.Module,
+    attn_output: torch.Tensor,
+    value_states: torch.Tensor,
+    first_layer_values: torch.Tensor | None,
+    neutreno_lambda: float,
+) -> torch.Tensor:
+    """``linear(A V + λ (V_0 − V))``: the output projection of a NeuTRENO layer.
+
+    In training, the projection's input is not kept for the backward pass but recomputed from A V, V and V_0, which
+    the attention kernels keep anyway: the term then costs no activation memory (one (batch, tokens, hidden) tensor
+    per layer otherwise). This needs a plain `nn.Linear`; wrapped projections (LoRA, quantised) take the plain path.
+    """
+    if first_layer_values is None or neutreno_lambda == 0:
+        return linear(attn_output)
+    if type(linear) is nn.Linear and torch.is_grad_enabled() and _any_requires_grad(
+        attn_output, value_states, first_layer_values, linear.weight
+    ):
+        return _NeuTRENOLinear.apply(
+            attn_output, value_states, first_layer_values, linear.weight, linear.bias, float(neutreno_lambda)
+        )
+    return linear(neutreno_residual(attn_output, value_states, first_layer_values, neutreno_lambda))
+
+
+def _any_requires_grad(*tensors: torch.Tensor) -> bool:
+    return any(t.requires_grad for t in tensors)
+
+
+class _NeuTRENOLinear(torch.autograd.Function):
+    """``F.linear(a + λ (v0 − v), W, b)`` that saves a, v, v0 (already alive) instead of its input."""
+
+    @staticmethod
+    def forward(ctx, attn_output, value_states, first_layer_values, weight, bias, neutreno_lambda):
+        inputs = torch.add(attn_output, first_layer_values - value_states, alpha=neutreno_lambda)
+        # Under autocast the linear runs in the autocast dtype; backward (which runs outside autocast) uses the
+        # same dtype for the matmuls and returns parameter gradients in the parameters' dtype.
+        output = nn.functional.linear(inputs, weight, bias)
+        ctx.save_for_backward(attn_output, value_states, first_layer_values, weight)
+        ctx.neutreno_lambda = neutreno_lambda
+        ctx.bias_dtype = None if bias is None else bias.dtype
+        return output
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        attn_output, value_states, first_layer_values, weight = ctx.saved_tensors
+        lam = ctx.neutreno_lambda
+        compute_dtype = grad_output.dtype
+        grad_inputs = grad_output @ weight.to(compute_dtype)
+        grad_weight = grad_bias = None
+        if ctx.needs_input_grad[3]:
+            inputs = torch.add(attn_output, first_layer_values - value_states, alpha=lam).to(compute_dtype)
+            grad_weight = (grad_output.reshape(-1, grad_output.shape[-1]).T @ inputs.reshape(-1, inputs.shape[-1]))
+            grad_weight = grad_weight.to(weight.dtype)
+        if ctx.bias_dtype is not None and ctx.needs_input_grad[4]:
+            grad_bias = grad_output.reshape(-1, grad_output.shape[-1]).sum(0).to(ctx.bias_dtype)
+        grad_attn = grad_inputs.to(attn_output.dtype) if ctx.needs_input_grad[0] else None
+        grad_values = (-lam * grad_inputs).to(value_states.dtype) if ctx.needs_input_grad[1] else None
+        grad_first = (lam * grad_inputs).to(first_layer_values.dtype) if ctx.needs_input_grad[2] else None
+        return grad_attn, grad_values, grad_first, grad_weight, grad_bias, None
 
 
 def check_choice(name: str, value: Any, allowed: Sequence[Any]) -> None:
