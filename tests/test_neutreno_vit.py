@@ -269,6 +269,8 @@ def test_presets():
     assert NeuTRENOViTConfig.from_preset("deit-small").hidden_size == 384
     base = NeuTRENOViTConfig.from_preset("deit-base", neutreno_lambda=0.0)
     assert (base.hidden_size, base.num_attention_heads, base.neutreno_lambda) == (768, 12, 0.0)
+    cifar = NeuTRENOViTConfig.from_preset("vit-tiny")
+    assert (cifar.hidden_size, cifar.image_size, cifar.patch_size) == (192, 32, 4)
     with pytest.raises(ValueError, match="deit-small"):
         NeuTRENOViTConfig.from_preset("deit-huge")
 

@@ -3,15 +3,21 @@
 import os
 from pathlib import Path
 
-from datasets import ClassLabel, Dataset, DatasetDict, Image, load_dataset
+from datasets import ClassLabel, Dataset, DatasetDict, Features, Image, load_dataset
+
+
+BUILTIN_DIGITS = "digits"
 
 
 def load_image_dataset(name_or_dir: str | os.PathLike, config_name: str | None = None) -> DatasetDict:
     """Load every split of an image dataset.
 
     `name_or_dir` is a Hub dataset name (`uoft-cs/cifar10`), a folder of Parquet files named like the Hub's
-    (`train-00000-of-00001.parquet`, as in ../shared/data), or an `imagefolder` tree (`train/<label>/*.png`).
+    (`train-00000-of-00001.parquet`, as in ../shared/data), an `imagefolder` tree (`train/<label>/*.png`), or
+    `"digits"`: scikit-learn's bundled 8×8 handwritten digits, which need no download.
     """
+    if str(name_or_dir) == BUILTIN_DIGITS:
+        return load_digits()
     path = Path(name_or_dir)
     if path.is_dir():
         if any(path.glob("*.parquet")) or any(path.glob("*/*.parquet")):
@@ -56,3 +62,20 @@ def subset(dataset: Dataset, fraction_or_count: float | int | None, seed: int = 
     if not 0 < count <= n:
         raise ValueError(f"Cannot take {fraction_or_count} rows of a dataset of {n}.")
     return dataset.shuffle(seed=seed).select(range(count)) if count < n else dataset
+
+
+def load_digits(test_fraction: float = 0.2, seed: int = 0) -> DatasetDict:
+    """scikit-learn's 1,797 8×8 digit images (it ships them) as a `DatasetDict` with the Hub's image schema."""
+    try:
+        from sklearn.datasets import load_digits as sklearn_digits
+    except ImportError as err:
+        raise ImportError("The built-in `digits` dataset comes from scikit-learn: pip install scikit-learn") from err
+    import numpy as np
+    from PIL import Image as PILImage
+
+    digits = sklearn_digits()
+    images = [PILImage.fromarray((image * (255 / 16)).astype(np.uint8), mode="L") for image in digits.images]
+    features = Features({"image": Image(), "label": ClassLabel(names=[str(i) for i in range(10)])})
+    full = Dataset.from_dict({"image": images, "label": digits.target.tolist()}, features=features)
+    split = full.train_test_split(test_size=test_fraction, seed=seed, stratify_by_column="label")
+    return DatasetDict(train=split["train"], test=split["test"])

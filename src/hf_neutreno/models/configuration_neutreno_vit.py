@@ -50,6 +50,10 @@ class NeuTRENOViTConfig(PresetsMixin, PreTrainedConfig):
         "deit-tiny": _deit(192, 3),
         "deit-small": _deit(384, 6),
         "deit-base": _deit(768, 12),
+        # DeiT-tiny's width and depth for 32×32 images (CIFAR), patch 4: 64 patch tokens.
+        "vit-tiny": dict(_deit(192, 3), image_size=32, patch_size=4),
+        # A small model for 8×8 images (scikit-learn's digits): the offline demo of `hf-neutreno compare`.
+        "vit-micro": dict(_deit(64, 4), num_hidden_layers=6, image_size=8, patch_size=2),
     }
 
     hidden_size: int = 192
