@@ -114,11 +114,20 @@ class MixupTrainer(Trainer):
 
 
 def soft_target_cross_entropy(outputs, labels: torch.Tensor, num_items_in_batch=None) -> torch.Tensor:
-    """`Trainer(compute_loss_func=...)`: cross-entropy against soft targets (Mixup/CutMix), or class indices."""
+    """`Trainer(compute_loss_func=...)`: cross-entropy against soft targets (Mixup/CutMix), or class indices.
+
+    Trainer passes `num_items_in_batch`, the number of samples in the whole accumulated (and, under DDP, global)
+    batch, and then neither divides a `compute_loss_func` loss by the accumulation steps nor leaves DDP's averaging
+    alone; so the loss is the sum over this micro-batch divided by that number, not the micro-batch mean.
+    """
     logits = outputs["logits"] if isinstance(outputs, dict) else outputs[0]
     if labels.dtype.is_floating_point and labels.shape == logits.shape:
-        return torch.sum(-labels * torch.log_softmax(logits.float(), dim=-1), dim=-1).mean()
-    return torch.nn.functional.cross_entropy(logits.float(), labels)
+        per_sample = torch.sum(-labels * torch.log_softmax(logits.float(), dim=-1), dim=-1)
+    else:
+        per_sample = torch.nn.functional.cross_entropy(logits.float(), labels, reduction="none")
+    if num_items_in_batch is None:
+        return per_sample.mean()
+    return per_sample.sum() / num_items_in_batch
 
 
 def accuracy_metrics(eval_pred) -> dict[str, float]:
@@ -154,3 +163,18 @@ def _hub_accuracy_metric():
         return evaluate.load("accuracy")
     except Exception:  # the Hub is unreachable
         return None
+
+
+def check_distributed_launch(args) -> None:
+    """Raise if the script runs as several processes (torchrun, accelerate launch) that Trainer does not join.
+
+    On a machine without GPUs, Trainer only forms the process group (gloo) with `--use_cpu`; without it every
+    process would silently train its own copy of the model on its own data.
+    """
+    launched = int(os.environ.get("WORLD_SIZE", "1"))
+    if launched > 1 and args.world_size != launched:
+        raise ValueError(
+            f"The script was launched as {launched} processes, but Trainer trains in {args.world_size}: each process "
+            "would train its own copy. On a machine without GPUs pass --use_cpu (Trainer then joins the processes "
+            "with gloo)."
+        )
