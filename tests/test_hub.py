@@ -32,12 +32,21 @@ COSINE = [0.21, 0.35, 0.42, 0.47]  # one per hidden state: embeddings + 3 blocks
 
 
 class FakeReport:
-    """Stands in for hf_neutreno.diagnostics.OversmoothingReport: only `per_layer(metric)` (and `metrics`)."""
+    """Has the reading API of hf_neutreno.diagnostics.OversmoothingReport (`metrics`, `per_layer`, `layer_indices`):
+    hidden-state metrics from the embeddings (0) to block 3, attention metrics from block 1, NaN where undefined."""
 
-    metrics = ("cosine_similarity", "hfc_lfc_ratio")
+    values = {"cosine_similarity": COSINE, "hfc_lfc_ratio": [1.0, 0.8, 0.7, 0.6],
+              "effective_rank": [9.0, 8.0, 7.0, 6.0], "attention_map_similarity": [float("nan"), 0.5, 0.6]}
+
+    @property
+    def metrics(self) -> list[str]:
+        return list(self.values)
 
     def per_layer(self, metric: str) -> list[float]:
-        return {"cosine_similarity": COSINE, "hfc_lfc_ratio": [1.0, 0.8, 0.7, 0.6]}[metric]
+        return list(self.values[metric])
+
+    def layer_indices(self, metric: str) -> list[int]:
+        return list(range(len(self.values[metric]))) if metric != "attention_map_similarity" else [1, 2, 3]
 
 
 def tiny_model() -> NeuTRENOViTForImageClassification:
@@ -115,12 +124,20 @@ def test_card_parses_and_carries_metrics_tags_curve_and_citations(tmp_path):
     assert "@inproceedings{nguyen2023mitigating" in text and "2312.00751" in text
     assert "@article{dovonon2024setting" in text and "2401.04301" in text
     assert f'AutoModelForImageClassification.from_pretrained("{REPO_ID}", trust_remote_code=True)' in text
-    # The curve, one row per hidden state, both metrics.
+    # The curve, one row per hidden state, the card's metrics (hf_neutreno.hub.CARD_METRICS) out of the report's.
     assert "| hidden state | cosine_similarity | hfc_lfc_ratio |" in text
     assert "| 0 (embeddings) | 0.2100 | 1.0000 |" in text and "| 3 | 0.4700 | 0.6000 |" in text
     # The paper's numbers are there, and marked as the paper's.
     assert "the paper's numbers (not this checkpoint's)" in text and "| NeuTRENO DeiT-tiny | 73.01 | 91.56 |" in text
     assert "- learning rate: 0.002" in text
+
+
+def test_card_table_aligns_metrics_by_layer_index():
+    """Attention metrics start at block 1 and may be NaN: the table keys every value by its layer index."""
+    curves = hub.oversmoothing_curves(FakeReport())
+    assert list(curves) == ["cosine_similarity", "hfc_lfc_ratio"]
+    table = hub._oversmoothing_table({**curves, "attention_map_similarity": {1: float("nan"), 2: 0.5, 3: 0.6}})
+    assert "| 0 (embeddings) | 0.2100 | 1.0000 |  |" in table and "| 1 | 0.3500 | 0.8000 | n/a |" in table
 
 
 @pytest.mark.parametrize("template", sorted(set(hub.CARD_TEMPLATES.values())))
@@ -290,8 +307,8 @@ def test_bad_card_inputs_are_clear_errors():
         hub.model_card(model, results={"accuracy": 0.5})
     with pytest.raises(ValueError, match="Unknown model card template 'nope.md'"):
         hub.model_card(model, template="nope.md")
-    with pytest.raises(ValueError, match="curves differ in length"):
-        hub.model_card(model, oversmoothing={"a": [1.0, 2.0], "b": [1.0]})
+    with pytest.raises(ValueError, match="has no per-layer values"):
+        hub.model_card(model, oversmoothing={"cosine_similarity": []})
     with pytest.raises(ValueError, match="must be an OversmoothingReport"):
         hub.model_card(model, oversmoothing=0.3)
     model.config.model_type = "bert"  # a model type without a template

@@ -15,8 +15,10 @@ such, and both papers' BibTeX.
                 results={"accuracy": 0.81}, oversmoothing=report)
 """
 
+import itertools
 import json
 import logging
+import math
 import os
 import shutil
 import tempfile
@@ -40,9 +42,9 @@ CARD_TEMPLATES = {
 }
 CITATIONS_FILE = "citations.bib"
 OVERSMOOTHING_PLOT = "oversmoothing.png"
-# Metrics read from an `OversmoothingReport`-like object (anything with `per_layer(metric)`) when it does not list
-# its own in a `metrics` attribute.
-OVERSMOOTHING_METRICS = ("cosine_similarity",)
+# The over-smoothing metrics a card shows from an `OversmoothingReport` (those of them it has): the paper's token
+# cosine similarity (Fig. 1) and the poster's HFC/LFC ratio.
+CARD_METRICS = ("cosine_similarity", "hfc_lfc_ratio")
 
 # The Auto class a checkpoint is loaded with -> the Hub's pipeline tag and the task of its eval results.
 PIPELINE_TAGS = {
@@ -71,22 +73,27 @@ def template_text(name: str) -> str:
     return source.read_text(encoding="utf-8")
 
 
-def oversmoothing_curves(oversmoothing: Any) -> dict[str, list[float]]:
-    """Per-layer over-smoothing values as ``{metric: [value per hidden state]}``.
+def oversmoothing_curves(oversmoothing: Any) -> dict[str, dict[int, float]]:
+    """Per-layer over-smoothing values as ``{metric: {layer index: value}}``.
 
-    Accepts an `OversmoothingReport`-like object (``per_layer(metric)``; its ``metrics`` attribute, if any, lists
-    the metrics, else `OVERSMOOTHING_METRICS`), a mapping ``{metric: values}``, or one sequence of values (taken as
-    the token cosine similarity). Index 0 is the embedding output, index i the output of block i.
+    Accepts an `OversmoothingReport` (`hf_neutreno.diagnostics`; anything with ``per_layer(metric)``, and
+    optionally ``metrics`` and ``layer_indices(metric)``), a mapping ``{metric: [value per layer]}``, or one sequence
+    of values (the token cosine similarity). Layer 0 is the embedding output, layer i the output of block i
+    (attention metrics start at block 1). From a report the card shows `CARD_METRICS` (those it has).
     """
     if oversmoothing is None:
         return {}
     if hasattr(oversmoothing, "per_layer"):
-        metrics = list(getattr(oversmoothing, "metrics", None) or OVERSMOOTHING_METRICS)
-        curves = {metric: oversmoothing.per_layer(metric) for metric in metrics}
+        available = list(getattr(oversmoothing, "metrics", None) or CARD_METRICS)
+        metrics = [m for m in CARD_METRICS if m in available] or available
+        layers = getattr(oversmoothing, "layer_indices", None)
+        curves = {
+            m: dict(zip(layers(m) if layers else itertools.count(), oversmoothing.per_layer(m))) for m in metrics
+        }
     elif isinstance(oversmoothing, Mapping):
-        curves = dict(oversmoothing)
+        curves = {m: dict(enumerate(values)) for m, values in oversmoothing.items()}
     elif isinstance(oversmoothing, Sequence) and not isinstance(oversmoothing, str):
-        curves = {"cosine_similarity": oversmoothing}
+        curves = {"cosine_similarity": dict(enumerate(oversmoothing))}
     else:
         raise ValueError(
             "`oversmoothing` must be an OversmoothingReport (with `per_layer(metric)`), a dict {metric: per-layer "
@@ -94,26 +101,28 @@ def oversmoothing_curves(oversmoothing: Any) -> dict[str, list[float]]:
         )
     out = {}
     for metric, values in curves.items():
-        values = [float(v) for v in values]
         if not values:
             raise ValueError(f"`oversmoothing[{metric!r}]` has no per-layer values.")
-        out[str(metric)] = values
-    if len({len(v) for v in out.values()}) > 1:
-        lengths = {metric: len(values) for metric, values in out.items()}
-        raise ValueError(f"`oversmoothing` curves differ in length: {lengths}.")
+        out[str(metric)] = {int(layer): float(value) for layer, value in values.items()}
     return out
 
 
-def _oversmoothing_table(curves: dict[str, list[float]]) -> str:
+def _oversmoothing_table(curves: dict[str, dict[int, float]]) -> str:
     metrics = list(curves)
+    layers = sorted(set().union(*(c.keys() for c in curves.values())))
+
+    def cell(metric: str, layer: int) -> str:
+        value = curves[metric].get(layer)
+        return "" if value is None else "n/a" if math.isnan(value) else f"{value:.4f}"
+
     lines = ["| hidden state | " + " | ".join(metrics) + " |", "|---|" + "---|" * len(metrics)]
-    for i in range(len(next(iter(curves.values())))):
-        name = "0 (embeddings)" if i == 0 else str(i)
-        lines.append(f"| {name} | " + " | ".join(f"{curves[m][i]:.4f}" for m in metrics) + " |")
+    for layer in layers:
+        name = "0 (embeddings)" if layer == 0 else str(layer)
+        lines.append(f"| {name} | " + " | ".join(cell(m, layer) for m in metrics) + " |")
     return "\n".join(lines)
 
 
-def plot_oversmoothing(curves: dict[str, list[float]], path: str | os.PathLike, title: str = "") -> bool:
+def plot_oversmoothing(curves: dict[str, dict[int, float]], path: str | os.PathLike, title: str = "") -> bool:
     """Draw the per-layer curves to a PNG; False (and a warning) when matplotlib (the `plots` extra) is missing."""
     try:
         import matplotlib
@@ -125,7 +134,8 @@ def plot_oversmoothing(curves: dict[str, list[float]], path: str | os.PathLike, 
         return False
     fig, axes = plt.subplots(1, len(curves), figsize=(4.2 * len(curves), 3.2), squeeze=False)
     for ax, (metric, values) in zip(axes[0], curves.items()):
-        ax.plot(range(len(values)), values, marker="o")
+        layers = sorted(values)
+        ax.plot(layers, [values[layer] for layer in layers], marker="o")
         ax.set_xlabel("hidden state (0 = embeddings)")
         ax.set_ylabel(metric.replace("_", " "))
         ax.grid(alpha=0.3)
