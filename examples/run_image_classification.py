@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> tuple[dict, Trainer]:
     if data_args.mixup_alpha > 0 or data_args.cutmix_alpha > 0:
         # Label smoothing goes into Mixup's soft targets; the loss is a soft-target cross-entropy.
         mixup = MixupCutmix(len(labels), data_args.mixup_alpha, data_args.cutmix_alpha,
-                            training_args.label_smoothing_factor, seed=training_args.seed)
+                            training_args.label_smoothing_factor)
         trainer = MixupTrainer(**common, mixup=mixup, compute_loss_func=soft_target_cross_entropy)
     else:
         trainer = Trainer(**common)
