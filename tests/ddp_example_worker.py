@@ -26,6 +26,9 @@ def main() -> None:
         "world_size": trainer.args.world_size,
         "losses": [e["loss"] for e in trainer.state.log_history if "loss" in e],
         "steps": trainer.state.global_step,
+        "wrapped": type(trainer.model_wrapped).__name__,  # DistributedDataParallel, FSDP..., or the model itself
+        "distributed_type": str(trainer.accelerator.distributed_type),
+        "mixed_precision": trainer.accelerator.mixed_precision,
     }
     (out / f"log_rank{rank}.json").write_text(json.dumps(log))
 

@@ -67,6 +67,7 @@ def test_ddp_two_processes_match_one_process_with_the_same_global_batch(data_dir
     logs = [json.loads((out / f"log_rank{r}.json").read_text()) for r in (0, 1)]
     weights = [torch.load(out / f"weights_rank{r}.pt") for r in (0, 1)]
     assert [log["world_size"] for log in logs] == [2, 2]
+    assert {log["wrapped"] for log in logs} == {"DistributedDataParallel"}
     # (a) DDP keeps the replicas in lockstep: bitwise identical weights on both ranks.
     for name in weights[0]:
         assert torch.equal(weights[0][name], weights[1][name]), name

@@ -311,6 +311,8 @@ def test_bad_card_inputs_are_clear_errors():
         hub.model_card(model, oversmoothing={"cosine_similarity": []})
     with pytest.raises(ValueError, match="must be an OversmoothingReport"):
         hub.model_card(model, oversmoothing=0.3)
+    with pytest.raises(ValueError, match="either `card` or the arguments"):
+        hub.save_for_hub("unused", model, card=hub.model_card(model), results={"accuracy": 0.5})
     model.config.model_type = "bert"  # a model type without a template
     with pytest.raises(ValueError, match="No model card template for model_type 'bert'"):
         hub.model_card(model)

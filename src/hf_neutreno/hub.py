@@ -50,7 +50,6 @@ CARD_METRICS = ("cosine_similarity", "hfc_lfc_ratio")
 PIPELINE_TAGS = {
     "AutoModelForImageClassification": "image-classification",
     "AutoModelForCausalLM": "text-generation",
-    "AutoModel": "feature-extraction",
 }
 # Trainer metric keys that describe the run rather than the model.
 _NOT_METRICS = ("runtime", "samples_per_second", "steps_per_second", "epoch", "total_flos")
@@ -62,15 +61,15 @@ _NOT_METRICS = ("runtime", "samples_per_second", "steps_per_second", "epoch", "t
 
 
 def template_text(name: str) -> str:
-    """The text of a template shipped in the package (`neutreno_deit_tiny_imagenet.md`, ...) or of a file path."""
-    path = Path(name)
-    if path.suffix and path.is_file():
-        return path.read_text(encoding="utf-8")
-    source = resources.files("hf_neutreno") / "model_cards" / name
-    if not source.is_file():
-        known = sorted(set(CARD_TEMPLATES.values()))
-        raise ValueError(f"Unknown model card template {name!r}: neither a file nor one of the shipped templates {known}.")
-    return source.read_text(encoding="utf-8")
+    """The text of a file shipped in the package's `model_cards/` (`neutreno_deit_tiny_imagenet.md`, ...) or of a
+    template file at a path."""
+    shipped = resources.files("hf_neutreno") / "model_cards" / name
+    if shipped.is_file():
+        return shipped.read_text(encoding="utf-8")
+    if Path(name).is_file():
+        return Path(name).read_text(encoding="utf-8")
+    known = sorted(set(CARD_TEMPLATES.values()))
+    raise ValueError(f"Unknown model card template {name!r}: neither a file nor one of the shipped templates {known}.")
 
 
 def oversmoothing_curves(oversmoothing: Any) -> dict[str, dict[int, float]]:
@@ -294,8 +293,10 @@ def save_for_hub(
     image processor and/or tokenizer, `README.md` (the model card) and the over-smoothing plot.
 
     The folder is built next to `folder` and renamed into place only when complete; `folder` must not exist or be
-    empty. `card_kwargs` go to `model_card` (ignored when `card` is given).
+    empty. `card_kwargs` go to `model_card`; pass them or a ready `card`, not both.
     """
+    if card is not None and card_kwargs:
+        raise ValueError(f"Pass either `card` or the arguments to render one ({sorted(card_kwargs)}), not both.")
     folder = Path(folder)
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         raise ValueError(f"`folder` {str(folder)!r} already holds files; save_for_hub writes a new, empty folder.")
@@ -391,7 +392,8 @@ def push_to_hub(
     `CommitInfo`.
     """
     check_hub_access(repo_id, token)
-    card_kwargs.setdefault("repo_id", repo_id)
+    if card is None:
+        card_kwargs.setdefault("repo_id", repo_id)
     with tempfile.TemporaryDirectory(prefix="hf-neutreno-push-") as tmp:
         folder = save_for_hub(Path(tmp) / "upload", model, processor, tokenizer, card=card, **card_kwargs)
         api = HfApi(token=token)
