@@ -16,9 +16,9 @@ from hf_neutreno.training import (
     soft_target_cross_entropy,
 )
 
-STEPS_PER_EPOCH = 6  # 96 images / batch 16
+STEPS_PER_EPOCH = 4  # 64 images / batch 16
 TOTAL_STEPS = 2 * STEPS_PER_EPOCH
-STOP_AT = 8  # in the second epoch: the resumed run must skip 2 batches of a reshuffled epoch
+STOP_AT = 6  # in the second epoch: the resumed run must skip 2 batches of a reshuffled epoch
 
 
 class StopAfter(TrainerCallback):
@@ -43,7 +43,7 @@ def test_interrupted_and_resumed_run_equals_the_uninterrupted_run(data_dir, tmp_
     draws from Python's `random` while a batch is fetched). Trainer restores the RNG states only after fetching the
     first batch of the resumed epoch, so that one batch's flips and crops differ (measured: weights 2e-3 apart).
     """
-    train = load_dataset("parquet", data_dir=str(data_dir / "fashion_mnist"), split="train").select(range(96))
+    train = load_dataset("parquet", data_dir=str(data_dir / "fashion_mnist"), split="train").select(range(64))
     train.set_transform(image_transform(ViTImageProcessorPil(size={"height": 28, "width": 28}), "image", "label"))
     config = NeuTRENOViTConfig(
         hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64, image_size=28, patch_size=7,
