@@ -29,6 +29,7 @@ from transformers import (
     Trainer,
     TrainingArguments,
     ViTImageProcessorPil,
+    set_seed,
 )
 from transformers.image_utils import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
@@ -36,10 +37,12 @@ import hf_neutreno
 from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForImageClassification
 from hf_neutreno.convert import vit_to_neutreno
 from hf_neutreno.data import get_split, image_and_label_columns, label_names, load_image_dataset, subset
+from hf_neutreno.hub import prepare_trainer_push, push_trainer_model
 from hf_neutreno.training import (
     MixupCutmix,
     MixupTrainer,
     accuracy_metrics,
+    check_distributed_launch,
     collate_images,
     image_transform,
     soft_target_cross_entropy,
@@ -157,6 +160,9 @@ def main(argv: list[str] | None = None) -> tuple[dict, Trainer]:
         model_args, data_args, training_args = parser.parse_args_into_dataclasses(argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     training_args.remove_unused_columns = False  # the transform needs the raw image column
+    check_distributed_launch(training_args)
+    # --push_to_hub: fail now, not after training, if the Hub cannot take the push; we push once at the end.
+    hub_repo_id = prepare_trainer_push(training_args)
 
     dataset = load_image_dataset(data_args.dataset_name, data_args.dataset_config_name)
     image_column, label_column = image_and_label_columns(dataset)
@@ -165,6 +171,7 @@ def main(argv: list[str] | None = None) -> tuple[dict, Trainer]:
     evaluation = subset(get_split(dataset, eval_split), data_args.max_eval_samples, training_args.seed)
     labels = label_names(dataset)
 
+    set_seed(training_args.seed)  # the model's initial weights are part of the run
     model, processor = build_model(model_args, labels)
     logger.info("Model: %s, %.2fM parameters, λ=%s", type(model).__name__, model.num_parameters() / 1e6,
                 model.config.neutreno_lambda)
@@ -184,7 +191,7 @@ def main(argv: list[str] | None = None) -> tuple[dict, Trainer]:
     if data_args.mixup_alpha > 0 or data_args.cutmix_alpha > 0:
         # Label smoothing goes into Mixup's soft targets; the loss is a soft-target cross-entropy.
         mixup = MixupCutmix(len(labels), data_args.mixup_alpha, data_args.cutmix_alpha,
-                            training_args.label_smoothing_factor, seed=training_args.seed)
+                            training_args.label_smoothing_factor)
         trainer = MixupTrainer(**common, mixup=mixup, compute_loss_func=soft_target_cross_entropy)
     else:
         trainer = Trainer(**common)
@@ -194,12 +201,23 @@ def main(argv: list[str] | None = None) -> tuple[dict, Trainer]:
         result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
         trainer.save_model()
         metrics.update(result.metrics)
-    metrics.update(trainer.evaluate())
+    eval_metrics = trainer.evaluate()
+    metrics.update(eval_metrics)
     trainer.log_metrics("all", metrics)
     trainer.save_metrics("all", metrics)
-    if training_args.push_to_hub:
-        trainer.push_to_hub(tags=["neutreno", "image-classification"], dataset=data_args.dataset_name)
+    if hub_repo_id:
+        # Weights, code, image processor and a model card with these results, in one commit.
+        push_trainer_model(trainer, hub_repo_id, dataset=data_args.dataset_name,
+                           dataset_config=data_args.dataset_config_name, dataset_split=eval_split,
+                           results=eval_metrics, base_model=_base_model(model_args.model_name_or_path))
     return metrics, trainer
+
+
+def _base_model(model_name_or_path: str) -> str | None:
+    """The Hub id of a fine-tuned checkpoint, for the card's `base_model` (None for presets and local folders)."""
+    if model_name_or_path in NeuTRENOViTConfig.presets or os.path.exists(model_name_or_path):
+        return None
+    return model_name_or_path
 
 
 if __name__ == "__main__":

@@ -9,7 +9,9 @@ import importlib
 import sys
 
 # name: (module, one-line help)
-SUBCOMMANDS: dict[str, tuple[str, str]] = {}
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "push": ("hf_neutreno.hub", "Push a saved model with its code, processor and model card to the Hugging Face Hub."),
+}
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:

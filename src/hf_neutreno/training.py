@@ -57,7 +57,8 @@ class MixupCutmix:
 
     Called on a collated batch; each batch is mixed with its reverse. When both alphas are > 0, a batch uses CutMix
     with probability `switch_prob`. Labels become soft targets of shape (batch, num_labels), for
-    `soft_target_cross_entropy`.
+    `soft_target_cross_entropy`. The random draws come from torch's global generator, which Trainer seeds
+    (`--seed`) and saves in its checkpoints, so a resumed run mixes exactly as an uninterrupted one.
     """
 
     def __init__(
@@ -67,7 +68,6 @@ class MixupCutmix:
         cutmix_alpha: float = 1.0,
         label_smoothing: float = 0.1,
         switch_prob: float = 0.5,
-        seed: int | None = None,
     ):
         if mixup_alpha < 0 or cutmix_alpha < 0 or (mixup_alpha == 0 and cutmix_alpha == 0):
             raise ValueError(
@@ -76,21 +76,28 @@ class MixupCutmix:
         self.num_labels = num_labels
         self.mixup_alpha, self.cutmix_alpha = mixup_alpha, cutmix_alpha
         self.label_smoothing, self.switch_prob = label_smoothing, switch_prob
-        self.rng = np.random.default_rng(seed)
+
+    @staticmethod
+    def _uniform() -> float:
+        return float(torch.rand(()))
+
+    @staticmethod
+    def _beta(alpha: float) -> float:
+        return float(torch.distributions.Beta(alpha, alpha).sample())
 
     def __call__(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         pixels, labels = batch["pixel_values"], batch["labels"]
         off = self.label_smoothing / self.num_labels
         targets = torch.full((labels.shape[0], self.num_labels), off, device=labels.device)
         targets.scatter_(1, labels.view(-1, 1), 1.0 - self.label_smoothing + off)
-        use_cutmix = self.cutmix_alpha > 0 and (self.mixup_alpha == 0 or self.rng.random() < self.switch_prob)
+        use_cutmix = self.cutmix_alpha > 0 and (self.mixup_alpha == 0 or self._uniform() < self.switch_prob)
         alpha = self.cutmix_alpha if use_cutmix else self.mixup_alpha
-        lam = float(self.rng.beta(alpha, alpha))
+        lam = self._beta(alpha)
         flipped = pixels.flip(0)
         if use_cutmix:
             height, width = pixels.shape[-2:]
             cut_h, cut_w = int(height * np.sqrt(1 - lam)), int(width * np.sqrt(1 - lam))
-            cy, cx = self.rng.integers(height), self.rng.integers(width)
+            cy, cx = int(self._uniform() * height), int(self._uniform() * width)
             y0, y1 = max(cy - cut_h // 2, 0), min(cy + cut_h // 2, height)
             x0, x1 = max(cx - cut_w // 2, 0), min(cx + cut_w // 2, width)
             pixels = pixels.clone()
@@ -114,11 +121,20 @@ class MixupTrainer(Trainer):
 
 
 def soft_target_cross_entropy(outputs, labels: torch.Tensor, num_items_in_batch=None) -> torch.Tensor:
-    """`Trainer(compute_loss_func=...)`: cross-entropy against soft targets (Mixup/CutMix), or class indices."""
+    """`Trainer(compute_loss_func=...)`: cross-entropy against soft targets (Mixup/CutMix), or class indices.
+
+    Trainer passes `num_items_in_batch`, the number of samples in the whole accumulated (and, under DDP, global)
+    batch, and then neither divides a `compute_loss_func` loss by the accumulation steps nor leaves DDP's averaging
+    alone; so the loss is the sum over this micro-batch divided by that number, not the micro-batch mean.
+    """
     logits = outputs["logits"] if isinstance(outputs, dict) else outputs[0]
     if labels.dtype.is_floating_point and labels.shape == logits.shape:
-        return torch.sum(-labels * torch.log_softmax(logits.float(), dim=-1), dim=-1).mean()
-    return torch.nn.functional.cross_entropy(logits.float(), labels)
+        per_sample = torch.sum(-labels * torch.log_softmax(logits.float(), dim=-1), dim=-1)
+    else:
+        per_sample = torch.nn.functional.cross_entropy(logits.float(), labels, reduction="none")
+    if num_items_in_batch is None:
+        return per_sample.mean()
+    return per_sample.sum() / num_items_in_batch
 
 
 def accuracy_metrics(eval_pred) -> dict[str, float]:
@@ -154,3 +170,18 @@ def _hub_accuracy_metric():
         return evaluate.load("accuracy")
     except Exception:  # the Hub is unreachable
         return None
+
+
+def check_distributed_launch(args) -> None:
+    """Raise if the script runs as several processes (torchrun, accelerate launch) that Trainer does not join.
+
+    On a machine without GPUs, Trainer only forms the process group (gloo) with `--use_cpu`; without it every
+    process would silently train its own copy of the model on its own data.
+    """
+    launched = int(os.environ.get("WORLD_SIZE", "1"))
+    if launched > 1 and args.world_size != launched:
+        raise ValueError(
+            f"The script was launched as {launched} processes, but Trainer trains in {args.world_size}: each process "
+            "would train its own copy. On a machine without GPUs pass --use_cpu (Trainer then joins the processes "
+            "with gloo)."
+        )

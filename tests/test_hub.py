@@ -1,0 +1,342 @@
+"""Publishing: the model card, the folder that is pushed, and pushes that fail cleanly (`hf_neutreno.hub`)."""
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+from huggingface_hub import ModelCard
+from huggingface_hub import constants as hub_constants
+from huggingface_hub.errors import OfflineModeIsEnabled
+from PIL import Image
+from transformers import ViTImageProcessorPil
+
+import hf_neutreno.hub as hub
+from examples_loader import load_example
+from fresh_process import make_local_hub_cache, run_fresh
+from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForImageClassification
+from hf_neutreno.cli import main as cli_main
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+LABELS = {0: "t-shirt", 1: "trouser", 2: "pullover"}
+REPO_ID = "neutreno-tests/tiny-neutreno-vit-card"
+TRAINER_METRICS = {"eval_loss": 0.61, "eval_accuracy": 0.8125, "eval_top5_accuracy": 0.97, "eval_runtime": 1.5,
+                   "eval_samples_per_second": 300.0, "epoch": 3.0, "train_loss": 0.9, "train_runtime": 20.0}
+COSINE = [0.21, 0.35, 0.42, 0.47]  # one per hidden state: embeddings + 3 blocks
+
+
+class FakeReport:
+    """Has the reading API of hf_neutreno.diagnostics.OversmoothingReport (`metrics`, `per_layer`, `layer_indices`):
+    hidden-state metrics from the embeddings (0) to block 3, attention metrics from block 1, NaN where undefined."""
+
+    values = {"cosine_similarity": COSINE, "hfc_lfc_ratio": [1.0, 0.8, 0.7, 0.6],
+              "effective_rank": [9.0, 8.0, 7.0, 6.0], "attention_map_similarity": [float("nan"), 0.5, 0.6]}
+
+    @property
+    def metrics(self) -> list[str]:
+        return list(self.values)
+
+    def per_layer(self, metric: str) -> list[float]:
+        return list(self.values[metric])
+
+    def layer_indices(self, metric: str) -> list[int]:
+        return list(range(len(self.values[metric]))) if metric != "attention_map_similarity" else [1, 2, 3]
+
+
+def tiny_model() -> NeuTRENOViTForImageClassification:
+    config = NeuTRENOViTConfig(
+        hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64, image_size=16,
+        patch_size=4, neutreno_lambda=0.6, id2label=LABELS, label2id={v: k for k, v in LABELS.items()},
+    )
+    return NeuTRENOViTForImageClassification(config).eval()
+
+
+def processor() -> ViTImageProcessorPil:
+    return ViTImageProcessorPil(size={"height": 16, "width": 16})
+
+
+@pytest.fixture
+def private_tmp(tmp_path, monkeypatch):
+    """Point tempfile at an empty folder, to see whatever a push leaves behind."""
+    folder = tmp_path / "tempfiles"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
+
+
+class FakeHubApi:
+    """Records what a push would do: `whoami`, `create_repo`, and the files of each `upload_folder` call."""
+
+    calls: list = []
+    fail_upload = False
+
+    def __init__(self, token=None, **_):
+        self.token = token
+
+    def whoami(self):
+        FakeHubApi.calls.append(("whoami",))
+        return {"name": "neutreno-tests"}
+
+    def create_repo(self, repo_id, private=None, exist_ok=False, **_):
+        FakeHubApi.calls.append(("create_repo", repo_id, private))
+        return type("RepoUrl", (), {"repo_id": repo_id})()
+
+    def upload_folder(self, *, repo_id, folder_path, commit_message=None, **_):
+        folder = Path(folder_path)
+        files = {p.name: p.read_bytes() for p in folder.iterdir()}
+        FakeHubApi.calls.append(("upload_folder", repo_id, folder, files))
+        if FakeHubApi.fail_upload:
+            raise ConnectionError("connection reset during upload")
+        return "commit-info"
+
+
+@pytest.fixture
+def fake_hub(monkeypatch):
+    FakeHubApi.calls, FakeHubApi.fail_upload = [], False
+    monkeypatch.setattr(hub, "HfApi", FakeHubApi)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", False)
+    return FakeHubApi
+
+
+def test_card_parses_and_carries_metrics_tags_curve_and_citations(tmp_path):
+    card = hub.model_card(tiny_model(), repo_id=REPO_ID, dataset="zalando-datasets/fashion_mnist",
+                          results=TRAINER_METRICS, oversmoothing=FakeReport(), training={"learning rate": 2e-3})
+    card.save(tmp_path / "README.md")
+    loaded = ModelCard.load(tmp_path / "README.md")  # what the Hub and users read back
+
+    results = {r.metric_type: r for r in loaded.data.eval_results}
+    assert {name: r.metric_value for name, r in results.items()} == {"loss": 0.61, "accuracy": 0.8125,
+                                                                     "top5_accuracy": 0.97}
+    assert {r.dataset_type for r in results.values()} == {"zalando-datasets/fashion_mnist"}
+    assert {r.task_type for r in results.values()} == {"image-classification"}
+    assert "custom_code" in loaded.data.tags
+    assert loaded.data.pipeline_tag == "image-classification" and loaded.data.library_name == "transformers"
+    assert loaded.data.datasets == ["zalando-datasets/fashion_mnist"]
+
+    text = loaded.text
+    assert "@inproceedings{nguyen2023mitigating" in text and "2312.00751" in text
+    assert "@article{dovonon2024setting" in text and "2401.04301" in text
+    assert f'AutoModelForImageClassification.from_pretrained("{REPO_ID}", trust_remote_code=True)' in text
+    # The curve, one row per hidden state, the card's metrics (hf_neutreno.hub.CARD_METRICS) out of the report's.
+    assert "| hidden state | cosine_similarity | hfc_lfc_ratio |" in text
+    assert "| 0 (embeddings) | 0.2100 | 1.0000 |" in text and "| 3 | 0.4700 | 0.6000 |" in text
+    # The paper's numbers are there, and marked as the paper's.
+    assert "the paper's numbers (not this checkpoint's)" in text and "| NeuTRENO DeiT-tiny | 73.01 | 91.56 |" in text
+    assert "- learning rate: 0.002" in text
+
+
+def test_card_table_aligns_metrics_by_layer_index():
+    """Attention metrics start at block 1 and may be NaN: the table keys every value by its layer index."""
+    curves = hub.oversmoothing_curves(FakeReport())
+    assert list(curves) == ["cosine_similarity", "hfc_lfc_ratio"]
+    table = hub._oversmoothing_table({**curves, "attention_map_similarity": {1: float("nan"), 2: 0.5, 3: 0.6}})
+    assert "| 0 (embeddings) | 0.2100 | 1.0000 |  |" in table and "| 1 | 0.3500 | 0.8000 | n/a |" in table
+
+
+@pytest.mark.parametrize("template", sorted(set(hub.CARD_TEMPLATES.values())))
+def test_every_template_renders_a_card_that_parses(template, tmp_path):
+    """Each shipped template is valid Jinja and gives a parseable card with results, citations and the papers'
+    numbers marked as such. (Rendered with the ViT; the GPT's and EigenViT's own fields render with their models.)"""
+    card = hub.model_card(tiny_model(), template=template, dataset="uoft-cs/cifar100",
+                          results={"accuracy": 0.5}, oversmoothing=COSINE)
+    card.save(tmp_path / "README.md")
+    loaded = ModelCard.load(tmp_path / "README.md")
+    assert loaded.data.eval_results[0].metric_value == 0.5
+    assert "custom_code" in loaded.data.tags
+    assert "trust_remote_code=True" in loaded.text and "nguyen2023mitigating" in loaded.text
+    assert "dovonon2024setting" in loaded.text
+    assert "(not this checkpoint's)" in loaded.text
+    assert "| 0 (embeddings) | 0.2100 |" in loaded.text
+
+
+def test_pushed_folder_loads_by_repo_id_in_a_fresh_process(tmp_path):
+    model = tiny_model()
+    folder = hub.save_for_hub(tmp_path / "upload", model, processor(), dataset="zalando-datasets/fashion_mnist",
+                              results={"accuracy": 0.8125}, oversmoothing=FakeReport(), repo_id=REPO_ID)
+    files = {p.name for p in folder.iterdir()}
+    assert {"config.json", "model.safetensors", "configuration_neutreno_vit.py", "modeling_neutreno_vit.py",
+            "neutreno_common.py", "preprocessor_config.json", "README.md", hub.OVERSMOOTHING_PLOT} <= files
+    assert Image.open(folder / hub.OVERSMOOTHING_PLOT).size[0] > 100
+    assert f"]({hub.OVERSMOOTHING_PLOT})" in (folder / "README.md").read_text()
+    assert [p.name for p in tmp_path.iterdir()] == ["upload"]  # no staging folder left
+
+    pixels = torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        torch.save({"pixels": pixels, "logits": model(pixels).logits}, tmp_path / "expected.pt")
+    hf_home = tmp_path / "hf_home"
+    make_local_hub_cache(hf_home, REPO_ID, folder)
+    out = run_fresh(f"""
+        import json, torch
+        from huggingface_hub import ModelCard, hf_hub_download
+        from transformers import AutoImageProcessor, AutoModelForImageClassification
+        expected = torch.load("{tmp_path / 'expected.pt'}")
+        model = AutoModelForImageClassification.from_pretrained("{REPO_ID}", trust_remote_code=True).eval()
+        processor = AutoImageProcessor.from_pretrained("{REPO_ID}")
+        card = ModelCard.load(hf_hub_download("{REPO_ID}", "README.md"))
+        with torch.no_grad():
+            diff = (model(expected["pixels"]).logits - expected["logits"]).abs().max().item()
+        print(json.dumps({{"diff": diff, "module": type(model).__module__,
+                           "size": [processor.size.height, processor.size.width],
+                           "accuracy": card.data.eval_results[0].metric_value}}))
+    """, tmp_path, hf_home=hf_home)
+    report = json.loads(out.strip().splitlines()[-1])
+    assert report["diff"] == 0.0 and report["module"].startswith("transformers_modules")
+    assert report["size"] == [16, 16] and report["accuracy"] == 0.8125
+
+
+def test_save_for_hub_leaves_nothing_half_written(tmp_path):
+    occupied = tmp_path / "occupied"
+    occupied.mkdir()
+    (occupied / "config.json").write_text("{}")
+    with pytest.raises(ValueError, match="already holds files"):
+        hub.save_for_hub(occupied, tiny_model())
+
+    class BrokenProcessor:
+        def save_pretrained(self, folder):
+            (Path(folder) / "preprocessor_config.json").write_text("{")  # a partial file, then the failure
+            raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        hub.save_for_hub(tmp_path / "upload", tiny_model(), BrokenProcessor())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["occupied"]  # no folder, no staging leftovers
+
+
+def test_push_offline_fails_clearly_before_writing_anything(private_tmp, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    calls = []
+    monkeypatch.setattr(hub, "HfApi", lambda *a, **k: calls.append(a) or pytest.fail("no Hub client offline"))
+    with pytest.raises(OfflineModeIsEnabled, match="offline mode \\(HF_HUB_OFFLINE=1\\). Nothing was written"):
+        hub.push_to_hub(tiny_model(), REPO_ID, processor())
+    assert calls == [] and list(private_tmp.iterdir()) == []
+
+
+def test_push_to_an_unreachable_hub_fails_clearly_before_writing(private_tmp, monkeypatch):
+    """Online mode, but nothing listens at the endpoint: the real huggingface_hub client fails on the first (read)
+    request, before the folder is prepared or anything is created remotely."""
+    with socket.socket() as probe:  # a port that was free a moment ago: connections are refused
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(hub_constants, "ENDPOINT", f"http://127.0.0.1:{port}")
+    with pytest.raises(ConnectionError, match=f"Cannot reach the Hugging Face Hub at http://127.0.0.1:{port}"):
+        hub.push_to_hub(tiny_model(), REPO_ID, processor(), token="hf_not_a_real_token")
+    assert list(private_tmp.iterdir()) == []
+
+
+def test_push_uploads_the_prepared_folder_in_one_commit_and_cleans_up(fake_hub, private_tmp, tmp_path):
+    model = tiny_model()
+    commit = hub.push_to_hub(model, REPO_ID, processor(), private=True, dataset="zalando-datasets/fashion_mnist",
+                             results={"accuracy": 0.8125})
+    assert commit == "commit-info"
+    names = [call[0] for call in fake_hub.calls]
+    assert names == ["whoami", "create_repo", "upload_folder"]  # checked, then created, then ONE commit
+    assert fake_hub.calls[1] == ("create_repo", REPO_ID, True)
+    uploaded = fake_hub.calls[2][3]
+    reference = hub.save_for_hub(tmp_path / "reference", model, processor(), dataset="zalando-datasets/fashion_mnist",
+                                 results={"accuracy": 0.8125}, repo_id=REPO_ID)
+    assert set(uploaded) == {p.name for p in reference.iterdir()}  # exactly what save_for_hub writes
+    assert uploaded["README.md"] == (reference / "README.md").read_bytes()
+    assert list(private_tmp.iterdir()) == []
+
+    fake_hub.calls, fake_hub.fail_upload = [], True  # the upload itself breaks: the error surfaces, no leftovers
+    with pytest.raises(ConnectionError, match="connection reset"):
+        hub.push_to_hub(model, REPO_ID, processor())
+    assert list(private_tmp.iterdir()) == []
+
+
+def example_args(data_dir: Path, output_dir: Path) -> list[str]:
+    return [
+        "--model_name_or_path", "deit-tiny",
+        "--config_overrides", "num_hidden_layers=2,hidden_size=32,num_attention_heads=4,intermediate_size=64",
+        "--image_size", "28", "--patch_size", "7", "--dataset_name", str(data_dir / "fashion_mnist"),
+        "--max_train_samples", "64", "--max_eval_samples", "64", "--max_steps", "2",
+        "--per_device_train_batch_size", "32", "--output_dir", str(output_dir), "--save_strategy", "no",
+        "--report_to", "none", "--disable_tqdm", "true", "--push_to_hub", "--hub_model_id", REPO_ID,
+    ]
+
+
+def test_example_push_to_hub_offline_stops_before_training(data_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(OfflineModeIsEnabled, match="Nothing was written"):
+        load_example("run_image_classification").main(example_args(data_dir, tmp_path / "run"))
+    assert not (tmp_path / "run").exists()
+
+
+def test_example_push_to_hub_publishes_model_code_processor_and_card(data_dir, tmp_path, fake_hub):
+    metrics, _ = load_example("run_image_classification").main(example_args(data_dir, tmp_path / "run"))
+    uploads = [call for call in fake_hub.calls if call[0] == "upload_folder"]
+    assert len(uploads) == 1 and uploads[0][1] == REPO_ID  # Trainer pushed nothing during training
+    files = uploads[0][3]
+    assert {"config.json", "model.safetensors", "modeling_neutreno_vit.py", "preprocessor_config.json",
+            "README.md"} <= set(files)
+    card_path = tmp_path / "README.md"
+    card_path.write_bytes(files["README.md"])
+    card = ModelCard.load(card_path)
+    accuracy = next(r for r in card.data.eval_results if r.metric_type == "accuracy")
+    assert accuracy.metric_value == metrics["eval_accuracy"] and accuracy.dataset_name == "fashion_mnist"
+    assert "- steps: 2" in card.text and "- global batch size: 32" in card.text
+
+
+def test_cli_push_save_to_writes_the_folder_with_the_run_results(data_dir, tmp_path):
+    model_dir = tmp_path / "run"
+    tiny_model().save_pretrained(model_dir)
+    processor().save_pretrained(model_dir)
+    (model_dir / "all_results.json").write_text(json.dumps(TRAINER_METRICS))  # as Trainer.save_metrics writes it
+    (tmp_path / "curve.json").write_text(json.dumps({"cosine_similarity": COSINE}))
+    assert cli_main(["push", str(model_dir), REPO_ID, "--dataset", str(data_dir / "fashion_mnist"),
+                     "--oversmoothing", str(tmp_path / "curve.json"), "--save-to", str(tmp_path / "out")]) == 0
+    card = ModelCard.load(tmp_path / "out" / "README.md")
+    assert {r.metric_type: r.metric_value for r in card.data.eval_results} == {
+        "loss": 0.61, "accuracy": 0.8125, "top5_accuracy": 0.97}
+    assert card.data.datasets is None  # a local folder is not a Hub dataset id
+    assert (tmp_path / "out" / "modeling_neutreno_vit.py").is_file()
+    assert (tmp_path / "out" / hub.OVERSMOOTHING_PLOT).is_file()
+
+
+def test_bad_card_inputs_are_clear_errors():
+    model = tiny_model()
+    with pytest.raises(ValueError, match="need the `dataset`"):
+        hub.model_card(model, results={"accuracy": 0.5})
+    with pytest.raises(ValueError, match="Unknown model card template 'nope.md'"):
+        hub.model_card(model, template="nope.md")
+    with pytest.raises(ValueError, match="has no per-layer values"):
+        hub.model_card(model, oversmoothing={"cosine_similarity": []})
+    with pytest.raises(ValueError, match="must be an OversmoothingReport"):
+        hub.model_card(model, oversmoothing=0.3)
+    with pytest.raises(ValueError, match="either `card` or the arguments"):
+        hub.save_for_hub("unused", model, card=hub.model_card(model), results={"accuracy": 0.5})
+    model.config.model_type = "bert"  # a model type without a template
+    with pytest.raises(ValueError, match="No model card template for model_type 'bert'"):
+        hub.model_card(model)
+
+
+def test_templates_ship_in_the_wheel(tmp_path):
+    """A non-editable install finds the templates: they are package data of hf_neutreno, read through
+    importlib.resources. Builds the wheel of a copy of this checkout, offline."""
+    setuptools = pytest.importorskip("setuptools", reason="building a wheel offline needs setuptools")
+    if int(setuptools.__version__.split(".")[0]) < 70:
+        pytest.importorskip("wheel", reason="setuptools < 70 needs the `wheel` package to build wheels offline")
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in ("setup.cfg", "pyproject.toml", "README.md"):
+        shutil.copy(REPO_ROOT / name, source / name)
+    shutil.copytree(REPO_ROOT / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), "."],
+        cwd=source, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with zipfile.ZipFile(next(tmp_path.glob("hf_neutreno-*.whl"))) as wheel:
+        names = set(wheel.namelist())
+    expected = {f"hf_neutreno/model_cards/{name}" for name in [*hub.CARD_TEMPLATES.values(), hub.CITATIONS_FILE]}
+    assert expected <= names, sorted(names)
+    # ... and the top-level model_cards/ of the checkout is the same folder, not a second copy.
+    assert (REPO_ROOT / "model_cards").resolve() == (REPO_ROOT / "src" / "hf_neutreno" / "model_cards").resolve()
