@@ -22,7 +22,7 @@ from hf_neutreno import (
 )
 from hf_neutreno.models.modeling_neutreno_vit import NeuTRENOViTAttention
 
-from fresh_process import run_fresh
+from fresh_process import make_local_hub_cache, run_fresh
 
 TINY = dict(
     hidden_size=32,
@@ -401,21 +401,29 @@ def test_fresh_process_loads_the_checkpoint_with_remote_code(tmp_path):
         "modeling_neutreno_vit.py",
         "neutreno_common.py",
     ]
+    make_local_hub_cache(tmp_path / "hf_home", "someone/eigen-vit-tiny", tmp_path / "ckpt")
     out = run_fresh(
         """
         import torch
         from transformers import AutoModel, AutoModelForImageClassification
-        model = AutoModelForImageClassification.from_pretrained("ckpt", trust_remote_code=True).eval()
-        assert type(model).__name__ == "EigenViTForImageClassification", type(model)
-        assert "hf_neutreno" not in type(model).__module__
-        with torch.no_grad():
-            torch.save(model(torch.load("pixels.pt")).logits, "fresh_logits.pt")
+        pixels = torch.load("pixels.pt")
+        for i, source in enumerate(["ckpt", "someone/eigen-vit-tiny"]):  # local folder, then the (cached) Hub
+            model = AutoModelForImageClassification.from_pretrained(source, trust_remote_code=True).eval()
+            assert type(model).__name__ == "EigenViTForImageClassification", type(model)
+            assert "hf_neutreno" not in type(model).__module__
+            with torch.no_grad():
+                torch.save(model(pixels).logits, f"fresh_logits_{i}.pt")
         print(model.config.id2label[1], type(AutoModel.from_pretrained("ckpt", trust_remote_code=True)).__name__)
         """,
         tmp_path,
     )
     assert out.split() == ["dog", "EigenViTModel"]
-    assert torch.equal(torch.load(tmp_path / "fresh_logits.pt"), logits)
+    for i in range(2):
+        assert torch.equal(torch.load(tmp_path / f"fresh_logits_{i}.pt"), logits)
+    # in this process (package installed) the registered classes load it, with Θ, ψ not re-initialised
+    reloaded = EigenViTForImageClassification.from_pretrained(tmp_path / "ckpt").eval()
+    with torch.no_grad():
+        assert torch.equal(reloaded(pixel_values).logits, logits)
 
 
 def test_trainer_on_cifar10_subset_lowers_the_loss(data_dir, tmp_path):
