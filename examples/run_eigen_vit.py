@@ -65,13 +65,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--bf16", action="store_true")
     p.add_argument("--num_workers", type=int, default=0)
     p.add_argument("--quick", action="store_true",
-                   help="CPU smoke run: 2 layers, 512 training / 100 test images, 20 steps, severities 0, 3, 5.")
+                   help="CPU smoke run: 2 layers, 512 training / 64 test images, 10 steps, severities 0, 3, 5.")
     args = p.parse_args(argv)
     if args.quick:
         args.num_hidden_layers = args.num_hidden_layers or 2
         args.max_train_samples = args.max_train_samples or 512
-        args.max_eval_samples = args.max_eval_samples or 100
-        args.max_steps = args.max_steps if args.max_steps > 0 else 20
+        args.max_eval_samples = args.max_eval_samples or 64
+        args.max_steps = args.max_steps if args.max_steps > 0 else 10
         args.batch_size, args.spectral_samples = 32, 8
         args.severities = [0, 3, 5]
     for severity in args.severities:

@@ -8,6 +8,7 @@ mean; if it pairs with A's smallest eigenvalue, the layer sharpens (no over-smoo
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -97,6 +98,12 @@ def head_factors(attention: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
     return value, output
 
 
+def _eigvals(matrices: torch.Tensor) -> torch.Tensor:
+    """Batched eigenvalues with numpy's LAPACK: independent small problems, where MKL's multi-threaded `geev` (behind
+    `torch.linalg.eigvals` on CPU) slowed down 100-fold on a busy 2-core machine."""
+    return torch.from_numpy(np.linalg.eigvals(matrices.detach().cpu().numpy()))
+
+
 def _attention_maps(model: nn.Module, pixel_values: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """Eager attention maps of every layer, in eval mode; the model's backend and mode are restored afterwards."""
     config = model.config
@@ -139,18 +146,21 @@ def spectral_dominance(model: nn.Module, pixel_values: torch.Tensor, tol: float 
 
     - "smoothing" if the only partner is the largest eigenvalue,
     - "sharpening" if every partner is a smallest one,
-    - "other" if every partner is neither (possible only with complex or unclipped eigenvalues),
+    - "other" if every partner is neither (only possible with complex eigenvalues: for real ones |1 + λ^H λ^A| is
+      convex in λ^A, so its maximum sits at an end of A's spectrum),
     - "tie" if the partners fall into more than one of these groups.
 
     Ties among the λ^H (e.g. all of a head's Λ equal at initialisation) never matter: only A's partner is classified.
-    Everything runs in float64. The analysed map is the attention path only, as in the poster: biases (a constant row
+    Each head is its own case (the poster's single-H formulation counts (layer, input) cases); everything runs in
+    float64 (eigenvalues on the CPU), with all inputs in one forward pass, so pass a few dozen images at a time. The analysed map is the attention path only, as in the poster: biases (a constant row
     added to every token), LayerNorm, the MLP and, where present, NeuTRENO's ``λ (V_0 − V)`` term and FeatScale are
     outside it; `notes` lists those that apply.
 
     Args:
         model: the ViT (its attention backend is switched to eager for the call and restored).
         pixel_values: (inputs, channels, height, width), already processed for the model.
-        tol: relative tolerance for ties in modulus and for "smallest" real parts.
+        tol: relative tolerance for ties in modulus, and absolute tolerance on the real parts of A's eigenvalues
+            (which lie in the unit disk) for the "smallest" ones.
     """
     layers = _layers(model)
     attentions = _attention_maps(model, pixel_values)
@@ -165,8 +175,8 @@ def spectral_dominance(model: nn.Module, pixel_values: torch.Tensor, tol: float 
         if getattr(attention.config, "featscale", False):
             notes.append(f"layer {index} applies FeatScale after H, which the analysed map leaves out")
         value, output = head_factors(attention)
-        eig_h = torch.linalg.eigvals(output.double() @ value.double())  # (heads, head_dim)
-        eig_a = torch.linalg.eigvals(attn_map.double())  # (inputs, heads, tokens)
+        eig_h = _eigvals(output.double() @ value.double())  # (heads, head_dim)
+        eig_a = _eigvals(attn_map.double())  # (inputs, heads, tokens)
         candidates = 1 + eig_h[None, :, None, :] * eig_a[..., None]  # (inputs, heads, tokens, head_dim)
         modulus = candidates.abs()
         best_per_partner = modulus.amax(dim=-1)  # (inputs, heads, tokens)

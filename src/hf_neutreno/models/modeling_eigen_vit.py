@@ -68,11 +68,11 @@ class EigenViTAttention(NeuTRENOViTAttention):
     only add the same row to every token, which `output_bias` already represents. The output bias shifts every token
     by the same vector and leaves the linear map ``X ↦ A X H_h`` (whose spectrum is constrained) untouched.
 
-    The eigenbasis (one batched QR over heads) is recomputed on every forward that may need gradients. Forwards that
-    cannot (eval mode under `torch.no_grad`/`inference_mode`, or with Θ, ψ frozen) reuse a cached one until Θ or ψ
-    change: the cache keys on the parameters' identity, storage, `_version` (optimizer steps and `load_state_dict` are
-    in-place) and the global optimizer-step count, and `train()`/`eval()` clear it. In-place edits through
-    `param.data` are invisible to it: call `clear_eigenbasis_cache()` after those.
+    The eigenbasis (one batched QR over heads) is recomputed on every training-mode forward and on every forward
+    that may need gradients for Θ, ψ. Other eval-mode forwards (under `torch.no_grad` / `inference_mode`, or with Θ, ψ
+    frozen) reuse a cached one until Θ or ψ change: the cache keys on the parameters' identity, storage, `_version`
+    (optimizer steps and `load_state_dict` are in-place) and the global optimizer-step count, and `train()`/`eval()`
+    clear it. In-place edits through `param.data` are invisible to it: call `clear_eigenbasis_cache()` after those.
     """
 
     def __init__(self, config: EigenViTConfig, layer_idx: int):
