@@ -18,7 +18,12 @@ import time
 import torch
 from transformers import ViTConfig, ViTForImageClassification
 
-from hf_neutreno import EigenViTConfig, EigenViTForImageClassification, NeuTRENOViTConfig, NeuTRENOViTForImageClassification
+from hf_neutreno import (
+    EigenViTConfig,
+    EigenViTForImageClassification,
+    NeuTRENOViTConfig,
+    NeuTRENOViTForImageClassification,
+)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 

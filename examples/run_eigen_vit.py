@@ -25,7 +25,12 @@ import torch
 from PIL import Image, ImageOps
 from transformers import Trainer, TrainingArguments, ViTImageProcessorPil
 
-from hf_neutreno import EigenViTConfig, EigenViTForImageClassification, NeuTRENOViTConfig, NeuTRENOViTForImageClassification
+from hf_neutreno import (
+    EigenViTConfig,
+    EigenViTForImageClassification,
+    NeuTRENOViTConfig,
+    NeuTRENOViTForImageClassification,
+)
 from hf_neutreno.corruptions import CORRUPTIONS, check_corruption, corrupt
 from hf_neutreno.data import get_split, image_and_label_columns, load_image_dataset, subset
 from hf_neutreno.diagnostics import spectral_dominance
@@ -34,7 +39,9 @@ VARIANTS = ("vit", "vit+", "vit-")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--dataset", default="../shared/data/cifar10", help="Hub name or local Parquet/imagefolder dir.")
     p.add_argument("--dataset_config", default=None)
     p.add_argument("--label_column", default=None, help="Default: the first ClassLabel column (CIFAR-100: fine_label).")
@@ -93,7 +100,8 @@ def build_model(variant: str, args, num_labels: int, id2label: dict[int, str]):
     if args.eigenvalue_range is not None:
         low, high = args.eigenvalue_range
         eigenvalue_range = [low, high] if sign == "negative" else [-high, -low]
-    return EigenViTForImageClassification(EigenViTConfig(**fields, spectrum_sign=sign, eigenvalue_range=eigenvalue_range))
+    config = EigenViTConfig(**fields, spectrum_sign=sign, eigenvalue_range=eigenvalue_range)
+    return EigenViTForImageClassification(config)
 
 
 def random_crop_flip(image: Image.Image, padding: int = 4) -> Image.Image:
@@ -156,7 +164,8 @@ def main(argv=None) -> dict:
             training_args = TrainingArguments(
                 output_dir=str(run_dir), num_train_epochs=args.epochs, max_steps=args.max_steps,
                 per_device_train_batch_size=args.batch_size, per_device_eval_batch_size=2 * args.batch_size,
-                learning_rate=args.learning_rate, weight_decay=args.weight_decay, warmup_steps=args.warmup if args.warmup < 1 else int(args.warmup),
+                learning_rate=args.learning_rate, weight_decay=args.weight_decay,
+                warmup_steps=args.warmup if args.warmup < 1 else int(args.warmup),
                 lr_scheduler_type="cosine", label_smoothing_factor=args.label_smoothing, bf16=args.bf16,
                 logging_steps=max(1, args.max_steps // 10) if args.max_steps > 0 else 50, save_strategy="no",
                 report_to=[], remove_unused_columns=False, dataloader_num_workers=args.num_workers, seed=args.seed,
@@ -194,7 +203,8 @@ def main(argv=None) -> dict:
 def markdown(results: dict, args) -> str:
     lines = [f"# EigenViT experiments on `{args.dataset}` ({args.preset})", ""]
     lines += ["## Data efficiency: test accuracy (%) by fraction of the training set kept", ""]
-    lines += ["| model | " + " | ".join(f"{f:.0%}" for f in args.fractions) + " |", "|---" * (len(args.fractions) + 1) + "|"]
+    lines += ["| model | " + " | ".join(f"{f:.0%}" for f in args.fractions) + " |"]
+    lines += ["|---" * (len(args.fractions) + 1) + "|"]
     for variant in args.variants:
         row = {r["fraction"]: r["accuracy"] for r in results["data_efficiency"] if r["variant"] == variant}
         lines.append(f"| {variant} | " + " | ".join(f"{100 * row[f]:.2f}" for f in args.fractions) + " |")

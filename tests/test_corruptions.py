@@ -1,6 +1,9 @@
 """Corruptions: deterministic, identity at severity 0, stronger with severity, and the CIFAR-10-C formulas."""
 
+import io
+
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
@@ -9,11 +12,7 @@ from hf_neutreno.corruptions import CORRUPTIONS, PARAMETERS, corrupt
 
 @pytest.fixture(scope="module")
 def images(data_dir) -> list[Image.Image]:
-    import pyarrow.parquet as pq
-
     table = pq.read_table(data_dir / "cifar10" / "test-00000-of-00001.parquet", columns=["img"]).slice(0, 16)
-    import io
-
     return [Image.open(io.BytesIO(row["bytes"])).convert("RGB") for row in table.column("img").to_pylist()]
 
 
@@ -64,7 +63,9 @@ def test_grayscale_images_keep_their_mode(images):
         assert out.mode == "L" and out.size == gray.size
 
 
-@pytest.mark.parametrize("name, severity, match", [("fog", 1, "fog"), ("contrast", 6, "severity"), ("contrast", -1, "severity")])
+@pytest.mark.parametrize(
+    "name, severity, match", [("fog", 1, "fog"), ("contrast", 6, "severity"), ("contrast", -1, "severity")]
+)
 def test_bad_corruption_arguments_raise(images, name, severity, match):
     with pytest.raises(ValueError, match=match):
         corrupt(images[0], name, severity)

@@ -146,7 +146,8 @@ def test_initialisation_is_an_orthonormal_frame_with_equal_eigenvalues(sign):
     for attention in eigen_attentions(model):
         theta = attention.theta.detach().double()
         gram = theta.transpose(1, 2) @ theta
-        torch.testing.assert_close(gram, torch.eye(attention.head_dim, dtype=torch.float64).expand_as(gram), atol=1e-5, rtol=0)
+        identity = torch.eye(attention.head_dim, dtype=torch.float64).expand_as(gram)
+        torch.testing.assert_close(gram, identity, atol=1e-5, rtol=0)
         torch.testing.assert_close(
             attention.eigenvalues().detach(), torch.full_like(attention.psi, SIGN[sign] * 0.3), atol=1e-6, rtol=0
         )
@@ -437,7 +438,8 @@ def test_trainer_on_cifar10_subset_lowers_the_loss(data_dir, tmp_path):
     processor = ViTImageProcessorPil(size={"height": 32, "width": 32})
 
     def transform(batch):
-        return {"pixel_values": processor(batch[image_col], return_tensors="pt")["pixel_values"], "labels": batch[label_col]}
+        pixel_values = processor(batch[image_col], return_tensors="pt")["pixel_values"]
+        return {"pixel_values": pixel_values, "labels": batch[label_col]}
 
     train = train.with_transform(transform)
     config = EigenViTConfig.from_preset(

@@ -10,7 +10,12 @@ import pytest
 import torch
 from transformers import DeiTConfig, DeiTForImageClassification, ViTConfig, ViTForImageClassification, ViTModel
 
-from hf_neutreno import EigenViTConfig, EigenViTForImageClassification, NeuTRENOViTConfig, NeuTRENOViTForImageClassification
+from hf_neutreno import (
+    EigenViTConfig,
+    EigenViTForImageClassification,
+    NeuTRENOViTConfig,
+    NeuTRENOViTForImageClassification,
+)
 from hf_neutreno.diagnostics import spectral_dominance
 from hf_neutreno.diagnostics.spectral import CATEGORIES
 
@@ -126,7 +131,9 @@ def test_random_init_native_vit_figure_on_cifar10(cifar_pixels):
 def test_spectral_dominance_takes_deit_backbones_and_neutreno_and_restores_the_model():
     torch.manual_seed(0)
     pixel_values = torch.randn(2, 3, 16, 16)
-    small = dict(hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32, image_size=16, patch_size=8)
+    small = dict(
+        hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32, image_size=16, patch_size=8
+    )
     deit = DeiTForImageClassification(DeiTConfig(**small))
     assert spectral_dominance(deit, pixel_values).categories.shape == (2, 2, 2)
     backbone = ViTModel(ViTConfig(**small), add_pooling_layer=False)

@@ -152,9 +152,10 @@ def spectral_dominance(model: nn.Module, pixel_values: torch.Tensor, tol: float 
 
     Ties among the λ^H (e.g. all of a head's Λ equal at initialisation) never matter: only A's partner is classified.
     Each head is its own case (the poster's single-H formulation counts (layer, input) cases); everything runs in
-    float64 (eigenvalues on the CPU), with all inputs in one forward pass, so pass a few dozen images at a time. The analysed map is the attention path only, as in the poster: biases (a constant row
-    added to every token), LayerNorm, the MLP and, where present, NeuTRENO's ``λ (V_0 − V)`` term and FeatScale are
-    outside it; `notes` lists those that apply.
+    float64 (eigenvalues on the CPU), with all inputs in one forward pass, so pass a few dozen images at a time.
+    The analysed map is the attention path only, as in the poster: biases (a constant row added to every token),
+    LayerNorm, the MLP and, where present, NeuTRENO's ``λ (V_0 − V)`` term and FeatScale are outside it; `notes`
+    lists those that apply.
 
     Args:
         model: the ViT (its attention backend is switched to eager for the call and restored).

@@ -104,7 +104,7 @@ class EigenViTAttention(NeuTRENOViTAttention):
         return (basis * self.eigenvalues().unsqueeze(1)) @ basis.transpose(1, 2)
 
     def _compute_projections(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The merged value and output weights in `nn.Linear` layout: (heads·head_dim, hidden), (hidden, heads·head_dim)."""
+        """Merged value and output weights in `nn.Linear` layout: (heads·head_dim, hidden), (hidden, heads·head_dim)."""
         basis = self.eigenbasis()
         columns = basis.transpose(0, 1).reshape(basis.shape[1], -1)  # [V_1 | V_2 | ...], (hidden, heads·head_dim)
         return columns.t().contiguous(), columns * self.eigenvalues().reshape(1, -1)
