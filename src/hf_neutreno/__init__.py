@@ -6,7 +6,14 @@ that `save_pretrained` and Trainer checkpoints carry their code and `auto_map`.
 
 from transformers import AutoConfig, AutoModel, AutoModelForImageClassification
 
+from .models.configuration_eigen_vit import EigenViTConfig
 from .models.configuration_neutreno_vit import NeuTRENOViTConfig
+from .models.modeling_eigen_vit import (
+    EigenViTAttention,
+    EigenViTForImageClassification,
+    EigenViTModel,
+    EigenViTPreTrainedModel,
+)
 from .models.modeling_neutreno_vit import (
     NeuTRENOViTForImageClassification,
     NeuTRENOViTModel,
@@ -20,6 +27,10 @@ _REGISTRY = [
     (
         NeuTRENOViTConfig,
         {AutoModel: NeuTRENOViTModel, AutoModelForImageClassification: NeuTRENOViTForImageClassification},
+    ),
+    (
+        EigenViTConfig,
+        {AutoModel: EigenViTModel, AutoModelForImageClassification: EigenViTForImageClassification},
     ),
 ]
 
@@ -36,6 +47,11 @@ def _register() -> None:
 _register()
 
 __all__ = [
+    "EigenViTAttention",
+    "EigenViTConfig",
+    "EigenViTForImageClassification",
+    "EigenViTModel",
+    "EigenViTPreTrainedModel",
     "NeuTRENOViTConfig",
     "NeuTRENOViTForImageClassification",
     "NeuTRENOViTModel",

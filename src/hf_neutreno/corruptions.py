@@ -1,0 +1,122 @@
+"""Deterministic image corruptions at severities 1-5, with PIL and numpy (for robustness evaluations).
+
+The parameters are those of CIFAR-10-C (Hendrycks & Dietterich, ICLR 2019, `make_cifar_c.py`), tuned for 32×32
+images; blur radius scales with the image side (side / 32). Severity 0 returns the image unchanged. Random
+corruptions draw from `numpy.random.default_rng(seed)`, so the same (image, name, severity, seed) always gives the
+same pixels; pass e.g. ``seed=(base_seed, index)`` to give every image of a dataset its own stream.
+
+    >>> from hf_neutreno.corruptions import corrupt
+    >>> noisy = corrupt(image, "gaussian_noise", severity=3, seed=(0, 17))
+"""
+
+import io
+from collections.abc import Callable, Sequence
+
+import numpy as np
+from PIL import Image, ImageFilter
+
+SEVERITIES = (1, 2, 3, 4, 5)
+
+# name: the five per-severity parameters (CIFAR-10-C).
+PARAMETERS: dict[str, tuple[float, ...]] = {
+    "gaussian_noise": (0.04, 0.06, 0.08, 0.09, 0.10),  # noise std on [0, 1] pixels
+    "shot_noise": (500, 250, 100, 75, 50),  # Poisson photon count at full intensity
+    "impulse_noise": (0.01, 0.02, 0.03, 0.05, 0.07),  # fraction of salt-and-pepper values
+    "gaussian_blur": (0.4, 0.6, 0.7, 0.8, 1.0),  # blur std in pixels at 32×32
+    "contrast": (0.75, 0.5, 0.4, 0.3, 0.15),  # factor towards the per-channel mean
+    "brightness": (0.05, 0.1, 0.15, 0.2, 0.3),  # added to HSV value
+    "jpeg_compression": (80, 65, 58, 50, 40),  # JPEG quality
+    "pixelate": (0.95, 0.9, 0.85, 0.75, 0.65),  # downscale factor before upscaling back
+}
+CORRUPTIONS = tuple(PARAMETERS)
+
+
+def _to_array(image: Image.Image) -> np.ndarray:
+    return np.asarray(image, dtype=np.float64) / 255.0
+
+
+def _to_image(array: np.ndarray, mode: str) -> Image.Image:
+    return Image.fromarray(np.round(np.clip(array, 0.0, 1.0) * 255.0).astype(np.uint8), mode)
+
+
+def _gaussian_noise(image, c, rng):
+    x = _to_array(image)
+    return _to_image(x + rng.normal(scale=c, size=x.shape), image.mode)
+
+
+def _shot_noise(image, c, rng):
+    x = _to_array(image)
+    return _to_image(rng.poisson(x * c) / c, image.mode)
+
+
+def _impulse_noise(image, c, rng):
+    x = _to_array(image).copy()
+    hit = rng.random(x.shape) < c
+    x[hit] = rng.random(int(hit.sum())) < 0.5  # salt (1) or pepper (0), equally likely
+    return _to_image(x, image.mode)
+
+
+def _gaussian_blur(image, c, rng):
+    return image.filter(ImageFilter.GaussianBlur(radius=c * min(image.size) / 32))
+
+
+def _contrast(image, c, rng):
+    x = _to_array(image)
+    mean = x.mean(axis=(0, 1), keepdims=True)
+    return _to_image((x - mean) * c + mean, image.mode)
+
+
+def _brightness(image, c, rng):
+    if image.mode != "RGB":
+        return _to_image(_to_array(image) + c, image.mode)
+    hsv = _to_array(image.convert("HSV"))
+    hsv[..., 2] = np.clip(hsv[..., 2] + c, 0.0, 1.0)
+    return _to_image(hsv, "HSV").convert("RGB")
+
+
+def _jpeg_compression(image, c, rng):
+    buffer = io.BytesIO()
+    image.save(buffer, format="JPEG", quality=int(c))
+    return Image.open(io.BytesIO(buffer.getvalue())).convert(image.mode)
+
+
+def _pixelate(image, c, rng):
+    width, height = image.size
+    small = image.resize((max(1, int(width * c)), max(1, int(height * c))), Image.Resampling.BOX)
+    return small.resize((width, height), Image.Resampling.BOX)
+
+
+_FUNCTIONS: dict[str, Callable] = {
+    "gaussian_noise": _gaussian_noise,
+    "shot_noise": _shot_noise,
+    "impulse_noise": _impulse_noise,
+    "gaussian_blur": _gaussian_blur,
+    "contrast": _contrast,
+    "brightness": _brightness,
+    "jpeg_compression": _jpeg_compression,
+    "pixelate": _pixelate,
+}
+
+
+def check_corruption(name: str, severity: int) -> None:
+    if name not in PARAMETERS:
+        raise ValueError(f"Unknown corruption {name!r}; known corruptions: {list(CORRUPTIONS)}.")
+    if isinstance(severity, bool) or not isinstance(severity, (int, np.integer)) or not 0 <= severity <= 5:
+        raise ValueError(f"`severity` must be an integer in [0, 5] (0: no corruption), got {severity!r}.")
+
+
+def corrupt(image: Image.Image, name: str, severity: int, seed: int | Sequence[int] = 0) -> Image.Image:
+    """Return `image` corrupted by `name` at `severity` (0-5); deterministic for a given `seed`.
+
+    Modes "RGB" and "L" are kept; other modes are converted to RGB first.
+    """
+    check_corruption(name, severity)
+    if image.mode not in ("RGB", "L"):
+        image = image.convert("RGB")
+    if severity == 0:
+        return image.copy()
+    rng = np.random.default_rng(seed)
+    return _FUNCTIONS[name](image, PARAMETERS[name][severity - 1], rng)
+
+
+__all__ = ["CORRUPTIONS", "PARAMETERS", "SEVERITIES", "check_corruption", "corrupt"]

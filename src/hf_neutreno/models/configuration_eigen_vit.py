@@ -1,0 +1,107 @@
+"""Configuration of the eigen-parameterised vision transformer (ViT⁻ / ViT⁺, Dovonon, Bronstein, Kusner)."""
+
+
+import math
+
+from .configuration_neutreno_vit import NeuTRENOViTConfig
+from .neutreno_common import check_choice, check_layer_indices
+
+SPECTRUM_SIGNS = ("negative", "positive")
+
+
+def _vit_tiny(image_size: int, patch_size: int) -> dict:
+    """ViT-Ti shapes: dim 192, 12 layers, 3 heads, MLP ratio 4, qkv bias, LayerNorm eps 1e-6."""
+    return dict(
+        hidden_size=192,
+        num_hidden_layers=12,
+        num_attention_heads=3,
+        intermediate_size=768,
+        image_size=image_size,
+        patch_size=patch_size,
+        layer_norm_eps=1e-6,
+        qkv_bias=True,
+        hidden_act="gelu",
+    )
+
+
+class EigenViTConfig(NeuTRENOViTConfig):
+    r"""
+    Configuration of [`EigenViTModel`] and [`EigenViTForImageClassification`]: the NeuTRENO ViT's fields (same
+    embeddings and blocks) plus the eigen-parameterisation of each head's value-output product
+    ``H_h = W_V^h W_O^h = V_h diag(Λ_h) V_hᵀ`` with ``V_h = QR(Θ_h).Q`` and ``Λ_h = ±ψ_h²``.
+
+    Eigen fields:
+        spectrum_sign (`str`, defaults to `"negative"`): `"negative"` (ViT⁻, Λ = −ψ², the layer sharpens) or
+            `"positive"` (ViT⁺, Λ = +ψ², the layer smooths).
+        eigenvalue_range (`list[float]`, *optional*): ``[low, high]`` that Λ is clipped to, e.g. ``[-1, 0]``, the
+            theorem's sufficient range for "negative". It must lie on the sign's side of 0 (``high <= 0`` for
+            "negative", ``low >= 0`` for "positive") and have ``low < high``. Clipped eigenvalues get no gradient.
+        eigen_layers (`list[int]`, *optional*): 0-based layers that are reparameterised (default: all); the others
+            use the standard `v_proj` / `o_proj` attention.
+        eigenvalue_init (`float`, defaults to 0.1): |Λ| at initialisation, the same for every eigenvalue
+            (ψ = sqrt(eigenvalue_init)). 0.1 is about the gain of the attention branch of a standard-initialised
+            ViT-Ti (initializer_range² × hidden_size ≈ 0.08). Must lie inside `eigenvalue_range` when that is set.
+        neutreno_lambda (`float`, defaults to 0): the NeuTRENO term ``λ (V_0 − V)`` can be combined; off by default.
+
+    Presets: `vit-tiny` (the poster's ViT-Ti for CIFAR: 32×32 images, patch 4), `vit-tiny-224` (patch 16, 224 px),
+    and the NeuTRENO ViT's `deit-tiny`, `deit-small`, `deit-base`.
+    """
+
+    model_type = "eigen_vit"
+    presets = {
+        **NeuTRENOViTConfig.presets,
+        "vit-tiny": _vit_tiny(32, 4),
+        "vit-tiny-224": _vit_tiny(224, 16),
+    }
+
+    neutreno_lambda: float = 0.0
+    spectrum_sign: str = "negative"
+    eigenvalue_range: list[float] | None = None
+    eigen_layers: list[int] | None = None
+    eigenvalue_init: float = 0.1
+
+    def __post_init__(self, **kwargs):
+        if self.eigenvalue_range is not None and not isinstance(self.eigenvalue_range, (list, tuple)):
+            raise ValueError(f"`eigenvalue_range` must be a list [low, high], got {self.eigenvalue_range!r}.")
+        if isinstance(self.eigenvalue_range, tuple):
+            self.eigenvalue_range = list(self.eigenvalue_range)  # JSON round trips give lists
+        super().__post_init__(**kwargs)
+        self.validate_eigen_vit()
+
+    def validate_eigen_vit(self) -> None:
+        """Raise `ValueError` naming the field for any inconsistent value (also called by the models)."""
+        self.validate_neutreno_vit()
+        check_choice("spectrum_sign", self.spectrum_sign, SPECTRUM_SIGNS)
+        check_layer_indices("eigen_layers", self.eigen_layers, self.num_hidden_layers)
+        init = self.eigenvalue_init
+        if isinstance(init, bool) or not isinstance(init, (int, float)) or not 0 < init < math.inf:
+            raise ValueError(f"`eigenvalue_init` must be a finite float > 0 (|Λ| at initialisation), got {init!r}.")
+        if self.eigenvalue_range is None:
+            return
+        side = "high <= 0" if self.spectrum_sign == "negative" else "low >= 0"
+        allowed = (
+            f"a list [low, high] of two finite floats with low < high and {side} "
+            f"(spectrum_sign={self.spectrum_sign!r})"
+        )
+        bounds = list(self.eigenvalue_range)
+        if len(bounds) != 2 or not all(
+            isinstance(b, (int, float)) and not isinstance(b, bool) and math.isfinite(b) for b in bounds
+        ):
+            raise ValueError(f"`eigenvalue_range` must be {allowed}, got {bounds!r}.")
+        low, high = bounds
+        if not low < high:
+            raise ValueError(f"`eigenvalue_range` is empty or inverted: must be {allowed}, got {bounds!r}.")
+        if (self.spectrum_sign == "negative" and high > 0) or (self.spectrum_sign == "positive" and low < 0):
+            raise ValueError(f"`eigenvalue_range` crosses 0 against the sign: must be {allowed}, got {bounds!r}.")
+        signed_init = init if self.spectrum_sign == "positive" else -init
+        if not low <= signed_init <= high:
+            raise ValueError(
+                f"`eigenvalue_init` ({init}) puts the initial eigenvalues at {signed_init}, outside "
+                f"`eigenvalue_range` {bounds}; choose |Λ| inside the range."
+            )
+
+    def is_eigen_layer(self, layer_idx: int) -> bool:
+        return self.eigen_layers is None or layer_idx in self.eigen_layers
+
+
+__all__ = ["EigenViTConfig"]

@@ -1,0 +1,471 @@
+"""EigenViT (ViT⁻ / ViT⁺): the per-head parameterisation H_h = V_h diag(Λ_h) V_hᵀ, checked against plain math.
+
+References are written here with numpy / plain matmuls from the raw parameters (Θ, ψ, q_proj, k_proj), never with
+the model's own helpers. Tolerances: float32 forward passes compared with 1e-5 (accumulation order differs);
+float64 numpy eigen/QR checks at 1e-5 on float32 inputs.
+"""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import hf_neutreno
+from hf_neutreno import (
+    EigenViTAttention,
+    EigenViTConfig,
+    EigenViTForImageClassification,
+    EigenViTModel,
+    NeuTRENOViTConfig,
+    NeuTRENOViTForImageClassification,
+)
+from hf_neutreno.models.modeling_neutreno_vit import NeuTRENOViTAttention
+
+from fresh_process import make_local_hub_cache, run_fresh
+
+TINY = dict(
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=64,
+    image_size=16,
+    patch_size=4,
+    num_labels=3,
+)
+SIGN = {"negative": -1.0, "positive": 1.0}
+
+
+def tiny_config(**overrides) -> EigenViTConfig:
+    return EigenViTConfig(**{**TINY, **overrides})
+
+
+def eigen_attentions(model) -> list[EigenViTAttention]:
+    return [m for m in model.modules() if isinstance(m, EigenViTAttention)]
+
+
+def reference_factors(attention: EigenViTAttention) -> tuple[np.ndarray, np.ndarray]:
+    """(V, Λ) from the raw Θ, ψ: numpy's QR with R's diagonal made positive (the unique QR), Λ = ±ψ² clipped."""
+    V = []
+    for theta in attention.theta.detach().double().numpy():
+        q, r = np.linalg.qr(theta)
+        V.append(q * np.where(np.diag(r) < 0, -1.0, 1.0))
+    lam = SIGN[attention.config.spectrum_sign] * attention.psi.detach().double().numpy() ** 2
+    if attention.config.eigenvalue_range is not None:
+        lam = np.clip(lam, *attention.config.eigenvalue_range)
+    return np.stack(V), lam
+
+
+def reference_H(attention: EigenViTAttention) -> np.ndarray:
+    """H_h = V_h diag(Λ_h) V_hᵀ."""
+    V, lam = reference_factors(attention)
+    return np.einsum("hdk,hk,hek->hde", V, lam, V)
+
+
+def reference_attention(attention, x: torch.Tensor, first_layer_values=None, neutreno_lambda=0.0) -> torch.Tensor:
+    """``Σ_h (A_h X V_h + λ (V0_h − X V_h)) diag(Λ_h) V_hᵀ + b`` with A_h = softmax(Q_h K_hᵀ / √d) in plain matmuls.
+
+    With λ = 0 this is ``Σ_h A_h X H_h + b``, H_h built explicitly.
+    """
+    x64 = x.double()
+    heads, head_dim = attention.config.num_attention_heads, attention.head_dim
+    V, lam = map(torch.from_numpy, reference_factors(attention))
+    H = torch.from_numpy(reference_H(attention))
+    q = (x64 @ attention.q_proj.weight.double().T + attention.q_proj.bias.double()).unflatten(-1, (heads, head_dim))
+    k = (x64 @ attention.k_proj.weight.double().T + attention.k_proj.bias.double()).unflatten(-1, (heads, head_dim))
+    out = attention.output_bias.detach().double().expand_as(x64).clone()
+    for h in range(heads):
+        A = torch.softmax(q[..., h, :] @ k[..., h, :].transpose(-1, -2) / head_dim**0.5, dim=-1)
+        out = out + A @ x64 @ H[h]
+        if neutreno_lambda:
+            v0 = first_layer_values.double()[..., h * head_dim : (h + 1) * head_dim]
+            out = out + neutreno_lambda * (v0 - x64 @ V[h]) @ torch.diag(lam[h]) @ V[h].T
+    return out
+
+
+# --- configuration -------------------------------------------------------------------------------------------------
+
+
+def test_presets_give_the_poster_shapes():
+    cifar = EigenViTConfig.from_preset("vit-tiny")
+    assert (cifar.hidden_size, cifar.num_hidden_layers, cifar.num_attention_heads) == (192, 12, 3)
+    assert (cifar.image_size, cifar.patch_size, cifar.intermediate_size) == (32, 4, 768)
+    big = EigenViTConfig.from_preset("vit-tiny-224", spectrum_sign="positive")
+    assert (big.image_size, big.patch_size, big.spectrum_sign) == (224, 16, "positive")
+    assert cifar.neutreno_lambda == 0.0 and cifar.eigen_layers is None and cifar.model_type == "eigen_vit"
+    with pytest.raises(ValueError, match="vit-tiny"):
+        EigenViTConfig.from_preset("vit-huge")
+
+
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        (dict(spectrum_sign="neg"), "spectrum_sign"),
+        (dict(eigenvalue_range=[]), "eigenvalue_range"),
+        (dict(eigenvalue_range=[0.0, -1.0]), "eigenvalue_range"),  # inverted
+        (dict(eigenvalue_range=[-0.5, -0.5]), "eigenvalue_range"),  # empty interior
+        (dict(eigenvalue_range=[-1.0, 0.0, 1.0]), "eigenvalue_range"),
+        (dict(eigenvalue_range=[-1.0, float("nan")]), "eigenvalue_range"),
+        (dict(eigenvalue_range=[0.0, 1.0]), "eigenvalue_range"),  # positive range for "negative"
+        (dict(spectrum_sign="positive", eigenvalue_range=[-1.0, 0.0]), "eigenvalue_range"),
+        (dict(eigenvalue_range=-1.0), "eigenvalue_range"),
+        (dict(eigen_layers=[2]), "eigen_layers"),  # 2 layers: indices 0..1
+        (dict(eigen_layers=[-1]), "eigen_layers"),
+        (dict(eigen_layers=[0, 0]), "eigen_layers"),
+        (dict(eigenvalue_init=0.0), "eigenvalue_init"),
+        (dict(eigenvalue_range=[-1.0, -0.5]), "eigenvalue_init"),  # init −0.1 outside the range
+        (dict(neutreno_lambda=-0.1), "neutreno_lambda"),
+    ],
+)
+def test_bad_config_raises_value_error_naming_the_field(overrides, field):
+    with pytest.raises(ValueError, match=field):
+        tiny_config(**overrides)
+
+
+def test_config_edited_after_construction_is_rejected_by_the_model():
+    config = tiny_config()
+    config.spectrum_sign = "sideways"
+    with pytest.raises(ValueError, match="spectrum_sign"):
+        EigenViTModel(config)
+
+
+def test_config_round_trips_through_json(tmp_path):
+    config = tiny_config(spectrum_sign="positive", eigenvalue_range=(0.0, 2.0), eigen_layers=[1])
+    config.save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["eigenvalue_range"] == [0.0, 2.0]
+    loaded = EigenViTConfig.from_pretrained(tmp_path)
+    assert (loaded.spectrum_sign, loaded.eigenvalue_range, loaded.eigen_layers) == ("positive", [0.0, 2.0], [1])
+
+
+# --- initialisation and the spectrum -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sign", ["negative", "positive"])
+def test_initialisation_is_an_orthonormal_frame_with_equal_eigenvalues(sign):
+    model = EigenViTForImageClassification(tiny_config(spectrum_sign=sign, eigenvalue_init=0.3))
+    for attention in eigen_attentions(model):
+        theta = attention.theta.detach().double()
+        gram = theta.transpose(1, 2) @ theta
+        identity = torch.eye(attention.head_dim, dtype=torch.float64).expand_as(gram)
+        torch.testing.assert_close(gram, identity, atol=1e-5, rtol=0)
+        torch.testing.assert_close(
+            attention.eigenvalues().detach(), torch.full_like(attention.psi, SIGN[sign] * 0.3), atol=1e-6, rtol=0
+        )
+        assert torch.count_nonzero(attention.output_bias) == 0
+    # the two heads and the two layers get different random frames
+    a, b = eigen_attentions(model)
+    assert (a.theta - b.theta).abs().max() > 0.1 and (a.theta[0] - a.theta[1]).abs().max() > 0.1
+
+
+def _push_eigenvalues(model, target_sign: float, steps: int = 8, fused: bool = False) -> None:
+    """AdamW steps on the task loss minus ``target_sign · Σ trace(H_h)``: Λ is driven towards ``target_sign · ∞``."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.2, weight_decay=0.0, fused=fused)
+    pixel_values = torch.randn(4, 3, 16, 16)
+    labels = torch.tensor([0, 1, 2, 0])
+    for _ in range(steps):
+        loss = model(pixel_values, labels=labels).loss
+        trace = sum(a.value_output_product().diagonal(dim1=1, dim2=2).sum() for a in eigen_attentions(model))
+        loss = loss - target_sign * trace
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+@pytest.mark.parametrize(
+    "sign, eigenvalue_range",
+    [("negative", None), ("negative", [-1.0, 0.0]), ("positive", None), ("positive", [0.0, 1.0])],
+)
+def test_every_eigenvalue_keeps_its_sign_and_range_at_init_and_after_optimizer_steps(sign, eigenvalue_range):
+    model = EigenViTForImageClassification(tiny_config(spectrum_sign=sign, eigenvalue_range=eigenvalue_range))
+    low, high = eigenvalue_range if eigenvalue_range else (-np.inf, 0.0) if sign == "negative" else (0.0, np.inf)
+    before = [a.eigenvalues().detach().clone() for a in eigen_attentions(model)]
+    # push towards the forbidden sign, then outwards past ±1; check after each
+    for stage, target in (("init", None), ("pushed to the wrong sign", -SIGN[sign]), ("pushed outwards", SIGN[sign])):
+        if target is not None:
+            _push_eigenvalues(model, target)
+        for attention in eigen_attentions(model):
+            # all `hidden` eigenvalues of each symmetric H_h, from the numpy reference (its zeros included)
+            eig = np.linalg.eigvalsh(reference_H(attention))
+            assert eig.min() >= low - 1e-6 and eig.max() <= high + 1e-6, (stage, eig.min(), eig.max())
+            lam = attention.eigenvalues().detach()
+            assert lam.min() >= low and lam.max() <= high, stage
+    after = [a.eigenvalues().detach() for a in eigen_attentions(model)]
+    assert all((a - b).abs().max() > 0.5 for a, b in zip(after, before)), "the optimizer did not move Λ"
+    if eigenvalue_range:  # the outward push went past ±1: the clip must be active
+        bound = low if sign == "negative" else high
+        assert all(torch.isclose(a, torch.tensor(bound)).any() for a in after)
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_eigenbasis_columns_are_orthonormal_after_training(fused):
+    model = EigenViTForImageClassification(tiny_config())
+    _push_eigenvalues(model, -1.0, steps=5, fused=fused)
+    for attention in eigen_attentions(model):
+        basis = attention.eigenbasis().detach()
+        identity = torch.eye(attention.head_dim).expand(attention.num_heads, -1, -1)
+        torch.testing.assert_close(basis.transpose(1, 2) @ basis, identity, atol=1e-5, rtol=0)
+        # Θ itself is no longer orthonormal: the QR is doing work
+        theta = attention.theta.detach()
+        assert ((theta.transpose(1, 2) @ theta) - identity).abs().max() > 1e-2
+
+
+# --- the layer computes what it claims ---------------------------------------------------------------------------
+
+
+def test_value_output_product_matches_numpy_reference():
+    model = EigenViTForImageClassification(tiny_config(eigenvalue_range=[-1.0, 0.0]))
+    _push_eigenvalues(model, -1.0, steps=3)
+    for attention in eigen_attentions(model):
+        H = attention.value_output_product().detach().double().numpy()
+        np.testing.assert_allclose(H, reference_H(attention), atol=1e-5)
+        np.testing.assert_allclose(H, H.transpose(0, 2, 1), atol=1e-6)  # symmetric by construction
+        assert attention.eigenvalues().shape == (attention.num_heads, attention.head_dim)
+        assert H.shape == (attention.num_heads, attention.config.hidden_size, attention.config.hidden_size)
+
+
+@pytest.mark.parametrize("backend", ["eager", "sdpa"])
+def test_layer_output_is_sum_of_A_X_H_plus_bias(backend):
+    """The layer applies exactly `value_output_product()`: output = Σ_h A_h X H_h + b, A_h from the layer itself."""
+    config = tiny_config(spectrum_sign="positive")
+    config._attn_implementation = backend
+    model = EigenViTForImageClassification(config)
+    _push_eigenvalues(model, 1.0, steps=3)  # Θ away from orthonormal, Λ unequal
+    attention = eigen_attentions(model)[1]
+    with torch.no_grad():
+        attention.output_bias.normal_()
+    x = torch.randn(3, 17, config.hidden_size)
+    output, _, values = attention(x)
+    config._attn_implementation = "eager"
+    _, maps, _ = attention(x)
+    H = attention.value_output_product().detach()
+    expected = torch.einsum("bhij,bjd,hde->bie", maps, x, H) + attention.output_bias
+    torch.testing.assert_close(output, expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(values, x @ attention.eigenbasis().transpose(0, 1).reshape(config.hidden_size, -1))
+
+
+@pytest.mark.parametrize("neutreno_lambda", [0.0, 0.6])
+def test_attention_equals_explicit_reference(neutreno_lambda):
+    config = tiny_config(neutreno_lambda=neutreno_lambda, eigenvalue_range=[-2.0, 0.0])
+    model = EigenViTForImageClassification(config)
+    _push_eigenvalues(model, -1.0, steps=3)
+    attention = eigen_attentions(model)[1]
+    assert attention.neutreno_lambda == neutreno_lambda
+    with torch.no_grad():
+        attention.output_bias.normal_()
+    x = torch.randn(2, 17, config.hidden_size)
+    first_layer_values = torch.randn(2, 17, config.hidden_size)
+    output, _, _ = attention(x, None, first_layer_values)
+    expected = reference_attention(attention, x, first_layer_values, neutreno_lambda)
+    torch.testing.assert_close(output.double(), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_only_eigen_layers_are_reparameterised_and_the_rest_is_the_neutreno_vit():
+    config = tiny_config(num_hidden_layers=3, eigen_layers=[1])
+    model = EigenViTForImageClassification(config)
+    kinds = [type(layer.attention) for layer in model.vit.layers]
+    assert kinds == [NeuTRENOViTAttention, EigenViTAttention, NeuTRENOViTAttention]
+    # with no eigen layer, the model is the plain ViT: same weights, same logits as the NeuTRENO ViT at λ = 0
+    plain = EigenViTForImageClassification(tiny_config(eigen_layers=[])).eval()
+    reference = NeuTRENOViTForImageClassification(NeuTRENOViTConfig(**TINY, neutreno_lambda=0.0)).eval()
+    reference.load_state_dict(plain.state_dict())
+    pixel_values = torch.randn(2, 3, 16, 16)
+    torch.testing.assert_close(plain(pixel_values).logits, reference(pixel_values).logits, atol=0, rtol=0)
+
+
+def test_gradient_checkpointing_gives_the_same_gradients():
+    grads = []
+    for checkpointing in (False, True):
+        torch.manual_seed(0)
+        model = EigenViTForImageClassification(tiny_config(neutreno_lambda=0.5))
+        if checkpointing:
+            model.activation_checkpointing_enable()
+        model.train()
+        torch.manual_seed(1)
+        model(torch.randn(2, 3, 16, 16), labels=torch.tensor([0, 2])).loss.backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys() and "vit.layers.0.attention.theta" in grads[0]
+    for name in grads[0]:
+        torch.testing.assert_close(grads[0][name], grads[1][name], atol=1e-6, rtol=1e-5, msg=name)
+
+
+# --- eval-mode caching -------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def qr_calls(monkeypatch):
+    calls = []
+    qr = torch.linalg.qr
+
+    def counting_qr(*args, **kwargs):
+        calls.append(1)
+        return qr(*args, **kwargs)
+
+    monkeypatch.setattr(torch.linalg, "qr", counting_qr)
+    return calls
+
+
+def _fresh_logits(model, pixel_values):
+    """Logits with every eigenbasis recomputed (a grad-enabled forward bypasses the cache)."""
+    with torch.enable_grad():
+        return model(pixel_values).logits.detach()
+
+
+def test_eval_cache_reuses_the_eigenbasis_and_matches_recomputation(qr_calls):
+    model = EigenViTForImageClassification(tiny_config()).eval()
+    pixel_values = torch.randn(2, 3, 16, 16)
+    qr_calls.clear()
+    with torch.no_grad():
+        first = model(pixel_values).logits
+        assert len(qr_calls) == 2  # one batched QR per reparameterised layer
+        second = model(pixel_values).logits
+    with torch.inference_mode():
+        third = model(pixel_values).logits
+    assert len(qr_calls) == 2, "QR was recomputed between eval forwards"
+    assert torch.equal(first, second) and torch.equal(first, third)
+    assert torch.equal(first, _fresh_logits(model, pixel_values))
+    assert len(qr_calls) == 4  # the grad-enabled forward recomputed (and did not touch the cache)
+
+
+def test_training_recomputes_the_eigenbasis_every_step(qr_calls):
+    model = EigenViTForImageClassification(tiny_config()).train()
+    qr_calls.clear()
+    for _ in range(3):
+        with torch.no_grad():  # even without gradients: training mode never caches
+            model(torch.randn(2, 3, 16, 16))
+    assert len(qr_calls) == 6
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_eval_cache_is_invalidated_by_an_optimizer_step(qr_calls, fused):
+    model = EigenViTForImageClassification(tiny_config()).eval()
+    pixel_values = torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        before = model(pixel_values).logits
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1, fused=fused)
+    model(pixel_values, labels=torch.tensor([0, 1])).loss.backward()  # eval mode, gradients on
+    optimizer.step()
+    qr_calls.clear()
+    with torch.no_grad():
+        after = model(pixel_values).logits
+    assert len(qr_calls) == 2
+    assert not torch.allclose(before, after)
+    assert torch.equal(after, _fresh_logits(model, pixel_values))
+
+
+def test_eval_cache_is_invalidated_by_load_state_dict_and_train(qr_calls):
+    model = EigenViTForImageClassification(tiny_config()).eval()
+    other = EigenViTForImageClassification(tiny_config()).eval()
+    pixel_values = torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        model(pixel_values)
+        model.load_state_dict(other.state_dict())
+        qr_calls.clear()
+        loaded = model(pixel_values).logits
+        assert len(qr_calls) == 2
+        torch.testing.assert_close(loaded, other(pixel_values).logits, atol=0, rtol=0)
+        model.train()
+        model.eval()
+        qr_calls.clear()
+        model(pixel_values)
+        assert len(qr_calls) == 2
+
+
+def test_eval_forward_with_gradients_reaches_theta_and_psi():
+    model = EigenViTForImageClassification(tiny_config()).eval()
+    with torch.no_grad():
+        model(torch.randn(2, 3, 16, 16))  # fills the cache
+    model(torch.randn(2, 3, 16, 16), labels=torch.tensor([0, 1])).loss.backward()
+    for attention in eigen_attentions(model):
+        assert attention.theta.grad.abs().max() > 0 and attention.psi.grad.abs().max() > 0
+
+
+# --- checkpoints and training ------------------------------------------------------------------------------------
+
+
+def test_fresh_process_loads_the_checkpoint_with_remote_code(tmp_path):
+    config = tiny_config(eigen_layers=[1], spectrum_sign="positive", eigenvalue_range=[0.0, 1.0])
+    config.id2label = {0: "cat", 1: "dog", 2: "ship"}
+    config.label2id = {v: k for k, v in config.id2label.items()}
+    model = EigenViTForImageClassification(config).eval()
+    _push_eigenvalues(model, 1.0, steps=2)
+    model.eval()
+    pixel_values = torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        logits = model(pixel_values).logits
+    model.save_pretrained(tmp_path / "ckpt")
+    torch.save(pixel_values, tmp_path / "pixels.pt")
+    saved = sorted(p.name for p in (tmp_path / "ckpt").glob("*.py"))
+    assert saved == [
+        "configuration_eigen_vit.py",
+        "configuration_neutreno_vit.py",
+        "modeling_eigen_vit.py",
+        "modeling_neutreno_vit.py",
+        "neutreno_common.py",
+    ]
+    make_local_hub_cache(tmp_path / "hf_home", "someone/eigen-vit-tiny", tmp_path / "ckpt")
+    out = run_fresh(
+        """
+        import torch
+        from transformers import AutoModel, AutoModelForImageClassification
+        pixels = torch.load("pixels.pt")
+        for i, source in enumerate(["ckpt", "someone/eigen-vit-tiny"]):  # local folder, then the (cached) Hub
+            model = AutoModelForImageClassification.from_pretrained(source, trust_remote_code=True).eval()
+            assert type(model).__name__ == "EigenViTForImageClassification", type(model)
+            assert "hf_neutreno" not in type(model).__module__
+            with torch.no_grad():
+                torch.save(model(pixels).logits, f"fresh_logits_{i}.pt")
+        print(model.config.id2label[1], type(AutoModel.from_pretrained("ckpt", trust_remote_code=True)).__name__)
+        """,
+        tmp_path,
+    )
+    assert out.split() == ["dog", "EigenViTModel"]
+    for i in range(2):
+        assert torch.equal(torch.load(tmp_path / f"fresh_logits_{i}.pt"), logits)
+    # in this process (package installed) the registered classes load it, with Θ, ψ not re-initialised
+    reloaded = EigenViTForImageClassification.from_pretrained(tmp_path / "ckpt").eval()
+    with torch.no_grad():
+        assert torch.equal(reloaded(pixel_values).logits, logits)
+
+
+def test_trainer_on_cifar10_subset_lowers_the_loss(data_dir, tmp_path):
+    from transformers import Trainer, TrainingArguments, ViTImageProcessorPil
+
+    from hf_neutreno.data import get_split, image_and_label_columns, load_image_dataset, subset
+
+    dataset = load_image_dataset(data_dir / "cifar10")
+    image_col, label_col = image_and_label_columns(dataset)
+    train = subset(get_split(dataset, "train"), 128, seed=0)
+    processor = ViTImageProcessorPil(size={"height": 32, "width": 32})
+
+    def transform(batch):
+        pixel_values = processor(batch[image_col], return_tensors="pt")["pixel_values"]
+        return {"pixel_values": pixel_values, "labels": batch[label_col]}
+
+    train = train.with_transform(transform)
+    config = EigenViTConfig.from_preset(
+        "vit-tiny", hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128, num_labels=10,
+        eigenvalue_range=[-1.0, 0.0],
+    )
+    model = EigenViTForImageClassification(config)
+    args = TrainingArguments(
+        output_dir=str(tmp_path), per_device_train_batch_size=32, per_device_eval_batch_size=64, max_steps=40,
+        learning_rate=2e-3, warmup_steps=0, logging_steps=10, save_strategy="no", report_to=[],
+        remove_unused_columns=False, dataloader_num_workers=0, use_cpu=True, seed=0,
+    )
+    trainer = Trainer(model=model, args=args, train_dataset=train, eval_dataset=train)
+    before = trainer.evaluate()["eval_loss"]
+    trainer.train()
+    after = trainer.evaluate()["eval_loss"]
+    assert after < 0.8 * before, (before, after)
+    for attention in eigen_attentions(model):  # the constraint held through training
+        assert -1.0 <= attention.eigenvalues().min() and attention.eigenvalues().max() <= 0.0
+
+
+def test_package_exports_and_auto_registration():
+    from transformers import AutoConfig, AutoModel, AutoModelForImageClassification
+
+    config = AutoConfig.for_model("eigen_vit", **TINY)
+    assert type(config) is EigenViTConfig
+    assert type(AutoModel.from_config(config)) is EigenViTModel
+    assert type(AutoModelForImageClassification.from_config(config)) is EigenViTForImageClassification
+    assert {"EigenViTConfig", "EigenViTModel", "EigenViTForImageClassification"} <= set(hf_neutreno.__all__)
