@@ -25,6 +25,7 @@ from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs
 
 from .configuration_eigen_vit import EigenViTConfig
+from .neutreno_common import neutreno_residual
 from .modeling_neutreno_vit import (
     NeuTRENOViTAttention,
     NeuTRENOViTForImageClassification,
@@ -149,8 +150,11 @@ class EigenViTAttention(NeuTRENOViTAttention):
         value_weight, _ = self._projections if self._projections is not None else self.projections()
         return nn.functional.linear(hidden_states, value_weight)
 
-    def project_output(self, attn_output: torch.Tensor) -> torch.Tensor:
+    def project_output(
+        self, attn_output: torch.Tensor, values: torch.Tensor, first_layer_values: torch.Tensor | None
+    ) -> torch.Tensor:
         _, output_weight = self._projections if self._projections is not None else self.projections()
+        attn_output = neutreno_residual(attn_output, values, first_layer_values, self.neutreno_lambda)
         return nn.functional.linear(attn_output, output_weight, self.output_bias)
 
     def extra_repr(self) -> str:
