@@ -74,26 +74,27 @@ def main() -> None:
     batch = args.batch or (8 if args.quick or device.type == "cpu" else 128)
     rounds = args.rounds or (5 if args.quick else 15)
 
-    rows = []
-    for image_size in args.image_sizes:
+    rows, closures = [], []
+    for image_size in args.image_sizes:  # all timing first: the CPU memory probe slows allocations afterwards
         models = {name: build(name, image_size, args.attn, device, dtype) for name in ("native", "neutreno")}
         for mode in ("train", "infer"):
             fns = {name: steps(m, batch, image_size, mode, device, dtype) for name, m in models.items()}
             seconds = interleaved_medians(fns, device, rounds=rounds)
-            for fn in fns.values():  # the steady state: optimizer state exists after the first step
-                fn()
-            peak = {name: peak_bytes(fn, device) for name, fn in fns.items()}
+            closures.append(fns)
             rows.append({
                 "image_size": image_size,
                 "mode": mode,
                 "native_img_per_s": batch / seconds["native"],
                 "neutreno_img_per_s": batch / seconds["neutreno"],
                 "throughput_ratio": seconds["native"] / seconds["neutreno"],
-                "native_peak_MiB": peak["native"] / 2**20,
-                "neutreno_peak_MiB": peak["neutreno"] / 2**20,
-                "memory_ratio": peak["neutreno"] / peak["native"],
             })
-        del models
+    for row, fns in zip(rows, closures):
+        peak = {name: peak_bytes(fn, device) for name, fn in fns.items()}  # steady state: after warm-up steps
+        row.update(
+            native_peak_MiB=peak["native"] / 2**20,
+            neutreno_peak_MiB=peak["neutreno"] / 2**20,
+            memory_ratio=peak["neutreno"] / peak["native"],
+        )
     meta = machine() | {"device": str(device), "dtype": args.dtype, "attn": args.attn, "batch": batch,
                         "rounds": rounds, "command": " ".join(sys.argv)}
     report("NeuTRENO DeiT-tiny vs native ViT (same shape)", rows, meta, args.out)

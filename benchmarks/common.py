@@ -78,26 +78,31 @@ def _status_bytes(field: str) -> int:
         return next(int(line.split()[1]) * 1024 for line in f if line.startswith(field + ":"))
 
 
+_MMAP_SET = False
+
+
 def _release_freed_memory_to_the_os() -> None:
     """Make glibc serve allocations of 64 KiB and more with mmap, so a freed tensor leaves the RSS at once and the
-    RSS follows the live tensors (torch has no CPU allocator statistics)."""
-    try:
-        import ctypes
+    RSS follows the live tensors (torch has no CPU allocator statistics). Every allocation then page-faults, which
+    slows code down: time everything before the first memory measurement."""
+    global _MMAP_SET
+    if not _MMAP_SET:
+        try:
+            import ctypes
 
-        ctypes.CDLL("libc.so.6").mallopt(-3, 64 * 1024)  # M_MMAP_THRESHOLD
-    except OSError:
-        pass
-
-
-_release_freed_memory_to_the_os()
+            ctypes.CDLL("libc.so.6").mallopt(-3, 64 * 1024)  # M_MMAP_THRESHOLD
+        except OSError:
+            pass
+        _MMAP_SET = True
 
 
 def cpu_peak_bytes(fn: Callable[[], None]) -> int:
     """Peak resident memory while `fn` runs, above the resident memory before it (Linux).
 
     Writing 5 to /proc/self/clear_refs resets the high-water mark (VmHWM), so candidates can be measured one after
-    the other in the same process.
+    the other in the same process. Call it only after all timing (see `_release_freed_memory_to_the_os`).
     """
+    _release_freed_memory_to_the_os()
     gc.collect()
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")

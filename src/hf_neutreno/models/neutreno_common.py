@@ -26,10 +26,10 @@ def neutreno_residual(
     """
     if first_layer_values is None or neutreno_lambda == 0:
         return attn_output
-    delta = first_layer_values - value_states
-    if torch.is_grad_enabled() and delta.requires_grad:
-        return torch.add(attn_output, delta, alpha=neutreno_lambda)
-    return delta.mul_(neutreno_lambda).add_(attn_output)  # inference: one temporary instead of two
+    if torch.is_grad_enabled() and _any_requires_grad(attn_output, value_states, first_layer_values):
+        return _residual(attn_output, value_states, first_layer_values, neutreno_lambda)
+    # Inference: the attention output is not needed afterwards, so add in place (two passes, no new tensor).
+    return attn_output.add_(first_layer_values, alpha=neutreno_lambda).sub_(value_states, alpha=neutreno_lambda)
 
 
 def neutreno_projection(
@@ -60,12 +60,17 @@ def _any_requires_grad(*tensors: torch.Tensor) -> bool:
     return any(t.requires_grad for t in tensors)
 
 
+def _residual(attn_output, value_states, first_layer_values, neutreno_lambda):
+    """A V + λ (V_0 − V) as a new tensor, in two passes over memory."""
+    return attn_output.add(first_layer_values, alpha=neutreno_lambda).sub_(value_states, alpha=neutreno_lambda)
+
+
 class _NeuTRENOLinear(torch.autograd.Function):
     """``F.linear(a + λ (v0 − v), W, b)`` that saves a, v, v0 (already alive) instead of its input."""
 
     @staticmethod
     def forward(ctx, attn_output, value_states, first_layer_values, weight, bias, neutreno_lambda):
-        inputs = torch.add(attn_output, first_layer_values - value_states, alpha=neutreno_lambda)
+        inputs = _residual(attn_output, value_states, first_layer_values, neutreno_lambda)
         # Under autocast the linear runs in the autocast dtype; backward (which runs outside autocast) uses the
         # same dtype for the matmuls and returns parameter gradients in the parameters' dtype.
         output = nn.functional.linear(inputs, weight, bias)
@@ -82,7 +87,7 @@ class _NeuTRENOLinear(torch.autograd.Function):
         grad_inputs = grad_output @ weight.to(compute_dtype)
         grad_weight = grad_bias = None
         if ctx.needs_input_grad[3]:
-            inputs = torch.add(attn_output, first_layer_values - value_states, alpha=lam).to(compute_dtype)
+            inputs = _residual(attn_output, value_states, first_layer_values, lam).to(compute_dtype)
             grad_weight = (grad_output.reshape(-1, grad_output.shape[-1]).T @ inputs.reshape(-1, inputs.shape[-1]))
             grad_weight = grad_weight.to(weight.dtype)
         if ctx.bias_dtype is not None and ctx.needs_input_grad[4]:
