@@ -4,9 +4,16 @@ Importing the package registers every config and model with the Auto classes and
 that `save_pretrained` and Trainer checkpoints carry their code and `auto_map`.
 """
 
-from transformers import AutoConfig, AutoModel, AutoModelForImageClassification
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForImageClassification
 
+from .models.configuration_neutreno_gpt import NeuTRENOGPTConfig
 from .models.configuration_neutreno_vit import NeuTRENOViTConfig
+from .models.modeling_neutreno_gpt import (
+    NeuTRENOGPTAdaptiveLogSoftmax,
+    NeuTRENOGPTForCausalLM,
+    NeuTRENOGPTModel,
+    NeuTRENOGPTPreTrainedModel,
+)
 from .models.modeling_neutreno_vit import (
     NeuTRENOViTForImageClassification,
     NeuTRENOViTModel,
@@ -20,6 +27,10 @@ _REGISTRY = [
     (
         NeuTRENOViTConfig,
         {AutoModel: NeuTRENOViTModel, AutoModelForImageClassification: NeuTRENOViTForImageClassification},
+    ),
+    (
+        NeuTRENOGPTConfig,
+        {AutoModel: NeuTRENOGPTModel, AutoModelForCausalLM: NeuTRENOGPTForCausalLM},
     ),
 ]
 
@@ -36,6 +47,11 @@ def _register() -> None:
 _register()
 
 __all__ = [
+    "NeuTRENOGPTAdaptiveLogSoftmax",
+    "NeuTRENOGPTConfig",
+    "NeuTRENOGPTForCausalLM",
+    "NeuTRENOGPTModel",
+    "NeuTRENOGPTPreTrainedModel",
     "NeuTRENOViTConfig",
     "NeuTRENOViTForImageClassification",
     "NeuTRENOViTModel",
