@@ -9,7 +9,9 @@ import importlib
 import sys
 
 # name: (module, one-line help)
-SUBCOMMANDS: dict[str, tuple[str, str]] = {}
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "evaluate-lm": ("hf_neutreno.lm_eval", "Perplexity of a causal LM: the paper's sliding window and blocks."),
+}
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
