@@ -78,7 +78,11 @@ class DataArguments:
         metadata={"help": "Hub dataset name, or a local Parquet folder with the same schema (../shared/data/wikitext-2-v1)."},
     )
     dataset_config_name: str | None = field(default="wikitext-103-v1", metadata={"help": "Hub configuration."})
-    block_size: int | None = field(default=None, metadata={"help": "Training context (default: max_position_embeddings)."})
+    block_size: int | None = field(
+        default=None,
+        metadata={"help": "Training context (default: the model's max_position_embeddings). A model trained from a "
+                  "preset gets max_position_embeddings = block_size, so evaluate-lm uses it as its default window."},
+    )
     max_train_tokens: int | None = field(default=None, metadata={"help": "Train on the first N tokens only."})
     max_eval_tokens: int | None = field(default=None, metadata={"help": "Evaluate on the first N tokens of each split."})
     eval_splits: list[str] = field(default_factory=lambda: ["validation", "test"])
@@ -128,7 +132,7 @@ def build_tokenizer(model_args: ModelArguments, train_split):
     return train_word_tokenizer(train_split, max_vocab_size=model_args.max_vocab_size)
 
 
-def build_model(model_args: ModelArguments, tokenizer) -> NeuTRENOGPTForCausalLM:
+def build_model(model_args: ModelArguments, tokenizer, block_size: int | None) -> NeuTRENOGPTForCausalLM:
     name = model_args.model_name_or_path
     neutreno = dict(neutreno_lambda=model_args.neutreno_lambda)
     if model_args.neutreno_layers is not None:
@@ -143,6 +147,8 @@ def build_model(model_args: ModelArguments, tokenizer) -> NeuTRENOGPTForCausalLM
         )
         if model_args.adaptive_softmax_cutoffs is not None:
             overrides["adaptive_softmax_cutoffs"] = model_args.adaptive_softmax_cutoffs or None
+        if block_size is not None:  # the model records its training context (evaluate-lm's default window)
+            overrides.setdefault("max_position_embeddings", block_size)
         return NeuTRENOGPTForCausalLM(NeuTRENOGPTConfig.from_preset(name, **overrides))
     if model_args.config_overrides or model_args.adaptive_softmax_cutoffs:
         raise ValueError("`--config_overrides`/`--adaptive_softmax_cutoffs` apply to a preset, not to a checkpoint.")
@@ -160,7 +166,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     raw = load_wikitext(data_args.dataset_name, data_args.dataset_config_name)
     tokenizer = build_tokenizer(model_args, raw["train"])
-    model = build_model(model_args, tokenizer)
+    model = build_model(model_args, tokenizer, data_args.block_size)
     block_size = data_args.block_size or model.config.max_position_embeddings
     logger.info("%s, λ = %s, %.1fM parameters, block %d", type(model).__name__, model.config.neutreno_lambda,
                 model.num_parameters() / 1e6, block_size)

@@ -616,6 +616,17 @@ def test_trainer_on_wikitext2_beats_the_unigram_perplexity(data_dir, tmp_path):
     saved = tmp_path / "run"
     assert (saved / "tokenizer.json").exists() and (saved / "modeling_neutreno_gpt.py").exists()
 
+    # The CLI reloads the saved model and tokenizer and reports the same perplexities.
+    from hf_neutreno.cli import main as cli
+
+    report = tmp_path / "eval.json"
+    assert cli(["evaluate-lm", str(saved), "--dataset", str(data_dir / "wikitext-2-v1"), "--split", "validation",
+                "--max_tokens", str(eval_tokens), "--device", "cpu", "--output", str(report)]) == 0
+    results = json.loads(report.read_text())["results"]["validation"]
+    for protocol in ("sliding", "blocks"):
+        assert results[protocol]["num_tokens"] == eval_tokens - 1
+        assert results[protocol]["perplexity"] == pytest.approx(metrics[f"validation_{protocol}_perplexity"], rel=1e-4)
+
 
 # --------------------------------------------------------------------------------------------------------------
 # Configuration: presets and bad input
