@@ -6,7 +6,8 @@ the same weights and architecture, so the ratios measure the cost of the impleme
 Both use SDPA. Measurements alternate between the two models (A B A B ...) so drifts in machine load hit both alike,
 and the medians are compared.
 
-- training tokens/s: forward + backward + AdamW step on (batch, seq_len) blocks, labels = inputs;
+- training tokens/s: forward + backward + AdamW step on (batch, seq_len) blocks of Zipf-distributed ids (like
+  words), labels = inputs;
 - training peak memory: the peak allocated during one training step above what was allocated before it (weights,
   optimizer state): `torch.cuda.max_memory_allocated` on CUDA, the profiler's allocation timeline on CPU;
 - generation tokens/s: greedy `generate` with the KV cache (DynamicCache), fixed prompt and number of new tokens.
@@ -80,9 +81,15 @@ def train_step(model, optimizer, ids, device, dtype) -> None:
     optimizer.zero_grad(set_to_none=True)
 
 
+def zipf_ids(vocab: int, shape: tuple[int, int], device) -> torch.Tensor:
+    """Word-like token ids (frequency ∝ 1/rank): what an adaptive softmax's shortlist and clusters are built for."""
+    ranks = torch.arange(1, vocab + 1, dtype=torch.float64)
+    return torch.multinomial(1 / ranks, shape[0] * shape[1], replacement=True).view(shape).to(device)
+
+
 def time_training(models, args, device, dtype) -> dict[str, float]:
     vocab = next(iter(models.values())).config.vocab_size
-    ids = torch.randint(0, vocab, (args.batch_size, args.seq_len), device=device)
+    ids = zipf_ids(vocab, (args.batch_size, args.seq_len), device)
     optimizers = {name: torch.optim.AdamW(m.parameters(), lr=1e-4, fused=device.type == "cuda") for name, m in models.items()}
     for name, model in models.items():
         model.train()
@@ -108,7 +115,7 @@ def time_training(models, args, device, dtype) -> dict[str, float]:
             sync(device)
             memory[name] = (torch.cuda.max_memory_allocated(device) - resident) / 2**20
         else:
-            memory[name] = cpu_step_peak_mb(model, optimizers[name], ids)
+            memory[name] = cpu_step_peak_mb(model, optimizers[name], ids, dtype)
     del optimizers
     return {name: tokens / statistics.median(t) for name, t in times.items()}, memory
 
@@ -136,7 +143,7 @@ def time_generation(models, args, device, dtype) -> dict[str, float]:
     return {name: args.gen_batch_size * args.new_tokens / statistics.median(t) for name, t in times.items()}
 
 
-def cpu_step_peak_mb(model, optimizer, ids) -> float:
+def cpu_step_peak_mb(model, optimizer, ids, dtype: torch.dtype) -> float:
     """Peak allocated CPU memory of one training step above what was allocated before it (MB), from the profiler's
     allocation timeline: exact and deterministic, unlike the process RSS."""
     import tempfile
@@ -145,7 +152,7 @@ def cpu_step_peak_mb(model, optimizer, ids) -> float:
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
-        train_step(model, optimizer, ids, torch.device("cpu"), torch.float32)
+        train_step(model, optimizer, ids, torch.device("cpu"), dtype)
     with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # deprecated in favour of a CUDA-only API
         prof.export_memory_timeline(f"{tmp}/timeline.json", device="cpu")
