@@ -90,7 +90,8 @@ def zipf_ids(vocab: int, shape: tuple[int, int], device) -> torch.Tensor:
 def time_training(models, args, device, dtype) -> dict[str, float]:
     vocab = next(iter(models.values())).config.vocab_size
     ids = zipf_ids(vocab, (args.batch_size, args.seq_len), device)
-    optimizers = {name: torch.optim.AdamW(m.parameters(), lr=1e-4, fused=device.type == "cuda") for name, m in models.items()}
+    fused = device.type == "cuda"
+    optimizers = {name: torch.optim.AdamW(m.parameters(), lr=1e-4, fused=fused) for name, m in models.items()}
     for name, model in models.items():
         model.train()
         for _ in range(args.warmup):
@@ -210,7 +211,8 @@ def main() -> None:
     machine = (torch.cuda.get_device_name(device) if device.type == "cuda"
                else f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads")
     print(f"torch {torch.__version__}, {machine}, dtype {args.dtype}, λ = {args.neutreno_lambda}, "
-          f"train batch {args.batch_size}×{args.seq_len}, generate {args.gen_batch_size}×({args.prompt_len}+{args.new_tokens})")
+          f"train batch {args.batch_size}×{args.seq_len}, "
+          f"generate {args.gen_batch_size}×({args.prompt_len}+{args.new_tokens})")
     shapes = list(args.shapes) + (["as-trained"] if args.as_trained else [])
     results = {}
     for shape in shapes:

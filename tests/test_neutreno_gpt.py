@@ -290,7 +290,9 @@ def test_gradient_checkpointing_gives_the_same_gradients():
 # --------------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("overrides", [dict(), GPT2_LIKE, dict(adaptive_softmax_cutoffs=[20, 50])], ids=["paper", "gpt2-like", "adaptive"])
+@pytest.mark.parametrize(
+    "overrides", [dict(), GPT2_LIKE, dict(adaptive_softmax_cutoffs=[20, 50])], ids=["paper", "gpt2-like", "adaptive"]
+)
 def test_cached_token_by_token_decoding_equals_one_full_forward(overrides):
     model = tiny_model(neutreno_lambda=0.4, **overrides)
     ids = token_ids(2, 14)
@@ -568,7 +570,8 @@ def test_fresh_process_loads_model_and_tokenizer_without_the_package(tmp_path):
 
 
 def _load_example():
-    spec = importlib.util.spec_from_file_location("run_clm_wikitext103", REPO_ROOT / "examples" / "run_clm_wikitext103.py")
+    path = REPO_ROOT / "examples" / "run_clm_wikitext103.py"
+    spec = importlib.util.spec_from_file_location("run_clm_wikitext103", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -635,7 +638,8 @@ def test_trainer_on_wikitext2_beats_the_unigram_perplexity(data_dir, tmp_path):
 
 def test_presets():
     paper = NeuTRENOGPTConfig.from_preset("wikitext103-small")
-    assert (paper.num_hidden_layers, paper.hidden_size, paper.num_attention_heads, paper.intermediate_size) == (16, 128, 8, 2048)
+    shape = (paper.num_hidden_layers, paper.hidden_size, paper.num_attention_heads, paper.intermediate_size)
+    assert shape == (16, 128, 8, 2048)
     assert (paper.hidden_act, paper.max_position_embeddings, paper.norm_position) == ("relu", 256, "post")
     assert (paper.position_embedding_type, paper.adaptive_softmax_cutoffs) == ("sinusoidal", [20000, 40000, 200000])
     assert (paper.neutreno_lambda, paper.hidden_dropout, paper.tie_word_embeddings) == (0.4, 0.1, True)
@@ -683,3 +687,9 @@ def test_bad_inputs_raise():
         model.model()
     with pytest.raises(ValueError, match="context_length"):
         sliding_window_eval(model, torch.arange(10), 0)
+    with pytest.raises(ValueError, match="does not exist"):
+        load_wikitext("./no-such-folder")
+    with pytest.raises(ValueError, match="block_size"):
+        group_into_blocks(None, None, 1)
+    with pytest.raises(ValueError, match="max_vocab_size"):
+        train_word_tokenizer(["a b"], max_vocab_size=3)

@@ -97,12 +97,14 @@ def gpt2_state_dict_to_neutreno(state_dict: dict[str, torch.Tensor], num_layers:
         for proj, weight, bias in zip(("q", "k", "v"), qkv_weight.chunk(3, dim=0), qkv_bias.chunk(3, dim=0)):
             target[f"{dst}self_attn.{proj}_proj.weight"] = weight.contiguous()
             target[f"{dst}self_attn.{proj}_proj.bias"] = bias.contiguous()
-        for gpt2_linear, linear in (("attn.c_proj", "self_attn.o_proj"), ("mlp.c_fc", "mlp.fc1"), ("mlp.c_proj", "mlp.fc2")):
+        conv1d_to_linear = (("attn.c_proj", "self_attn.o_proj"), ("mlp.c_fc", "mlp.fc1"), ("mlp.c_proj", "mlp.fc2"))
+        for gpt2_linear, linear in conv1d_to_linear:
             target[f"{dst}{linear}.weight"] = take(f"{src}{gpt2_linear}.weight").t().contiguous()
             target[f"{dst}{linear}.bias"] = take(f"{src}{gpt2_linear}.bias")
     target["model.norm.weight"] = take("ln_f.weight")
     target["model.norm.bias"] = take("ln_f.bias")
-    target["lm_head.weight"] = take("lm_head.weight") if "lm_head.weight" in source else target["model.embed_tokens.weight"]
+    tied = "lm_head.weight" not in source
+    target["lm_head.weight"] = target["model.embed_tokens.weight"] if tied else take("lm_head.weight")
     unused = sorted(set(source) - used)
     if unused:
         raise ValueError(f"GPT-2 weights with no NeuTRENO GPT counterpart: {unused[:8]}.")

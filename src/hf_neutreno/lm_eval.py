@@ -203,9 +203,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    import hf_neutreno  # noqa: F401  (registers the NeuTRENO classes)
-
-    from .text_data import load_wikitext, token_stream
+    from .text_data import load_wikitext, token_stream  # importing hf_neutreno registered the NeuTRENO classes
 
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     model = AutoModelForCausalLM.from_pretrained(

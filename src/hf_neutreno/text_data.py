@@ -24,7 +24,9 @@ PAD_TOKEN, UNK_TOKEN, EOS_TOKEN = "<pad>", "<unk>", "<eos>"
 TEXT_COLUMN = "text"
 
 
-def load_wikitext(name_or_dir: str | os.PathLike = WIKITEXT_HUB_NAME, config_name: str | None = WIKITEXT103_CONFIG) -> DatasetDict:
+def load_wikitext(
+    name_or_dir: str | os.PathLike = WIKITEXT_HUB_NAME, config_name: str | None = WIKITEXT103_CONFIG
+) -> DatasetDict:
     """Every split of a WikiText dataset: a Hub name (`Salesforce/wikitext` with `config_name`, e.g.
     `wikitext-103-v1`), or a folder of Parquet files with the Hub's schema (one `text` row per line), such as
     ../shared/data/wikitext-2-v1."""
