@@ -237,9 +237,10 @@ class NeuTRENOGPTAdaptiveLogSoftmax(nn.Module):
 
     def head_log_probs(self, hidden_states: torch.Tensor) -> torch.Tensor:
         """Log-probabilities of the shortlist tokens and of each tail cluster, (..., shortlist + clusters), fp32."""
-        cluster_logits = F.linear(hidden_states, self.cluster_weight, self.cluster_bias)
-        logits = torch.cat((self._logits(hidden_states, 0, self.shortlist_size), cluster_logits), dim=-1)
-        return logits.float().log_softmax(dim=-1)
+        # One matmul on the concatenated rows: concatenating (hidden × rows) weights is cheaper than (tokens × rows) scores.
+        weight = torch.cat((self.weight[: self.shortlist_size], self.cluster_weight))
+        bias = None if self.bias is None else torch.cat((self.bias[: self.shortlist_size], self.cluster_bias))
+        return F.linear(hidden_states, weight, bias).float().log_softmax(dim=-1)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         """Log-probabilities over the whole vocabulary, (..., vocab_size), fp32."""
