@@ -4,15 +4,22 @@ Importing the package registers every config and model with the Auto classes and
 that `save_pretrained` and Trainer checkpoints carry their code and `auto_map`.
 """
 
-from transformers import AutoConfig, AutoModel, AutoModelForImageClassification
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForImageClassification
 
 from .models.configuration_eigen_vit import EigenViTConfig
+from .models.configuration_neutreno_gpt import NeuTRENOGPTConfig
 from .models.configuration_neutreno_vit import NeuTRENOViTConfig
 from .models.modeling_eigen_vit import (
     EigenViTAttention,
     EigenViTForImageClassification,
     EigenViTModel,
     EigenViTPreTrainedModel,
+)
+from .models.modeling_neutreno_gpt import (
+    NeuTRENOGPTAdaptiveLogSoftmax,
+    NeuTRENOGPTForCausalLM,
+    NeuTRENOGPTModel,
+    NeuTRENOGPTPreTrainedModel,
 )
 from .models.modeling_neutreno_vit import (
     NeuTRENOViTForImageClassification,
@@ -31,6 +38,10 @@ _REGISTRY = [
     (
         EigenViTConfig,
         {AutoModel: EigenViTModel, AutoModelForImageClassification: EigenViTForImageClassification},
+    ),
+    (
+        NeuTRENOGPTConfig,
+        {AutoModel: NeuTRENOGPTModel, AutoModelForCausalLM: NeuTRENOGPTForCausalLM},
     ),
 ]
 
@@ -52,6 +63,11 @@ __all__ = [
     "EigenViTForImageClassification",
     "EigenViTModel",
     "EigenViTPreTrainedModel",
+    "NeuTRENOGPTAdaptiveLogSoftmax",
+    "NeuTRENOGPTConfig",
+    "NeuTRENOGPTForCausalLM",
+    "NeuTRENOGPTModel",
+    "NeuTRENOGPTPreTrainedModel",
     "NeuTRENOViTConfig",
     "NeuTRENOViTForImageClassification",
     "NeuTRENOViTModel",

@@ -11,6 +11,7 @@ import sys
 # name: (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "push": ("hf_neutreno.hub", "Push a saved model with its code, processor and model card to the Hugging Face Hub."),
+    "evaluate-lm": ("hf_neutreno.lm_eval", "Perplexity of a causal LM: the paper's sliding window and blocks."),
 }
 
 

@@ -12,6 +12,8 @@ from transformers import PreTrainedModel
 from .models.configuration_neutreno_vit import NeuTRENOViTConfig
 from .models.modeling_neutreno_vit import NeuTRENOViTForImageClassification
 
+# --- ViT / DeiT -> NeuTRENO ViT ---------------------------------------------------------------------------------
+
 # transformers' ViT and DeiT configs -> NeuTRENOViTConfig fields of the same meaning
 _VIT_FIELDS = (
     "hidden_size",
@@ -84,3 +86,122 @@ def vit_to_neutreno(
         )
     dtype = next(source.parameters()).dtype
     return target.to(dtype=dtype).train(source.training)
+
+
+# --- GPT-2 -> NeuTRENO GPT -------------------------------------------------------------------------------------
+
+# GPT-2 options NeuTRENO GPT cannot represent, with the value it needs and what the option does.
+_GPT2_UNSUPPORTED = {
+    "scale_attn_weights": (True, "attention scores not divided by √head_dim"),
+    "scale_attn_by_inverse_layer_idx": (False, "attention scores divided by (layer index + 1)"),
+    "reorder_and_upcast_attn": (False, "a reordered fp32 attention (Mistral's recipe)"),
+    "add_cross_attention": (False, "cross-attention blocks (an encoder-decoder)"),
+}
+
+
+def _gpt2_source(model_or_path):
+    from transformers import AutoModelForCausalLM
+
+    source = _load_source(model_or_path, AutoModelForCausalLM)
+    if type(source).__name__ != "GPT2LMHeadModel":
+        raise ValueError(f"gpt2_to_neutreno converts a GPT2LMHeadModel, got {type(source).__name__}.")
+    for field, (needed, meaning) in _GPT2_UNSUPPORTED.items():
+        if getattr(source.config, field, needed) != needed:
+            raise ValueError(
+                f"This GPT-2 has `{field}={getattr(source.config, field)}` ({meaning}), which NeuTRENO GPT does "
+                f"not represent exactly; only `{field}={needed}` converts."
+            )
+    return source
+
+
+def gpt2_config_to_neutreno(gpt2_config, neutreno_lambda: float = 0.4, **config_overrides):
+    """The `NeuTRENOGPTConfig` of the same architecture as a `GPT2Config` (pre-LN, learned positions, tied head)."""
+    from .models.configuration_neutreno_gpt import NeuTRENOGPTConfig
+
+    c = gpt2_config
+    fields = dict(
+        vocab_size=c.vocab_size,
+        hidden_size=c.n_embd,
+        num_hidden_layers=c.n_layer,
+        num_attention_heads=c.n_head,
+        intermediate_size=c.n_inner if c.n_inner is not None else 4 * c.n_embd,
+        hidden_act=c.activation_function,
+        max_position_embeddings=c.n_positions,
+        position_embedding_type="learned",
+        norm_position="pre",
+        layer_norm_eps=c.layer_norm_epsilon,
+        attention_bias=True,
+        scale_embeddings=False,
+        lm_head_bias=False,
+        adaptive_softmax_cutoffs=None,
+        embedding_dropout=c.embd_pdrop,
+        attention_dropout=c.attn_pdrop,
+        hidden_dropout=c.resid_pdrop,  # GPT-2 drops both residual branches with resid_pdrop, nothing else
+        activation_dropout=0.0,
+        output_dropout=0.0,
+        initializer_range=c.initializer_range,
+        tie_word_embeddings=getattr(c, "tie_word_embeddings", True),
+        bos_token_id=c.bos_token_id,
+        eos_token_id=c.eos_token_id,
+        pad_token_id=c.pad_token_id,
+        neutreno_lambda=neutreno_lambda,
+    )
+    fields.update(config_overrides)
+    return NeuTRENOGPTConfig(**fields)
+
+
+def gpt2_state_dict_to_neutreno(state_dict: dict[str, torch.Tensor], num_layers: int) -> dict[str, torch.Tensor]:
+    """Rename GPT-2 weights to NeuTRENO GPT's; `c_attn` (a Conv1D, weight stored as (in, 3·out)) splits into
+    q/k/v `nn.Linear`s and every Conv1D weight is transposed. Raises on a GPT-2 weight it does not use."""
+    source = {k.removeprefix("transformer."): v for k, v in state_dict.items()}
+    target, used = {}, set()
+
+    def take(name: str) -> torch.Tensor:
+        used.add(name)
+        return source[name]
+
+    target["model.embed_tokens.weight"] = take("wte.weight")
+    target["model.embed_positions.weight"] = take("wpe.weight")
+    for i in range(num_layers):
+        src, dst = f"h.{i}.", f"model.layers.{i}."
+        for gpt2_norm, norm in (("ln_1", "self_attn_layer_norm"), ("ln_2", "mlp_layer_norm")):
+            target[f"{dst}{norm}.weight"] = take(f"{src}{gpt2_norm}.weight")
+            target[f"{dst}{norm}.bias"] = take(f"{src}{gpt2_norm}.bias")
+        qkv_weight = take(f"{src}attn.c_attn.weight").t()  # (3·hidden, hidden): rows are q, then k, then v
+        qkv_bias = take(f"{src}attn.c_attn.bias")
+        for proj, weight, bias in zip(("q", "k", "v"), qkv_weight.chunk(3, dim=0), qkv_bias.chunk(3, dim=0)):
+            target[f"{dst}self_attn.{proj}_proj.weight"] = weight.contiguous()
+            target[f"{dst}self_attn.{proj}_proj.bias"] = bias.contiguous()
+        conv1d_to_linear = (("attn.c_proj", "self_attn.o_proj"), ("mlp.c_fc", "mlp.fc1"), ("mlp.c_proj", "mlp.fc2"))
+        for gpt2_linear, linear in conv1d_to_linear:
+            target[f"{dst}{linear}.weight"] = take(f"{src}{gpt2_linear}.weight").t().contiguous()
+            target[f"{dst}{linear}.bias"] = take(f"{src}{gpt2_linear}.bias")
+    target["model.norm.weight"] = take("ln_f.weight")
+    target["model.norm.bias"] = take("ln_f.bias")
+    tied = "lm_head.weight" not in source
+    target["lm_head.weight"] = target["model.embed_tokens.weight"] if tied else take("lm_head.weight")
+    unused = sorted(set(source) - used)
+    if unused:
+        raise ValueError(f"GPT-2 weights with no NeuTRENO GPT counterpart: {unused[:8]}.")
+    return target
+
+
+def gpt2_to_neutreno(model_or_path, neutreno_lambda: float = 0.4, **config_overrides):
+    """Convert a `GPT2LMHeadModel` (in memory, a folder or a Hub id) into a `NeuTRENOGPTForCausalLM`.
+
+    The result has GPT-2's architecture (pre-LN, learned positions, `gelu_new`, tied head) and every weight;
+    at ``neutreno_lambda=0`` its logits equal GPT-2's. `config_overrides` set other `NeuTRENOGPTConfig` fields that
+    do not change the weights (e.g. `neutreno_layers`, the dropouts). GPT-2 variants it cannot represent exactly
+    (`scale_attn_by_inverse_layer_idx`, `reorder_and_upcast_attn`, unscaled attention, cross-attention) raise
+    `ValueError`. Tokenizers need no conversion: save GPT-2's next to the result.
+    """
+    from .models.modeling_neutreno_gpt import NeuTRENOGPTForCausalLM
+
+    source = _gpt2_source(model_or_path)
+    config = gpt2_config_to_neutreno(source.config, neutreno_lambda, **config_overrides)
+    weights = gpt2_state_dict_to_neutreno(source.state_dict(), source.config.n_layer)
+    dtype = next(source.parameters()).dtype
+    model = NeuTRENOGPTForCausalLM(config).to(dtype)
+    model.load_state_dict(weights, strict=True)
+    model.generation_config.update(**source.generation_config.to_diff_dict())
+    return model.train(source.training)

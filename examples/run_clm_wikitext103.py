@@ -1,0 +1,226 @@
+#!/usr/bin/env python
+"""Train the NeuTRENO (or softmax baseline) language model on WikiText-103 with `Trainer`, the paper's recipe.
+
+The defaults are the paper's set-up (NeuTRENO App. A.3, lmtool-fwp "small"): the `wikitext103-small` preset
+(16 layers, dim 128, 8 heads, FFN 2048, context 256, post-LN, sinusoidal positions, tied adaptive softmax
+[20000, 40000, 200000], dropout 0.1), Adam (AdamW with weight decay 0 is the same update) at lr 2.5e-4, 2000 warm-up
+steps then cosine to 0 over 500k steps, batch 96, gradient clipping 0.25, λ = 0.4. At the end the model is evaluated
+with the paper's sliding window and with non-overlapping blocks (`hf_neutreno.lm_eval`) on validation and test.
+
+    # the paper's NeuTRENO run (one GPU); --neutreno_lambda 0 for the softmax baseline; add --push_to_hub to publish
+    python examples/run_clm_wikitext103.py --output_dir runs/neutreno-wt103 --bf16 --eval_strategy steps \
+        --eval_steps 10000 --save_steps 10000 --logging_steps 200
+
+    # a minutes-long CPU smoke run on the local WikiText-2 copy
+    python examples/run_clm_wikitext103.py --dataset_name ../shared/data/wikitext-2-v1 --output_dir runs/wt2-smoke \
+        --config_overrides num_hidden_layers=2,hidden_size=64,num_attention_heads=4,intermediate_size=256 \
+        --adaptive_softmax_cutoffs 2000 10000 --block_size 64 --max_steps 200 --warmup_steps 20 \
+        --per_device_train_batch_size 32 --learning_rate 3e-3 --max_eval_tokens 20000
+
+A checkpoint as `--model_name_or_path` continues from it: a NeuTRENO GPT, or a native GPT-2 converted with
+`hf_neutreno.convert.gpt2_to_neutreno` (the paper's "NeuTRENO adaptation"), then trained on WikiText with the
+checkpoint's own tokenizer. The tokenizer is saved with the model, so `AutoTokenizer` and
+`AutoModelForCausalLM(..., trust_remote_code=True)` load the output folder without this package.
+"""
+
+import json
+import logging
+import sys
+from dataclasses import dataclass, field
+
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    DataCollatorForLanguageModeling,
+    HfArgumentParser,
+    Trainer,
+    TrainingArguments,
+)
+
+import hf_neutreno  # noqa: F401  (registers the NeuTRENO classes with the Auto API)
+from hf_neutreno import NeuTRENOGPTConfig, NeuTRENOGPTForCausalLM
+from hf_neutreno.convert import gpt2_to_neutreno
+from hf_neutreno.lm_eval import PROTOCOLS, evaluate_lm
+from hf_neutreno.text_data import group_into_blocks, load_wikitext, token_stream, train_word_tokenizer
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ModelArguments:
+    model_name_or_path: str = field(
+        default="wikitext103-small",
+        metadata={"help": f"A preset {sorted(NeuTRENOGPTConfig.presets)} to train from scratch, or a NeuTRENO GPT "
+                  "or GPT-2 checkpoint (folder or Hub id) to continue from."},
+    )
+    neutreno_lambda: float = field(default=0.4, metadata={"help": "λ of the NeuTRENO term; 0 = softmax baseline."})
+    neutreno_layers: list[int] | None = field(default=None, metadata={"help": "Layers with the term (default: all but 0)."})
+    adaptive_softmax_cutoffs: list[int] | None = field(
+        default=None, metadata={"help": "Cutoffs of a model trained from scratch (default: the preset's)."}
+    )
+    config_overrides: str | None = field(
+        default=None,
+        metadata={"help": "Other config fields of a model trained from scratch: 'num_hidden_layers=6,hidden_size=256'."},
+    )
+    tokenizer_name: str | None = field(
+        default=None,
+        metadata={"help": "A saved tokenizer (default: the checkpoint's, else a word-level one trained on the train split)."},
+    )
+    max_vocab_size: int | None = field(default=None, metadata={"help": "Cap of a newly trained word vocabulary."})
+    trust_remote_code: bool = field(default=False, metadata={"help": "Allow code from a checkpoint's folder."})
+
+
+@dataclass
+class DataArguments:
+    dataset_name: str = field(
+        default="Salesforce/wikitext",
+        metadata={"help": "Hub dataset name, or a local Parquet folder with the same schema (../shared/data/wikitext-2-v1)."},
+    )
+    dataset_config_name: str | None = field(default="wikitext-103-v1", metadata={"help": "Hub configuration."})
+    block_size: int | None = field(
+        default=None,
+        metadata={"help": "Training context (default: the model's max_position_embeddings). A model trained from a "
+                  "preset gets max_position_embeddings = block_size, so evaluate-lm uses it as its default window."},
+    )
+    max_train_tokens: int | None = field(default=None, metadata={"help": "Train on the first N tokens only."})
+    max_eval_tokens: int | None = field(default=None, metadata={"help": "Evaluate on the first N tokens of each split."})
+    eval_splits: list[str] = field(default_factory=lambda: ["validation", "test"])
+    final_eval_protocols: list[str] = field(
+        default_factory=lambda: list(PROTOCOLS), metadata={"help": f"Final evaluation protocols, of {list(PROTOCOLS)}."}
+    )
+    sliding_batch_size: int = field(default=32, metadata={"help": "Sliding windows per forward in the final evaluation."})
+
+
+# The paper's schedule as TrainingArguments defaults (every Trainer `--flag` still overrides them). Adam: AdamW with
+# weight decay 0 is the same update.
+PAPER_TRAINING_DEFAULTS = dict(
+    learning_rate=2.5e-4,
+    warmup_steps=2000,
+    lr_scheduler_type="cosine",  # to 0 at max_steps
+    max_steps=500_000,
+    max_grad_norm=0.25,
+    optim="adamw_torch",
+    weight_decay=0.0,
+    per_device_train_batch_size=96,  # blocks of 256 tokens
+    per_device_eval_batch_size=16,
+    seed=1111,
+)
+
+
+def parse_overrides(text: str | None) -> dict:
+    """'a=1,b=0.5,c=post' -> {'a': 1, 'b': 0.5, 'c': 'post'} (JSON values where they parse)."""
+    overrides = {}
+    for item in filter(None, (text or "").split(",")):
+        if "=" not in item:
+            raise ValueError(f"`--config_overrides` items are name=value, got {item!r}.")
+        name, value = item.split("=", 1)
+        try:
+            overrides[name.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            overrides[name.strip()] = value
+    return overrides
+
+
+def build_tokenizer(model_args: ModelArguments, train_split):
+    source = model_args.tokenizer_name or (
+        None if model_args.model_name_or_path in NeuTRENOGPTConfig.presets else model_args.model_name_or_path
+    )
+    if source is not None:
+        return AutoTokenizer.from_pretrained(source, trust_remote_code=model_args.trust_remote_code)
+    logger.info("Training a word-level tokenizer on the train split")
+    return train_word_tokenizer(train_split, max_vocab_size=model_args.max_vocab_size)
+
+
+def build_model(model_args: ModelArguments, tokenizer, block_size: int | None) -> NeuTRENOGPTForCausalLM:
+    name = model_args.model_name_or_path
+    neutreno = dict(neutreno_lambda=model_args.neutreno_lambda)
+    if model_args.neutreno_layers is not None:
+        neutreno["neutreno_layers"] = model_args.neutreno_layers
+    if name in NeuTRENOGPTConfig.presets:
+        overrides = dict(
+            vocab_size=len(tokenizer),
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            **neutreno,
+            **parse_overrides(model_args.config_overrides),
+        )
+        if model_args.adaptive_softmax_cutoffs is not None:
+            overrides["adaptive_softmax_cutoffs"] = model_args.adaptive_softmax_cutoffs or None
+        if block_size is not None:  # the model records its training context (evaluate-lm's default window)
+            overrides.setdefault("max_position_embeddings", block_size)
+        return NeuTRENOGPTForCausalLM(NeuTRENOGPTConfig.from_preset(name, **overrides))
+    if model_args.config_overrides or model_args.adaptive_softmax_cutoffs:
+        raise ValueError("`--config_overrides`/`--adaptive_softmax_cutoffs` apply to a preset, not to a checkpoint.")
+    config = AutoConfig.from_pretrained(name, trust_remote_code=model_args.trust_remote_code)
+    if config.model_type == "gpt2":
+        return gpt2_to_neutreno(name, **neutreno)
+    return AutoModelForCausalLM.from_pretrained(name, trust_remote_code=model_args.trust_remote_code, **neutreno)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = HfArgumentParser((ModelArguments, DataArguments, TrainingArguments))
+    parser.set_defaults(**PAPER_TRAINING_DEFAULTS)
+    model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+
+    raw = load_wikitext(data_args.dataset_name, data_args.dataset_config_name)
+    tokenizer = build_tokenizer(model_args, raw["train"])
+    model = build_model(model_args, tokenizer, data_args.block_size)
+    block_size = data_args.block_size or model.config.max_position_embeddings
+    logger.info("%s, λ = %s, %.1fM parameters, block %d", type(model).__name__, model.config.neutreno_lambda,
+                model.num_parameters() / 1e6, block_size)
+
+    train_blocks = group_into_blocks(raw["train"], tokenizer, block_size)
+    if data_args.max_train_tokens is not None:
+        train_blocks = train_blocks.select(range(min(len(train_blocks), data_args.max_train_tokens // block_size)))
+    eval_split = data_args.eval_splits[0] if data_args.eval_splits else None
+    eval_blocks = None
+    if eval_split is not None and training_args.eval_strategy != "no":
+        eval_blocks = group_into_blocks(raw[eval_split], tokenizer, block_size)
+        if data_args.max_eval_tokens is not None:
+            eval_blocks = eval_blocks.select(range(min(len(eval_blocks), max(1, data_args.max_eval_tokens // block_size))))
+
+    trainer = Trainer(
+        model=model,
+        args=training_args,
+        train_dataset=train_blocks,
+        eval_dataset=eval_blocks,
+        data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False),
+        processing_class=tokenizer,  # saved with every checkpoint
+    )
+    train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    trainer.save_model()
+    metrics = dict(train_result.metrics)
+
+    # The paper's evaluation (batch 1 by definition; windows batched, same numbers) and block perplexity.
+    for split in data_args.eval_splits:
+        stream = token_stream(raw[split], tokenizer, max_tokens=data_args.max_eval_tokens)
+        results = evaluate_lm(
+            trainer.model,
+            stream,
+            block_size,
+            tuple(data_args.final_eval_protocols),
+            sliding_batch_size=data_args.sliding_batch_size,
+        )
+        for protocol, result in results.items():
+            prefix = f"{split}_{protocol}"
+            metrics.update({f"{prefix}_perplexity": result.perplexity, f"{prefix}_loss": result.loss,
+                            f"{prefix}_tokens": result.num_tokens})
+    metrics["context_length"] = block_size
+    trainer.log_metrics("final", metrics)
+    trainer.save_metrics("final", metrics)
+
+    if training_args.push_to_hub:
+        trainer.push_to_hub(
+            tags=["neutreno", "custom_code", "text-generation"],
+            dataset=data_args.dataset_name,
+            dataset_tags=data_args.dataset_name,
+            finetuned_from=None if model_args.model_name_or_path in NeuTRENOGPTConfig.presets else model_args.model_name_or_path,
+        )
+    return metrics
+
+
+if __name__ == "__main__":
+    main()
+    sys.exit(0)

@@ -1,0 +1,175 @@
+"""Configuration of the NeuTRENO GPT causal language model (the paper's WikiText-103 model and GPT-2 shapes)."""
+
+
+from transformers import PreTrainedConfig
+from transformers.activations import ACT2FN
+
+from .neutreno_common import PresetsMixin, check_choice, check_heads, check_neutreno
+
+NORM_POSITIONS = ("pre", "post")
+POSITION_EMBEDDING_TYPES = ("learned", "sinusoidal")
+DROPOUTS = ("embedding_dropout", "attention_dropout", "hidden_dropout", "activation_dropout", "output_dropout")
+
+
+def _wikitext103_small() -> dict:
+    """The paper's model (lmtool-fwp "small", Transformer-XL code without memory, attn_type 2 / 222)."""
+    return dict(
+        vocab_size=267735,  # WikiText-103 words + <eos> (the standard Transformer-XL vocabulary)
+        hidden_size=128,
+        num_hidden_layers=16,
+        num_attention_heads=8,
+        intermediate_size=2048,
+        hidden_act="relu",
+        max_position_embeddings=256,
+        position_embedding_type="sinusoidal",
+        norm_position="post",
+        layer_norm_eps=1e-5,
+        attention_bias=False,
+        lm_head_bias=True,
+        scale_embeddings=True,
+        adaptive_softmax_cutoffs=[20000, 40000, 200000],
+        embedding_dropout=0.1,
+        attention_dropout=0.0,
+        hidden_dropout=0.1,
+        activation_dropout=0.1,
+        output_dropout=0.1,
+        neutreno_lambda=0.4,
+    )
+
+
+def _gpt2_small() -> dict:
+    """GPT-2 small (124M): the shape `hf_neutreno.convert.gpt2_to_neutreno` produces from `openai-community/gpt2`."""
+    return dict(
+        vocab_size=50257,
+        hidden_size=768,
+        num_hidden_layers=12,
+        num_attention_heads=12,
+        intermediate_size=3072,
+        hidden_act="gelu_new",
+        max_position_embeddings=1024,
+        position_embedding_type="learned",
+        norm_position="pre",
+        layer_norm_eps=1e-5,
+        attention_bias=True,
+        lm_head_bias=False,
+        scale_embeddings=False,
+        adaptive_softmax_cutoffs=None,
+        embedding_dropout=0.1,
+        attention_dropout=0.1,
+        hidden_dropout=0.1,
+        activation_dropout=0.0,
+        output_dropout=0.0,
+        neutreno_lambda=0.4,
+        bos_token_id=50256,
+        eos_token_id=50256,
+    )
+
+
+class NeuTRENOGPTConfig(PresetsMixin, PreTrainedConfig):
+    r"""
+    Configuration of [`NeuTRENOGPTModel`] and [`NeuTRENOGPTForCausalLM`]. The defaults are the paper's WikiText-103
+    model (16 layers, dim 128, 8 heads, FFN 2048 ReLU, context 256, post-LN, sinusoidal positions, dropout 0.1,
+    λ = 0.4) with a full softmax; the preset `wikitext103-small` adds its adaptive softmax, whose cutoffs depend on
+    the vocabulary. Presets: `NeuTRENOGPTConfig.from_preset("wikitext103-small" | "gpt2-small", **overrides)`.
+
+    NeuTRENO fields:
+        neutreno_lambda (`float`, defaults to 0.4): λ in ``U = A V + λ (V_0 − V)``; 0 gives the plain transformer.
+        neutreno_layers (`list[int]`, *optional*): 0-based layers that add the term (default: all but layer 0,
+            which provides V_0).
+
+    Architecture fields:
+        norm_position (`str`, defaults to `"post"`): `"post"` (LayerNorm after each residual sum, as the paper's
+            Transformer-XL code) or `"pre"` (GPT-2; the model then ends with a final LayerNorm `model.norm`).
+        position_embedding_type (`str`, defaults to `"sinusoidal"`): `"sinusoidal"` (no parameters, computed from
+            the position ids; `[sin, cos]` halves as Transformer-XL) or `"learned"` (a table, as GPT-2).
+        max_position_embeddings (`int`, defaults to 256): the longest sequence (cache included) the model accepts;
+            the size of the learned table. Sinusoidal positions have no table: raise it freely to generate longer.
+        attention_bias (`bool`, defaults to `False`): biases of `q_proj`, `k_proj`, `v_proj` and `o_proj`.
+        scale_embeddings (`bool`, defaults to `True`): multiply token embeddings by √hidden_size (Transformer-XL).
+        lm_head_bias (`bool`, defaults to `True`): a per-token output bias (and a per-cluster bias with an
+            adaptive softmax); the paper's model has one, GPT-2 has none.
+        adaptive_softmax_cutoffs (`list[int]`, *optional*): sorted token ids that split the vocabulary into a
+            shortlist and tail clusters (Grave et al. 2017; the paper: `[20000, 40000, 200000]`). The output layer
+            is then a tied adaptive log-softmax whose "logits" are exact log-probabilities; token ids must be
+            sorted by frequency (the tokenizers of `hf_neutreno.text_data` are).
+        tie_word_embeddings (`bool`, defaults to `True`): output rows = input embedding rows.
+
+    Dropout fields (all in [0, 1)): `embedding_dropout` (token + position embeddings), `attention_dropout`
+    (attention probabilities only, not the NeuTRENO term), `hidden_dropout` (the output of each residual branch),
+    `activation_dropout` (inside the MLP, after the activation), `output_dropout` (the final hidden states before
+    the LM head, as Transformer-XL).
+    """
+
+    model_type = "neutreno_gpt"
+    keys_to_ignore_at_inference = ["past_key_values"]
+    presets = {"wikitext103-small": _wikitext103_small(), "gpt2-small": _gpt2_small()}
+
+    vocab_size: int = 267735
+    hidden_size: int = 128
+    num_hidden_layers: int = 16
+    num_attention_heads: int = 8
+    intermediate_size: int = 2048
+    hidden_act: str = "relu"
+    max_position_embeddings: int = 256
+    position_embedding_type: str = "sinusoidal"
+    norm_position: str = "post"
+    layer_norm_eps: float = 1e-5
+    attention_bias: bool = False
+    scale_embeddings: bool = True
+    lm_head_bias: bool = True
+    adaptive_softmax_cutoffs: list[int] | None = None
+    embedding_dropout: float = 0.1
+    attention_dropout: float = 0.0
+    hidden_dropout: float = 0.1
+    activation_dropout: float = 0.1
+    output_dropout: float = 0.1
+    initializer_range: float = 0.02
+    neutreno_lambda: float = 0.4
+    neutreno_layers: list[int] | None = None
+    use_cache: bool = True
+    tie_word_embeddings: bool = True
+    pad_token_id: int | None = None
+    bos_token_id: int | None = None
+    eos_token_id: int | None = None
+
+    def __post_init__(self, **kwargs):
+        super().__post_init__(**kwargs)
+        self.validate_neutreno_gpt()
+
+    def validate_neutreno_gpt(self) -> None:
+        """Raise `ValueError` naming the field for any inconsistent value (also called by the models)."""
+        check_heads(self.hidden_size, self.num_attention_heads)
+        for name in ("vocab_size", "num_hidden_layers", "intermediate_size", "max_position_embeddings"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"`{name}` must be an integer >= 1, got {value!r}.")
+        check_neutreno(self.neutreno_lambda, self.neutreno_layers, self.num_hidden_layers)
+        check_choice("norm_position", self.norm_position, NORM_POSITIONS)
+        check_choice("position_embedding_type", self.position_embedding_type, POSITION_EMBEDDING_TYPES)
+        check_choice("hidden_act", self.hidden_act, sorted(ACT2FN))
+        if self.position_embedding_type == "sinusoidal" and self.hidden_size % 2:
+            raise ValueError(f"Sinusoidal positions need an even `hidden_size`, got {self.hidden_size}.")
+        for name in DROPOUTS:
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"`{name}` must be in [0, 1), got {getattr(self, name)}.")
+        self._check_cutoffs()
+
+    def _check_cutoffs(self) -> None:
+        cutoffs = self.adaptive_softmax_cutoffs
+        if cutoffs is None:
+            return
+        cutoffs = list(cutoffs)
+        if (
+            not cutoffs
+            or any(isinstance(c, bool) or not isinstance(c, int) for c in cutoffs)
+            or cutoffs != sorted(set(cutoffs))
+            or cutoffs[0] < 1
+            or cutoffs[-1] >= self.vocab_size
+        ):
+            raise ValueError(
+                "`adaptive_softmax_cutoffs` must be a non-empty, strictly increasing list of integers in "
+                f"[1, vocab_size - 1] = [1, {self.vocab_size - 1}] (or None for a full softmax), got {cutoffs!r}."
+            )
+
+
+__all__ = ["NeuTRENOGPTConfig"]

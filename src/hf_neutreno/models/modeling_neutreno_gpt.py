@@ -1,0 +1,525 @@
+"""NeuTRENO GPT causal language model (Nguyen, Nguyen, Baraniuk, NeurIPS 2023), in the layout of `transformers`' Llama.
+
+Every layer after the first adds ``λ (V_0 − V_ℓ)`` to its attention output, per head and before the output
+projection, where V_0 are layer 0's values of the same tokens. The term is token-wise, so under the KV cache only
+the current tokens' V_0 is needed, and layer 0 computes it in the same forward pass: no extra cache.
+
+The output layer is a plain `nn.Linear` or, for large word vocabularies, a tied adaptive log-softmax
+([`NeuTRENOGPTAdaptiveLogSoftmax`]); both expose `lm_head.weight` of shape (vocab, hidden), tied to the input
+embeddings. Names follow Llama (`model.embed_tokens`, `model.layers.N.self_attn.q_proj`, `lm_head`), so PEFT finds
+`q_proj`/`v_proj`.
+
+This file travels with every checkpoint (``trust_remote_code``): it imports only torch, transformers and siblings.
+"""
+
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from transformers import GenerationMixin, PreTrainedModel
+from transformers import initialization as init
+from transformers.activations import ACT2FN
+from transformers.cache_utils import Cache, DynamicCache
+from transformers.masking_utils import create_causal_mask
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, slice_logits_to_keep
+from transformers.processing_utils import Unpack
+from transformers.utils import TransformersKwargs
+from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
+from transformers.utils.output_capturing import capture_outputs
+
+from .configuration_neutreno_gpt import NeuTRENOGPTConfig
+from .neutreno_common import add_auto_map, neutreno_lambda_for_layer, neutreno_projection
+
+
+class NeuTRENOGPTScaledEmbedding(nn.Embedding):
+    """Token embeddings times `embed_scale` (√hidden_size in the paper's Transformer-XL code, 1 in GPT-2)."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, embed_scale: float = 1.0):
+        super().__init__(num_embeddings, embedding_dim)
+        self.embed_scale = embed_scale
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        embeddings = super().forward(input_ids)
+        return embeddings if self.embed_scale == 1.0 else embeddings * self.embed_scale
+
+
+class NeuTRENOGPTSinusoidalPositionEmbedding(nn.Module):
+    """``[sin(p ω), cos(p ω)]`` with ``ω_i = 10000^(−2i/d)`` (Transformer-XL's layout), computed from the position ids.
+
+    No parameters and no buffers: nothing to save, resize or move between devices.
+    """
+
+    def __init__(self, embedding_dim: int):
+        super().__init__()
+        self.embedding_dim = embedding_dim
+
+    def forward(self, position_ids: torch.Tensor) -> torch.Tensor:
+        exponent = torch.arange(0, self.embedding_dim, 2, device=position_ids.device, dtype=torch.float32)
+        inv_freq = 1.0 / (10000 ** (exponent / self.embedding_dim))
+        angles = position_ids.float().unsqueeze(-1) * inv_freq
+        return torch.cat((angles.sin(), angles.cos()), dim=-1)
+
+    def extra_repr(self) -> str:
+        return f"embedding_dim={self.embedding_dim}"
+
+
+def eager_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    **kwargs: Unpack[TransformersKwargs],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    attn_weights = torch.matmul(query, key.transpose(2, 3)) * scaling
+    if attention_mask is not None:
+        attn_weights = attn_weights + attention_mask
+    attn_weights = nn.functional.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query.dtype)
+    attn_weights = nn.functional.dropout(attn_weights, p=dropout, training=module.training)
+    attn_output = torch.matmul(attn_weights, value).transpose(1, 2).contiguous()
+    return attn_output, attn_weights
+
+
+class NeuTRENOGPTAttention(nn.Module):
+    """Causal multi-head self-attention with the NeuTRENO term; returns (output, attention maps, this layer's values).
+
+    The values returned are the current tokens' (before the cache is appended), merged over heads: exactly the
+    V_0 that later layers need for the same tokens.
+    """
+
+    def __init__(self, config: NeuTRENOGPTConfig, layer_idx: int):
+        super().__init__()
+        self.config = config
+        self.layer_idx = layer_idx
+        self.head_dim = config.hidden_size // config.num_attention_heads
+        self.scaling = self.head_dim**-0.5
+        self.attention_dropout = config.attention_dropout
+        self.is_causal = True
+        self.neutreno_lambda = neutreno_lambda_for_layer(config, layer_idx)
+        inner = config.num_attention_heads * self.head_dim
+        self.q_proj = nn.Linear(config.hidden_size, inner, bias=config.attention_bias)
+        self.k_proj = nn.Linear(config.hidden_size, inner, bias=config.attention_bias)
+        self.v_proj = nn.Linear(config.hidden_size, inner, bias=config.attention_bias)
+        self.o_proj = nn.Linear(inner, config.hidden_size, bias=config.attention_bias)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        first_layer_values: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        input_shape = hidden_states.shape[:-1]
+        hidden_shape = (*input_shape, -1, self.head_dim)
+
+        query_states = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        key_states = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        values = self.v_proj(hidden_states)
+        value_states = values.view(hidden_shape).transpose(1, 2)
+
+        if past_key_values is not None:
+            key_states, value_states = past_key_values.update(key_states, value_states, self.layer_idx)
+
+        attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
+            self.config._attn_implementation, eager_attention_forward
+        )
+        attn_output, attn_weights = attention_interface(
+            self,
+            query_states,
+            key_states,
+            value_states,
+            attention_mask,
+            dropout=0.0 if not self.training else self.attention_dropout,
+            scaling=self.scaling,
+            **kwargs,
+        )
+        attn_output = neutreno_projection(
+            self.o_proj, attn_output.reshape(*input_shape, -1), values, first_layer_values, self.neutreno_lambda
+        )
+        return attn_output, attn_weights, values
+
+
+class NeuTRENOGPTMLP(nn.Module):
+    def __init__(self, config: NeuTRENOGPTConfig):
+        super().__init__()
+        self.fc1 = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.activation_fn = ACT2FN[config.hidden_act]
+        self.dropout = nn.Dropout(config.activation_dropout)
+        self.fc2 = nn.Linear(config.intermediate_size, config.hidden_size)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.dropout(self.activation_fn(self.fc1(hidden_states))))
+
+
+class NeuTRENOGPTDecoderLayer(GradientCheckpointingLayer):
+    """Attention and MLP blocks, LayerNorm before (GPT-2) or after (the paper) each residual sum.
+
+    Returns (hidden_states, this layer's values) so the model can hand layer 0's values to later layers.
+    """
+
+    def __init__(self, config: NeuTRENOGPTConfig, layer_idx: int):
+        super().__init__()
+        self.pre_norm = config.norm_position == "pre"
+        self.self_attn = NeuTRENOGPTAttention(config, layer_idx)
+        self.self_attn_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.mlp = NeuTRENOGPTMLP(config)
+        self.mlp_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        first_layer_values: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        use_cache: bool | None = False,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        residual = hidden_states
+        if self.pre_norm:
+            hidden_states = self.self_attn_layer_norm(hidden_states)
+        attn_output, _, values = self.self_attn(
+            hidden_states, attention_mask, first_layer_values, past_key_values=past_key_values, **kwargs
+        )
+        hidden_states = residual + self.dropout(attn_output)
+        if not self.pre_norm:
+            hidden_states = self.self_attn_layer_norm(hidden_states)
+
+        residual = hidden_states
+        if self.pre_norm:
+            hidden_states = self.mlp_layer_norm(hidden_states)
+        hidden_states = residual + self.dropout(self.mlp(hidden_states))
+        if not self.pre_norm:
+            hidden_states = self.mlp_layer_norm(hidden_states)
+        return hidden_states, values
+
+
+class NeuTRENOGPTAdaptiveLogSoftmax(nn.Module):
+    """Tied adaptive log-softmax (Grave et al. 2017) for large word vocabularies, as the paper's Transformer-XL code.
+
+    The algorithm of `torch.nn.AdaptiveLogSoftmaxWithLoss` with `div_value=1` and no tail projections, so every
+    token's output row is a row of `weight` (vocab, hidden), which can be tied to the input embeddings:
+
+    - the head scores the shortlist ``[0, cutoffs[0])`` and one logit per tail cluster (`cluster_weight`);
+    - tail cluster ``i`` covers ``[cutoffs[i], cutoffs[i+1])`` (the last ends at the vocabulary size); a token's
+      log-probability is its cluster's head log-probability plus its log-softmax within the cluster.
+
+    `forward` returns exact log-probabilities over the whole vocabulary (what `generate` needs as logits);
+    `nll` computes ``−log p(target)`` from the head and, per cluster, only the rows whose target falls in it, so
+    training never materialises a (tokens × vocab) matrix.
+    """
+
+    def __init__(self, hidden_size: int, vocab_size: int, cutoffs: list[int], bias: bool = True):
+        super().__init__()
+        self.vocab_size = vocab_size
+        self.cutoffs = list(cutoffs)
+        self.shortlist_size = self.cutoffs[0]
+        self.n_clusters = len(self.cutoffs)
+        self.weight = nn.Parameter(torch.empty(vocab_size, hidden_size))
+        self.bias = nn.Parameter(torch.zeros(vocab_size)) if bias else None
+        self.cluster_weight = nn.Parameter(torch.empty(self.n_clusters, hidden_size))
+        self.cluster_bias = nn.Parameter(torch.zeros(self.n_clusters)) if bias else None
+
+    def extra_repr(self) -> str:
+        return f"vocab_size={self.vocab_size}, cutoffs={self.cutoffs}, bias={self.bias is not None}"
+
+    def _logits(self, hidden_states: torch.Tensor, start: int, end: int) -> torch.Tensor:
+        bias = None if self.bias is None else self.bias[start:end]
+        return F.linear(hidden_states, self.weight[start:end], bias)
+
+    def head_log_probs(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """Log-probabilities of the shortlist tokens and of each tail cluster, (..., shortlist + clusters), fp32."""
+        # One matmul on the concatenated rows: concatenating (hidden × rows) weights is cheaper than (tokens × rows) scores.
+        weight = torch.cat((self.weight[: self.shortlist_size], self.cluster_weight))
+        bias = None if self.bias is None else torch.cat((self.bias[: self.shortlist_size], self.cluster_bias))
+        return F.linear(hidden_states, weight, bias).float().log_softmax(dim=-1)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """Log-probabilities over the whole vocabulary, (..., vocab_size), fp32."""
+        head = self.head_log_probs(hidden_states)
+        pieces = [head[..., : self.shortlist_size]]
+        bounds = self.cutoffs + [self.vocab_size]
+        for i in range(self.n_clusters):
+            tail = self._logits(hidden_states, bounds[i], bounds[i + 1]).float().log_softmax(dim=-1)
+            pieces.append(tail + head[..., self.shortlist_size + i, None])
+        return torch.cat(pieces, dim=-1)
+
+    def nll(self, hidden_states: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """``−log p(target)`` per row for hidden states (N, hidden) and targets (N,) in [0, vocab_size), fp32."""
+        head = self.head_log_probs(hidden_states)
+        head_index = target.clone()  # shortlist targets are their own head column
+        tail_log_prob = head.new_zeros(target.shape[0])
+        bounds = self.cutoffs + [self.vocab_size]
+        for i in range(self.n_clusters):
+            start, end = bounds[i], bounds[i + 1]
+            rows = ((target >= start) & (target < end)).nonzero().squeeze(1)
+            if rows.numel() == 0:
+                continue
+            tail = self._logits(hidden_states.index_select(0, rows), start, end).float().log_softmax(dim=-1)
+            picked = tail.gather(1, (target.index_select(0, rows) - start).unsqueeze(1)).squeeze(1)
+            tail_log_prob = tail_log_prob.index_copy(0, rows, picked)
+            head_index = head_index.index_fill(0, rows, self.shortlist_size + i)
+        return -(head.gather(1, head_index.unsqueeze(1)).squeeze(1) + tail_log_prob)
+
+
+def adaptive_causal_lm_loss(
+    lm_head: NeuTRENOGPTAdaptiveLogSoftmax,
+    hidden_states: torch.Tensor,
+    labels: torch.Tensor | None,
+    num_items_in_batch: torch.Tensor | int | None = None,
+    ignore_index: int = -100,
+    shift_labels: torch.Tensor | None = None,
+    **kwargs,
+) -> torch.Tensor:
+    """`transformers`' `ForCausalLMLoss` (shift, ignore_index, `num_items_in_batch`) for an adaptive head."""
+    if shift_labels is None:
+        shift_labels = F.pad(labels, (0, 1), value=ignore_index)[..., 1:]
+    hidden_states = hidden_states.reshape(-1, hidden_states.shape[-1])
+    targets = shift_labels.reshape(-1).to(hidden_states.device)
+    scored = targets != ignore_index
+    nll = lm_head.nll(hidden_states[scored], targets[scored])
+    if num_items_in_batch is None:
+        return nll.mean()
+    if torch.is_tensor(num_items_in_batch):
+        num_items_in_batch = num_items_in_batch.to(nll.device)
+    return nll.sum() / num_items_in_batch
+
+
+class NeuTRENOGPTPreTrainedModel(PreTrainedModel):
+    config: NeuTRENOGPTConfig
+    base_model_prefix = "model"
+    input_modalities = ("text",)
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["NeuTRENOGPTDecoderLayer"]
+    _skip_keys_device_placement = ["past_key_values"]
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_flex_attn = True
+    _supports_attention_backend = True
+    _can_record_outputs = {"hidden_states": NeuTRENOGPTDecoderLayer, "attentions": NeuTRENOGPTAttention}
+    _auto_classes = {"AutoModel": "NeuTRENOGPTModel", "AutoModelForCausalLM": "NeuTRENOGPTForCausalLM"}
+
+    def __init__(self, config: NeuTRENOGPTConfig, *inputs, **kwargs):
+        super().__init__(config, *inputs, **kwargs)
+        add_auto_map(config, self, self._auto_classes)
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module) -> None:
+        super()._init_weights(module)
+        if isinstance(module, NeuTRENOGPTAdaptiveLogSoftmax):
+            std = self.config.initializer_range
+            init.normal_(module.weight, mean=0.0, std=std)
+            init.normal_(module.cluster_weight, mean=0.0, std=std)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+                init.zeros_(module.cluster_bias)
+
+
+class NeuTRENOGPTModel(NeuTRENOGPTPreTrainedModel):
+    def __init__(self, config: NeuTRENOGPTConfig):
+        super().__init__(config)
+        config.validate_neutreno_gpt()  # the config may have been edited after construction
+        embed_scale = config.hidden_size**0.5 if config.scale_embeddings else 1.0
+        self.embed_tokens = NeuTRENOGPTScaledEmbedding(config.vocab_size, config.hidden_size, embed_scale)
+        if config.position_embedding_type == "learned":
+            self.embed_positions = nn.Embedding(config.max_position_embeddings, config.hidden_size)
+        else:
+            self.embed_positions = NeuTRENOGPTSinusoidalPositionEmbedding(config.hidden_size)
+        self.dropout = nn.Dropout(config.embedding_dropout)
+        self.layers = nn.ModuleList(
+            [NeuTRENOGPTDecoderLayer(config, layer_idx) for layer_idx in range(config.num_hidden_layers)]
+        )
+        # Post-LN blocks already end normalised; pre-LN stacks end with one LayerNorm (GPT-2's ln_f).
+        self.norm = (
+            nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+            if config.norm_position == "pre"
+            else nn.Identity()
+        )
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Module) -> None:
+        self.embed_tokens = value
+
+    @staticmethod
+    def position_ids_from_attention_mask(
+        attention_mask: torch.Tensor | None, past_seen_tokens: int, seq_length: int, device: torch.device
+    ) -> torch.Tensor:
+        """Positions that count only attended tokens, so a left-padded sequence gets the positions it has alone.
+
+        With a 2-D mask covering the cache and the new tokens, as `generate` computes them (cumsum − 1); otherwise
+        ``past_seen_tokens + arange(seq_length)``.
+        """
+        if attention_mask is not None and attention_mask.ndim == 2:
+            if attention_mask.shape[-1] == past_seen_tokens + seq_length:
+                position_ids = attention_mask.long().cumsum(-1) - 1
+                position_ids = position_ids.masked_fill(attention_mask == 0, 1)
+                return position_ids[:, -seq_length:].to(device)
+        return (torch.arange(seq_length, device=device) + past_seen_tokens).unsqueeze(0)
+
+    @merge_with_config_defaults
+    @capture_outputs
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> BaseModelOutputWithPast:
+        r"""
+        input_ids (`torch.LongTensor` of shape `(batch, tokens)`): token ids (or pass `inputs_embeds`, which the
+            model takes as already scaled token embeddings).
+        attention_mask (`torch.Tensor` of shape `(batch, past + tokens)`, *optional*): 1 for real tokens, 0 for
+            padding; without `position_ids`, positions count only the real tokens (left padding is exact).
+        position_ids (`torch.LongTensor` of shape `(batch, tokens)`, *optional*): positions of the tokens.
+        past_key_values (`Cache`, *optional*): the keys and values of earlier tokens (a `DynamicCache`).
+        """
+        if (input_ids is None) ^ (inputs_embeds is not None):
+            raise ValueError("Pass exactly one of `input_ids` and `inputs_embeds`.")
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids)
+        if use_cache and past_key_values is None:
+            past_key_values = DynamicCache(config=self.config)
+
+        seq_length = inputs_embeds.shape[1]
+        past_seen_tokens = past_key_values.get_seq_length() if past_key_values is not None else 0
+        if past_seen_tokens + seq_length > self.config.max_position_embeddings:
+            raise ValueError(
+                f"The sequence has {past_seen_tokens + seq_length} tokens (cache included), more than "
+                f"`max_position_embeddings`={self.config.max_position_embeddings} allows. Shorten it (e.g. a sliding "
+                "window of the training context), or, with sinusoidal positions, raise `max_position_embeddings`."
+            )
+        if position_ids is None:
+            position_ids = self.position_ids_from_attention_mask(
+                attention_mask, past_seen_tokens, seq_length, inputs_embeds.device
+            )
+
+        causal_mask = create_causal_mask(
+            config=self.config,
+            inputs_embeds=inputs_embeds,
+            attention_mask=attention_mask,
+            past_key_values=past_key_values,
+            position_ids=position_ids,
+        )
+        position_embeddings = self.embed_positions(position_ids).to(inputs_embeds.dtype)
+        hidden_states = self.dropout(inputs_embeds + position_embeddings)
+
+        first_layer_values = None
+        for layer in self.layers:
+            hidden_states, values = layer(
+                hidden_states,
+                causal_mask,
+                first_layer_values,
+                past_key_values=past_key_values,
+                use_cache=use_cache,
+                position_ids=position_ids,
+                **kwargs,
+            )
+            if first_layer_values is None:
+                first_layer_values = values
+        hidden_states = self.norm(hidden_states)
+        return BaseModelOutputWithPast(
+            last_hidden_state=hidden_states, past_key_values=past_key_values if use_cache else None
+        )
+
+
+class NeuTRENOGPTForCausalLM(NeuTRENOGPTPreTrainedModel, GenerationMixin):
+    _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+
+    def __init__(self, config: NeuTRENOGPTConfig):
+        super().__init__(config)
+        self.model = NeuTRENOGPTModel(config)
+        self.output_dropout = nn.Dropout(config.output_dropout)
+        if config.adaptive_softmax_cutoffs:
+            self.lm_head = NeuTRENOGPTAdaptiveLogSoftmax(
+                config.hidden_size, config.vocab_size, config.adaptive_softmax_cutoffs, bias=config.lm_head_bias
+            )
+        else:
+            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=config.lm_head_bias)
+        self.post_init()
+
+    def get_output_embeddings(self) -> nn.Module:
+        return self.lm_head
+
+    @property
+    def uses_adaptive_softmax(self) -> bool:
+        return isinstance(self.lm_head, NeuTRENOGPTAdaptiveLogSoftmax)
+
+    def resize_token_embeddings(self, *args, **kwargs):
+        if self.uses_adaptive_softmax:
+            raise ValueError(
+                "`resize_token_embeddings` cannot resize an adaptive softmax (its clusters are fixed token-id ranges); "
+                "build a new model with the new `vocab_size` and `adaptive_softmax_cutoffs` instead."
+            )
+        return super().resize_token_embeddings(*args, **kwargs)
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> CausalLMOutputWithPast:
+        r"""
+        labels (`torch.LongTensor` of shape `(batch, tokens)`, *optional*): next-token targets, shifted inside the
+            model as in every `transformers` causal LM (`labels = input_ids` works); -100 is ignored.
+        logits_to_keep (`int` or `torch.Tensor`, defaults to 0): compute logits only for the last `logits_to_keep`
+            positions (0: all), or for the given positions.
+
+        With an adaptive softmax, `logits` are exact log-probabilities over the vocabulary, and when `labels` are
+        given the loss is computed from the needed output rows only and `logits` is `None` (the full
+        (tokens × vocab) matrix is what the adaptive softmax exists to avoid; call without labels to get it).
+        """
+        outputs: BaseModelOutputWithPast = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        hidden_states = self.output_dropout(outputs.last_hidden_state)
+
+        logits = loss = None
+        if labels is not None and self.uses_adaptive_softmax:
+            loss = adaptive_causal_lm_loss(self.lm_head, hidden_states, labels, **kwargs)
+        else:
+            logits = self.lm_head(slice_logits_to_keep(hidden_states, logits_to_keep))
+            if labels is not None:
+                loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
+
+        return CausalLMOutputWithPast(
+            loss=loss,
+            logits=logits,
+            past_key_values=outputs.past_key_values,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+
+
+__all__ = [
+    "NeuTRENOGPTAdaptiveLogSoftmax",
+    "NeuTRENOGPTForCausalLM",
+    "NeuTRENOGPTModel",
+    "NeuTRENOGPTPreTrainedModel",
+]
