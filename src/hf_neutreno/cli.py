@@ -9,7 +9,9 @@ import importlib
 import sys
 
 # name: (module, one-line help)
-SUBCOMMANDS: dict[str, tuple[str, str]] = {}
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "diagnose": ("hf_neutreno.diagnostics.cli", "measure over-smoothing of a model, per layer, on a dataset"),
+}
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
