@@ -8,6 +8,11 @@ Conventions shared by every function:
 - Everything is computed in float32 (float64 where noted), whatever the model's dtype.
 - A value that is undefined for a sample (fewer than two tokens, a zero matrix, ...) is NaN; the caller leaves it out
   of the average and counts the samples that entered it.
+- Hidden-state metrics treat every real token alike, prefix tokens (CLS, distillation) included, and use the same
+  formulas for causal models (all pairs of real tokens), as the papers do for encoders.
+- Attention metrics are per head on the tensors the layer's attention function receives (after RoPE, before the
+  output projection; for NeuTRENO, before the ``λ (V_0 − V)`` term is added), with the mask that function receives:
+  masked keys (padding, later tokens of a causal model) get probability 0, and padded query rows are left out.
 """
 
 import torch
@@ -90,10 +95,12 @@ def effective_rank(hidden: torch.Tensor, token_mask: torch.Tensor | None = None)
     r"""Effective rank (Roy & Vetterli 2007): exp(H(p)), p_k = σ_k / Σσ over the singular values of X (real tokens).
 
     H is the Shannon entropy (natural log), so the value lies in [1, min(N, d)]: 1 for identical tokens.
-    The singular values are the square roots of the eigenvalues of the smaller Gram matrix. Over-smoothed states are
-    dominated by the mean token, which a float32 Gram matrix would blur into the small eigenvalues; the Gram matrix is
-    therefore split as CᵀC + n x̄x̄ᵀ (C = X − 1x̄ᵀ, exact since Cᵀ1 = 0), the mean part in float64, and
-    eigendecomposed in float64. Padding rows are zero and add no singular value.
+    The singular values are the square roots of the eigenvalues of the smaller Gram matrix (d × d or N × N).
+    Over-smoothed states are dominated by the mean token, which a float32 Gram matrix would blur into the small
+    eigenvalues (an exact rank-one matrix would read 1.14); the Gram matrix is therefore assembled from the centred
+    tokens C = X − 1x̄ᵀ in float32 plus the mean terms in float64 (XᵀX = CᵀC + n x̄x̄ᵀ, since Cᵀ1 = 0) and
+    eigendecomposed in float64. Padding rows are zero and add no singular value. This is the costly metric: one
+    eigendecomposition per sample and hidden state.
     """
     x, m = hidden.float(), _mask(hidden, token_mask)
     n = m.sum(dim=1)
