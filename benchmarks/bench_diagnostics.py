@@ -49,7 +49,8 @@ def load_images(data_dir: Path, count: int) -> torch.Tensor:
     table = pq.read_table(data_dir / "cifar10" / "test-00000-of-00001.parquet", columns=["img"]).slice(0, count)
     if table.num_rows < count:
         raise ValueError(f"CIFAR-10 test has {table.num_rows} images, {count} asked.")
-    images = [np.asarray(Image.open(io.BytesIO(row["bytes"])).convert("RGB")) for row in table.column("img").to_pylist()]
+    rows = table.column("img").to_pylist()
+    images = [np.asarray(Image.open(io.BytesIO(row["bytes"])).convert("RGB")) for row in rows]
     return torch.from_numpy(np.stack(images)).permute(0, 3, 1, 2).contiguous()
 
 

@@ -58,8 +58,12 @@ def test_report_json_round_trip(tmp_path):
 
 
 def test_undefined_values_survive_json_as_nan(tmp_path):
-    report = OversmoothingReport(values={"cosine_similarity": [float("nan"), 0.5]}, layers={"cosine_similarity": [0, 1]},
-                                 counts={"cosine_similarity": [0, 4]}, num_samples=4)  # fmt: skip
+    report = OversmoothingReport(
+        values={"cosine_similarity": [float("nan"), 0.5]},
+        layers={"cosine_similarity": [0, 1]},
+        counts={"cosine_similarity": [0, 4]},
+        num_samples=4,
+    )
     again = OversmoothingReport.from_json(report.to_json())
     assert math.isnan(again.per_layer("cosine_similarity")[0]) and again.per_layer("cosine_similarity")[1] == 0.5
 
@@ -205,7 +209,8 @@ def test_cli_writes_report_and_plot_for_an_image_model(image_model_dir, cifar_di
     # A second run drawn against the first: same model, same subset, so identical values.
     again = tmp_path / "again.json"
     code = main(["diagnose", str(image_model_dir), "--dataset", str(cifar_dir), "--num-samples", "20",
-                 "--metrics", "cosine_similarity", "--compare", str(out), "--out", str(again), "--no-progress"])  # fmt: skip
+                 "--metrics", "cosine_similarity", "--compare", str(out), "--out", str(again),
+                 "--no-progress"])  # fmt: skip
     assert code == 0
     second = OversmoothingReport.from_json(again)
     assert second.metrics == ["cosine_similarity"]

@@ -76,7 +76,11 @@ def frequency_components(hidden: torch.Tensor, token_mask: torch.Tensor | None =
 
 
 def hfc_lfc_ratio(hidden: torch.Tensor, token_mask: torch.Tensor | None = None) -> torch.Tensor:
-    r"""‖HFC[X]‖_F / ‖LFC[X]‖_F (Dovonon et al.): tends to 0 as the model over-smooths. NaN where the mean token is 0."""
+    r"""‖HFC[X]‖_F / ‖LFC[X]‖_F (Dovonon et al.): tends to 0 as the model over-smooths.
+
+    The poster writes ‖·‖_2; the Frobenius norm is used here (O(N d); for the rank-one LFC both are equal).
+    NaN where the mean token is 0.
+    """
     hfc, lfc, _ = frequency_components(hidden, token_mask)
     return _nan_where(lfc > 0, hfc / lfc.clamp_min(torch.finfo(torch.float32).tiny))
 
@@ -232,9 +236,9 @@ def gradient_alignment(
     with s the model's own attention scaling (1/√d_head) and j over the keys that i may attend to (padding and, in a
     causal model, later tokens excluded). The cosine ignores a positive factor per estimate, so each is computed from
     the kernel normalised over j ≠ i (no overflow) as v_i − Σ_{j≠i} Â_ij v_j: the j = i term is zero, and leaving it
-    out of the normalisation avoids cancellation and underflow when a token attends mostly to itself. The cosine is averaged over heads and
-    real query tokens; positions where an estimate is zero (a causal model's first token, which attends only to
-    itself) are left out.
+    out of the normalisation avoids cancellation and underflow when a token attends mostly to itself. The cosine is
+    averaged over heads and real query tokens; positions where an estimate is zero (a causal model's first token,
+    which attends only to itself) are left out.
     """
     heads = query.shape[1]
     key, value = _repeat_heads(key, heads), _repeat_heads(value, heads).float()

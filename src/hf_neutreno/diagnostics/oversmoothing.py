@@ -282,5 +282,10 @@ def measure_oversmoothing(
     layer_ids, values, counts = accumulator.result()
     metadata = {"model_class": type(model).__name__, "num_hidden_states": num_hidden_states}
     return OversmoothingReport(
-        values=values, layers=layer_ids, counts=counts, num_samples=num_samples, model_name=model_name, metadata=metadata
+        values=values,
+        layers=layer_ids,
+        counts=counts,
+        num_samples=num_samples,
+        model_name=model_name,
+        metadata=metadata,
     )

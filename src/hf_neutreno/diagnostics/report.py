@@ -127,7 +127,8 @@ class OversmoothingReport:
             if metric not in other.values:
                 continue
             theirs = dict(zip(other.layers[metric], other.values[metric]))
-            shared = [(layer, value) for layer, value in zip(self.layers[metric], self.values[metric]) if layer in theirs]
+            pairs = zip(self.layers[metric], self.values[metric])
+            shared = [(layer, value) for layer, value in pairs if layer in theirs]
             result[metric] = {
                 "layers": [layer for layer, _ in shared],
                 "self": [value for _, value in shared],
@@ -148,7 +149,8 @@ class OversmoothingReport:
             lines.append(f"{metric:<{first}}" + "".join(f"  {label:>{w}}" for label, w in zip(labels, widths)))
             for layer in sorted(set().union(*columns)):
                 cells = [_fmt(column.get(layer)) for column in columns]
-                lines.append(f"{'layer ' + str(layer):<{first}}" + "".join(f"  {c:>{w}}" for c, w in zip(cells, widths)))
+                row = "".join(f"  {cell:>{w}}" for cell, w in zip(cells, widths))
+                lines.append(f"{'layer ' + str(layer):<{first}}" + row)
             lines.append("")
         return "\n".join(lines).rstrip() + "\n"
 
