@@ -57,6 +57,16 @@ def _register() -> None:
 
 _register()
 
+
+def __getattr__(name: str):
+    # The diagnostics import the Trainer machinery: load them on first use to keep `import hf_neutreno` fast.
+    if name == "OversmoothingCallback":
+        from .diagnostics.callback import OversmoothingCallback
+
+        return OversmoothingCallback
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "EigenViTAttention",
     "EigenViTConfig",
@@ -72,4 +82,5 @@ __all__ = [
     "NeuTRENOViTForImageClassification",
     "NeuTRENOViTModel",
     "NeuTRENOViTPreTrainedModel",
+    "OversmoothingCallback",
 ]

@@ -12,6 +12,7 @@ import sys
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "push": ("hf_neutreno.hub", "Push a saved model with its code, processor and model card to the Hugging Face Hub."),
     "evaluate-lm": ("hf_neutreno.lm_eval", "Perplexity of a causal LM: the paper's sliding window and blocks."),
+    "diagnose": ("hf_neutreno.diagnostics.cli", "Measure over-smoothing of a model, per layer, on a dataset."),
 }
 
 

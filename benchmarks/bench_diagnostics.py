@@ -1,0 +1,181 @@
+"""Cost of `measure_oversmoothing` relative to plain inference, and its peak memory at two numbers of samples.
+
+DeiT-tiny (NeuTRENO, λ = 0.6, random weights: timing does not depend on them) on real CIFAR-10 test images resized
+to the model's input size. Every mode consumes the same batches, made on the fly from the decoded 32×32 images:
+
+    inference   model(pixel_values), nothing else (the baseline)
+    cheap       cosine similarity, HFC/LFC ratio, distance to rank one
+    hidden      the hidden-state metrics (cheap + effective rank)
+    all         every metric, attention metrics included
+
+Timings are measured side by side in one process, the modes interleaved, median of `--repeats`. Peak memory is
+measured in a fresh process per (mode, N): peak resident memory on CPU, `torch.cuda.max_memory_allocated` on CUDA.
+
+    python benchmarks/bench_diagnostics.py --quick          # CPU: 64 and 128 images
+    python benchmarks/bench_diagnostics.py                  # 500 and 1000 images (issue 5)
+"""
+
+import argparse
+import io
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+MODES = ("inference", "cheap", "hidden", "all")
+METRICS_OF = {
+    "cheap": ["cosine_similarity", "hfc_lfc_ratio", "rank_one_distance"],
+    "hidden": ["cosine_similarity", "hfc_lfc_ratio", "rank_one_distance", "effective_rank"],
+    "all": None,
+}
+
+
+def default_data_dir() -> Path:
+    env = os.environ.get("HF_NEUTRENO_DATA")
+    return Path(env) if env else Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def load_images(data_dir: Path, count: int) -> torch.Tensor:
+    """The first `count` CIFAR-10 test images as a uint8 tensor (count, 3, 32, 32) (3 KB each)."""
+    import numpy as np
+    import pyarrow.parquet as pq
+    from PIL import Image
+
+    table = pq.read_table(data_dir / "cifar10" / "test-00000-of-00001.parquet", columns=["img"]).slice(0, count)
+    if table.num_rows < count:
+        raise ValueError(f"CIFAR-10 test has {table.num_rows} images, {count} asked.")
+    rows = table.column("img").to_pylist()
+    images = [np.asarray(Image.open(io.BytesIO(row["bytes"])).convert("RGB")) for row in rows]
+    return torch.from_numpy(np.stack(images)).permute(0, 3, 1, 2).contiguous()
+
+
+class Batches:
+    """Normalised, resized batches made on demand: memory does not grow with the number of images."""
+
+    def __init__(self, images: torch.Tensor, batch_size: int, size: int, device: str):
+        self.images, self.batch_size, self.size, self.device = images, batch_size, size, device
+
+    def __len__(self) -> int:
+        return -(-len(self.images) // self.batch_size)
+
+    def __iter__(self):
+        for start in range(0, len(self.images), self.batch_size):
+            x = self.images[start : start + self.batch_size].to(self.device).float() / 255
+            x = torch.nn.functional.interpolate(x, size=(self.size, self.size), mode="bilinear", align_corners=False)
+            yield {"pixel_values": (x - 0.5) / 0.5}
+
+
+def build_model(size: int, device: str):
+    from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTModel
+
+    torch.manual_seed(0)
+    config = NeuTRENOViTConfig.from_preset("deit-tiny", image_size=size)
+    return NeuTRENOViTModel(config).to(device).eval()
+
+
+def run_mode(mode: str, model, batches: Batches) -> None:
+    from hf_neutreno.diagnostics import measure_oversmoothing
+
+    if mode == "inference":
+        with torch.no_grad():
+            for batch in batches:
+                model(**batch)
+    else:
+        measure_oversmoothing(model, batches, metrics=METRICS_OF[mode], progress=False)
+
+
+def synchronize(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def timings(args, images: torch.Tensor) -> dict[str, float]:
+    model = build_model(args.image_size, args.device)
+    batches = Batches(images, args.batch_size, args.image_size, args.device)
+    warm = Batches(images[: args.batch_size], args.batch_size, args.image_size, args.device)
+    for mode in MODES:  # warm-up: kernels, allocator, the probe registration
+        run_mode(mode, model, warm)
+    seconds = {mode: [] for mode in MODES}
+    for _ in range(args.repeats):
+        for mode in MODES:
+            synchronize(args.device)
+            start = time.perf_counter()
+            run_mode(mode, model, batches)
+            synchronize(args.device)
+            seconds[mode].append(time.perf_counter() - start)
+    return {mode: statistics.median(values) for mode, values in seconds.items()}
+
+
+def peak_memory_worker(args) -> None:
+    """Run one mode once in this (fresh) process and print its peak memory in MiB as JSON."""
+    images = load_images(args.data_dir, args.num_images)
+    model = build_model(args.image_size, args.device)
+    batches = Batches(images, args.batch_size, args.image_size, args.device)
+    if args.device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats()
+    run_mode(args.worker, model, batches)
+    if args.device.startswith("cuda"):
+        peak = torch.cuda.max_memory_allocated() / 2**20
+    else:
+        status = Path("/proc/self/status").read_text()
+        peak = int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM"))) / 1024
+    print(json.dumps({"peak_mib": peak}))
+
+
+def peak_memory(args, mode: str, num_images: int) -> float:
+    command = [sys.executable, __file__, "--worker", mode, "--num-images", str(num_images),
+               "--batch-size", str(args.batch_size), "--image-size", str(args.image_size), "--device", args.device,
+               "--data-dir", str(args.data_dir), "--threads", str(args.threads)]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, check=True)
+    return json.loads(result.stdout.strip().splitlines()[-1])["peak_mib"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="CPU-sized run: 64 and 128 images, 2 repeats")
+    parser.add_argument("--sizes", type=int, nargs=2, default=None, metavar=("N1", "N2"),
+                        help="numbers of images (timing at N2, memory at both; default 500 1000)")  # fmt: skip
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--image-size", type=int, default=224)
+    parser.add_argument("--repeats", type=int, default=None, help="timed passes per mode (default 3; quick: 2)")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--data-dir", type=Path, default=default_data_dir())
+    parser.add_argument("--json", type=Path, default=None, help="also write the results here")
+    parser.add_argument("--worker", choices=MODES, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--num-images", type=int, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    args.threads = torch.get_num_threads()
+    if args.worker:
+        peak_memory_worker(args)
+        return
+
+    sizes = args.sizes or ((64, 128) if args.quick else (500, 1000))
+    args.repeats = args.repeats or (2 if args.quick else 3)
+    images = load_images(args.data_dir, sizes[1])
+    seconds = timings(args, images)
+    memory = {mode: [peak_memory(args, mode, n) for n in sizes] for mode in MODES}
+
+    device = torch.cuda.get_device_name() if args.device.startswith("cuda") else f"CPU, {args.threads} threads"
+    print(f"DeiT-tiny (NeuTRENO λ=0.6) at {args.image_size} px, batch {args.batch_size}, {device}, "
+          f"torch {torch.__version__}")  # fmt: skip
+    print(f"time: {sizes[1]} CIFAR-10 images, median of {args.repeats}; memory: peak "
+          f"{'CUDA allocated' if args.device.startswith('cuda') else 'resident'} at {sizes[0]} and {sizes[1]} images\n")
+    print(f"| mode | seconds | × inference | peak MiB @ {sizes[0]} | peak MiB @ {sizes[1]} |")
+    print("|---|---|---|---|---|")
+    for mode in MODES:
+        ratio = seconds[mode] / seconds["inference"]
+        print(f"| {mode} | {seconds[mode]:.2f} | {ratio:.2f} | {memory[mode][0]:.0f} | {memory[mode][1]:.0f} |")
+    if args.json:
+        args.json.write_text(json.dumps({"sizes": sizes, "seconds": seconds, "peak_mib": memory, "device": device}))
+
+
+if __name__ == "__main__":
+    main()

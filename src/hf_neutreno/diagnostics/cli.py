@@ -1,0 +1,183 @@
+"""Measure over-smoothing of a model on a dataset: per-layer token similarity, HFC/LFC, rank, J(u), ...
+
+    hf-neutreno diagnose ./my-neutreno-deit --dataset ../shared/data/cifar10 --out report.json --plot report.png
+    hf-neutreno diagnose gpt2 --dataset Salesforce/wikitext --dataset-config wikitext-2-v1 --metrics cosine_similarity
+
+MODEL_OR_DIR is a Hub name or a local folder with the model and its image processor or tokenizer. Image datasets
+(an Image column) go through the model's image processor, text datasets (a `text` column; empty lines dropped)
+through its tokenizer, with padding per batch (excluded from every metric). The samples are a seeded random subset.
+"""
+
+import argparse
+import math
+import sys
+
+from .metrics import METRICS, check_metrics
+
+DEFAULT_SPLITS = ("test", "validation", "train")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", metavar="MODEL_OR_DIR", help="Hub model name or local folder")
+    parser.add_argument("--dataset", required=True, metavar="NAME_OR_DIR", help="Hub dataset name or local folder")
+    parser.add_argument("--dataset-config", default=None, help="configuration name of a Hub dataset")
+    parser.add_argument("--split", default=None, help=f"split to use (default: the first of {list(DEFAULT_SPLITS)})")
+    parser.add_argument("--num-samples", type=int, default=1000, help="samples to measure (default: 1000)")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--max-length", type=int, default=256, help="text: tokens per sample (default: 256)")
+    parser.add_argument("--metrics", nargs="+", default=None, metavar="METRIC", help=f"default: all of {list(METRICS)}")
+    parser.add_argument("--layers", nargs="+", type=int, default=None, help="hidden-state indices (default: all)")
+    parser.add_argument("--out", default=None, metavar="REPORT.json", help="write the report as JSON")
+    parser.add_argument("--plot", default=None, metavar="REPORT.png", help="write per-layer curves as PNG")
+    parser.add_argument(
+        "--compare", nargs="+", default=(), metavar="OTHER.json", help="earlier reports to draw and tabulate alongside"
+    )
+    parser.add_argument("--trust-remote-code", action="store_true", help="allow code from the model folder or repo")
+    parser.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random subset (default: 0)")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+
+class _Batches:
+    """Batches made on the fly from a dataset (nothing is preprocessed ahead), with a length for the progress bar."""
+
+    def __init__(self, dataset, batch_size: int, encode):
+        self.dataset, self.batch_size, self.encode = dataset, batch_size, encode
+
+    def __len__(self) -> int:
+        return math.ceil(len(self.dataset) / self.batch_size)
+
+    def __iter__(self):
+        for start in range(0, len(self.dataset), self.batch_size):
+            yield self.encode(self.dataset[start : start + self.batch_size])
+
+
+def _load_model(name: str, trust_remote_code: bool):
+    """The checkpoint's own architecture (`config.architectures`), so that no weight is left unused; else AutoModel."""
+    import transformers
+    from transformers import AutoConfig, AutoModel
+
+    import hf_neutreno  # registers this package's models with the Auto classes
+
+    config = AutoConfig.from_pretrained(name, trust_remote_code=trust_remote_code)
+    architecture = (getattr(config, "architectures", None) or [None])[0]
+    auto_map = getattr(config, "auto_map", None) or {}
+    for auto_name, reference in auto_map.items():  # remote code: the Auto class that serves the architecture
+        if auto_name != "AutoConfig" and reference.split(".")[-1] == architecture and hasattr(transformers, auto_name):
+            return getattr(transformers, auto_name).from_pretrained(name, trust_remote_code=trust_remote_code)
+    model_class = getattr(transformers, architecture, None) or getattr(hf_neutreno, architecture, None)
+    if isinstance(model_class, type) and issubclass(model_class, transformers.PreTrainedModel):
+        return model_class.from_pretrained(name)
+    return AutoModel.from_pretrained(name, trust_remote_code=trust_remote_code)
+
+
+def _image_encoder(args, column: str):
+    from transformers import AutoImageProcessor
+
+    try:
+        processor = AutoImageProcessor.from_pretrained(args.model, trust_remote_code=args.trust_remote_code)
+    except (OSError, ValueError) as error:
+        raise ValueError(
+            f"No image processor found for {args.model!r} ({error}); save one next to the model with "
+            "`processor.save_pretrained(folder)`."
+        ) from None
+
+    def encode(rows):
+        return dict(processor([image.convert("RGB") for image in rows[column]], return_tensors="pt"))
+
+    return encode
+
+
+def _text_encoder(args):
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(args.model, trust_remote_code=args.trust_remote_code)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"No tokenizer found for {args.model!r} ({error}).") from None
+    if tokenizer.pad_token is None:  # GPT-2 and Llama have none; padding is masked out anyway
+        if tokenizer.eos_token is None:
+            raise ValueError(f"The tokenizer of {args.model!r} has neither a pad nor an eos token to pad batches with.")
+        tokenizer.pad_token = tokenizer.eos_token
+
+    def encode(rows):
+        return dict(
+            tokenizer(rows["text"], padding=True, truncation=True, max_length=args.max_length, return_tensors="pt")
+        )
+
+    return encode
+
+
+def _dataset(args):
+    from datasets import Image
+    from datasets.exceptions import DatasetGenerationError
+
+    from ..data import get_split, load_image_dataset, subset
+
+    # `load_image_dataset` reads any Hub name, Parquet folder or imagefolder; nothing in it is image-specific.
+    try:
+        dataset = load_image_dataset(args.dataset, args.dataset_config)
+    except DatasetGenerationError as error:  # e.g. a Parquet file with no rows
+        raise ValueError(f"Dataset {args.dataset!r} could not be read: {error.__cause__ or error}") from None
+    if args.split is None:
+        split = next((s for s in DEFAULT_SPLITS if s in dataset), None) or next(iter(dataset))
+    else:
+        split = args.split
+    data = get_split(dataset, split)
+    image_column = next((name for name, f in data.features.items() if isinstance(f, Image)), None)
+    if image_column is None and "text" not in data.features:
+        raise ValueError(
+            f"{args.dataset!r} has neither an Image column nor a `text` column (columns: {list(data.features)})."
+        )
+    if image_column is None:
+        data = data.filter(lambda text: bool(text.strip()), input_columns="text")
+    if len(data) == 0:
+        raise ValueError(f"Split {split!r} of {args.dataset!r} has no samples to measure.")
+    data = subset(data, min(args.num_samples, len(data)), seed=args.seed)
+    return data, split, image_column
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    except (ValueError, OSError) as error:
+        print(f"hf-neutreno diagnose: error: {error}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    import torch
+
+    from .oversmoothing import measure_oversmoothing
+    from .report import OversmoothingReport
+
+    # Cheap checks first: a typo should not cost a model download.
+    metrics = check_metrics(args.metrics) if args.metrics is not None else None
+    for name, value in (("--num-samples", args.num_samples), ("--batch-size", args.batch_size)):
+        if value < 1:
+            raise ValueError(f"`{name}` must be at least 1, got {value}.")
+    others = [OversmoothingReport.from_json(path) for path in args.compare]
+
+    data, split, image_column = _dataset(args)
+    encode = _image_encoder(args, image_column) if image_column else _text_encoder(args)
+    model = _load_model(args.model, args.trust_remote_code)
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    model.to(device)
+
+    report = measure_oversmoothing(
+        model,
+        _Batches(data, args.batch_size, encode),
+        metrics=metrics,
+        layers=args.layers,
+        progress=not args.no_progress,
+        model_name=args.model,
+    )
+    report.metadata.update(dataset=args.dataset, dataset_config=args.dataset_config, split=split, seed=args.seed)
+    print(report.table(others))
+    if args.out:
+        report.to_json(args.out)
+        print(f"Report written to {args.out}")
+    if args.plot:
+        report.plot(args.plot, others=others)
+        print(f"Plot written to {args.plot}")
+    return 0

@@ -1,0 +1,264 @@
+"""`measure_oversmoothing` on real models: the paper's Fig. 6 on CIFAR-10, native transformers models with padded
+batches, attention metrics against an independent computation, and clear errors."""
+
+import io
+import warnings
+
+import pyarrow.parquet as pq
+import pytest
+import torch
+from PIL import Image
+from torch import nn
+from transformers import (
+    BertConfig,
+    BertModel,
+    GPT2Config,
+    GPT2Model,
+    LlamaConfig,
+    LlamaModel,
+    ViTConfig,
+    ViTImageProcessorPil,
+    ViTModel,
+)
+
+from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTModel
+from hf_neutreno.diagnostics import ATTENTION_METRICS, METRICS, measure_oversmoothing
+
+TINY_VIT = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64, image_size=16,
+                patch_size=4)  # fmt: skip
+
+
+def cifar10_images(data_dir, count: int) -> list[Image.Image]:
+    """The first `count` CIFAR-10 test images (the local copy is shuffled, so these are a random sample)."""
+    table = pq.read_table(data_dir / "cifar10" / "test-00000-of-00001.parquet", columns=["img"]).slice(0, count)
+    return [Image.open(io.BytesIO(row["bytes"])).convert("RGB") for row in table.column("img").to_pylist()]
+
+
+def test_fig6_neutreno_lowers_last_layer_token_similarity_at_random_init(data_dir):
+    # NeuTRENO Fig. 6: randomly initialised 12-layer DeiT-tiny, same weights with λ = 0.6 and λ = 0. At 32 px with
+    # 4 px patches (65 tokens) to fit CI time; the gap is large (≈ 0.3 vs ≈ 0.7 over several seeds).
+    config = NeuTRENOViTConfig.from_preset("deit-tiny", image_size=32, patch_size=4)
+    neutreno = NeuTRENOViTModel(config)
+    baseline = NeuTRENOViTModel(NeuTRENOViTConfig.from_preset("deit-tiny", image_size=32, patch_size=4,
+                                                              neutreno_lambda=0.0))  # fmt: skip
+    baseline.load_state_dict(neutreno.state_dict())
+    processor = ViTImageProcessorPil(size={"height": 32, "width": 32})
+    pixels = processor(cifar10_images(data_dir, 32), return_tensors="pt")["pixel_values"]
+    batches = [{"pixel_values": pixels[:16]}, {"pixel_values": pixels[16:]}]
+
+    with_neutreno = measure_oversmoothing(neutreno, batches, metrics=["cosine_similarity"], progress=False)
+    without = measure_oversmoothing(baseline, batches, metrics=["cosine_similarity"], progress=False)
+    ours, theirs = with_neutreno.per_layer("cosine_similarity"), without.per_layer("cosine_similarity")
+    print(f"\nFig. 6 last-layer cosine: NeuTRENO {ours[-1]:.3f}, λ=0 {theirs[-1]:.3f}")
+    assert len(ours) == 13 and with_neutreno.num_samples == 32
+    # Layer 0 provides V_0, so the embeddings and block 1 are identical: the same weights were compared.
+    assert ours[:2] == pytest.approx(theirs[:2], abs=1e-5)
+    assert ours[-1] < theirs[-1] - 0.1
+    assert theirs[-1] > theirs[1]  # the plain model over-smooths with depth
+
+
+def _text_batch(vocab: int = 50):
+    input_ids = torch.randint(3, vocab, (3, 9))
+    attention_mask = torch.ones(3, 9, dtype=torch.long)
+    attention_mask[1, 6:] = 0
+    attention_mask[2, 3:] = 0
+    return {"input_ids": input_ids, "attention_mask": attention_mask}
+
+
+def _native_model(name: str):
+    """A tiny native transformers model built from its config, and a batch for it (padded text for text models)."""
+    if name == "vit":
+        return ViTModel(ViTConfig(**TINY_VIT)), {"pixel_values": torch.randn(3, 3, 16, 16)}
+    text = dict(vocab_size=50, num_hidden_layers=3, num_attention_heads=4, bos_token_id=1, eos_token_id=2)
+    if name == "bert":
+        model = BertModel(BertConfig(hidden_size=32, intermediate_size=64, **text))
+    elif name == "gpt2":
+        model = GPT2Model(GPT2Config(n_embd=32, **text))
+    else:
+        model = LlamaModel(LlamaConfig(hidden_size=32, intermediate_size=64, num_key_value_heads=2, **text))
+    return model, _text_batch()
+
+
+@pytest.mark.parametrize("name", ["vit", "bert", "gpt2", "llama"])
+def test_native_models_give_every_metric_on_every_layer(name):
+    model, batch = _native_model(name)
+    model.train()
+    implementation = model.config._attn_implementation
+    report = measure_oversmoothing(model, [batch, batch], progress=False)
+    assert report.metrics == list(METRICS) and report.num_samples == 6
+    for metric in METRICS:
+        expected = {"attention_map_similarity": [2, 3]}.get(metric, [1, 2, 3] if metric in ATTENTION_METRICS else
+                                                            [0, 1, 2, 3])  # fmt: skip
+        assert report.layer_indices(metric) == expected, metric
+        assert all(value == value for value in report.per_layer(metric)), metric  # no NaN
+        assert report.counts[metric] == [6] * len(expected)
+    assert model.training and model.config._attn_implementation == implementation  # both restored
+
+
+@pytest.mark.parametrize("name", ["bert", "gpt2"])
+def test_padding_is_excluded(name):
+    # A padded batch gives the same report as the sequences measured one by one without padding: padded tokens
+    # enter no metric (BERT masks them; GPT-2 is causal with right padding, so real tokens never see them).
+    model, batch = _native_model(name)
+    padded = measure_oversmoothing(model, [batch], progress=False)
+    lengths = batch["attention_mask"].sum(1).tolist()
+    singles = [
+        {"input_ids": batch["input_ids"][i : i + 1, :n], "attention_mask": batch["attention_mask"][i : i + 1, :n]}
+        for i, n in enumerate(lengths)
+    ]
+    one_by_one = measure_oversmoothing(model, singles, progress=False)
+    for metric in METRICS:
+        assert padded.per_layer(metric) == pytest.approx(one_by_one.per_layer(metric), rel=1e-4, abs=1e-5), metric
+
+
+def _reference_attention_metrics(per_layer_qkv, maps, token_mask, scaling, causal):
+    """J(u), ∇J alignment and map similarity from the definitions, per sample, averaged over samples.
+
+    `per_layer_qkv[ℓ]` are the (batch, heads, tokens, head_dim) tensors computed in the test from the layer's own
+    weights; `maps[ℓ]` the attention probabilities the model returns with eager attention (`output_attentions`).
+    """
+    j_values, alignment_values, similarity_values = [], [], []
+    for layer, (q, k, v) in enumerate(per_layer_qkv):
+        j_samples, a_samples, s_samples = [], [], []
+        for b in range(q.shape[0]):
+            n = int(token_mask[b].sum())
+            allowed = torch.ones(n, n, dtype=torch.bool)
+            if causal:
+                allowed = allowed.tril()
+            a = maps[layer][b, :, :n, :n].double()
+            vb = v[b, :, :n].double()
+            diff = vb[:, :, None, :] - vb[:, None, :, :]  # (heads, i, j, d): v_i − v_j
+            j_samples.append(0.5 / n * (a * diff.square().sum(-1)).sum())
+            kernel_sym = torch.exp(k[b, :, :n].double() @ k[b, :, :n].double().mT * scaling) * allowed
+            kernel_asym = torch.exp(q[b, :, :n].double() @ k[b, :, :n].double().mT * scaling) * allowed
+            g_sym = (diff * kernel_sym[..., None]).sum(2)
+            g_asym = (diff * kernel_asym[..., None]).sum(2)
+            cos = (g_sym * g_asym).sum(-1) / (g_sym.norm(dim=-1) * g_asym.norm(dim=-1))
+            a_samples.append(cos[:, 1:].mean() if causal else cos.mean())  # causal: token 0 has zero estimates
+            if layer > 0:
+                previous = maps[layer - 1][b, :, :n].flatten().double()
+                current = maps[layer][b, :, :n].flatten().double()
+                s_samples.append(previous @ current / (previous.norm() * current.norm()))
+        j_values.append(float(torch.stack(j_samples).mean()))
+        alignment_values.append(float(torch.stack(a_samples).mean()))
+        if s_samples:
+            similarity_values.append(float(torch.stack(s_samples).mean()))
+    return {"functional_j": j_values, "gradient_alignment": alignment_values,
+            "attention_map_similarity": similarity_values}  # fmt: skip
+
+
+def _sharpen(model: nn.Module) -> None:
+    """Larger query/key weights than the 0.02 init, so attention is far from uniform and the metrics informative."""
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if any(part in name for part in ("q_proj.weight", "k_proj.weight", "c_attn.weight")):
+                parameter.normal_(0, 0.5)
+
+
+def _heads(x: torch.Tensor, heads: int) -> torch.Tensor:
+    return x.view(*x.shape[:2], heads, -1).transpose(1, 2)
+
+
+def test_attention_metrics_of_neutreno_vit_equal_independent_computation():
+    model = NeuTRENOViTModel(NeuTRENOViTConfig(**TINY_VIT, attn_implementation="eager"))
+    _sharpen(model)
+    batch = {"pixel_values": torch.randn(2, 3, 16, 16)}
+    report = measure_oversmoothing(model, [batch], metrics=list(ATTENTION_METRICS), progress=False)
+    with torch.no_grad():
+        outputs = model(**batch, output_hidden_states=True, output_attentions=True)
+        per_layer_qkv = []
+        for layer, block in enumerate(model.layers):
+            x = block.layernorm_before(outputs.hidden_states[layer])
+            attention = block.attention
+            per_layer_qkv.append([_heads(p(x), 4) for p in (attention.q_proj, attention.k_proj, attention.v_proj)])
+    expected = _reference_attention_metrics(per_layer_qkv, outputs.attentions, torch.ones(2, 17), 8**-0.5, False)
+    for metric, values in expected.items():
+        assert report.per_layer(metric) == pytest.approx(values, rel=1e-4), metric
+    assert min(report.per_layer("gradient_alignment")) < 0.999  # sharpened attention: not trivially aligned
+
+
+def test_attention_metrics_of_gpt2_equal_independent_computation():
+    # Causal, fused `c_attn` projection, right padding.
+    model = GPT2Model(GPT2Config(vocab_size=50, n_embd=32, n_layer=3, n_head=4, bos_token_id=1, eos_token_id=2,
+                                 attn_implementation="eager"))  # fmt: skip
+    _sharpen(model)
+    batch = _text_batch()
+    report = measure_oversmoothing(model, [batch], metrics=list(ATTENTION_METRICS), progress=False)
+    model.eval()  # GPT-2 has dropout 0.1; `measure_oversmoothing` runs in eval mode
+    with torch.no_grad():
+        outputs = model(**batch, output_hidden_states=True, output_attentions=True)
+        per_layer_qkv = []
+        for layer, block in enumerate(model.h):
+            q, k, v = block.attn.c_attn(block.ln_1(outputs.hidden_states[layer])).split(32, dim=2)
+            per_layer_qkv.append([_heads(t, 4) for t in (q, k, v)])
+    expected = _reference_attention_metrics(per_layer_qkv, outputs.attentions, batch["attention_mask"], 8**-0.5, True)
+    for metric, values in expected.items():
+        assert report.per_layer(metric) == pytest.approx(values, rel=1e-4), metric
+
+
+def test_symmetric_neutreno_attention_aligns_the_gradient_estimates_exactly():
+    # Sym-DeiT (W_Q = W_K): the symmetric and asymmetric estimates are the same vector (Table 4's upper bound).
+    model = NeuTRENOViTModel(NeuTRENOViTConfig(**TINY_VIT, symmetric_attention=True))
+    _sharpen(model)
+    report = measure_oversmoothing(model, [{"pixel_values": torch.randn(2, 3, 16, 16)}], metrics=["gradient_alignment"],
+                                   progress=False)  # fmt: skip
+    assert report.per_layer("gradient_alignment") == pytest.approx([1.0, 1.0, 1.0], abs=1e-5)
+
+
+def test_results_do_not_depend_on_batching_and_repeat_exactly():
+    model = NeuTRENOViTModel(NeuTRENOViTConfig(**TINY_VIT))
+    pixels = torch.randn(4, 3, 16, 16)
+    whole = measure_oversmoothing(model, [{"pixel_values": pixels}], progress=False)
+    again = measure_oversmoothing(model, [{"pixel_values": pixels}], progress=False)
+    split = measure_oversmoothing(model, [{"pixel_values": pixels[:1]}, {"pixel_values": pixels[1:]}], progress=False)
+    assert whole.values == again.values
+    for metric in METRICS:
+        assert whole.per_layer(metric) == pytest.approx(split.per_layer(metric), rel=1e-5), metric
+
+
+def test_layers_select_hidden_states_and_attention_blocks():
+    model = NeuTRENOViTModel(NeuTRENOViTConfig(**TINY_VIT))
+    report = measure_oversmoothing(model, [{"pixel_values": torch.randn(2, 3, 16, 16)}], layers=[0, -1],
+                                   progress=False)  # fmt: skip
+    assert report.layer_indices("cosine_similarity") == [0, 3]
+    assert report.layer_indices("functional_j") == [3]
+    assert report.layer_indices("attention_map_similarity") == [3]
+
+
+class _LogitsOnly(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.linear(x)
+
+
+def test_clear_errors():
+    model = NeuTRENOViTModel(NeuTRENOViTConfig(**TINY_VIT))
+    batch = {"pixel_values": torch.randn(2, 3, 16, 16)}
+    with pytest.raises(ValueError, match="cannot return hidden states"):
+        measure_oversmoothing(_LogitsOnly(), [{"x": torch.randn(2, 4)}], progress=False)
+    with pytest.raises(ValueError, match="no samples"):
+        measure_oversmoothing(model, [], progress=False)
+    with pytest.raises(ValueError, match="Unknown metric.*'cosine_similarity'"):
+        measure_oversmoothing(model, [batch], metrics=["token_similarity"], progress=False)
+    with pytest.raises(ValueError, match="`layers` contains 9.*0..3"):
+        measure_oversmoothing(model, [batch], layers=[9], progress=False)
+    with pytest.raises(ValueError, match="dict of tensors"):
+        measure_oversmoothing(model, [(torch.randn(2, 3, 16, 16),)], progress=False)
+    with pytest.raises(ValueError, match=r"`attention_mask` must be \(batch, tokens\)"):
+        measure_oversmoothing(model, [{**batch, "attention_mask": torch.ones(2, 5)}], progress=False)
+
+
+def test_linear_attention_has_no_attention_metrics():
+    model = NeuTRENOViTModel(NeuTRENOViTConfig(**TINY_VIT, attention_kernel="linear"))
+    batch = {"pixel_values": torch.randn(2, 3, 16, 16)}
+    with pytest.raises(ValueError, match="functional_j.*never called"):
+        measure_oversmoothing(model, [batch], metrics=["functional_j"], progress=False)
+    with pytest.warns(UserWarning, match="Only the hidden-state metrics"):
+        report = measure_oversmoothing(model, [batch], progress=False)
+    assert report.metrics == ["cosine_similarity", "hfc_lfc_ratio", "rank_one_distance", "effective_rank"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # hidden-state metrics only: nothing to warn about
+        measure_oversmoothing(model, [batch], metrics=["cosine_similarity"], progress=False)

@@ -1,0 +1,289 @@
+"""The report (JSON round trip, comparison, plots), the Trainer callback and the `hf-neutreno diagnose` CLI."""
+
+import json
+import math
+import sys
+
+import pyarrow.parquet as pq
+import pytest
+import torch
+from PIL import Image
+from torch import nn
+from transformers import (
+    GPT2Config,
+    GPT2LMHeadModel,
+    PreTrainedTokenizerFast,
+    Trainer,
+    TrainerCallback,
+    TrainingArguments,
+    ViTImageProcessorPil,
+)
+
+import hf_neutreno
+from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForImageClassification, NeuTRENOViTModel
+from hf_neutreno.cli import main
+from hf_neutreno.diagnostics import (
+    METRICS,
+    OversmoothingReport,
+    attention_maps,
+    measure_oversmoothing,
+    plot_attention_maps,
+)
+from hf_neutreno.diagnostics import cli as diagnose_cli
+
+TINY = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64, image_size=32,
+            patch_size=8)  # fmt: skip
+
+
+def _report(neutreno_lambda: float = 0.6) -> OversmoothingReport:
+    torch.manual_seed(0)
+    model = NeuTRENOViTModel(NeuTRENOViTConfig(**TINY, neutreno_lambda=neutreno_lambda))
+    return measure_oversmoothing(model, [{"pixel_values": torch.randn(2, 3, 32, 32)}], progress=False,
+                                 model_name=f"λ={neutreno_lambda}")  # fmt: skip
+
+
+def test_report_json_round_trip(tmp_path):
+    report = _report()
+    report.metadata["dataset"] = "random"
+    path = tmp_path / "report.json"
+    text = report.to_json(path)
+    assert OversmoothingReport.from_json(path) == report
+    assert OversmoothingReport.from_json(text) == report
+    assert OversmoothingReport.from_dict(json.loads(text)) == report
+    assert len(report.per_layer("cosine_similarity")) == 4  # embeddings + 3 blocks
+    with pytest.raises(ValueError, match="not in this report.*cosine_similarity"):
+        report.per_layer("cosine")
+    with pytest.raises(ValueError, match="field 'values' is missing"):
+        OversmoothingReport.from_json('{"num_samples": 3}')
+
+
+def test_undefined_values_survive_json_as_nan(tmp_path):
+    report = OversmoothingReport(
+        values={"cosine_similarity": [float("nan"), 0.5]},
+        layers={"cosine_similarity": [0, 1]},
+        counts={"cosine_similarity": [0, 4]},
+        num_samples=4,
+    )
+    again = OversmoothingReport.from_json(report.to_json())
+    assert math.isnan(again.per_layer("cosine_similarity")[0]) and again.per_layer("cosine_similarity")[1] == 0.5
+
+
+def test_compare_table_and_logs():
+    ours, theirs = _report(0.6), _report(0.0)
+    comparison = ours.compare(theirs)
+    assert set(comparison) == set(METRICS)
+    cosine = comparison["cosine_similarity"]
+    assert cosine["layers"] == [0, 1, 2, 3]
+    assert cosine["difference"] == pytest.approx([a - b for a, b in zip(cosine["self"], cosine["other"])])
+    assert cosine["difference"][0] == pytest.approx(0.0, abs=1e-6)  # same seed, same embeddings
+    table = ours.table([theirs])
+    assert "λ=0.6" in table and "λ=0.0" in table and "layer 3" in table
+    logs = ours.to_logs()
+    assert logs["oversmoothing/cosine_similarity/layer_3"] == ours.per_layer("cosine_similarity")[3]
+    assert "oversmoothing/functional_j/layer_1" in logs and "oversmoothing/functional_j/layer_0" not in logs
+
+
+def test_plots_are_pngs(tmp_path):
+    ours, theirs = _report(0.6), _report(0.0)
+    path = ours.plot(tmp_path / "curves.png", others=[theirs], title="Fig. 1")
+    with Image.open(path) as image:
+        assert image.format == "PNG" and image.size[0] > 600
+    torch.manual_seed(0)
+    models = {f"λ={lam}": NeuTRENOViTModel(NeuTRENOViTConfig(**TINY, neutreno_lambda=lam)) for lam in (0.0, 0.6)}
+    batch = {"pixel_values": torch.randn(1, 3, 32, 32)}
+    maps = {label: attention_maps(model, batch, layers=[1, 3]) for label, model in models.items()}
+    assert maps["λ=0.0"][3].shape == (4, 17, 17)
+    assert torch.allclose(maps["λ=0.0"][3].sum(-1), torch.ones(4, 17), atol=1e-5)
+    grid = plot_attention_maps(maps, tmp_path / "maps.png")
+    with Image.open(grid) as image:
+        assert image.format == "PNG"
+
+
+def test_plot_without_matplotlib_says_how_to_install(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # makes `import matplotlib.figure` fail
+    with pytest.raises(ImportError, match=r"hf-neutreno\[plots\]"):
+        _report().plot(tmp_path / "x.png")
+
+
+# --- Trainer callback ---------------------------------------------------------------------------------------------
+
+
+class _RandomImages(torch.utils.data.Dataset):
+    def __init__(self, count: int):
+        generator = torch.Generator().manual_seed(0)
+        self.pixels = torch.randn(count, 3, 32, 32, generator=generator)
+        self.labels = torch.randint(0, 3, (count,), generator=generator)
+
+    def __len__(self):
+        return len(self.labels)
+
+    def __getitem__(self, i):
+        return {"pixel_values": self.pixels[i], "labels": self.labels[i]}
+
+
+class _LogRecorder(TrainerCallback):
+    """Stands in for a `report_to` integration: they receive logs through `on_log` too."""
+
+    def __init__(self):
+        self.logs = []
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        self.logs.append(dict(logs))
+
+
+def test_trainer_callback_logs_per_layer_metrics(tmp_path):
+    from hf_neutreno import OversmoothingCallback
+
+    model = NeuTRENOViTForImageClassification(NeuTRENOViTConfig(**TINY, num_labels=3))
+    recorder = _LogRecorder()
+    args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, max_steps=4, per_device_train_batch_size=4,
+                             eval_strategy="steps", eval_steps=2, save_strategy="no", logging_steps=1,
+                             report_to="none", learning_rate=1e-3, seed=0, disable_tqdm=True)  # fmt: skip
+    trainer = Trainer(model=model, args=args, train_dataset=_RandomImages(16), eval_dataset=_RandomImages(8),
+                      callbacks=[recorder])  # fmt: skip
+    probe = [{"pixel_values": _RandomImages(6).pixels}]
+    callback = OversmoothingCallback(probe, metrics=["cosine_similarity", "functional_j"]).attach(trainer)
+    trainer.train()
+
+    entries = [e for e in trainer.state.log_history if "oversmoothing/cosine_similarity/layer_3" in e]
+    assert [e["step"] for e in entries] == [2, 4]
+    for entry in entries:
+        for layer in range(4):
+            assert math.isfinite(entry[f"oversmoothing/cosine_similarity/layer_{layer}"])
+        assert {f"oversmoothing/functional_j/layer_{layer}" for layer in (1, 2, 3)} <= set(entry)
+    assert sum("oversmoothing/functional_j/layer_2" in logs for logs in recorder.logs) == 2
+    assert callback.last_report.num_samples == 6
+    assert entries[-1]["oversmoothing/cosine_similarity/layer_3"] == callback.last_report.per_layer(
+        "cosine_similarity"
+    )[3]
+
+
+def test_unbound_callback_says_how_to_bind():
+    from hf_neutreno import OversmoothingCallback
+
+    callback = OversmoothingCallback(iter([{"pixel_values": torch.randn(1, 3, 32, 32)}]))
+    assert isinstance(callback.probe_batches, list)  # a one-shot iterator is kept for every evaluation
+    with pytest.raises(RuntimeError, match="attach"):
+        callback.on_evaluate(None, None, None)
+    with pytest.raises(ValueError, match="Unknown metric"):
+        OversmoothingCallback([], metrics=["nope"])
+
+
+# --- CLI ------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def image_model_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("neutreno-vit")
+    torch.manual_seed(0)
+    NeuTRENOViTForImageClassification(NeuTRENOViTConfig(**TINY, num_labels=10)).save_pretrained(folder)
+    ViTImageProcessorPil(size={"height": 32, "width": 32}).save_pretrained(folder)
+    return folder
+
+
+def _parquet_subset(source, target_dir, rows: int, split: str = "test"):
+    target_dir.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pq.read_table(source).slice(0, rows), target_dir / f"{split}-00000-of-00001.parquet")
+    return target_dir
+
+
+@pytest.fixture(scope="module")
+def cifar_dir(data_dir, tmp_path_factory):
+    """24 real CIFAR-10 test images in the Hub's Parquet layout (the full file would take longer to index)."""
+    return _parquet_subset(data_dir / "cifar10" / "test-00000-of-00001.parquet", tmp_path_factory.mktemp("cifar"), 24)
+
+
+def test_cli_writes_report_and_plot_for_an_image_model(image_model_dir, cifar_dir, tmp_path, capsys):
+    out, png = tmp_path / "report.json", tmp_path / "report.png"
+    code = main(["diagnose", str(image_model_dir), "--dataset", str(cifar_dir), "--num-samples", "20",
+                 "--batch-size", "8", "--out", str(out), "--plot", str(png), "--no-progress"])  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    report = OversmoothingReport.from_json(out)
+    assert report.num_samples == 20 and report.metrics == list(METRICS)
+    assert report.metadata["split"] == "test" and report.model_name == str(image_model_dir)
+    assert report.layer_indices("cosine_similarity") == [0, 1, 2, 3]
+    with Image.open(png) as image:
+        assert image.format == "PNG"
+    assert "cosine_similarity" in capsys.readouterr().out
+
+    # A second run drawn against the first: same model, same subset, so identical values.
+    again = tmp_path / "again.json"
+    code = main(["diagnose", str(image_model_dir), "--dataset", str(cifar_dir), "--num-samples", "20",
+                 "--metrics", "cosine_similarity", "--compare", str(out), "--out", str(again),
+                 "--no-progress"])  # fmt: skip
+    assert code == 0
+    second = OversmoothingReport.from_json(again)
+    assert second.metrics == ["cosine_similarity"]
+    assert second.per_layer("cosine_similarity") == pytest.approx(report.per_layer("cosine_similarity"), rel=1e-6)
+
+
+def test_cli_text_model_with_padding(data_dir, tmp_path, capsys):
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    text_dir = _parquet_subset(data_dir / "wikitext-2-v1" / "test-00000-of-00001.parquet", tmp_path / "wiki", 40)
+    lines = [line for line in pq.read_table(text_dir).column("text").to_pylist() if line.strip()]
+    tokenizer = Tokenizer(models.WordLevel(unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer.train_from_iterator(lines, trainers.WordLevelTrainer(special_tokens=["<pad>", "<unk>", "<eos>"]))
+    hf_tokenizer = PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>", eos_token="<eos>")
+    model_dir = tmp_path / "gpt2"
+    GPT2LMHeadModel(GPT2Config(vocab_size=len(hf_tokenizer), n_embd=32, n_layer=2, n_head=4, bos_token_id=2,
+                               eos_token_id=2)).save_pretrained(model_dir)  # fmt: skip
+    hf_tokenizer.save_pretrained(model_dir)  # no pad token: the CLI pads with eos, masked out
+
+    out = tmp_path / "text.json"
+    code = main(["diagnose", str(model_dir), "--dataset", str(text_dir), "--num-samples", "12", "--batch-size", "5",
+                 "--max-length", "24", "--out", str(out), "--no-progress"])  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    report = OversmoothingReport.from_json(out)
+    assert report.num_samples == 12 and report.layer_indices("functional_j") == [1, 2]
+    assert set(report.metrics) == set(METRICS)
+
+
+class _LogitsOnly(nn.Module):
+    def forward(self, pixel_values):
+        return pixel_values.mean()
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--split", "validation"], "Unknown split 'validation'; the dataset has \\['test'\\]"),
+        (["--metrics", "cosine", "effective_rank"], "Unknown metric.*'cosine_similarity'"),
+        (["--num-samples", "0"], "`--num-samples` must be at least 1"),
+        (["--layers", "7"], "`layers` contains 7"),
+    ],
+)
+def test_cli_errors(image_model_dir, cifar_dir, capsys, extra, message):
+    code = main(["diagnose", str(image_model_dir), "--dataset", str(cifar_dir), "--no-progress", *extra])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "hf-neutreno diagnose: error:" in err
+    assert __import__("re").search(message, err), err
+
+
+def test_cli_empty_dataset_and_model_without_hidden_states(image_model_dir, cifar_dir, data_dir, tmp_path, capsys,
+                                                            monkeypatch):  # fmt: skip
+    import pyarrow.compute as pc
+
+    wiki = pq.read_table(data_dir / "wikitext-2-v1" / "test-00000-of-00001.parquet").slice(0, 50)
+    blank = wiki.filter(pc.equal(pc.utf8_trim_whitespace(wiki.column("text")), ""))  # only empty lines
+    assert blank.num_rows > 0
+    (tmp_path / "blank").mkdir()
+    pq.write_table(blank, tmp_path / "blank" / "test-00000-of-00001.parquet")
+    assert main(["diagnose", str(image_model_dir), "--dataset", str(tmp_path / "blank"), "--no-progress"]) == 2
+    assert "Split 'test' of" in capsys.readouterr().err  # "... has no samples to measure"
+    empty = _parquet_subset(data_dir / "cifar10" / "test-00000-of-00001.parquet", tmp_path / "empty", 0)
+    assert main(["diagnose", str(image_model_dir), "--dataset", str(empty), "--no-progress"]) == 2
+    assert "could not be read" in capsys.readouterr().err
+    assert main(["diagnose", str(image_model_dir), "--dataset", str(tmp_path / "missing"), "--no-progress"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+    monkeypatch.setattr(diagnose_cli, "_load_model", lambda name, trust_remote_code: _LogitsOnly())
+    assert main(["diagnose", str(image_model_dir), "--dataset", str(cifar_dir), "--no-progress"]) == 2
+    assert "cannot return hidden states" in capsys.readouterr().err
+
+
+def test_package_exports_the_callback():
+    assert "OversmoothingCallback" in hf_neutreno.__all__
+    assert hf_neutreno.OversmoothingCallback.__module__ == "hf_neutreno.diagnostics.callback"
