@@ -30,7 +30,8 @@ def run_fresh(code: str, workdir: Path, hf_home: Path | None = None, timeout: in
     script = workdir / "fresh_process_script.py"
     script.write_text(_BLOCK_PACKAGE + textwrap.dedent(code))
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(HF_HOME=str(hf_home), HF_HUB_OFFLINE="1", TRANSFORMERS_VERBOSITY="error")
+    # One thread, as the tests (conftest.py): the same matmul order, so "identical logits" means bit-identical.
+    env.update(HF_HOME=str(hf_home), HF_HUB_OFFLINE="1", TRANSFORMERS_VERBOSITY="error", OMP_NUM_THREADS="1")
     proc = subprocess.run(
         [sys.executable, str(script)], cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout
     )

@@ -552,8 +552,10 @@ def load_saved(model_dir: Path):
 
 
 def _load_oversmoothing(path: str):
-    try:
+    """An `OversmoothingReport` JSON (it has "values") or a plain ``{metric: [value per hidden state]}``."""
+    data = json.loads(Path(path).read_text())
+    if isinstance(data, Mapping) and "values" in data:
         from hf_neutreno.diagnostics import OversmoothingReport
-    except ImportError:
-        return json.loads(Path(path).read_text())
-    return OversmoothingReport.from_json(path)
+
+        return OversmoothingReport.from_dict(data)
+    return data
