@@ -9,9 +9,10 @@ import pytest
 import torch
 from datasets import load_dataset
 from peft import LoraConfig, PeftModel, get_peft_model
-from transformers import AutoModelForImageClassification, ViTImageProcessorPil
+from transformers import AutoModelForCausalLM, AutoModelForImageClassification, ViTImageProcessorPil
 
-from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForImageClassification
+from hf_neutreno import NeuTRENOGPTConfig, NeuTRENOGPTForCausalLM, NeuTRENOViTConfig, NeuTRENOViTForImageClassification
+from hf_neutreno.text_data import load_wikitext, token_stream, train_word_tokenizer
 from hf_neutreno.training import image_transform
 
 
@@ -36,8 +37,25 @@ def vit_batch(data_dir: Path) -> dict[str, torch.Tensor]:
     return transform(images[:])
 
 
+GPT_VOCAB = 2000  # the 2,000 most frequent WikiText-2 words (rarer ones are <unk>)
+
+
+def gpt_model() -> NeuTRENOGPTForCausalLM:
+    config = NeuTRENOGPTConfig(vocab_size=GPT_VOCAB, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
+                               intermediate_size=64, max_position_embeddings=64, neutreno_lambda=0.4)
+    return NeuTRENOGPTForCausalLM(config)
+
+
+def gpt_batch(data_dir: Path) -> dict[str, torch.Tensor]:
+    validation = load_wikitext(data_dir / "wikitext-2-v1")["validation"].select(range(200))
+    tokenizer = train_word_tokenizer(validation, max_vocab_size=GPT_VOCAB)
+    input_ids = token_stream(validation, tokenizer)[: 8 * 32].view(8, 32)
+    return {"input_ids": input_ids, "labels": input_ids}
+
+
 CASES = [
     LoraCase("neutreno_vit", vit_model, vit_batch, AutoModelForImageClassification, "logits"),
+    LoraCase("neutreno_gpt", gpt_model, gpt_batch, AutoModelForCausalLM, "logits"),
 ]
 
 
@@ -58,7 +76,7 @@ def test_lora_on_q_and_v_trains_saves_and_reloads(case, data_dir, tmp_path):
     assert len(wrapped) == 2 * 2 * layers  # (lora_A, lora_B) × (q, v) × layers
     before = {name: p.detach().clone() for name, p in model.named_parameters()}
 
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=5e-2)
     losses = []
     for _ in range(15):  # a few steps on one real batch: the adapter alone must fit it better
         loss = model(**batch).loss
