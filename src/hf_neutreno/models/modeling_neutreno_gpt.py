@@ -162,7 +162,8 @@ class NeuTRENOGPTMLP(nn.Module):
 class NeuTRENOGPTDecoderLayer(GradientCheckpointingLayer):
     """Attention and MLP blocks, LayerNorm before (GPT-2) or after (the paper) each residual sum.
 
-    Returns (hidden_states, this layer's values) so the model can hand layer 0's values to later layers.
+    Returns (hidden_states, values): layer 0's values, which the model hands to later layers as V_0 (None from the
+    other layers).
     """
 
     def __init__(self, config: NeuTRENOGPTConfig, layer_idx: int):
@@ -189,6 +190,8 @@ class NeuTRENOGPTDecoderLayer(GradientCheckpointingLayer):
         attn_output, _, values = self.self_attn(
             hidden_states, attention_mask, first_layer_values, past_key_values=past_key_values, **kwargs
         )
+        if first_layer_values is not None:
+            values = None  # only layer 0's values (V_0) are used later: free the others before the MLP runs
         hidden_states = residual + self.dropout(attn_output)
         if not self.pre_norm:
             hidden_states = self.self_attn_layer_norm(hidden_states)

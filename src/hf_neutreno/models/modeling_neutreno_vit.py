@@ -255,7 +255,8 @@ class NeuTRENOViTDropPath(nn.Module):
 
 
 class NeuTRENOViTLayer(GradientCheckpointingLayer):
-    """Pre-LN block; returns (hidden_states, this layer's values) so the model can hand V_0 to later layers.
+    """Pre-LN block; returns (hidden_states, values): layer 0's values, which the model hands to later layers as V_0
+    (None from the other layers).
 
     `attention` lets other models (EigenViT) reuse the block with another attention module.
     """
@@ -280,6 +281,8 @@ class NeuTRENOViTLayer(GradientCheckpointingLayer):
         attn_output, _, values = self.attention(
             self.layernorm_before(hidden_states), attention_mask, first_layer_values, **kwargs
         )
+        if first_layer_values is not None:
+            values = None  # only layer 0's values (V_0) are used later: free the others before the MLP runs
         hidden_states = hidden_states + self.drop_path(self.dropout(attn_output))
         mlp_output = self.mlp(self.layernorm_after(hidden_states))
         hidden_states = hidden_states + self.drop_path(self.dropout(mlp_output))
