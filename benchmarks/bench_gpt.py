@@ -2,38 +2,43 @@
 """NeuTRENO GPT against the native `GPT2LMHeadModel` of the same dimensions, side by side in one run.
 
 For each shape the native model is built, and the NeuTRENO model is `gpt2_to_neutreno(native, neutreno_lambda=0.4)`:
-the same weights and architecture, so the ratios measure the cost of the implementation plus the NeuTRENO term.
-Both use SDPA. Measurements alternate between the two models (A B A B ...) so drifts in machine load hit both alike,
-and the medians are compared.
+the same weights and architecture, so the ratios measure the cost of the implementation plus the NeuTRENO term (a
+guard checks that λ = 0 reproduces the native logits). Both use the same attention kernel (`--attn`, SDPA).
 
-- training tokens/s: forward + backward + AdamW step on (batch, seq_len) blocks of Zipf-distributed ids (like
-  words), labels = inputs;
-- training peak memory: the peak allocated during one training step above what was allocated before it (weights,
-  optimizer state): `torch.cuda.max_memory_allocated` on CUDA, the profiler's allocation timeline on CPU;
-- generation tokens/s: greedy `generate` with the KV cache (DynamicCache), fixed prompt and number of new tokens.
+- training tokens/s: forward + backward + AdamW step on (batch, context) blocks of Zipf-distributed ids (like words);
+- training memory: the peak allocated during a step above what was allocated before it (`step peak`), and the same
+  plus weights and optimizer state (`total`);
+- generation tokens/s: greedy `generate` with the KV cache (DynamicCache), fixed prompt and number of new tokens;
+- context scaling: the paper's shape at context 256 → 2048 with the same number of tokens per step (the batch
+  shrinks as the context grows), so the NeuTRENO/native ratio shows whether the cost grows like the baseline's.
 
-Shapes: `paper` (the paper's model dimensions: 16 layers, dim 128, 8 heads, FFN 2048 ReLU, context 256, with a
-33,279-word vocabulary (WikiText-2's) and a full softmax, which GPT-2 can represent) and `gpt2-small` (124M).
-`--as_trained` adds an informational row: the `wikitext103-small` preset as the paper trains it (post-LN, sinusoidal,
-tied adaptive softmax over 267,735 words) against the native GPT-2 of the same dimensions with a full softmax.
+Shapes: `paper` (the paper's dimensions: 16 layers, dim 128, 8 heads, FFN 2048 ReLU, context 256, with WikiText-2's
+33,279-word vocabulary and a full softmax, which GPT-2 can represent) and `gpt2-small` (124M). `--as-trained` adds
+an informational row: the `wikitext103-small` preset as the paper trains it (post-LN, sinusoidal positions, tied
+adaptive softmax over 267,735 words) against the native GPT-2 of the same dimensions with a full softmax.
 
-    python benchmarks/bench_gpt.py --quick                                   # CPU, about 3 minutes
-    python benchmarks/bench_gpt.py --device cuda --dtype bfloat16 --as_trained
+    python benchmarks/bench_gpt.py --quick                                 # CPU, a few minutes
+    python benchmarks/bench_gpt.py --dtype bf16 --batch-size 32 --as-trained  # GPU
 """
 
 import argparse
-import gc
-import json
-import platform
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import (  # noqa: E402
+    add_common_arguments,
+    autocast,
+    interleaved_medians,
+    machine,
+    peak_bytes,
+    report,
+    resident_bytes,
+    setup,
+)
 
 from hf_neutreno import NeuTRENOGPTConfig, NeuTRENOGPTForCausalLM  # noqa: E402
 from hf_neutreno.convert import gpt2_to_neutreno  # noqa: E402
@@ -45,128 +50,69 @@ SHAPES = {
                        n_positions=1024, vocab_size=50257),
 }
 WT103_VOCAB = 267735
+NATIVE, NEUTRENO = "native", "neutreno"
 
 
-def build_pair(shape: str, neutreno_lambda: float) -> dict[str, torch.nn.Module]:
+def build_pair(shape: str, neutreno_lambda: float, attn: str, device, context: int) -> dict[str, torch.nn.Module]:
     torch.manual_seed(0)
-    dims = SHAPES[shape] if shape != "as-trained" else {**SHAPES["paper"], "vocab_size": WT103_VOCAB}
+    dims = dict(SHAPES["paper" if shape == "as-trained" else shape])
+    dims["n_positions"] = max(dims["n_positions"], context)
+    if shape == "as-trained":
+        dims["vocab_size"] = WT103_VOCAB
     config = GPT2Config(**dims, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
-    native = GPT2LMHeadModel._from_config(config, attn_implementation="sdpa")
+    native = GPT2LMHeadModel._from_config(config, attn_implementation=attn)
     if shape == "as-trained":
         preset = NeuTRENOGPTConfig.from_preset(
             "wikitext103-small", embedding_dropout=0.0, hidden_dropout=0.0, activation_dropout=0.0, output_dropout=0.0,
             neutreno_lambda=neutreno_lambda, bos_token_id=0, eos_token_id=0,
         )
-        neutreno = NeuTRENOGPTForCausalLM._from_config(preset, attn_implementation="sdpa")
+        neutreno = NeuTRENOGPTForCausalLM._from_config(preset, attn_implementation=attn)
     else:
         neutreno = gpt2_to_neutreno(native, neutreno_lambda=neutreno_lambda)
-        neutreno.set_attn_implementation("sdpa")
-    return {"native GPT-2": native, "NeuTRENO": neutreno}
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def autocast(device: torch.device, dtype: torch.dtype):
-    return torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32)
-
-
-def train_step(model, optimizer, ids, device, dtype) -> None:
-    with autocast(device, dtype):
-        loss = model(input_ids=ids, labels=ids, use_cache=False).loss
-    loss.backward()
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
+        neutreno.set_attn_implementation(attn)
+    return {NATIVE: native.to(device), NEUTRENO: neutreno.to(device)}
 
 
 def zipf_ids(vocab: int, shape: tuple[int, int], device) -> torch.Tensor:
     """Word-like token ids (frequency ∝ 1/rank): what an adaptive softmax's shortlist and clusters are built for."""
+    generator = torch.Generator().manual_seed(0)
     ranks = torch.arange(1, vocab + 1, dtype=torch.float64)
-    return torch.multinomial(1 / ranks, shape[0] * shape[1], replacement=True).view(shape).to(device)
+    ids = torch.multinomial(1 / ranks, shape[0] * shape[1], replacement=True, generator=generator)
+    return ids.view(shape).to(device)
 
 
-def time_training(models, args, device, dtype) -> dict[str, float]:
-    vocab = next(iter(models.values())).config.vocab_size
-    ids = zipf_ids(vocab, (args.batch_size, args.seq_len), device)
-    fused = device.type == "cuda"
-    optimizers = {name: torch.optim.AdamW(m.parameters(), lr=1e-4, fused=fused) for name, m in models.items()}
-    for name, model in models.items():
-        model.train()
-        for _ in range(args.warmup):
-            train_step(model, optimizers[name], ids, device, dtype)
-    times = {name: [] for name in models}
-    for _ in range(args.repeats):
-        for name, model in models.items():
-            sync(device)
-            start = time.perf_counter()
-            for _ in range(args.steps):
-                train_step(model, optimizers[name], ids, device, dtype)
-            sync(device)
-            times[name].append(time.perf_counter() - start)
-    tokens = args.batch_size * args.seq_len * args.steps
-    memory = {}
-    for name, model in models.items():
-        if device.type == "cuda":
-            sync(device)
-            resident = torch.cuda.memory_allocated(device)
-            torch.cuda.reset_peak_memory_stats(device)
-            train_step(model, optimizers[name], ids, device, dtype)
-            sync(device)
-            memory[name] = (torch.cuda.max_memory_allocated(device) - resident) / 2**20
-        else:
-            memory[name] = cpu_step_peak_mb(model, optimizers[name], ids, dtype)
-    del optimizers
-    return {name: tokens / statistics.median(t) for name, t in times.items()}, memory
+def make_train_step(model, ids: torch.Tensor, device, dtype):
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
+
+    def step():
+        with autocast(device, dtype):
+            loss = model(input_ids=ids, labels=ids, use_cache=False).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step, optimizer
 
 
-def time_generation(models, args, device, dtype) -> dict[str, float]:
-    vocab = next(iter(models.values())).config.vocab_size
-    prompt = torch.randint(1, vocab, (args.gen_batch_size, args.prompt_len), device=device)
-    kwargs = dict(max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens, do_sample=False, use_cache=True,
+def make_generate(model, prompt: torch.Tensor, new_tokens: int, device, dtype):
+    model.eval()
+    kwargs = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, use_cache=True,
                   pad_token_id=0, eos_token_id=None)
-    times = {name: [] for name in models}
-    with torch.no_grad():
-        for model in models.values():
-            model.eval()
-            with autocast(device, dtype):
-                model.generate(prompt, **{**kwargs, "max_new_tokens": 4, "min_new_tokens": 4})
-        for _ in range(args.repeats):
-            for name, model in models.items():
-                sync(device)
-                start = time.perf_counter()
-                with autocast(device, dtype):
-                    out = model.generate(prompt, **kwargs)
-                sync(device)
-                times[name].append(time.perf_counter() - start)
-                assert out.shape[1] == args.prompt_len + args.new_tokens
-    return {name: args.gen_batch_size * args.new_tokens / statistics.median(t) for name, t in times.items()}
+
+    def generate():
+        with torch.no_grad(), autocast(device, dtype):
+            out = model.generate(prompt, **kwargs)
+        assert out.shape[1] == prompt.shape[1] + new_tokens
+
+    return generate
 
 
-def cpu_step_peak_mb(model, optimizer, ids, dtype: torch.dtype) -> float:
-    """Peak allocated CPU memory of one training step above what was allocated before it (MB), from the profiler's
-    allocation timeline: exact and deterministic, unlike the process RSS."""
-    import tempfile
-    import warnings
-
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
-        train_step(model, optimizer, ids, torch.device("cpu"), dtype)
-    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)  # deprecated in favour of a CUDA-only API
-        prof.export_memory_timeline(f"{tmp}/timeline.json", device="cpu")
-        _, sizes = json.loads(Path(f"{tmp}/timeline.json").read_text())
-    totals = [sum(row) for row in sizes]
-    return (max(totals) - totals[0]) / 2**20
-
-
-def check_equivalence(models, device) -> float:
+def lambda_zero_logit_diff(models, device) -> float:
     """λ = 0 must reproduce the native logits: a guard that the two models really are the same network."""
-    native, neutreno = models["native GPT-2"], models["NeuTRENO"]
-    if not isinstance(neutreno, NeuTRENOGPTForCausalLM) or neutreno.config.adaptive_softmax_cutoffs:
-        return float("nan")
+    native, neutreno = models[NATIVE], models[NEUTRENO]
+    if neutreno.config.adaptive_softmax_cutoffs or neutreno.config.norm_position != "pre":
+        return float("nan")  # the as-trained preset is another architecture
     ids = torch.randint(0, native.config.vocab_size, (1, 32), device=device)
     attentions = [layer.self_attn for layer in neutreno.model.layers]
     lambdas = [attn.neutreno_lambda for attn in attentions]
@@ -179,62 +125,85 @@ def check_equivalence(models, device) -> float:
     return diff
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32",
-                        help="Autocast dtype (weights and optimizer stay fp32).")
-    parser.add_argument("--shapes", nargs="+", choices=list(SHAPES), default=list(SHAPES))
-    parser.add_argument("--as_trained", action="store_true", help="Add the paper's preset with its adaptive softmax.")
-    parser.add_argument("--neutreno_lambda", type=float, default=0.4)
-    parser.add_argument("--batch_size", type=int, default=8)
-    parser.add_argument("--seq_len", type=int, default=256)
-    parser.add_argument("--steps", type=int, default=10, help="Training steps per timed block.")
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--repeats", type=int, default=5, help="Timed blocks per model, interleaved.")
-    parser.add_argument("--gen_batch_size", type=int, default=4)
-    parser.add_argument("--prompt_len", type=int, default=32)
-    parser.add_argument("--new_tokens", type=int, default=128)
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads.")
-    parser.add_argument("--quick", action="store_true", help="Small CPU settings (batch 2, 128 tokens, 3 steps).")
-    parser.add_argument("--json", default=None, help="Also write the results here.")
-    args = parser.parse_args()
-    if args.quick:
-        args.batch_size, args.seq_len, args.steps, args.warmup, args.repeats = 2, 128, 3, 1, 3
-        args.gen_batch_size, args.new_tokens = 1, 32
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    device, dtype = torch.device(args.device), getattr(torch, args.dtype)
-    if device.type == "cpu" and dtype != torch.float32:
-        print("note: CPU autocast in", args.dtype)
+def training_row(models, batch: int, context: int, device, dtype, rounds: int) -> dict:
+    ids = zipf_ids(models[NATIVE].config.vocab_size, (batch, context), device)
+    steps = {name: make_train_step(model, ids, device, dtype) for name, model in models.items()}
+    seconds = interleaved_medians({name: fn for name, (fn, _) in steps.items()}, device, rounds=rounds)
+    peak = {name: peak_bytes(fn, device) for name, (fn, _) in steps.items()}  # after warm-up: steady state
+    total = {name: peak[name] + resident_bytes(models[name], opt) for name, (_, opt) in steps.items()}
+    for _, optimizer in steps.values():
+        optimizer.state.clear()
+    tokens = batch * context
+    return {
+        "native train tok/s": tokens / seconds[NATIVE],
+        "NeuTRENO train tok/s": tokens / seconds[NEUTRENO],
+        "train throughput ratio": seconds[NATIVE] / seconds[NEUTRENO],
+        "native step peak MiB": peak[NATIVE] / 2**20,
+        "NeuTRENO step peak MiB": peak[NEUTRENO] / 2**20,
+        "step peak ratio": peak[NEUTRENO] / peak[NATIVE],
+        "total memory ratio": total[NEUTRENO] / total[NATIVE],
+    }
 
-    machine = (torch.cuda.get_device_name(device) if device.type == "cuda"
-               else f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads")
-    print(f"torch {torch.__version__}, {machine}, dtype {args.dtype}, λ = {args.neutreno_lambda}, "
-          f"train batch {args.batch_size}×{args.seq_len}, "
-          f"generate {args.gen_batch_size}×({args.prompt_len}+{args.new_tokens})")
-    shapes = list(args.shapes) + (["as-trained"] if args.as_trained else [])
-    results = {}
-    for shape in shapes:
-        models = {name: m.to(device) for name, m in build_pair(shape, args.neutreno_lambda).items()}
-        diff = check_equivalence(models, device)
-        train, memory = time_training(models, args, device, dtype)
-        generate = time_generation(models, args, device, dtype)
-        results[shape] = dict(train_tokens_per_s=train, train_peak_memory_mb=memory, generate_tokens_per_s=generate,
-                              lambda0_max_logit_diff=diff)
-        native, ours = "native GPT-2", "NeuTRENO"
-        print(f"\n{shape}: {sum(p.numel() for p in models[ours].parameters()) / 1e6:.1f}M parameters "
-              f"(native {sum(p.numel() for p in models[native].parameters()) / 1e6:.1f}M); λ=0 max |Δlogit| {diff:.1e}")
-        print(f"  {'':28}{native:>14}{ours:>14}{'ratio':>9}")
-        rows = [("train tokens/s", train), ("train step peak MB", memory), ("generate tokens/s (cache)", generate)]
-        for label, values in rows:
-            print(f"  {label:28}{values[native]:14.1f}{values[ours]:14.1f}{values[ours] / values[native]:9.3f}")
+
+def generation_row(models, args, device, dtype, rounds: int) -> dict:
+    vocab = models[NATIVE].config.vocab_size
+    prompt = torch.randint(1, vocab, (args.gen_batch_size, args.prompt_len), device=device)
+    fns = {name: make_generate(model, prompt, args.new_tokens, device, dtype) for name, model in models.items()}
+    seconds = interleaved_medians(fns, device, rounds=rounds, warmup=1)
+    tokens = args.gen_batch_size * args.new_tokens
+    return {
+        "native generate tok/s": tokens / seconds[NATIVE],
+        "NeuTRENO generate tok/s": tokens / seconds[NEUTRENO],
+        "generate throughput ratio": seconds[NATIVE] / seconds[NEUTRENO],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_arguments(parser)
+    parser.add_argument("--shapes", nargs="+", choices=list(SHAPES), default=list(SHAPES))
+    parser.add_argument("--as-trained", action="store_true", help="add the paper's preset with its adaptive softmax")
+    parser.add_argument("--neutreno-lambda", type=float, default=0.4)
+    parser.add_argument("--context", type=int, default=256, help="training context of the shape rows")
+    parser.add_argument("--scaling-contexts", type=int, nargs="*", default=[256, 512, 1024, 2048],
+                        help="contexts of the scaling rows (paper shape; none: skip them)")
+    parser.add_argument("--gen-batch-size", type=int, default=4)
+    parser.add_argument("--prompt-len", type=int, default=32)
+    parser.add_argument("--new-tokens", type=int, default=128)
+    args = parser.parse_args()
+    device, dtype = setup(args)
+    if args.quick:
+        args.gen_batch_size, args.new_tokens = 1, 32
+    batch = args.batch_size or (4 if args.quick or device.type == "cpu" else 32)
+    rounds = args.rounds or (3 if args.quick else 7)
+
+    rows = []
+    for shape in args.shapes + (["as-trained"] if args.as_trained else []):
+        models = build_pair(shape, args.neutreno_lambda, args.attn, device, args.context)
+        row = {"shape": shape, "context": args.context, "batch": batch,
+               "λ=0 max |Δlogit|": lambda_zero_logit_diff(models, device)}
+        row |= training_row(models, batch, args.context, device, dtype, rounds)
+        row |= generation_row(models, args, device, dtype, rounds)
+        rows.append(row)
         del models
-        gc.collect()
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
-    if args.json:
-        Path(args.json).write_text(json.dumps(dict(args=vars(args), machine=machine, results=results), indent=2))
+
+    scaling = []
+    if args.scaling_contexts:
+        tokens_per_step = batch * min(args.scaling_contexts)
+        models = build_pair("paper", args.neutreno_lambda, args.attn, device, max(args.scaling_contexts))
+        for context in args.scaling_contexts:
+            scale_batch = max(1, tokens_per_step // context)
+            scaling.append({"shape": "paper", "context": context, "batch": scale_batch}
+                           | training_row(models, scale_batch, context, device, dtype, rounds))
+        del models
+
+    meta = machine(args) | {"λ": args.neutreno_lambda, "rounds": rounds,
+                            "generate": f"{args.gen_batch_size} × ({args.prompt_len} prompt + {args.new_tokens} new)"}
+    report(f"NeuTRENO GPT (λ = {args.neutreno_lambda}) vs native GPT-2 of the same dimensions", rows, meta,
+           args.out)
+    if scaling:
+        scaling_out = None if not args.out else str(Path(args.out).with_name(Path(args.out).stem + "_scaling.json"))
+        report("Context scaling, paper shape, same tokens per step", scaling, meta, scaling_out)
 
 
 if __name__ == "__main__":

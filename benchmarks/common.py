@@ -1,32 +1,59 @@
-"""Shared benchmark machinery: interleaved timing, peak memory, the machine's description.
+"""Shared benchmark machinery: interleaved timing, peak memory, the machine's description, the report.
 
-Every comparison runs its candidates side by side in one process, interleaved round by round, so that a change of
-machine load hits all of them alike; results are medians over rounds and are reported as ratios to the baseline.
+Every comparison runs its candidates side by side in one process, interleaved round by round in rotating order, so
+that a change of machine load hits all of them alike; results are medians over rounds and are reported as ratios
+to the baseline.
 """
 
-import gc
 import json
+import os
 import platform
 import statistics
+import sys
+import tempfile
 import time
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterable
+from pathlib import Path
 
 import torch
 
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
-def machine() -> dict:
-    """What produced the figures: hardware, threads and library versions."""
+
+def add_common_arguments(parser, batch_size: int | None = None) -> None:
+    """Device, dtype, threads, rounds, --quick and --out: the same flags in every benchmark."""
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--dtype", choices=DTYPES, default="fp32", help="autocast dtype (weights stay fp32)")
+    parser.add_argument("--attn", default="sdpa", help="attention kernel of every model: sdpa, eager, flash_attention_2")
+    parser.add_argument("--batch-size", type=int, default=batch_size)
+    parser.add_argument("--rounds", type=int, default=None, help="timed rounds (interleaved); the median is reported")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--quick", action="store_true", help="CPU-sized run: small batches, few rounds")
+    parser.add_argument("--out", default=None, help="also write the results as JSON here")
+
+
+def setup(args) -> tuple[torch.device, torch.dtype]:
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    return torch.device(args.device), DTYPES[args.dtype]
+
+
+def machine(args=None) -> dict:
+    """What produced the figures: hardware, threads, library versions and the command line."""
     import transformers
 
     info = {
+        "device": torch.cuda.get_device_name() if torch.cuda.is_available() else f"CPU: {_cpu_name()}",
+        "cpu_threads": torch.get_num_threads(),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
-        "cpu": _cpu_name(),
-        "cpu_threads": torch.get_num_threads(),
+        "command": "python " + " ".join([os.path.relpath(sys.argv[0])] + sys.argv[1:]),
     }
-    if torch.cuda.is_available():
-        info["gpu"] = torch.cuda.get_device_name()
+    if args is not None:
+        info.update(dtype=args.dtype, attn=args.attn)
     return info
 
 
@@ -36,6 +63,10 @@ def _cpu_name() -> str:
             return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
     except (OSError, StopIteration):
         return platform.processor() or "unknown"
+
+
+def autocast(device: torch.device, dtype: torch.dtype):
+    return torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32)
 
 
 def synchronize(device: torch.device) -> None:
@@ -53,8 +84,7 @@ def interleaved_medians(
             candidates[name]()
     times = {name: [] for name in names}
     for r in range(rounds):
-        order = names[r % len(names):] + names[: r % len(names)]
-        for name in order:
+        for name in names[r % len(names) :] + names[: r % len(names)]:
             synchronize(device)
             start = time.perf_counter()
             candidates[name]()
@@ -63,71 +93,53 @@ def interleaved_medians(
     return {name: statistics.median(values) for name, values in times.items()}
 
 
-def cuda_peak_bytes(fn: Callable[[], None], device: torch.device) -> int:
-    """Peak CUDA memory allocated while `fn` runs, above what was allocated before."""
-    torch.cuda.synchronize(device)
-    torch.cuda.reset_peak_memory_stats(device)
-    before = torch.cuda.memory_allocated(device)
-    fn()
-    torch.cuda.synchronize(device)
-    return torch.cuda.max_memory_allocated(device) - before
+def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
 
 
-def _status_bytes(field: str) -> int:
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) * 1024 for line in f if line.startswith(field + ":"))
-
-
-_MMAP_SET = False
-
-
-def _release_freed_memory_to_the_os() -> None:
-    """Make glibc serve allocations of 64 KiB and more with mmap, so a freed tensor leaves the RSS at once and the
-    RSS follows the live tensors (torch has no CPU allocator statistics). Every allocation then page-faults, which
-    slows code down: time everything before the first memory measurement."""
-    global _MMAP_SET
-    if not _MMAP_SET:
-        try:
-            import ctypes
-
-            ctypes.CDLL("libc.so.6").mallopt(-3, 64 * 1024)  # M_MMAP_THRESHOLD
-        except OSError:
-            pass
-        _MMAP_SET = True
-
-
-def cpu_peak_bytes(fn: Callable[[], None]) -> int:
-    """Peak resident memory while `fn` runs, above the resident memory before it (Linux).
-
-    Writing 5 to /proc/self/clear_refs resets the high-water mark (VmHWM), so candidates can be measured one after
-    the other in the same process. Call it only after all timing (see `_release_freed_memory_to_the_os`).
-    """
-    _release_freed_memory_to_the_os()
-    gc.collect()
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
-    before = _status_bytes("VmRSS")
-    fn()
-    return _status_bytes("VmHWM") - before
+def resident_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None) -> int:
+    """Weights (and optimizer state): what stays allocated between steps."""
+    state = [] if optimizer is None else [v for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v)]
+    return tensor_bytes(model.parameters()) + tensor_bytes(model.buffers()) + tensor_bytes(state)
 
 
 def peak_bytes(fn: Callable[[], None], device: torch.device) -> int:
-    return cuda_peak_bytes(fn, device) if device.type == "cuda" else cpu_peak_bytes(fn)
+    """Peak memory allocated while `fn` runs, above what was allocated when it started (activations, gradients,
+    temporaries). CUDA: the allocator's statistics. CPU: the profiler's allocation timeline, exact and
+    deterministic (torch keeps no CPU allocator statistics, and the process RSS depends on the C allocator)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
+        fn()
+        torch.cuda.synchronize(device)
+        return torch.cuda.max_memory_allocated(device) - before
+
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
+        fn()
+    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # deprecated in favour of a CUDA-only API
+        prof.export_memory_timeline(f"{tmp}/timeline.json", device="cpu")
+        _, sizes = json.loads(Path(f"{tmp}/timeline.json").read_text())
+    totals = [sum(row) for row in sizes]
+    return max(totals) - totals[0]
 
 
 def report(title: str, rows: list[dict], meta: dict, out: str | None = None) -> None:
-    """Print a table and, with `out`, write the rows and the machine description as JSON."""
+    """Print a markdown table and the machine; with `out`, write both as JSON."""
     print(f"\n## {title}\n")
     if rows:
-        columns = list(rows[0])
+        columns = list(dict.fromkeys(c for row in rows for c in row))
         print("| " + " | ".join(columns) + " |")
         print("|" + "---|" * len(columns))
         for row in rows:
-            print("| " + " | ".join(_fmt(row[c]) for c in columns) + " |")
+            print("| " + " | ".join(_fmt(row.get(c, "")) for c in columns) + " |")
     print("\n" + json.dumps(meta))
     if out:
-        with open(out, "w") as f:
-            json.dump({"title": title, "machine": meta, "rows": rows}, f, indent=2)
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(json.dumps({"title": title, "machine": meta, "rows": rows}, indent=2) + "\n")
 
 
 def _fmt(value) -> str:
