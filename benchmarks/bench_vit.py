@@ -39,7 +39,8 @@ def build(name: str, image_size: int, attn: str, device: torch.device) -> torch.
     if name == "native":
         model = ViTForImageClassification(ViTConfig(**shape, attn_implementation=attn))
     else:
-        model = NeuTRENOViTForImageClassification(NeuTRENOViTConfig(**shape, neutreno_lambda=0.6, attn_implementation=attn))
+        config = NeuTRENOViTConfig(**shape, neutreno_lambda=0.6, attn_implementation=attn)
+        model = NeuTRENOViTForImageClassification(config)
     return model.to(device)
 
 

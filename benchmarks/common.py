@@ -25,7 +25,7 @@ def add_common_arguments(parser, batch_size: int | None = None) -> None:
     """Device, dtype, threads, rounds, --quick and --out: the same flags in every benchmark."""
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dtype", choices=DTYPES, default="fp32", help="autocast dtype (weights stay fp32)")
-    parser.add_argument("--attn", default="sdpa", help="attention kernel of every model: sdpa, eager, flash_attention_2")
+    parser.add_argument("--attn", default="sdpa", help="attention kernel of all models: sdpa, eager, flash_attention_2")
     parser.add_argument("--batch-size", type=int, default=batch_size)
     parser.add_argument("--rounds", type=int, default=None, help="timed rounds (interleaved); the median is reported")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")

@@ -33,7 +33,6 @@ from transformers import (
 )
 from transformers.image_utils import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
-import hf_neutreno
 from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForImageClassification
 from hf_neutreno.convert import vit_to_neutreno
 from hf_neutreno.data import get_split, image_and_label_columns, label_names, load_image_dataset, subset

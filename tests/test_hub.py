@@ -285,6 +285,41 @@ def test_example_push_to_hub_publishes_model_code_processor_and_card(data_dir, t
     assert "- steps: 2" in card.text and "- global batch size: 32" in card.text
 
 
+def lm_example_args(data_dir: Path, output_dir: Path) -> list[str]:
+    return [
+        "--dataset_name", str(data_dir / "wikitext-2-v1"), "--max_vocab_size", "500",
+        "--config_overrides", "num_hidden_layers=2,hidden_size=32,num_attention_heads=4,intermediate_size=64",
+        "--adaptive_softmax_cutoffs", "100", "--block_size", "16", "--max_train_tokens", "2048",
+        "--max_eval_tokens", "64", "--max_steps", "2", "--warmup_steps", "0", "--per_device_train_batch_size", "8",
+        "--output_dir", str(output_dir), "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "true",
+        "--use_cpu", "true", "--push_to_hub", "--hub_model_id", "neutreno-tests/tiny-neutreno-gpt",
+    ]
+
+
+def test_lm_example_push_to_hub_offline_stops_before_training(data_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(OfflineModeIsEnabled, match="Nothing was written"):
+        load_example("run_clm_wikitext103").main(lm_example_args(data_dir, tmp_path / "run"))
+    assert not (tmp_path / "run").exists()
+
+
+def test_lm_example_push_to_hub_publishes_model_code_tokenizer_and_card(data_dir, tmp_path, fake_hub):
+    metrics = load_example("run_clm_wikitext103").main(lm_example_args(data_dir, tmp_path / "run"))
+    uploads = [call for call in fake_hub.calls if call[0] == "upload_folder"]
+    assert len(uploads) == 1 and uploads[0][1] == "neutreno-tests/tiny-neutreno-gpt"
+    files = uploads[0][3]
+    assert {"config.json", "model.safetensors", "modeling_neutreno_gpt.py", "configuration_neutreno_gpt.py",
+            "neutreno_common.py", "tokenizer.json", "README.md"} <= set(files)
+    card_path = tmp_path / "README.md"
+    card_path.write_bytes(files["README.md"])
+    card = ModelCard.load(card_path)
+    perplexity = {r.metric_type: r for r in card.data.eval_results}
+    assert perplexity["sliding perplexity"].metric_value == metrics["test_sliding_perplexity"]
+    assert perplexity["blocks perplexity"].metric_value == metrics["test_blocks_perplexity"]
+    assert perplexity["sliding perplexity"].dataset_split == "test"
+    assert "custom_code" in card.data.tags and "- context: 16" in card.text
+
+
 def test_cli_push_save_to_writes_the_folder_with_the_run_results(data_dir, tmp_path):
     model_dir = tmp_path / "run"
     tiny_model().save_pretrained(model_dir)

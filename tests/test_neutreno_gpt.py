@@ -3,7 +3,6 @@ torch's transformer layer and adaptive log-softmax, and hand-written perplexity 
 
 import json
 import math
-import textwrap
 from pathlib import Path
 
 import pytest

@@ -33,7 +33,7 @@ from transformers.utils.generic import can_return_tuple, merge_with_config_defau
 from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_neutreno_gpt import NeuTRENOGPTConfig
-from .neutreno_common import add_auto_map, neutreno_lambda_for_layer, neutreno_projection
+from .neutreno_common import add_auto_map, eager_attention_forward, neutreno_lambda_for_layer, neutreno_projection
 
 
 class NeuTRENOGPTScaledEmbedding(nn.Embedding):
@@ -68,23 +68,6 @@ class NeuTRENOGPTSinusoidalPositionEmbedding(nn.Module):
         return f"embedding_dim={self.embedding_dim}"
 
 
-def eager_attention_forward(
-    module: nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    scaling: float,
-    dropout: float = 0.0,
-    **kwargs: Unpack[TransformersKwargs],
-) -> tuple[torch.Tensor, torch.Tensor]:
-    attn_weights = torch.matmul(query, key.transpose(2, 3)) * scaling
-    if attention_mask is not None:
-        attn_weights = attn_weights + attention_mask
-    attn_weights = nn.functional.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query.dtype)
-    attn_weights = nn.functional.dropout(attn_weights, p=dropout, training=module.training)
-    attn_output = torch.matmul(attn_weights, value).transpose(1, 2).contiguous()
-    return attn_output, attn_weights
 
 
 class NeuTRENOGPTAttention(nn.Module):

@@ -1,4 +1,4 @@
-"""Pieces every model file shares: the NeuTRENO term, config checks and presets.
+"""Pieces every model file shares: the NeuTRENO term, eager attention, config checks and presets.
 
 This file travels with every checkpoint (``trust_remote_code``): it imports only torch and transformers.
 """
@@ -96,6 +96,27 @@ class _NeuTRENOLinear(torch.autograd.Function):
         grad_values = (-lam * grad_inputs).to(value_states.dtype) if ctx.needs_input_grad[1] else None
         grad_first = (lam * grad_inputs).to(first_layer_values.dtype) if ctx.needs_input_grad[2] else None
         return grad_attn, grad_values, grad_first, grad_weight, grad_bias, None
+
+
+def eager_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Softmax attention in plain torch ops (the `eager` backend), (batch, heads, tokens, head_dim) in, merged-ready
+    (batch, tokens, heads, head_dim) out, as every `transformers` model writes it."""
+    attn_weights = torch.matmul(query, key.transpose(2, 3)) * scaling
+    if attention_mask is not None:
+        attn_weights = attn_weights + attention_mask
+    attn_weights = nn.functional.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query.dtype)
+    attn_weights = nn.functional.dropout(attn_weights, p=dropout, training=module.training)
+    attn_output = torch.matmul(attn_weights, value).transpose(1, 2).contiguous()
+    return attn_output, attn_weights
 
 
 def check_choice(name: str, value: Any, allowed: Sequence[Any]) -> None:
