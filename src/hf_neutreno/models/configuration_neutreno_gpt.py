@@ -65,12 +65,28 @@ def _gpt2_small() -> dict:
     )
 
 
+def _gpt_micro() -> dict:
+    """The paper's design (post-LN, sinusoidal positions, adaptive softmax) at `vit-micro`'s size, for a quick CPU run
+    of `hf-neutreno compare` on WikiText-2: 6 layers, dim 64, 4 heads, FFN 256, context 64."""
+    return dict(
+        _wikitext103_small(),
+        vocab_size=33279,  # WikiText-2 words + <eos> + <pad>, as `train_word_tokenizer` counts them
+        hidden_size=64,
+        num_hidden_layers=6,
+        num_attention_heads=4,
+        intermediate_size=256,
+        max_position_embeddings=64,
+        adaptive_softmax_cutoffs=[2000, 10000],
+    )
+
+
 class NeuTRENOGPTConfig(PresetsMixin, PreTrainedConfig):
     r"""
     Configuration of [`NeuTRENOGPTModel`] and [`NeuTRENOGPTForCausalLM`]. The defaults are the paper's WikiText-103
     model (16 layers, dim 128, 8 heads, FFN 2048 ReLU, context 256, post-LN, sinusoidal positions, dropout 0.1,
     λ = 0.4) with a full softmax; the preset `wikitext103-small` adds its adaptive softmax, whose cutoffs depend on
-    the vocabulary. Presets: `NeuTRENOGPTConfig.from_preset("wikitext103-small" | "gpt2-small", **overrides)`.
+    the vocabulary. Presets: `NeuTRENOGPTConfig.from_preset(name, **overrides)` with `wikitext103-small`,
+    `gpt2-small` or `gpt-micro` (a small model for a quick CPU run).
 
     NeuTRENO fields:
         neutreno_lambda (`float`, defaults to 0.4): λ in ``U = A V + λ (V_0 − V)``; 0 gives the plain transformer.
@@ -102,7 +118,7 @@ class NeuTRENOGPTConfig(PresetsMixin, PreTrainedConfig):
 
     model_type = "neutreno_gpt"
     keys_to_ignore_at_inference = ["past_key_values"]
-    presets = {"wikitext103-small": _wikitext103_small(), "gpt2-small": _gpt2_small()}
+    presets = {"wikitext103-small": _wikitext103_small(), "gpt2-small": _gpt2_small(), "gpt-micro": _gpt_micro()}
 
     vocab_size: int = 267735
     hidden_size: int = 128

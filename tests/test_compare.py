@@ -1,0 +1,301 @@
+"""`hf-neutreno compare`: the README's default run end to end, ViT⁻, a WikiText-2 run, Ctrl-C, and bad input.
+
+Expected values are recomputed here from the saved folders with plain formulas (accuracy, an N×N token cosine matrix,
+block perplexity), not read back from the command's own helpers.
+"""
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+import transformers
+from PIL import Image
+from transformers import AutoImageProcessor, AutoModelForCausalLM, AutoModelForImageClassification, AutoTokenizer
+
+import hf_neutreno
+from fresh_process import run_fresh
+from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForImageClassification, cli
+from hf_neutreno.data import load_image_dataset
+
+CHANCE = 0.1  # digits: 10 balanced classes
+TINY = ["--max-steps", "4", "--max-train-samples", "128", "--max-eval-samples", "64", "--probe-samples", "16",
+        "--no-progress"]
+
+
+def _table_rows(stdout: str) -> dict[str, list[str]]:
+    """The printed table: variant -> cells (cells are separated by two or more spaces)."""
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("variant "))
+    rows = {}
+    for line in lines[start + 1 :]:
+        if not line.strip():
+            break
+        cells = re.split(r"\s{2,}", line.strip())
+        rows[cells[0]] = cells
+    return rows
+
+
+def _pairwise_cosine(hidden: torch.Tensor) -> float:
+    """Mean over samples of the mean cosine of all token pairs i ≠ j, from the full N×N matrix."""
+    unit = torch.nn.functional.normalize(hidden.double(), dim=-1)
+    gram = unit @ unit.transpose(1, 2)
+    n = hidden.shape[1]
+    off_diagonal = gram.sum(dim=(1, 2)) - gram.diagonal(dim1=1, dim2=2).sum(-1)
+    return (off_diagonal / (n * (n - 1))).mean().item()
+
+
+def test_default_compare_as_the_readme_runs_it(tmp_path):
+    out = tmp_path / "compare"
+    src = str(Path(hf_neutreno.__file__).resolve().parents[1])  # the code under test, wherever it is installed
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get(
+        "PYTHONPATH")]))}
+    proc = subprocess.run([sys.executable, "-m", "hf_neutreno", "compare", "--output-dir", str(out)], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+
+    results = json.loads((out / "results.json").read_text())
+    assert results["complete"] and list(results["variants"]) == ["baseline", "neutreno"]
+    assert results["settings"]["model"] == "vit-micro" and results["settings"]["dataset"] == "digits"
+    rows = _table_rows(proc.stdout)
+    assert set(rows) == {"baseline", "neutreno"}
+    for variant, entry in results["variants"].items():
+        assert entry["accuracy"] > 5 * CHANCE, (variant, entry)
+        assert rows[variant][2] == f"{entry['accuracy']:.4f}"
+        assert rows[variant][3] == f"{entry['last_layer_cosine']:.4f}"
+    with Image.open(out / "comparison.png") as plot:
+        assert plot.format == "PNG" and plot.width > 200 and plot.height > 200
+    assert sorted(p.name for p in out.iterdir()) == ["baseline", "comparison.png", "neutreno", "results.json"]
+
+    # What the table says is what the saved models do, recomputed here on the digits test split.
+    test = load_image_dataset("digits")["test"]
+    assert len(test) == results["data"]["eval_images"] == 360
+    images = [image.convert("RGB") for image in test["image"]]
+    expected = {}
+    for variant, entry in results["variants"].items():
+        folder = out / variant
+        model = AutoModelForImageClassification.from_pretrained(folder).eval()
+        assert model.config.neutreno_lambda == (0.6 if variant == "neutreno" else 0.0)
+        pixels = AutoImageProcessor.from_pretrained(folder)(images, return_tensors="pt")["pixel_values"]
+        with torch.no_grad():
+            logits = model(pixels).logits
+            probe_hidden = model(pixels[:256], output_hidden_states=True).hidden_states[-1]
+        accuracy = (logits.argmax(-1) == torch.tensor(test["label"])).double().mean().item()
+        assert abs(accuracy - entry["accuracy"]) <= 1 / len(test) + 1e-9, (variant, accuracy, entry["accuracy"])
+        assert _pairwise_cosine(probe_hidden) == pytest.approx(entry["last_layer_cosine"], rel=1e-4, abs=1e-6)
+        expected[variant] = logits[:16]
+    raw = np.stack([np.asarray(image) for image in test["image"][:16]])
+    torch.save({"raw": torch.from_numpy(raw), "logits": expected}, tmp_path / "expected.pt")
+
+    # Each saved folder loads where hf_neutreno cannot be imported, and predicts the same.
+    report = json.loads(run_fresh(f"""
+        import json, torch
+        from PIL import Image
+        from transformers import AutoImageProcessor, AutoModelForImageClassification
+        expected = torch.load("{tmp_path / 'expected.pt'}")
+        images = [Image.fromarray(a.numpy()).convert("RGB") for a in expected["raw"]]
+        report = {{}}
+        for variant, logits in expected["logits"].items():
+            folder = "{out}/" + variant
+            model = AutoModelForImageClassification.from_pretrained(folder, trust_remote_code=True).eval()
+            pixels = AutoImageProcessor.from_pretrained(folder)(images, return_tensors="pt")["pixel_values"]
+            with torch.no_grad():
+                got = model(pixels).logits
+            report[variant] = [type(model).__module__, (got - logits).abs().max().item(),
+                               bool((got.argmax(-1) == logits.argmax(-1)).all())]
+        print(json.dumps(report))
+    """, tmp_path).strip().splitlines()[-1])
+    for variant in ("baseline", "neutreno"):
+        module, difference, same_predictions = report[variant]
+        assert module.startswith("transformers_modules") and difference == 0.0 and same_predictions, report
+
+
+def test_vit_minus_trains_with_the_same_start_and_batches(tmp_path, monkeypatch):
+    starts, labels = {}, {}
+    train, training_step = transformers.Trainer.train, transformers.Trainer.training_step
+
+    def name(model):
+        return f"{model.config.model_type} λ={model.config.neutreno_lambda}"
+
+    def recording_train(self, *args, **kwargs):
+        starts[name(self.model)] = {k: v.clone() for k, v in self.model.state_dict().items()}
+        return train(self, *args, **kwargs)
+
+    def recording_step(self, model, inputs, *args, **kwargs):
+        labels.setdefault(name(self.model), []).append(inputs["labels"].clone())
+        return training_step(self, model, inputs, *args, **kwargs)
+
+    monkeypatch.setattr(transformers.Trainer, "train", recording_train)
+    monkeypatch.setattr(transformers.Trainer, "training_step", recording_step)
+    out = tmp_path / "run"
+    assert cli.main(["compare", "--vit-minus", "--output-dir", str(out), *TINY]) == 0
+
+    results = json.loads((out / "results.json").read_text())
+    assert list(results["variants"]) == ["baseline", "neutreno", "vit-minus"]
+    assert all(math.isfinite(v["accuracy"]) and math.isfinite(v["last_layer_cosine"])
+               for v in results["variants"].values())
+    baseline, neutreno, vit_minus = starts["neutreno_vit λ=0.0"], starts["neutreno_vit λ=0.6"], starts["eigen_vit λ=0.0"]
+    assert baseline.keys() == neutreno.keys() and all(torch.equal(baseline[k], neutreno[k]) for k in baseline)
+    shared = baseline.keys() & vit_minus.keys()
+    assert all(torch.equal(baseline[k], vit_minus[k]) for k in shared)
+    assert {k.rsplit(".", 2)[-2] for k in baseline.keys() - shared} == {"v_proj", "o_proj"}
+    assert {k.rsplit(".", 1)[-1] for k in vit_minus.keys() - shared} == {"theta", "psi", "output_bias"}
+    batches = list(labels.values())
+    assert len(batches) == 3 and all(len(b) == 4 for b in batches)
+    assert all(torch.equal(a, b) for other in batches[1:] for a, b in zip(batches[0], other))
+
+    # The saved ViT⁻ has the baseline's shape and a negative spectrum: every W_V W_O of every head is ≤ 0.
+    config = json.loads((out / "vit-minus" / "config.json").read_text())
+    reference = json.loads((out / "baseline" / "config.json").read_text())
+    assert (config["model_type"], config["spectrum_sign"]) == ("eigen_vit", "negative")
+    fields = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "image_size")
+    assert all(config[f] == reference[f] for f in fields)
+    model = AutoModelForImageClassification.from_pretrained(out / "vit-minus")
+    for layer in model.vit.layers:
+        attention = layer.attention
+        theta, psi = attention.theta.detach().double(), attention.psi.detach().double()
+        basis = torch.linalg.qr(theta).Q
+        product = basis @ torch.diag_embed(-psi.square()) @ basis.transpose(1, 2)
+        assert torch.linalg.eigvalsh(product).max() <= 1e-9
+
+
+def test_text_compare_on_wikitext2_gives_the_perplexity_of_the_saved_models(data_dir, tmp_path):
+    out = tmp_path / "text"
+    argv = ["compare", "--model", "gpt-micro", "--dataset", str(data_dir / "wikitext-2-v1"), "--max-steps", "6",
+            "--batch-size", "8", "--max-eval-samples", "8", "--probe-samples", "4", "--output-dir", str(out),
+            "--no-progress"]
+    assert cli.main(argv) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert list(results["variants"]) == ["baseline", "neutreno"] and results["metric"] == "perplexity"
+    assert results["variants"]["neutreno"]["neutreno_lambda"] == 0.4  # the GPT preset's λ
+
+    # Independently: the first 8 blocks of 64 tokens of the test split, each line + <eos>, every token but the first
+    # scored once with the context of its own block.
+    text = pq.read_table(data_dir / "wikitext-2-v1" / "test-00000-of-00001.parquet").column("text").to_pylist()
+    for variant, entry in results["variants"].items():
+        tokenizer = AutoTokenizer.from_pretrained(out / variant, trust_remote_code=True)
+        model = AutoModelForCausalLM.from_pretrained(out / variant).eval()
+        assert len(tokenizer) == model.config.vocab_size == 33279  # WikiText-2's 33,278 words + <pad>
+        ids = []
+        for line in text:
+            ids += tokenizer(line)["input_ids"]
+            if len(ids) >= 8 * 64:
+                break
+        stream = torch.tensor(ids[: 8 * 64])
+        nll, count = 0.0, 0
+        with torch.no_grad():
+            for start in range(0, len(stream) - 1, 64):
+                end = min(start + 64, len(stream) - 1)
+                log_probs = model(input_ids=stream[None, start:end]).logits[0].float().log_softmax(-1)
+                nll -= log_probs.gather(-1, stream[start + 1 : end + 1, None]).sum().item()
+                count += end - start
+        perplexity = math.exp(nll / count)
+        assert 1 < entry["perplexity"] < len(tokenizer), entry  # finite, and better than a uniform guess
+        assert entry["perplexity"] == pytest.approx(perplexity, rel=1e-4)
+        assert math.isfinite(entry["last_layer_cosine"])
+
+
+@pytest.mark.parametrize("where", ["training", "saving"])
+def test_ctrl_c_leaves_only_complete_models_and_a_rerun_replaces_them(tmp_path, monkeypatch, capsys, where):
+    """Ctrl-C in the neutreno variant: the finished baseline stays usable, nothing half-written remains."""
+    def interrupt(original):
+        def wrapper(self, *args, **kwargs):
+            model = getattr(self, "model", self)
+            if model.config.neutreno_lambda > 0:
+                raise KeyboardInterrupt
+            return original(self, *args, **kwargs)
+        return wrapper
+
+    if where == "training":
+        monkeypatch.setattr(transformers.Trainer, "training_step", interrupt(transformers.Trainer.training_step))
+    else:  # after part of the folder is written
+        save = NeuTRENOViTForImageClassification.save_pretrained
+
+        def save_then_interrupt(self, folder, *args, **kwargs):
+            save(self, folder, *args, **kwargs)
+            if self.config.neutreno_lambda > 0:
+                raise KeyboardInterrupt
+
+        monkeypatch.setattr(NeuTRENOViTForImageClassification, "save_pretrained", save_then_interrupt)
+    out = tmp_path / "run"
+    argv = ["compare", "--output-dir", str(out), *TINY]
+    assert cli.main(argv) == 130
+    assert "Interrupted" in capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == ["baseline", "results.json"]
+    results = json.loads((out / "results.json").read_text())
+    assert not results["complete"] and list(results["variants"]) == ["baseline"]
+    assert AutoModelForImageClassification.from_pretrained(out / "baseline").config.neutreno_lambda == 0.0
+    AutoImageProcessor.from_pretrained(out / "baseline")
+
+    monkeypatch.undo()
+    assert cli.main(argv) == 0  # the interrupted run's folder is a compare run: it is replaced
+    results = json.loads((out / "results.json").read_text())
+    assert results["complete"] and list(results["variants"]) == ["baseline", "neutreno"]
+
+
+def _parquet_folder(folder: Path) -> Path:
+    folder.mkdir()
+    table = pa.table({"pixels": [[0, 1], [2, 3]], "y": [0, 1]})
+    for split in ("train", "test"):
+        pq.write_table(table, folder / f"{split}-00000-of-00001.parquet")
+    return folder
+
+
+def _saved_model(folder: Path) -> Path:
+    config = NeuTRENOViTConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16,
+                               image_size=8, patch_size=4)
+    NeuTRENOViTForImageClassification(config).save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize(
+    "case, options, expected",
+    [
+        ("unknown model", ["--model", "vit-huge"], ["--model", "invalid choice", "vit-micro", "gpt-micro"]),
+        ("unknown dataset", ["--dataset", "no-such-dataset-xyz"], ["--dataset 'no-such-dataset-xyz'", "'digits'",
+                                                                    "HF_HUB_OFFLINE"]),
+        ("missing folder", ["--dataset", "{tmp}/missing"], ["--dataset", "does not exist"]),
+        ("image preset, text data", ["--dataset", "{data}/wikitext-2-v1"], [
+            "--model vit-micro is an image classifier", "no Image column and ClassLabel column", "'text'"]),
+        ("text preset, image data", ["--model", "gpt-micro"], ["--model gpt-micro is a language model",
+                                                               "--dataset 'digits' has no `text` column"]),
+        ("wrong columns", ["--dataset", "{parquet}"], ["--dataset", "no Image column", "'pixels'", "'y'"]),
+        ("vit-minus for text", ["--model", "gpt-micro", "--vit-minus"], ["--vit-minus needs an image preset"]),
+        ("output dir with a model", ["--output-dir", "{model}"], ["--output-dir", "a model (config.json)",
+                                                                   "nothing was written"]),
+        ("output dir with files", ["--output-dir", "{files}"], ["--output-dir", "notes.txt", "not an earlier"]),
+        ("bad budget", ["--batch-size", "0"], ["--batch-size must be at least 1"]),
+    ],
+)
+def test_bad_input_is_refused_before_training(case, options, expected, tmp_path, data_dir, monkeypatch, capsys):
+    def no_training(*args, **kwargs):
+        raise AssertionError("training started")
+
+    monkeypatch.setattr(transformers.Trainer, "train", no_training)
+    files = tmp_path / "files"
+    files.mkdir()
+    (files / "notes.txt").write_text("mine")
+    paths = {"tmp": tmp_path, "data": data_dir, "parquet": _parquet_folder(tmp_path / "parquet"),
+             "model": _saved_model(tmp_path / "model"), "files": files}
+    before = {p: sorted(q.name for q in p.iterdir()) for p in (paths["model"], files)}
+    options = [option.format(**paths) for option in options]
+    if "--output-dir" not in options:
+        options += ["--output-dir", str(tmp_path / "out")]
+    try:
+        code = cli.main(["compare", *options, "--no-progress"])
+    except SystemExit as exit:  # argparse
+        code = exit.code
+    assert code == 2
+    message = capsys.readouterr().err
+    for part in expected:
+        assert part in message, (case, message)
+    assert not (tmp_path / "out").exists()
+    assert {p: sorted(q.name for q in p.iterdir()) for p in before} == before
