@@ -27,6 +27,9 @@ from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import CLOCKS  # noqa: E402
+
 MODES = ("inference", "cheap", "hidden", "all")
 METRICS_OF = {
     "cheap": ["cosine_similarity", "hfc_lfc_ratio", "rank_one_distance"],
@@ -101,13 +104,14 @@ def timings(args, images: torch.Tensor) -> dict[str, float]:
     for mode in MODES:  # warm-up: kernels, allocator, the probe registration
         run_mode(mode, model, warm)
     seconds = {mode: [] for mode in MODES}
+    now = time.perf_counter if args.device.startswith("cuda") else CLOCKS[args.clock]
     for _ in range(args.repeats):
         for mode in MODES:
             synchronize(args.device)
-            start = time.perf_counter()
+            start = now()
             run_mode(mode, model, batches)
             synchronize(args.device)
-            seconds[mode].append(time.perf_counter() - start)
+            seconds[mode].append(now() - start)
     return {mode: statistics.median(values) for mode, values in seconds.items()}
 
 
@@ -145,6 +149,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=None, help="timed passes per mode (default 3; quick: 2)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--clock", choices=CLOCKS, default="wall",
+                        help="wall time, or the process's CPU time (with --threads 1 on a shared CPU machine)")
     parser.add_argument("--data-dir", type=Path, default=default_data_dir())
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     parser.add_argument("--worker", choices=MODES, default=None, help=argparse.SUPPRESS)
@@ -166,7 +172,7 @@ def main() -> None:
     device = torch.cuda.get_device_name() if args.device.startswith("cuda") else f"CPU, {args.threads} threads"
     print(f"DeiT-tiny (NeuTRENO λ=0.6) at {args.image_size} px, batch {args.batch_size}, {device}, "
           f"torch {torch.__version__}")  # fmt: skip
-    print(f"time: {sizes[1]} CIFAR-10 images, median of {args.repeats}; memory: peak "
+    print(f"time ({args.clock} clock): {sizes[1]} CIFAR-10 images, median of {args.repeats}; memory: peak "
           f"{'CUDA allocated' if args.device.startswith('cuda') else 'resident'} at {sizes[0]} and {sizes[1]} images\n")
     print(f"| mode | seconds | × inference | peak MiB @ {sizes[0]} | peak MiB @ {sizes[1]} |")
     print("|---|---|---|---|---|")
@@ -174,7 +180,9 @@ def main() -> None:
         ratio = seconds[mode] / seconds["inference"]
         print(f"| {mode} | {seconds[mode]:.2f} | {ratio:.2f} | {memory[mode][0]:.0f} | {memory[mode][1]:.0f} |")
     if args.json:
-        args.json.write_text(json.dumps({"sizes": sizes, "seconds": seconds, "peak_mib": memory, "device": device}))
+        args.json.write_text(json.dumps({"sizes": sizes, "seconds": seconds, "peak_mib": memory, "device": device,
+                                         "clock": args.clock, "torch": torch.__version__,
+                                         "command": "python " + " ".join(sys.argv)}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -59,7 +59,7 @@ def main() -> None:
     seconds = {}
     for mode in ("train", "infer"):
         steps = {name: make_step(m, batch, image_size, mode, device, dtype)[0] for name, m in models.items()}
-        seconds[mode] = interleaved_medians(steps, device, rounds=rounds)
+        seconds[mode] = interleaved_medians(steps, device, rounds=rounds, clock=args.clock)
     rows = [
         {
             "model": name,

@@ -125,10 +125,11 @@ def lambda_zero_logit_diff(models, device) -> float:
     return diff
 
 
-def training_row(models, batch: int, context: int, device, dtype, rounds: int) -> dict:
+def training_row(models, batch: int, context: int, device, dtype, args) -> dict:
     ids = zipf_ids(models[NATIVE].config.vocab_size, (batch, context), device)
     steps = {name: make_train_step(model, ids, device, dtype) for name, model in models.items()}
-    seconds = interleaved_medians({name: fn for name, (fn, _) in steps.items()}, device, rounds=rounds)
+    fns = {name: fn for name, (fn, _) in steps.items()}
+    seconds = interleaved_medians(fns, device, rounds=args.rounds, clock=args.clock)
     peak = {name: peak_bytes(fn, device) for name, (fn, _) in steps.items()}  # after warm-up: steady state
     total = {name: peak[name] + resident_bytes(models[name], opt) for name, (_, opt) in steps.items()}
     for _, optimizer in steps.values():
@@ -145,11 +146,11 @@ def training_row(models, batch: int, context: int, device, dtype, rounds: int) -
     }
 
 
-def generation_row(models, args, device, dtype, rounds: int) -> dict:
+def generation_row(models, device, dtype, args) -> dict:
     vocab = models[NATIVE].config.vocab_size
     prompt = torch.randint(1, vocab, (args.gen_batch_size, args.prompt_len), device=device)
     fns = {name: make_generate(model, prompt, args.new_tokens, device, dtype) for name, model in models.items()}
-    seconds = interleaved_medians(fns, device, rounds=rounds, warmup=1)
+    seconds = interleaved_medians(fns, device, rounds=args.rounds, warmup=1, clock=args.clock)
     tokens = args.gen_batch_size * args.new_tokens
     return {
         "native generate tok/s": tokens / seconds[NATIVE],
@@ -175,15 +176,15 @@ def main() -> None:
     if args.quick:
         args.gen_batch_size, args.new_tokens = 1, 32
     batch = args.batch_size or (4 if args.quick or device.type == "cpu" else 32)
-    rounds = args.rounds or (3 if args.quick else 7)
+    args.rounds = args.rounds or (3 if args.quick else 7)
 
     rows = []
     for shape in args.shapes + (["as-trained"] if args.as_trained else []):
         models = build_pair(shape, args.neutreno_lambda, args.attn, device, args.context)
         row = {"shape": shape, "context": args.context, "batch": batch,
                "λ=0 max |Δlogit|": lambda_zero_logit_diff(models, device)}
-        row |= training_row(models, batch, args.context, device, dtype, rounds)
-        row |= generation_row(models, args, device, dtype, rounds)
+        row |= training_row(models, batch, args.context, device, dtype, args)
+        row |= generation_row(models, device, dtype, args)
         rows.append(row)
         del models
 
@@ -194,10 +195,10 @@ def main() -> None:
         for context in args.scaling_contexts:
             scale_batch = max(1, tokens_per_step // context)
             scaling.append({"shape": "paper", "context": context, "batch": scale_batch}
-                           | training_row(models, scale_batch, context, device, dtype, rounds))
+                           | training_row(models, scale_batch, context, device, dtype, args))
         del models
 
-    meta = machine(args) | {"λ": args.neutreno_lambda, "rounds": rounds,
+    meta = machine(args) | {"λ": args.neutreno_lambda, "rounds": args.rounds,
                             "generate": f"{args.gen_batch_size} × ({args.prompt_len} prompt + {args.new_tokens} new)"}
     report(f"NeuTRENO GPT (λ = {args.neutreno_lambda}) vs native GPT-2 of the same dimensions", rows, meta,
            args.out)

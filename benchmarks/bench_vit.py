@@ -83,8 +83,9 @@ def main() -> None:
         models = {name: build(name, image_size, args.attn, device) for name in ("native", "neutreno")}
         for mode in ("train", "infer"):
             steps = {name: make_step(m, batch, image_size, mode, device, dtype) for name, m in models.items()}
-            seconds = interleaved_medians({name: fn for name, (fn, _) in steps.items()}, device, rounds=rounds)
-            peak = {name: peak_bytes(fn, device) for name, (fn, _) in steps.items()}  # after warm-up: steady state
+            fns = {name: fn for name, (fn, _) in steps.items()}
+            seconds = interleaved_medians(fns, device, rounds=rounds, clock=args.clock)
+            peak = {name: peak_bytes(fn, device) for name, fn in fns.items()}  # after warm-up: steady state
             total = {name: peak[name] + resident_bytes(models[name], opt) for name, (_, opt) in steps.items()}
             rows.append({
                 "image_size": image_size,

@@ -19,6 +19,9 @@ from pathlib import Path
 import torch
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+# wall: elapsed time. cpu: the CPU time of this process, which other jobs on a shared machine barely change (use it
+# with --threads 1: idle OpenMP threads spin and would be counted); GPU timings are always wall time.
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 
 
 def add_common_arguments(parser, batch_size: int | None = None) -> None:
@@ -29,6 +32,8 @@ def add_common_arguments(parser, batch_size: int | None = None) -> None:
     parser.add_argument("--batch-size", type=int, default=batch_size)
     parser.add_argument("--rounds", type=int, default=None, help="timed rounds (interleaved); the median is reported")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--clock", choices=CLOCKS, default="wall",
+                        help="wall time, or the process's CPU time (with --threads 1 on a shared CPU machine)")
     parser.add_argument("--quick", action="store_true", help="CPU-sized run: small batches, few rounds")
     parser.add_argument("--out", default=None, help="also write the results as JSON here")
 
@@ -53,7 +58,7 @@ def machine(args=None) -> dict:
         "command": "python " + " ".join([os.path.relpath(sys.argv[0])] + sys.argv[1:]),
     }
     if args is not None:
-        info.update(dtype=args.dtype, attn=args.attn)
+        info.update(dtype=args.dtype, attn=args.attn, clock="wall" if torch.cuda.is_available() else args.clock)
     return info
 
 
@@ -75,9 +80,14 @@ def synchronize(device: torch.device) -> None:
 
 
 def interleaved_medians(
-    candidates: dict[str, Callable[[], None]], device: torch.device, rounds: int = 5, warmup: int = 2
+    candidates: dict[str, Callable[[], None]],
+    device: torch.device,
+    rounds: int = 5,
+    warmup: int = 2,
+    clock: str = "wall",
 ) -> dict[str, float]:
     """Median seconds per call of each candidate; each round runs every candidate once, in rotating order."""
+    now = time.perf_counter if device.type == "cuda" else CLOCKS[clock]
     names = list(candidates)
     for _ in range(warmup):
         for name in names:
@@ -86,10 +96,10 @@ def interleaved_medians(
     for r in range(rounds):
         for name in names[r % len(names) :] + names[: r % len(names)]:
             synchronize(device)
-            start = time.perf_counter()
+            start = now()
             candidates[name]()
             synchronize(device)
-            times[name].append(time.perf_counter() - start)
+            times[name].append(now() - start)
     return {name: statistics.median(values) for name, values in times.items()}
 
 
