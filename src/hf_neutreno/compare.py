@@ -76,8 +76,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--epochs", type=float, default=10, help="training epochs (default: 10)")
     parser.add_argument("--max-steps", type=int, default=None, help="train for this many steps instead of --epochs")
     parser.add_argument("--batch-size", type=int, default=32, help="training batch size (default: 32)")
-    parser.add_argument("--learning-rate", type=float, default=3e-3,
-                        help="AdamW peak learning rate; 10%% warm-up, then cosine decay (default: 3e-3)")
+    parser.add_argument("--learning-rate", type=float, default=None,
+                        help="AdamW peak learning rate; 10%% warm-up, then cosine decay (default: 3e-3 for image "
+                        "presets, 1e-3 for language models, whose post-LN softmax baseline diverges at 3e-3)")
     parser.add_argument("--max-train-samples", type=int, default=None,
                         help="train on a seeded random subset of this many samples (images, or blocks of text)")
     parser.add_argument("--max-eval-samples", type=int, default=None,
@@ -128,11 +129,13 @@ def _prepare(args: argparse.Namespace):
         if value is not None and value < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {value}.")
     for name in ("epochs", "learning_rate"):
-        if not getattr(args, name) > 0:
+        if getattr(args, name) is not None and not getattr(args, name) > 0:
             raise ValueError(f"--{name.replace('_', '-')} must be > 0, got {getattr(args, name)}.")
     if args.neutreno_lambda is not None and not args.neutreno_lambda > 0:
         raise ValueError(f"--neutreno-lambda must be > 0 (λ = 0 is the baseline), got {args.neutreno_lambda}.")
     is_image = args.model in IMAGE_MODELS
+    if args.learning_rate is None:
+        args.learning_rate = 3e-3 if is_image else 1e-3
     if args.vit_minus and not is_image:
         raise ValueError(f"--vit-minus needs an image preset {IMAGE_MODELS}; --model {args.model} is a language model.")
     replace = _check_output_dir(Path(args.output_dir))
