@@ -76,6 +76,10 @@ def _wins(stats: dict) -> str:
     return f"{stats['wins']}/{stats['n']} better"
 
 
+def _delta(stats: dict | None, scale: float = 100) -> str:
+    return "—" if stats is None else f"{_pm(stats, scale, sign=True)} ({_wins(stats)})"
+
+
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
 
@@ -142,7 +146,8 @@ def _cifar(units: list[dict], out: Path) -> dict:
         cosine = smoothing[stage]["cosine_similarity"]
         if "vit" in cosine and "neutreno" in cosine:  # NeuTRENO − ViT in the last layer, where the paper's gap is
             last = {v: {int(s): c[-1] for s, c in cosine[v]["per_seed"].items()} for v in ("vit", "neutreno")}
-            smoothing[stage]["last_layer_neutreno_vs_vit"] = paired(last["neutreno"], last["vit"], higher_is_better=False)
+            smoothing[stage]["last_layer_neutreno_vs_vit"] = paired(last["neutreno"], last["vit"],
+                                                                    higher_is_better=False)
         smoothing[stage]["samples"] = full[0][stage]["oversmoothing"]["num_samples"]
         smoothing[stage]["figure"] = _plot(smoothing[stage], out / f"oversmoothing_{stage}.png", stage)
 
@@ -337,15 +342,16 @@ def _summary_section(results: dict) -> list[str]:
     if "cifar10_accuracy" in results:
         delta = results["cifar10_accuracy"]["vs_vit"]
         claims += [
-            ("CIFAR-10 accuracy, NeuTRENO − ViT", "+0.84 pp (ImageNet DeiT-tiny); +0.86 pp (CIFAR-10, kernel attention)",
-             delta.get("neutreno"), 100, "pp", +1),
+            ("CIFAR-10 accuracy, NeuTRENO − ViT",
+             "+0.84 pp (ImageNet DeiT-tiny); +0.86 pp (CIFAR-10, kernel attention)", delta.get("neutreno"), 100, "pp",
+             +1),
             ("CIFAR-10 accuracy, ViT⁻ − ViT", "−0.16 pp (CIFAR-100; \"comparable\")", delta.get("vit-"), 100, "pp", -1),
             ("CIFAR-10 accuracy, ViT⁺ − ViT", "−2.44 pp (CIFAR-100)", delta.get("vit+"), 100, "pp", -1),
         ]
-        for stage, figure in (("trained", "Fig. 1"), ("init", "Fig. 6")):
-            claims.append((f"last-layer token cosine similarity, NeuTRENO − ViT, {'trained' if stage == 'trained' else 'random init'}",
-                           f"lower ({figure}, ImageNet)", results["oversmoothing"][stage].get("last_layer_neutreno_vs_vit"),
-                           1, "", -1))
+        for stage, title, figure in (("trained", "trained", "Fig. 1"), ("init", "random init", "Fig. 6")):
+            delta = results["oversmoothing"][stage].get("last_layer_neutreno_vs_vit")
+            claims.append((f"last-layer token cosine similarity, NeuTRENO − ViT, {title}",
+                           f"lower ({figure}, ImageNet)", delta, 1, "", -1))
         efficiency = results["data_efficiency"]["vit- vs vit"]
         claims += [(f"accuracy with {pct} % of the data, ViT⁻ − ViT", paper, efficiency.get(pct), 100, "pp", +1)
                    for pct, paper in (("50", "+0.20 pp (CIFAR-100)"), ("10", "+1.52 pp (CIFAR-100)"))]
@@ -376,10 +382,10 @@ def _summary_section(results: dict) -> list[str]:
         shares = [f"{title} {VIT_NAMES[v]} {_pm(spectral[stage][v]['smoothing'], 100, 1)} %"
                   for stage, title in (("init", "random-init"), ("trained", "trained")) for v in ("vit", "vit+", "vit-")
                   if v in spectral[stage]]
-        lines += ["Smoothing-dominated share of cases (poster Table 1: random-init ViT 100 %, CIFAR-100 ViT-Ti 98.92 %, "
-                  "ViT-Ti⁺ 100 %, ViT-Ti⁻ 0 %): " + "; ".join(shares) + ". ViT⁺'s 100 % and ViT⁻'s 0 % hold by "
-                  "construction (Λ > 0 pairs with A's eigenvalue 1, Λ < 0 never can); the informative rows are the "
-                  "unconstrained ViT's.", ""]
+        lines += ["Smoothing-dominated share of cases (poster Table 1: random-init ViT 100 %, CIFAR-100 ViT-Ti "
+                  "98.92 %, ViT-Ti⁺ 100 %, ViT-Ti⁻ 0 %): " + "; ".join(shares) + ". ViT⁺'s 100 % and ViT⁻'s 0 % hold "
+                  "by construction (Λ > 0 pairs with A's eigenvalue 1, Λ < 0 never can); the informative rows are "
+                  "the unconstrained ViT's.", ""]
     return lines
 
 
@@ -446,8 +452,8 @@ def _efficiency_section(eff: dict) -> list[str]:
     for variant, by_pct in eff["accuracy"].items():
         rows.append([VIT_NAMES[variant]] + [f"{_pm(by_pct[p], 100)} ({_seeds(by_pct[p], 100, 1)})" for p in pcts])
         rows.append([f"paper {VIT_NAMES[variant]}"] + [eff["paper"][variant].get(int(p), "—") for p in pcts])
-    rows.append(["Δ ViT⁻ − ViT (pp)"] + [f"{_pm(eff['vit- vs vit'][p], 100, sign=True)} ({_wins(eff['vit- vs vit'][p])})"
-                                         if p in eff["vit- vs vit"] else "—" for p in pcts])
+    deltas = eff["vit- vs vit"]
+    rows.append(["Δ ViT⁻ − ViT (pp)"] + [_delta(deltas.get(p)) for p in pcts])
     return lines + _table(["model"] + [f"{p} %" for p in pcts], rows) + [""]
 
 
@@ -464,8 +470,8 @@ def _corruption_section(cor: dict) -> list[str]:
     for variant, by_severity in cor["accuracy"].items():
         rows.append([VIT_NAMES[variant]] + [_pm(by_severity[s], 100) for s in severities])
         rows.append([f"paper {VIT_NAMES[variant]}"] + [f"{x:.2f}" for x in cor["paper"][variant]])
-    rows.append(["Δ ViT⁻ − ViT (pp)"] + [f"{_pm(cor['vit- vs vit'][s], 100, sign=True)} ({_wins(cor['vit- vs vit'][s])})"
-                                         if s in cor["vit- vs vit"] else "—" for s in severities])
+    deltas = cor["vit- vs vit"]
+    rows.append(["Δ ViT⁻ − ViT (pp)"] + [_delta(deltas.get(s)) for s in severities])
     lines += _table(["model"] + [f"severity {s}" for s in severities], rows) + [""]
     names = list(next(iter(cor["per_corruption"].values()))["5"])
     rows = [[VIT_NAMES[v]] + [f"{100 * by[ '5'][n]:.1f}" for n in names] for v, by in cor["per_corruption"].items()]

@@ -79,7 +79,8 @@ def test_tables_hold_the_unit_values_and_their_statistics(micro_run):
     per_seed = [unit(f"cifar-neutreno-100pct-seed{s}")["accuracy"] for s in (0, 1)]
     neutreno = accuracy["accuracy"]["neutreno"]
     assert list(neutreno["per_seed"].values()) == per_seed
-    assert (neutreno["mean"], neutreno["std"]) == pytest.approx((sum(per_seed) / 2, abs(per_seed[0] - per_seed[1]) / 2 ** 0.5))
+    by_hand = (sum(per_seed) / 2, abs(per_seed[0] - per_seed[1]) / 2**0.5)  # the sample std of two values
+    assert (neutreno["mean"], neutreno["std"]) == pytest.approx(by_hand)
     baseline = [unit(f"cifar-vit-100pct-seed{s}")["accuracy"] for s in (0, 1)]
     assert list(accuracy["vs_vit"]["neutreno"]["per_seed"].values()) == pytest.approx(
         [n - b for n, b in zip(per_seed, baseline)])
