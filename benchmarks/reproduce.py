@@ -25,6 +25,7 @@ import argparse
 import dataclasses
 import functools
 import json
+import math
 import multiprocessing
 import os
 import sys
@@ -363,6 +364,24 @@ def run_lm(variant: str, seed: int, budget: Budget, work_dir: str, bf16: bool = 
     return result
 
 
+def unigram_reference(out: Path) -> None:
+    """`<out>/wikitext2_unigram.json`: the perplexity, on the tokens the LM units scored, of the training split's
+    add-one-smoothed unigram distribution; what a model that ignores all context achieves, to read them against."""
+    path, lm_units = out / "wikitext2_unigram.json", sorted((out / "units").glob("lm-*.json"))
+    if path.exists() or not lm_units:
+        return
+    budget = json.loads(lm_units[0].read_text())["budget"]
+    tokenizer, blocks, streams, _ = wikitext()
+    counts = torch.bincount(blocks.with_format("torch")[:]["input_ids"].flatten(), minlength=len(tokenizer)) + 1
+    log_probs = (counts / counts.sum()).log()
+    prefixes = {"sliding": budget["sliding_tokens"], "blocks": budget["block_tokens"]}
+    # Both protocols score every token of their prefix but the first.
+    perplexity = {split: {protocol: math.exp(-log_probs[stream[1:tokens]].mean().item())
+                          for protocol, tokens in prefixes.items()}
+                  for split, stream in streams.items()}
+    path.write_text(json.dumps(perplexity, indent=1))
+
+
 # ---------------------------------------------------------------------------------------------------- driver
 
 
@@ -409,6 +428,7 @@ def main(argv=None) -> dict:
         session.update(wall_seconds=time.perf_counter() - start, units_run=len(units), failed=failed,
                        load_average_end=os.getloadavg(), workers=args.workers, threads=args.threads)
         report.record_session(out, session, budget_name=args.budget, budget=dataclasses.asdict(budget))
+    unigram_reference(out)
     results = report.aggregate(out)
     text = report.render(out, results, docs=Path(args.docs) if args.docs else None)
     print(f"Wrote {out / 'results.md'}" + (f" and {args.docs}" if args.docs else ""))

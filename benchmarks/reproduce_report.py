@@ -113,6 +113,9 @@ def aggregate(out: Path) -> dict:
         results.update(_cifar(units, out))
     if any(u["unit"]["kind"] == "lm" for u in units):
         results["wikitext2"] = _wikitext(units)
+        unigram = out / "wikitext2_unigram.json"
+        if unigram.exists():
+            results["wikitext2"]["unigram_perplexity"] = json.loads(unigram.read_text())
     for name, data in results.items():
         (out / f"{name}.json").write_text(json.dumps(data, indent=1))
     return results
@@ -527,8 +530,15 @@ def _wikitext_section(wt: dict) -> list[str]:
             d = wt["neutreno vs softmax"].get(split, {}).get(protocol)
             delta.append("—" if d is None else f"{_pm(d, 1, 1, True)} ({d['wins']}/{d['n']} lower)")
     rows.append(delta)
+    unigram = wt.get("unigram_perplexity")
+    if unigram:
+        rows.append(["unigram of the training split (no context)"] + [
+            f"{unigram[split][protocol]:.1f}" for split in ("validation", "test") for protocol in ("sliding", "blocks")])
     header = ["model", "validation, sliding", "validation, blocks", "test, sliding", "test, blocks"]
     lines += _table(header, rows) + [""]
+    if unigram:
+        lines += ["The last row is what the training split's word frequencies alone (add-one-smoothed unigram) score on "
+                  "the same tokens: a model near it has learned the frequencies and little use of context.", ""]
     losses = ", ".join(f"{LM_NAMES[v]} {_pm(s, 1, 3)}" for v, s in wt["train_loss"].items())
     lines += [f"Mean training loss over the run (nats/token): {losses}.", ""]
     return lines

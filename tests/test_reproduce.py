@@ -64,7 +64,7 @@ def test_every_experiment_writes_its_json_and_figures(micro_run):
     units = sorted(p.stem for p in (out / "units").glob("*.json"))
     # 4 variants at 100 %, ViT and ViT⁻ at 50 % and 10 %, 2 LM variants; each for both seeds.
     assert len(units) == 2 * (4 + 2 * 2 + 2)
-    for name in EXPERIMENTS:
+    for name in EXPERIMENTS + ("wikitext2_unigram",):
         assert (out / f"{name}.json").is_file(), name
     for stage in ("init", "trained"):
         assert (out / f"oversmoothing_{stage}.png").stat().st_size > 0
