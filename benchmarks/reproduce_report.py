@@ -298,7 +298,26 @@ def markdown(out: Path, results: dict, figures: str) -> str:
         lines += _spectral_section(results["spectral"])
     if "wikitext2" in results:
         lines += _wikitext_section(results["wikitext2"])
+    lines += RERUN
     return "\n".join(lines) + "\n"
+
+
+RERUN = [
+    "## Rerun", "",
+    "```bash",
+    "# every experiment and table at a toy budget (< 10 min on 2 CPU cores; its numbers mean nothing)",
+    "python benchmarks/reproduce.py --quick --workers 2",
+    "# this page's run (about 2 h on 2 CPU cores); a killed run resumes from the units already in --out",
+    "python benchmarks/reproduce.py --budget cpu --workers 2 --out benchmarks/results/reproduce --docs docs/results.md",
+    "# the papers' scale (100 CIFAR epochs on all 50,000 images, 10k LM steps of batch 96, whole-split evaluation): GPU",
+    "python benchmarks/reproduce.py --budget full --bf16 --out runs/reproduce-full --docs docs/results.md",
+    "# any budget field is a flag, e.g. a mid-size CPU run:",
+    "python benchmarks/reproduce.py --budget cpu --train_samples 10000 --epochs 10 --lm_steps 500 --workers 2",
+    "```", "",
+    "Sources: `benchmarks/reproduce.py` (training and evaluation, reusing `examples/run_eigen_vit.py` and "
+    "`examples/run_clm_wikitext103.py`), `benchmarks/reproduce_report.py` (statistics and this page). Per-model "
+    "results: `units/*.json` in the output folder; one JSON per experiment beside them.", "",
+]
 
 
 def _header(run: dict, units: list[dict], results: dict) -> list[str]:
