@@ -127,3 +127,10 @@ def test_a_second_run_reuses_the_cached_units(micro_run, capsys):
     reproduce.main(MICRO + ["--out", str(out)])
     assert "0 units to run" in capsys.readouterr().out
     assert {p: p.stat().st_mtime_ns for p in (out / "units").glob("*.json")} == before
+
+
+def test_hand_written_notes_are_kept_with_the_run(micro_run):
+    out, _ = micro_run
+    (out / "notes.md").write_text("Nothing here is evidence.")
+    text = stats.render(out, stats.aggregate(out))
+    assert "## Reading these numbers\n\nNothing here is evidence." in text
