@@ -363,9 +363,11 @@ def _header(run: dict, units: list[dict], results: dict) -> list[str]:
               "are mean ± sample std over seeds (per-seed values beside them); Δ is the paired difference "
               "variant − baseline per seed, and \"k/n better\" counts the seeds where the variant wins.", ""]
     if budget.get("train_samples") is not None or budget.get("epochs", 100) < 100:
+        images = budget["train_samples"] or 50000
+        tokens = budget["lm_steps"] * budget["lm_batch_size"] * 256
         lines += ["**What this budget can show.** These runs are orders of magnitude smaller than the papers' "
-                  "(a few thousand CIFAR-10 images for a few epochs instead of 50,000 × 100-300 epochs; a few hundred "
-                  "thousand training tokens instead of 500k steps × 24,576 tokens). The models are far from "
+                  f"({images:,} CIFAR-10 images × {budget['epochs']:g} epochs instead of 50,000 × 100-300 epochs; "
+                  f"{tokens:,} LM training tokens instead of 500k steps × 24,576 tokens). The models are far from "
                   "converged, so the tables test only the *direction* of each claim, and only weakly: differences "
                   "smaller than the seed-to-seed spread (and than the test-set noise) are not evidence either way.",
                   ""]
