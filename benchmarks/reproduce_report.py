@@ -8,7 +8,6 @@ import json
 import math
 import os
 import statistics
-import time
 from pathlib import Path
 
 from hf_neutreno.diagnostics import OversmoothingReport
@@ -317,7 +316,7 @@ RERUN = [
     "python benchmarks/reproduce.py --quick --workers 2",
     "# this page's run (about 2 h on 2 CPU cores); a killed run resumes from the units already in --out",
     "python benchmarks/reproduce.py --budget cpu --workers 2 --out benchmarks/results/reproduce --docs docs/results.md",
-    "# the papers' scale (100 CIFAR epochs on all 50,000 images, 10k LM steps of batch 96, whole-split evaluation): GPU",
+    "# the papers' scale (100 CIFAR epochs on 50,000 images, 10k LM steps of batch 96, whole-split evaluation): GPU",
     "python benchmarks/reproduce.py --budget full --bf16 --out runs/reproduce-full --docs docs/results.md",
     "# any budget field is a flag, e.g. a mid-size CPU run:",
     "python benchmarks/reproduce.py --budget cpu --train_samples 10000 --epochs 10 --lm_steps 500 --workers 2",
@@ -462,14 +461,15 @@ def _oversmoothing_section(smoothing: dict, figures: str) -> list[str]:
         curves = data["cosine_similarity"]
         layers = next(iter(curves.values()))["layers"]
         shown = sorted({layers[0], layers[len(layers) // 4], layers[len(layers) // 2], *layers[-3:]})
-        rows = [[VIT_NAMES[v]] + [f"{c['mean'][layers.index(l)]:.3f} ± {c['std'][layers.index(l)]:.3f}" for l in shown]
+        columns = [layers.index(layer) for layer in shown]
+        rows = [[VIT_NAMES[v]] + [f"{c['mean'][i]:.3f} ± {c['std'][i]:.3f}" for i in columns]
                 for v, c in curves.items()]
         ratio = data["hfc_lfc_ratio"]
         for row, variant in zip(rows, curves):
             row.append(f"{ratio[variant]['mean'][-1]:.3f} ± {ratio[variant]['std'][-1]:.3f}")
         lines += [f"{title}: token cosine similarity by layer, and ‖HFC‖/‖LFC‖ of the last layer (mean ± std over "
                   "seeds)", ""]
-        lines += _table(["model"] + [f"layer {l}" for l in shown] + [f"‖HFC‖/‖LFC‖, layer {layers[-1]}"], rows)
+        lines += _table(["model"] + [f"layer {layer}" for layer in shown] + [f"‖HFC‖/‖LFC‖, layer {layers[-1]}"], rows)
         delta = data.get("last_layer_neutreno_vs_vit")
         if delta is not None:
             lines += ["", f"{title}, last layer: NeuTRENO − ViT cosine similarity = {_pm(delta, 1, 3, True)} (lower in "
@@ -574,12 +574,13 @@ def _wikitext_section(wt: dict) -> list[str]:
     unigram = wt.get("unigram_perplexity")
     if unigram:
         rows.append(["unigram of the training split (no context)"] + [
-            f"{unigram[split][protocol]:.1f}" for split in ("validation", "test") for protocol in ("sliding", "blocks")])
+            f"{unigram[split][protocol]:.1f}" for split in ("validation", "test") for protocol in ("sliding", "blocks")
+        ])
     header = ["model", "validation, sliding", "validation, blocks", "test, sliding", "test, blocks"]
     lines += _table(header, rows) + [""]
     if unigram:
-        lines += ["The last row is what the training split's word frequencies alone (add-one-smoothed unigram) score on "
-                  "the same tokens: a model near it has learned the frequencies and little use of context.", ""]
+        lines += ["The last row is what the training split's word frequencies alone (add-one-smoothed unigram) score "
+                  "on the same tokens: a model near it has learned the frequencies and little use of context.", ""]
     losses = ", ".join(f"{LM_NAMES[v]} {_pm(s, 1, 3)}" for v, s in wt["train_loss"].items())
     lines += [f"Mean training loss over the run (nats/token): {losses}.", ""]
     return lines
