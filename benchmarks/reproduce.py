@@ -1,0 +1,441 @@
+#!/usr/bin/env python
+"""Small-scale reproductions of the NeuTRENO and eigen-parameterised ViT claims, 3 seeds each, rendered to markdown.
+
+Experiments (every one trains from scratch, seeds 0, 1, 2, one recipe for every variant):
+
+- CIFAR-10, ViT-tiny shape with patch 4: ViT (λ = 0), NeuTRENO (λ = 0.6), ViT⁻ and ViT⁺ at an equal training budget;
+  test accuracy, per-layer token cosine similarity and ‖HFC‖/‖LFC‖ (NeuTRENO Fig. 1 / Fig. 6), and the share of
+  smoothing-dominated (layer, input, head) cases at random initialisation and after training (poster Table 1);
+- data efficiency, ViT vs ViT⁻ trained on 100 / 50 / 10 % of the training images for the same epochs (Table 2);
+- robustness, ViT vs ViT⁻ (the 100 % models) on 8 corruptions at severities 1-5 (Table 3);
+- WikiText-2, the paper's `wikitext103-small` LM (adaptive-softmax cutoffs scaled to the 33k vocabulary), softmax vs
+  NeuTRENO λ = 0.4: validation and test perplexity with the paper's sliding window, and with blocks.
+
+    python benchmarks/reproduce.py --quick                   # every experiment at a toy budget: < 10 min on 2 CPU cores
+    python benchmarks/reproduce.py --budget cpu --workers 2 --threads 1 \
+        --out benchmarks/results/reproduce --docs docs/results.md   # the run docs/results.md reports (~2 h, 2 cores)
+    python benchmarks/reproduce.py --budget full             # the papers' scale (100 epochs, all data): for a GPU
+
+Every budget field is also a flag (`--epochs 5 --train_samples 10000 ...`). Each trained model is one "unit" whose
+result is cached as JSON under `<out>/units/`, so an interrupted run resumes where it stopped (units recorded under
+a different budget are recomputed). `--render` only re-renders the markdown from the JSON already there.
+"""
+
+import argparse
+import dataclasses
+import functools
+import json
+import math
+import multiprocessing
+import os
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path[:0] = [str(HERE), str(ROOT / "examples")]  # benchmarks/common.py and the example scripts
+
+import reproduce_report as report  # noqa: E402
+import run_clm_wikitext103 as clm_example  # noqa: E402
+import run_eigen_vit as eigen_example  # noqa: E402
+
+from hf_neutreno import (  # noqa: E402
+    EigenViTConfig,
+    NeuTRENOGPTConfig,
+    NeuTRENOViTConfig,
+    NeuTRENOViTForImageClassification,
+)
+
+DATA = Path(os.environ.get("HF_NEUTRENO_DATA", ROOT.parent / "shared" / "data"))
+
+# The recipe is the same for every variant and budget; only the budget (how much is computed) changes.
+VIT_VARIANTS = ("vit", "neutreno", "vit-", "vit+")
+VIT_LAMBDA = 0.6  # NeuTRENO DeiT (official code)
+EFFICIENCY_VARIANTS = ("vit", "vit-")  # the issue's "ViT vs ViT⁻" for Tables 2-3
+FRACTIONS = (1.0, 0.5, 0.1)
+LM_LAMBDAS = {"softmax": 0.0, "neutreno": 0.4}  # 0.4: the official WikiText-103 code
+# The paper's cutoffs [20000, 40000, 200000] over 267,735 words, scaled by the vocabulary ratio (33,279 / 267,735 ≈
+# 1/8) and rounded: the same four clusters covering the same share of the frequency-sorted vocabulary.
+LM_CUTOFFS = [2500, 5000, 25000]
+CORRUPTION_SEED = 0  # one corrupted copy of the test images, shared by every model
+
+
+@dataclasses.dataclass
+class Budget:
+    """How much is computed. `None` means "all of it" for sample and token counts, "the preset's" for depths."""
+
+    seeds: list[int]
+    train_samples: int | None  # CIFAR-10 training images that make "100 %": a subset drawn with the run's seed
+    epochs: float
+    batch_size: int
+    test_samples: int | None  # a fixed subset of the 10,000 test images (clean accuracy)
+    corruption_samples: int  # the first N of those, corrupted (8 corruptions × severities 1-5)
+    oversmoothing_samples: int  # the first N of those, for the per-layer cosine similarity
+    spectral_samples: int  # the first N of those, for the dominating-eigenvalue analysis
+    lm_steps: int
+    lm_batch_size: int  # blocks of 256 tokens per step
+    lm_learning_rate: float
+    lm_warmup_steps: int
+    sliding_tokens: int | None  # prefix of validation / test scored with the sliding window (None: whole split)
+    block_tokens: int | None  # prefix scored with non-overlapping blocks
+    vit_layers: int | None = None  # depth overrides, for tests only
+    lm_layers: int | None = None
+
+
+BUDGETS = {
+    # Every experiment and table at a toy budget, with the real shapes: a smoke run, its numbers mean nothing.
+    "quick": Budget(
+        seeds=[0, 1, 2], train_samples=64, epochs=1, batch_size=32, test_samples=100, corruption_samples=16,
+        oversmoothing_samples=32, spectral_samples=8, lm_steps=2, lm_batch_size=2, lm_learning_rate=2.5e-4,
+        lm_warmup_steps=1, sliding_tokens=270, block_tokens=1024,
+    ),
+    # The run docs/results.md reports: about 2 hours on 2 shared CPU cores with --workers 2. The paper's LM learning
+    # rate 2.5e-4 barely leaves the initial loss in 64 steps; 1e-3 was chosen by a 40-step pilot of the softmax
+    # baseline alone over {2.5e-4, 1e-3, 3e-3} (validation block perplexity 5687, 1465, 1212; 3e-3 had stalled).
+    "cpu": Budget(
+        seeds=[0, 1, 2], train_samples=1500, epochs=3, batch_size=32, test_samples=1000, corruption_samples=128,
+        oversmoothing_samples=500, spectral_samples=32, lm_steps=64, lm_batch_size=8, lm_learning_rate=1e-3,
+        lm_warmup_steps=6, sliding_tokens=512, block_tokens=16384,
+    ),
+    # The papers' scale: the poster's CIFAR recipe (run_eigen_vit.py's defaults: 100 epochs, batch 128, all data) and
+    # the paper's LM schedule (batch 96, lr 2.5e-4, 2000 warm-up steps) for as many epochs as its 500k steps make of
+    # WikiText-103 (~120; 10k steps of WikiText-2), evaluated on the whole splits. For a GPU; not run yet.
+    "full": Budget(
+        seeds=[0, 1, 2], train_samples=None, epochs=100, batch_size=128, test_samples=None, corruption_samples=10000,
+        oversmoothing_samples=1000, spectral_samples=32, lm_steps=10000, lm_batch_size=96, lm_learning_rate=2.5e-4,
+        lm_warmup_steps=2000, sliding_tokens=None, block_tokens=None,
+    ),
+}
+
+
+def _optional_int(text: str) -> int | None:
+    return None if text.lower() in ("none", "all") else int(text)
+
+
+def parse_args(argv=None) -> tuple[argparse.Namespace, Budget]:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--budget", choices=sorted(BUDGETS), default="full")
+    p.add_argument("--quick", action="store_const", const="quick", dest="budget", help="Same as --budget quick.")
+    p.add_argument("--experiments", nargs="+", choices=("cifar", "lm"), default=["cifar", "lm"])
+    p.add_argument("--out", default=None, help="Results folder (default: runs/reproduce-<budget>).")
+    p.add_argument("--docs", default=None, help="Also write the rendered markdown here (e.g. docs/results.md).")
+    p.add_argument("--workers", type=int, default=1, help="Units trained in parallel processes.")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads per worker (default: 1 with several workers, else torch's choice).")
+    p.add_argument("--bf16", action="store_true", help="bf16 autocast in training (GPU).")
+    p.add_argument("--render", action="store_true", help="Only re-render the markdown from the JSON in --out.")
+    for field in dataclasses.fields(Budget):
+        kind = {"seeds": dict(type=int, nargs="+")}.get(field.name)
+        if kind is None:
+            kind = dict(type=float) if "float" in str(field.type) else dict(type=_optional_int)
+        p.add_argument(f"--{field.name}", default=None, **kind, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(Budget) if getattr(args, f.name) is not None}
+    budget = dataclasses.replace(BUDGETS[args.budget], **overrides)
+    args.out = Path(args.out or ROOT / "runs" / f"reproduce-{args.budget}")
+    if args.threads is None and args.workers > 1:
+        args.threads = 1  # idle threads spin: several single-threaded workers beat one multi-threaded on a busy CPU
+    return args, budget
+
+
+# ---------------------------------------------------------------------------------------------------- the units
+
+
+def plan(budget: Budget, experiments: list[str]) -> list[dict]:
+    """Every model to train, longest first (so parallel workers finish together)."""
+    units = []
+    if "lm" in experiments:
+        units += [dict(kind="lm", variant=v, seed=s) for s in budget.seeds for v in LM_LAMBDAS]
+    if "cifar" in experiments:
+        for fraction in FRACTIONS:
+            variants = VIT_VARIANTS if fraction == 1.0 else EFFICIENCY_VARIANTS
+            units += [dict(kind="cifar", variant=v, fraction=fraction, seed=s) for s in budget.seeds for v in variants]
+    return units
+
+
+def unit_name(unit: dict) -> str:
+    if unit["kind"] == "lm":
+        return f"lm-{unit['variant']}-seed{unit['seed']}"
+    return f"cifar-{unit['variant']}-{round(unit['fraction'] * 100)}pct-seed{unit['seed']}"
+
+
+def run_unit(unit: dict, budget: Budget, out: Path, bf16: bool = False) -> str:
+    """Train and evaluate one model; write `<out>/units/<name>.json`. Runs in a worker process or inline."""
+    name = unit_name(unit)
+    print(f"[{time.strftime('%H:%M:%S')}] {name}: start (load {os.getloadavg()[0]:.1f})", flush=True)
+    start, load = time.perf_counter(), os.getloadavg()[0]
+    with tempfile.TemporaryDirectory() as work_dir:  # Trainer's output_dir; nothing is kept
+        run = run_lm if unit["kind"] == "lm" else run_cifar
+        result = run(**{k: v for k, v in unit.items() if k != "kind"}, budget=budget, work_dir=work_dir, bf16=bf16)
+    seconds = time.perf_counter() - start
+    result.update(unit=unit, budget=dataclasses.asdict(budget), seconds=seconds,
+                  load_average=[load, os.getloadavg()[0]], threads=torch.get_num_threads())
+    path = out / "units" / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.with_suffix(".tmp").write_text(json.dumps(result, indent=1))
+    path.with_suffix(".tmp").replace(path)  # atomic: a killed run never leaves half a result
+    print(f"[{time.strftime('%H:%M:%S')}] {name}: done in {seconds / 60:.1f} min", flush=True)
+    return name
+
+
+# ---------------------------------------------------------------------------------------------------- CIFAR-10
+
+
+@functools.cache
+def cifar10():
+    from hf_neutreno.data import load_image_dataset
+
+    return load_image_dataset(DATA / "cifar10")
+
+
+@functools.cache
+def processor():
+    from transformers import ViTImageProcessorPil
+
+    size = EigenViTConfig.presets["vit-tiny"]["image_size"]
+    return ViTImageProcessorPil(size={"height": size, "width": size})  # as run_eigen_vit.py: mean = std = 0.5
+
+
+@functools.cache
+def test_images(count: int | None) -> tuple[list, torch.Tensor, torch.Tensor]:
+    """The fixed test subset (the same for every seed and variant): PIL images, pixel values, labels."""
+    from hf_neutreno.data import subset
+
+    test = subset(cifar10()["test"], count, seed=0)
+    images = [image.convert("RGB") for image in test["img"]]
+    return images, pixels(images), torch.tensor(test["label"])
+
+
+def pixels(images: list) -> torch.Tensor:
+    return processor()(images, return_tensors="pt")["pixel_values"]
+
+
+def build_vit(variant: str, recipe: argparse.Namespace, seed: int, labels: list[str]):
+    """The variant's model. Every variant starts from the seed's ViT initialisation wherever a parameter has the same
+    name and shape (all of NeuTRENO's; all but the eigen-parameterised value/output maps of ViT⁻ and ViT⁺)."""
+    id2label = dict(enumerate(labels))
+    torch.manual_seed(seed)
+    reference = eigen_example.build_model("vit", recipe, len(labels), id2label)
+    if variant == "vit":
+        return reference
+    if variant == "neutreno":
+        config = NeuTRENOViTConfig.from_dict({**reference.config.to_dict(), "neutreno_lambda": VIT_LAMBDA})
+        model = NeuTRENOViTForImageClassification(config)
+    else:
+        model = eigen_example.build_model(variant, recipe, len(labels), id2label)
+    own = model.state_dict()
+    shared = {k: v for k, v in reference.state_dict().items() if k in own and own[k].shape == v.shape}
+    model.load_state_dict(shared, strict=False)
+    return model
+
+
+@torch.no_grad()
+def accuracy(model, pixel_values: torch.Tensor, labels: torch.Tensor, batch_size: int = 250) -> float:
+    model.eval()
+    device = next(model.parameters()).device
+    correct = 0
+    for chunk, target in zip(pixel_values.split(batch_size), labels.split(batch_size)):
+        correct += (model(pixel_values=chunk.to(device)).logits.argmax(-1).cpu() == target).sum().item()
+    return correct / len(labels)
+
+
+def corruption_accuracy(model, images: list, labels: torch.Tensor) -> dict[str, dict[str, float]]:
+    """{severity: {corruption: accuracy}}; severity 0 is the clean accuracy of the same images."""
+    from hf_neutreno.corruptions import CORRUPTIONS, SEVERITIES, corrupt
+
+    results = {"0": {"none": accuracy(model, pixels(images), labels)}}  # clean, on the same images
+    for severity in SEVERITIES:
+        results[str(severity)] = {
+            name: accuracy(model, pixels([corrupt(im, name, severity, seed=(CORRUPTION_SEED, i))
+                                          for i, im in enumerate(images)]), labels)
+            for name in CORRUPTIONS
+        }
+    return results
+
+
+def analyse(model, pixel_values: torch.Tensor, budget: Budget) -> dict:
+    """Per-layer over-smoothing (hidden state 0 = embeddings) and the dominating-eigenvalue shares."""
+    from hf_neutreno.diagnostics import measure_oversmoothing, spectral_dominance
+
+    batches = [{"pixel_values": chunk} for chunk in pixel_values[: budget.oversmoothing_samples].split(250)]
+    smoothing = measure_oversmoothing(model, batches, metrics=["cosine_similarity", "hfc_lfc_ratio"], progress=False)
+    device = next(model.parameters()).device
+    spectral = spectral_dominance(model.cpu(), pixel_values[: budget.spectral_samples])
+    model.to(device)
+    return {"oversmoothing": smoothing.to_dict(), "spectral": spectral.to_dict()["overall"]}
+
+
+def run_cifar(variant: str, fraction: float, seed: int, budget: Budget, work_dir: str, bf16: bool = False) -> dict:
+    from transformers import Trainer, TrainingArguments
+
+    from hf_neutreno.data import subset
+    from hf_neutreno.training import collate_images, image_transform
+
+    data = cifar10()
+    # The seed's training subset (the same for every variant); a fraction keeps a nested, seeded part of it.
+    train = subset(data["train"], budget.train_samples, seed=seed)
+    train = subset(train, fraction if fraction < 1 else None, seed=seed)
+    labels = data["train"].features["label"].names
+    # The poster's CIFAR recipe: run_eigen_vit.py's defaults (AdamW lr 1e-3, wd 0.05, 5 % warm-up then cosine, label
+    # smoothing 0.1, drop path 0.1, random crop + flip), only epochs and batch size from the budget.
+    flags = ["--output_dir", work_dir, "--epochs", str(budget.epochs), "--batch_size", str(budget.batch_size)]
+    if budget.vit_layers:
+        flags += ["--num_hidden_layers", str(budget.vit_layers)]
+    recipe = eigen_example.parse_args(flags)
+    model = build_vit(variant, recipe, seed, labels)
+    images, pixel_values, targets = test_images(budget.test_samples)
+    result = {"train_images": len(train), "parameters": model.num_parameters()}
+    if fraction == 1.0:
+        result["init"] = analyse(model, pixel_values, budget)
+
+    args = TrainingArguments(
+        output_dir=work_dir, num_train_epochs=recipe.epochs, per_device_train_batch_size=recipe.batch_size,
+        learning_rate=recipe.learning_rate, weight_decay=recipe.weight_decay, warmup_steps=recipe.warmup,
+        lr_scheduler_type="cosine", label_smoothing_factor=recipe.label_smoothing, seed=seed, bf16=bf16,
+        save_strategy="no", report_to=[], remove_unused_columns=False, disable_tqdm=True, logging_steps=10,
+    )
+    transform = image_transform(processor(), "img", "label", augment=True, crop_padding=4)
+    trainer = Trainer(model=model, args=args, train_dataset=train.with_transform(transform),
+                      data_collator=collate_images)
+    trained = trainer.train()
+    result.update(steps=trained.global_step, train_loss=trained.training_loss,
+                  train_seconds=trained.metrics["train_runtime"])
+    result["accuracy"] = accuracy(model, pixel_values, targets)
+    if fraction == 1.0:
+        result["trained"] = analyse(model, pixel_values, budget)
+        if variant in EFFICIENCY_VARIANTS:
+            n = budget.corruption_samples
+            result["corruptions"] = corruption_accuracy(model, images[:n], targets[:n])
+    return result
+
+
+# ---------------------------------------------------------------------------------------------------- WikiText-2
+
+
+@functools.cache
+def wikitext():
+    """The word-level tokenizer trained on the training split, its contiguous 256-token training blocks, and the
+    validation and test token streams."""
+    from hf_neutreno.text_data import group_into_blocks, load_wikitext, token_stream, train_word_tokenizer
+
+    raw = load_wikitext(DATA / "wikitext-2-v1")
+    tokenizer = train_word_tokenizer(raw["train"])
+    context = NeuTRENOGPTConfig.presets["wikitext103-small"]["max_position_embeddings"]
+    streams = {split: token_stream(raw[split], tokenizer) for split in ("validation", "test")}
+    return tokenizer, group_into_blocks(raw["train"], tokenizer, context), streams, context
+
+
+def run_lm(variant: str, seed: int, budget: Budget, work_dir: str, bf16: bool = False) -> dict:
+    from transformers import DataCollatorForLanguageModeling, Trainer, TrainingArguments, set_seed
+
+    from hf_neutreno.lm_eval import block_eval, sliding_window_eval
+
+    tokenizer, blocks, streams, context = wikitext()
+    set_seed(seed)  # the same initial weights for both variants: λ adds no parameter
+    model_args = clm_example.ModelArguments(
+        neutreno_lambda=LM_LAMBDAS[variant], adaptive_softmax_cutoffs=LM_CUTOFFS,
+        config_overrides=f"num_hidden_layers={budget.lm_layers}" if budget.lm_layers else None,
+    )
+    model = clm_example.build_model(model_args, tokenizer, block_size=context)
+    # The paper's schedule (run_clm_wikitext103.py's defaults: Adam, cosine to 0, clip 0.25) with the budget's
+    # length, batch, warm-up and learning rate.
+    schedule = {**clm_example.PAPER_TRAINING_DEFAULTS, "max_steps": budget.lm_steps, "seed": seed,
+                "per_device_train_batch_size": budget.lm_batch_size, "learning_rate": budget.lm_learning_rate,
+                "warmup_steps": budget.lm_warmup_steps}
+    args = TrainingArguments(output_dir=work_dir, **schedule, bf16=bf16, save_strategy="no", report_to=[],
+                             disable_tqdm=True, logging_steps=max(1, budget.lm_steps // 10))
+    trainer = Trainer(model=model, args=args, train_dataset=blocks,
+                      data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False))
+    trained = trainer.train()
+    result = {"steps": trained.global_step, "train_loss": trained.training_loss, "parameters": model.num_parameters(),
+              "train_tokens": trained.global_step * budget.lm_batch_size * context, "vocab_size": len(tokenizer),
+              "train_seconds": trained.metrics["train_runtime"], "context": context}
+    for split, stream in streams.items():
+        windows = 256 if torch.cuda.is_available() else 32  # windows per forward: the same numbers, any batch
+        sliding = sliding_window_eval(model, stream[: budget.sliding_tokens], context, batch_size=windows)
+        block = block_eval(model, stream[: budget.block_tokens], context, batch_size=8)
+        result[split] = {"sliding": sliding.to_dict(), "blocks": block.to_dict(), "split_tokens": len(stream)}
+    return result
+
+
+def unigram_reference(out: Path) -> None:
+    """`<out>/wikitext2_unigram.json`: the perplexity, on the tokens the LM units scored, of the training split's
+    add-one-smoothed unigram distribution; what a model that ignores all context achieves, to read them against."""
+    path, lm_units = out / "wikitext2_unigram.json", sorted((out / "units").glob("lm-*.json"))
+    if path.exists() or not lm_units:
+        return
+    budget = json.loads(lm_units[0].read_text())["budget"]
+    tokenizer, blocks, streams, _ = wikitext()
+    counts = torch.bincount(blocks.with_format("torch")[:]["input_ids"].flatten(), minlength=len(tokenizer)) + 1
+    log_probs = (counts / counts.sum()).log()
+    prefixes = {"sliding": budget["sliding_tokens"], "blocks": budget["block_tokens"]}
+    # Both protocols score every token of their prefix but the first.
+    perplexity = {split: {protocol: math.exp(-log_probs[stream[1:tokens]].mean().item())
+                          for protocol, tokens in prefixes.items()}
+                  for split, stream in streams.items()}
+    path.write_text(json.dumps(perplexity, indent=1))
+
+
+# ---------------------------------------------------------------------------------------------------- driver
+
+
+def _init_worker(threads: int | None) -> None:
+    if threads:
+        torch.set_num_threads(threads)
+
+
+def cached(out: Path, unit: dict, budget: Budget) -> bool:
+    path = out / "units" / f"{unit_name(unit)}.json"
+    return path.exists() and json.loads(path.read_text())["budget"] == dataclasses.asdict(budget)
+
+
+def run_all(units: list[dict], budget: Budget, out: Path, workers: int, threads: int | None, bf16: bool) -> list[str]:
+    """Run the units (inline, or in `workers` spawned processes); returns the names of those that failed."""
+    failed = []
+    if workers <= 1:
+        _init_worker(threads)
+        for unit in units:
+            run_unit(unit, budget, out, bf16)
+        return failed
+    context = multiprocessing.get_context("spawn")  # fresh interpreters: no forked thread pools
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker, initargs=(threads,)) as pool:
+        futures = {pool.submit(run_unit, unit, budget, out, bf16): unit_name(unit) for unit in units}
+        for future in as_completed(futures):
+            if future.exception() is not None:
+                print(f"{futures[future]} FAILED: {future.exception()!r}", flush=True)
+                failed.append(futures[future])
+    return failed
+
+
+def main(argv=None) -> dict:
+    args, budget = parse_args(argv)
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    session = {"command": "python benchmarks/reproduce.py " + " ".join(sys.argv[1:] if argv is None else argv),
+               "started": time.strftime("%Y-%m-%d %H:%M:%S"), "load_average_start": os.getloadavg()}
+    failed = []
+    if not args.render:
+        units = [u for u in plan(budget, args.experiments) if not cached(out, u, budget)]
+        print(f"{len(units)} units to run, budget {args.budget}: {budget}", flush=True)
+        start = time.perf_counter()
+        failed = run_all(units, budget, out, args.workers, args.threads, args.bf16)
+        session.update(wall_seconds=time.perf_counter() - start, units_run=len(units), failed=failed,
+                       load_average_end=os.getloadavg(), workers=args.workers, threads=args.threads)
+        report.record_session(out, session, budget_name=args.budget, budget=dataclasses.asdict(budget))
+    unigram_reference(out)
+    results = report.aggregate(out)
+    text = report.render(out, results, docs=Path(args.docs) if args.docs else None)
+    print(f"Wrote {out / 'results.md'}" + (f" and {args.docs}" if args.docs else ""))
+    if failed:
+        raise SystemExit(f"{len(failed)} units failed: {failed}")
+    return {"results": results, "markdown": text}
+
+
+if __name__ == "__main__":
+    main()

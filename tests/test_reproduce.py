@@ -1,0 +1,136 @@
+"""benchmarks/reproduce.py end to end at a microscopic budget, and its statistics against hand computation."""
+
+import importlib.util
+import json
+import math
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def _load_reproduce():
+    spec = importlib.util.spec_from_file_location("reproduce", BENCHMARKS / "reproduce.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # also puts benchmarks/ on sys.path
+    return module
+
+
+reproduce = _load_reproduce()
+stats = sys.modules["reproduce_report"]
+
+# Two seeds (a std needs two), 2-layer models (so NeuTRENO's term acts), a few images and tokens, two steps each.
+MICRO = [
+    "--quick", "--seeds", "0", "1", "--vit_layers", "2", "--lm_layers", "2", "--train_samples", "16",
+    "--batch_size", "8", "--test_samples", "12", "--corruption_samples", "4", "--oversmoothing_samples", "6",
+    "--spectral_samples", "3", "--lm_steps", "2", "--lm_batch_size", "1", "--lm_warmup_steps", "0",
+    "--sliding_tokens", "259", "--block_tokens", "520",
+]
+EXPERIMENTS = ("cifar10_accuracy", "oversmoothing", "spectral", "data_efficiency", "corruptions", "wikitext2")
+
+
+def test_mean_and_sample_std_by_hand():
+    assert stats.mean_std([1, 2, 3]) == (2.0, 1.0)  # std with n − 1: sqrt((1 + 0 + 1) / 2)
+    mean, std = stats.mean_std([0.5])
+    assert mean == 0.5 and math.isnan(std)
+    summary = stats.summary({0: 0.2, 1: 0.4, 2: 0.9})
+    assert summary["mean"] == pytest.approx(0.5) and summary["std"] == pytest.approx(math.sqrt(0.13))
+    assert summary["per_seed"] == {"0": 0.2, "1": 0.4, "2": 0.9} and summary["n"] == 3
+
+
+def test_paired_differences_by_hand():
+    variant, baseline = {0: 0.6, 1: 0.5, 2: 0.9}, {0: 0.5, 1: 0.7, 2: 0.8}
+    delta = stats.paired(variant, baseline)  # differences 0.1, -0.2, 0.1
+    assert delta["mean"] == pytest.approx(0.0, abs=1e-12)
+    assert delta["std"] == pytest.approx(math.sqrt((0.01 + 0.04 + 0.01) / 2))
+    assert delta["wins"] == 2
+    assert stats.paired(variant, baseline, higher_is_better=False)["wins"] == 1  # perplexity: lower wins
+    assert stats.paired({0: 1.0, 5: 2.0}, {0: 0.5})["n"] == 1  # only seeds both have are paired
+
+
+@pytest.fixture(scope="module")
+def micro_run(tmp_path_factory, data_dir):
+    out = tmp_path_factory.mktemp("reproduce")
+    docs = out / "docs" / "results.md"
+    reproduce.main(MICRO + ["--out", str(out), "--docs", str(docs)])
+    return out, docs
+
+
+def test_every_experiment_writes_its_json_and_figures(micro_run):
+    out, _ = micro_run
+    units = sorted(p.stem for p in (out / "units").glob("*.json"))
+    # 4 variants at 100 %, ViT and ViT⁻ at 50 % and 10 %, 2 LM variants; each for both seeds.
+    assert len(units) == 2 * (4 + 2 * 2 + 2)
+    for name in EXPERIMENTS + ("wikitext2_unigram",):
+        assert (out / f"{name}.json").is_file(), name
+    for stage in ("init", "trained"):
+        assert (out / f"oversmoothing_{stage}.png").stat().st_size > 0
+    run = json.loads((out / "run.json").read_text())
+    assert run["budget"]["seeds"] == [0, 1] and run["sessions"][0]["units_run"] == len(units)
+
+
+def test_tables_hold_the_unit_values_and_their_statistics(micro_run):
+    out, _ = micro_run
+    unit = lambda name: json.loads((out / "units" / f"{name}.json").read_text())  # noqa: E731
+    accuracy = json.loads((out / "cifar10_accuracy.json").read_text())
+    per_seed = [unit(f"cifar-neutreno-100pct-seed{s}")["accuracy"] for s in (0, 1)]
+    neutreno = accuracy["accuracy"]["neutreno"]
+    assert list(neutreno["per_seed"].values()) == per_seed
+    by_hand = (sum(per_seed) / 2, abs(per_seed[0] - per_seed[1]) / 2**0.5)  # the sample std of two values
+    assert (neutreno["mean"], neutreno["std"]) == pytest.approx(by_hand)
+    baseline = [unit(f"cifar-vit-100pct-seed{s}")["accuracy"] for s in (0, 1)]
+    assert list(accuracy["vs_vit"]["neutreno"]["per_seed"].values()) == pytest.approx(
+        [n - b for n, b in zip(per_seed, baseline)])
+
+    lm = json.loads((out / "wikitext2.json").read_text())
+    ppl = [unit(f"lm-neutreno-seed{s}")["test"]["sliding"]["perplexity"] for s in (0, 1)]
+    assert lm["perplexity"]["neutreno"]["test"]["sliding"]["mean"] == pytest.approx(sum(ppl) / 2)
+    # The sliding window over 259 tokens: the first window scores its 256 positions, then 2 windows score 1 each.
+    assert lm["scored_tokens"]["validation"] == {"sliding": 258, "blocks": 519}
+
+
+def test_variants_share_the_seeds_initialisation(micro_run):
+    out, _ = micro_run
+    smoothing = json.loads((out / "oversmoothing.json").read_text())["init"]["cosine_similarity"]
+    embeddings = {v: curve["per_seed"]["0"][0] for v, curve in smoothing.items()}  # layer 0: the patch embeddings
+    assert len(set(embeddings.values())) == 1, embeddings
+    assert smoothing["neutreno"]["per_seed"]["0"][2] != smoothing["vit"]["per_seed"]["0"][2]  # the term acts
+
+
+def test_eigen_spectra_fix_the_dominating_eigenvalue(micro_run):
+    """ViT⁺ (Λ > 0) always pairs with A's eigenvalue 1; ViT⁻ (Λ < 0) never does (Dovonon et al.)."""
+    out, _ = micro_run
+    spectral = json.loads((out / "spectral.json").read_text())
+    for stage in ("init", "trained"):
+        assert spectral[stage]["vit+"]["smoothing"]["mean"] == 1.0
+        assert spectral[stage]["vit-"]["smoothing"]["mean"] == 0.0
+
+
+def test_markdown_has_every_table_and_resolvable_figures(micro_run):
+    out, docs = micro_run
+    text = docs.read_text()
+    for heading in ("## CIFAR-10", "## Over-smoothing per layer", "## Data efficiency", "## Corruption robustness",
+                    "## Dominating eigenvalue", "## WikiText-2"):
+        assert heading in text, heading
+    assert "torch 2." in text and "python benchmarks/reproduce.py --quick" in text
+    for path in re.findall(r"!\[[^]]*\]\(([^)]+)\)", text):
+        assert (docs.parent / path).is_file(), path
+    assert (out / "results.md").is_file()
+
+
+def test_a_second_run_reuses_the_cached_units(micro_run, capsys):
+    out, docs = micro_run
+    before = {p: p.stat().st_mtime_ns for p in (out / "units").glob("*.json")}
+    reproduce.main(MICRO + ["--out", str(out)])
+    assert "0 units to run" in capsys.readouterr().out
+    assert {p: p.stat().st_mtime_ns for p in (out / "units").glob("*.json")} == before
+
+
+def test_hand_written_notes_are_kept_with_the_run(micro_run):
+    out, _ = micro_run
+    (out / "notes.md").write_text("Nothing here is evidence.")
+    text = stats.render(out, stats.aggregate(out))
+    assert "## Reading these numbers\n\nNothing here is evidence." in text
