@@ -335,7 +335,7 @@ def _header(run: dict, units: list[dict], results: dict) -> list[str]:
              "(rerun with `--render` to regenerate).", ""]
     if sessions:
         m = sessions[-1]["machine"]
-        hardware = m.get("gpu") or f"{m['cpu']}, {m['cpu_cores']} cores"
+        hardware = m.get("gpu") or f"{m.get('cpu') or m['device']}, {m['cpu_cores']} cores"
         lines += [f"- **Machine**: {hardware}; {m.get('workers') or 1} worker process(es) × "
                   f"{m['torch_threads_per_worker']} torch thread(s); python {m['python']}, torch {m['torch']}, "
                   f"transformers {m['transformers']}."]

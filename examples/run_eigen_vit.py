@@ -13,6 +13,9 @@ Results go to `<output_dir>/results.json` and `results.md`.
     python examples/run_eigen_vit.py --dataset uoft-cs/cifar100 --label_column fine_label --output_dir runs/eigen_c100
     # a couple of minutes on a CPU: tiny subsets, few steps, 2 layers
     python examples/run_eigen_vit.py --dataset ../shared/data/cifar10 --quick --output_dir /tmp/eigen_quick
+
+`--push_to_hub --hub_model_id me/eigenvit-cifar10` publishes each variant trained on the largest fraction (weights,
+code, image processor, a model card with its clean and corrupted accuracies) as me/eigenvit-cifar10-vit-minus, ...
 """
 
 import argparse
@@ -34,6 +37,7 @@ from hf_neutreno import (
 from hf_neutreno.corruptions import CORRUPTIONS, check_corruption, corrupt
 from hf_neutreno.data import get_split, image_and_label_columns, load_image_dataset, subset
 from hf_neutreno.diagnostics import spectral_dominance
+from hf_neutreno.hub import check_hub_access, push_trainer_model
 
 VARIANTS = ("vit", "vit+", "vit-")
 
@@ -71,6 +75,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--bf16", action="store_true")
     p.add_argument("--num_workers", type=int, default=0)
+    p.add_argument("--push_to_hub", action="store_true",
+                   help="Push each variant trained on the largest fraction, with code, processor and a model card, to "
+                   "<hub_model_id>-<variant> (vit, vit-plus, vit-minus). The Hub is checked before any training.")
+    p.add_argument("--hub_model_id", default=None, help="Repository prefix, `namespace/name` (default: the output "
+                   "folder's name).")
+    p.add_argument("--hub_private_repo", action="store_true")
+    p.add_argument("--hub_token", default=None)
     p.add_argument("--quick", action="store_true",
                    help="CPU smoke run: 2 layers, 512 training / 64 test images, 10 steps, severities 0, 3, 5.")
     args = p.parse_args(argv)
@@ -86,6 +97,20 @@ def parse_args(argv=None) -> argparse.Namespace:
     if not all(0 < f <= 1 for f in args.fractions):
         p.error(f"--fractions must lie in (0, 1], got {args.fractions}")
     return args
+
+
+HUB_SUFFIXES = {"vit": "vit", "vit+": "vit-plus", "vit-": "vit-minus"}
+
+
+def hub_repo_ids(args) -> dict[str, str]:
+    """The repository each variant is pushed to; checked (offline mode, login, valid ids) before any training."""
+    if not args.push_to_hub:
+        return {}
+    prefix = args.hub_model_id or Path(args.output_dir).absolute().name
+    repo_ids = {variant: f"{prefix}-{HUB_SUFFIXES[variant]}" for variant in args.variants}
+    for repo_id in repo_ids.values():
+        check_hub_access(repo_id, args.hub_token)
+    return repo_ids
 
 
 def build_model(variant: str, args, num_labels: int, id2label: dict[int, str]):
@@ -120,6 +145,7 @@ def accuracy(eval_pred) -> dict[str, float]:
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
+    repo_ids = hub_repo_ids(args)  # fail before training, not after it
     output_dir = Path(args.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     random.seed(args.seed)
@@ -171,7 +197,7 @@ def main(argv=None) -> dict:
                 report_to=[], remove_unused_columns=False, dataloader_num_workers=args.num_workers, seed=args.seed,
             )
             trainer = Trainer(model=model, args=training_args, train_dataset=train.with_transform(train_transform),
-                              compute_metrics=accuracy)
+                              compute_metrics=accuracy, processing_class=processor)
             trainer.train()
             clean = trainer.evaluate(test.with_transform(eval_transform(args.corruptions[0], 0)))["eval_accuracy"]
             results["data_efficiency"].append({"variant": variant, "fraction": fraction, "accuracy": clean})
@@ -193,6 +219,12 @@ def main(argv=None) -> dict:
             spectral = spectral_dominance(model.to("cpu").float(), pixel_values)
             results["spectral"][variant] = spectral.to_dict()["overall"]
             print(f"[{variant}] dominating eigenvalue on test images:\n{spectral}")
+            if variant in repo_ids:
+                robustness = {f"accuracy_severity_{r['severity']}": r["accuracy"] for r in results["robustness"]
+                              if r["variant"] == variant and r["severity"] > 0}
+                push_trainer_model(trainer, repo_ids[variant], dataset=args.dataset, dataset_config=args.dataset_config,
+                                   dataset_split=args.eval_split, results={"accuracy": clean, **robustness},
+                                   training={"training images": len(train), "variant": variant})
 
     (output_dir / "results.json").write_text(json.dumps(results, indent=2))
     (output_dir / "results.md").write_text(markdown(results, args))

@@ -320,6 +320,36 @@ def test_lm_example_push_to_hub_publishes_model_code_tokenizer_and_card(data_dir
     assert "custom_code" in card.data.tags and "- context: 16" in card.text
 
 
+def eigen_example_args(data_dir: Path, output_dir: Path) -> list[str]:
+    return ["--dataset", str(data_dir / "cifar10"), "--output_dir", str(output_dir), "--quick", "--variants", "vit-",
+            "--fractions", "1.0", "--corruptions", "gaussian_noise", "--severities", "0", "5",
+            "--push_to_hub", "--hub_model_id", "neutreno-tests/tiny-eigenvit"]
+
+
+def test_eigen_example_push_to_hub_offline_stops_before_training(data_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(OfflineModeIsEnabled, match="Nothing was written"):
+        load_example("run_eigen_vit").main(eigen_example_args(data_dir, tmp_path / "run"))
+    assert not (tmp_path / "run").exists()
+
+
+def test_eigen_example_push_to_hub_publishes_each_variant_with_its_card(data_dir, tmp_path, fake_hub):
+    results = load_example("run_eigen_vit").main(eigen_example_args(data_dir, tmp_path / "run"))
+    uploads = [call for call in fake_hub.calls if call[0] == "upload_folder"]
+    assert [call[1] for call in uploads] == ["neutreno-tests/tiny-eigenvit-vit-minus"]
+    files = uploads[0][3]
+    assert {"config.json", "model.safetensors", "modeling_eigen_vit.py", "modeling_neutreno_vit.py",
+            "preprocessor_config.json", "README.md"} <= set(files)
+    card_path = tmp_path / "README.md"
+    card_path.write_bytes(files["README.md"])
+    metrics = {r.metric_type: r.metric_value for r in ModelCard.load(card_path).data.eval_results}
+    clean = next(r["accuracy"] for r in results["data_efficiency"] if r["variant"] == "vit-")
+    corrupted = {f"accuracy_severity_{r['severity']}": r["accuracy"] for r in results["robustness"]
+                 if r["variant"] == "vit-" and r["severity"] > 0}
+    assert "accuracy_severity_5" in corrupted
+    assert metrics == {"accuracy": clean, **corrupted}
+
+
 def test_cli_push_save_to_writes_the_folder_with_the_run_results(data_dir, tmp_path):
     model_dir = tmp_path / "run"
     tiny_model().save_pretrained(model_dir)
