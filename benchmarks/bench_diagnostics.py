@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import CLOCKS  # noqa: E402
+from common import CLOCKS, machine, report  # noqa: E402
 
 MODES = ("inference", "cheap", "hidden", "all")
 METRICS_OF = {
@@ -152,7 +152,7 @@ def main() -> None:
     parser.add_argument("--clock", choices=CLOCKS, default="wall",
                         help="wall time, or the process's CPU time (with --threads 1 on a shared CPU machine)")
     parser.add_argument("--data-dir", type=Path, default=default_data_dir())
-    parser.add_argument("--json", type=Path, default=None, help="also write the results here")
+    parser.add_argument("--out", "--json", default=None, help="also write the results as JSON here")
     parser.add_argument("--worker", choices=MODES, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--num-images", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -169,21 +169,16 @@ def main() -> None:
     seconds = timings(args, images)
     memory = {mode: [peak_memory(args, mode, n) for n in sizes] for mode in MODES}
 
-    device = torch.cuda.get_device_name() if args.device.startswith("cuda") else f"CPU, {args.threads} threads"
-    print(f"DeiT-tiny (NeuTRENO λ=0.6) at {args.image_size} px, batch {args.batch_size}, {device}, "
-          f"torch {torch.__version__}")  # fmt: skip
-    print(f"time ({args.clock} clock): {sizes[1]} CIFAR-10 images, median of {args.repeats}; memory: peak "
-          f"{'CUDA allocated' if args.device.startswith('cuda') else 'resident'} at {sizes[0]} and {sizes[1]} images\n")
-    print(f"| mode | seconds | × inference | peak MiB @ {sizes[0]} | peak MiB @ {sizes[1]} |")
-    print("|---|---|---|---|---|")
-    for mode in MODES:
-        ratio = seconds[mode] / seconds["inference"]
-        print(f"| {mode} | {seconds[mode]:.2f} | {ratio:.2f} | {memory[mode][0]:.0f} | {memory[mode][1]:.0f} |")
-    if args.json:
-        args.json.write_text(json.dumps({"sizes": sizes, "seconds": seconds, "peak_mib": memory, "device": device,
-                                         "clock": args.clock, "torch": torch.__version__,
-                                         "command": "python " + " ".join(sys.argv)}, indent=2) + "\n")
-
+    rows = [
+        {"mode": mode, "seconds": seconds[mode], "× inference": seconds[mode] / seconds["inference"],
+         f"peak MiB @ {sizes[0]} images": memory[mode][0], f"peak MiB @ {sizes[1]} images": memory[mode][1]}
+        for mode in MODES
+    ]
+    peak = "CUDA allocated" if args.device.startswith("cuda") else "resident (VmHWM)"
+    meta = machine() | {"clock": args.clock, "batch": args.batch_size,
+                        "images": f"{sizes[1]} timed (median of {args.repeats}), {args.image_size} px; peak {peak} of "
+                                  f"a fresh process at {sizes[0]} and {sizes[1]}"}
+    report("measure_oversmoothing vs plain inference, DeiT-tiny (NeuTRENO, λ = 0.6)", rows, meta, args.out)
 
 if __name__ == "__main__":
     main()

@@ -190,7 +190,7 @@ def main() -> None:
 
     scaling = []
     if args.scaling_contexts:
-        tokens_per_step = batch * min(args.scaling_contexts)
+        tokens_per_step = max(batch * min(args.scaling_contexts), max(args.scaling_contexts))
         models = build_pair("paper", args.neutreno_lambda, args.attn, device, max(args.scaling_contexts))
         for context in args.scaling_contexts:
             scale_batch = max(1, tokens_per_step // context)
