@@ -57,17 +57,23 @@ class ModelArguments:
                   "or GPT-2 checkpoint (folder or Hub id) to continue from."},
     )
     neutreno_lambda: float = field(default=0.4, metadata={"help": "λ of the NeuTRENO term; 0 = softmax baseline."})
-    neutreno_layers: list[int] | None = field(default=None, metadata={"help": "Layers with the term (default: all but 0)."})
+    neutreno_layers: list[int] | None = field(
+        default=None, metadata={"help": "Layers with the term (default: all but 0)."}
+    )
     adaptive_softmax_cutoffs: list[int] | None = field(
         default=None, metadata={"help": "Cutoffs of a model trained from scratch (default: the preset's)."}
     )
     config_overrides: str | None = field(
         default=None,
-        metadata={"help": "Other config fields of a model trained from scratch: 'num_hidden_layers=6,hidden_size=256'."},
+        metadata={
+            "help": "Other config fields of a model trained from scratch: 'num_hidden_layers=6,hidden_size=256'."
+        },
     )
     tokenizer_name: str | None = field(
         default=None,
-        metadata={"help": "A saved tokenizer (default: the checkpoint's, else a word-level one trained on the train split)."},
+        metadata={
+            "help": "A saved tokenizer (default: the checkpoint's, else a word-level one trained on the train split)."
+        },
     )
     max_vocab_size: int | None = field(default=None, metadata={"help": "Cap of a newly trained word vocabulary."})
     trust_remote_code: bool = field(default=False, metadata={"help": "Allow code from a checkpoint's folder."})
@@ -77,7 +83,9 @@ class ModelArguments:
 class DataArguments:
     dataset_name: str = field(
         default="Salesforce/wikitext",
-        metadata={"help": "Hub dataset name, or a local Parquet folder with the same schema (../shared/data/wikitext-2-v1)."},
+        metadata={
+            "help": "Hub dataset name, or a local Parquet folder with the same schema (../shared/data/wikitext-2-v1)."
+        },
     )
     dataset_config_name: str | None = field(default="wikitext-103-v1", metadata={"help": "Hub configuration."})
     block_size: int | None = field(
@@ -86,12 +94,16 @@ class DataArguments:
                   "preset gets max_position_embeddings = block_size, so evaluate-lm uses it as its default window."},
     )
     max_train_tokens: int | None = field(default=None, metadata={"help": "Train on the first N tokens only."})
-    max_eval_tokens: int | None = field(default=None, metadata={"help": "Evaluate on the first N tokens of each split."})
+    max_eval_tokens: int | None = field(
+        default=None, metadata={"help": "Evaluate on the first N tokens of each split."}
+    )
     eval_splits: list[str] = field(default_factory=lambda: ["validation", "test"])
     final_eval_protocols: list[str] = field(
         default_factory=lambda: list(PROTOCOLS), metadata={"help": f"Final evaluation protocols, of {list(PROTOCOLS)}."}
     )
-    sliding_batch_size: int = field(default=32, metadata={"help": "Sliding windows per forward in the final evaluation."})
+    sliding_batch_size: int = field(
+        default=32, metadata={"help": "Sliding windows per forward in the final evaluation."}
+    )
 
 
 # The paper's schedule as TrainingArguments defaults (every Trainer `--flag` still overrides them). Adam: AdamW with
@@ -183,7 +195,8 @@ def main(argv: list[str] | None = None) -> dict:
     if eval_split is not None and training_args.eval_strategy != "no":
         eval_blocks = group_into_blocks(raw[eval_split], tokenizer, block_size)
         if data_args.max_eval_tokens is not None:
-            eval_blocks = eval_blocks.select(range(min(len(eval_blocks), max(1, data_args.max_eval_tokens // block_size))))
+            num_blocks = min(len(eval_blocks), max(1, data_args.max_eval_tokens // block_size))
+            eval_blocks = eval_blocks.select(range(num_blocks))
 
     trainer = Trainer(
         model=model,
@@ -220,7 +233,8 @@ def main(argv: list[str] | None = None) -> dict:
         split = "test" if "test" in data_args.eval_splits else (data_args.eval_splits or [None])[-1]
         results = {f"{protocol} perplexity": metrics[f"{split}_{protocol}_perplexity"]
                    for protocol in data_args.final_eval_protocols} if split else None
-        base_model = None if model_args.model_name_or_path in NeuTRENOGPTConfig.presets else model_args.model_name_or_path
+        from_preset = model_args.model_name_or_path in NeuTRENOGPTConfig.presets
+        base_model = None if from_preset else model_args.model_name_or_path
         push_trainer_model(trainer, hub_repo_id, dataset=data_args.dataset_name,
                            dataset_config=data_args.dataset_config_name, dataset_split=split, results=results,
                            base_model=None if base_model is None or os.path.exists(base_model) else base_model,

@@ -58,12 +58,17 @@ class ModelArguments:
                   "ViT or DeiT checkpoint (folder or Hub id) to fine-tune."},
     )
     neutreno_lambda: float = field(default=0.6, metadata={"help": "λ of the NeuTRENO term; 0 = softmax baseline."})
-    neutreno_layers: list[int] | None = field(default=None, metadata={"help": "Layers with the term (default: all but 0)."})
+    neutreno_layers: list[int] | None = field(
+        default=None, metadata={"help": "Layers with the term (default: all but 0)."}
+    )
     image_size: int | None = field(default=None, metadata={"help": "Image size of a model trained from scratch."})
     patch_size: int | None = field(default=None, metadata={"help": "Patch size of a model trained from scratch."})
     drop_path_rate: float = field(default=0.0, metadata={"help": "Stochastic depth (DeiT: 0.1)."})
     config_overrides: str | None = field(
-        default=None, metadata={"help": "Other config fields of a model trained from scratch: 'num_hidden_layers=6,hidden_size=256'."}
+        default=None,
+        metadata={
+            "help": "Other config fields of a model trained from scratch: 'num_hidden_layers=6,hidden_size=256'."
+        },
     )
     trust_remote_code: bool = field(default=False, metadata={"help": "Allow code from a checkpoint's folder."})
 

@@ -142,7 +142,8 @@ def test_vit_minus_trains_with_the_same_start_and_batches(tmp_path, monkeypatch)
     assert list(results["variants"]) == ["baseline", "neutreno", "vit-minus"]
     assert all(math.isfinite(v["accuracy"]) and math.isfinite(v["last_layer_cosine"])
                for v in results["variants"].values())
-    baseline, neutreno, vit_minus = starts["neutreno_vit λ=0.0"], starts["neutreno_vit λ=0.6"], starts["eigen_vit λ=0.0"]
+    baseline, neutreno = starts["neutreno_vit λ=0.0"], starts["neutreno_vit λ=0.6"]
+    vit_minus = starts["eigen_vit λ=0.0"]
     assert baseline.keys() == neutreno.keys() and all(torch.equal(baseline[k], neutreno[k]) for k in baseline)
     shared = baseline.keys() & vit_minus.keys()
     assert all(torch.equal(baseline[k], vit_minus[k]) for k in shared)

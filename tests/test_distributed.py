@@ -61,7 +61,8 @@ def test_ddp_two_processes_match_one_process_with_the_same_global_batch(data_dir
     """
     out = tmp_path / "ddp"
     out.mkdir()
-    proc = run_torchrun(TESTS / "ddp_example_worker.py", [str(out), *example_args(data_dir, out / "run", PER_DEVICE_BATCH)])
+    worker_args = [str(out), *example_args(data_dir, out / "run", PER_DEVICE_BATCH)]
+    proc = run_torchrun(TESTS / "ddp_example_worker.py", worker_args)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
 
     logs = [json.loads((out / f"log_rank{r}.json").read_text()) for r in (0, 1)]

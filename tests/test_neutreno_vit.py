@@ -42,13 +42,15 @@ def reference_logits(model: NeuTRENOViTForImageClassification, x: torch.Tensor) 
     n_heads, d_head = cfg.num_attention_heads, cfg.hidden_size // cfg.num_attention_heads
     w = p["vit.embeddings.patch_embeddings.projection.weight"]
     patches = torch.nn.functional.unfold(x, kernel_size=cfg.patch_size, stride=cfg.patch_size)  # (B, C*p*p, N)
-    tokens = patches.transpose(1, 2) @ w.reshape(w.shape[0], -1).T + p["vit.embeddings.patch_embeddings.projection.bias"]
+    bias = p["vit.embeddings.patch_embeddings.projection.bias"]
+    tokens = patches.transpose(1, 2) @ w.reshape(w.shape[0], -1).T + bias
     cls = p["vit.embeddings.cls_token"].expand(x.shape[0], 1, -1)
     h = torch.cat([cls, tokens], dim=1) + p["vit.embeddings.position_embeddings"]
     layers = cfg.neutreno_layers if cfg.neutreno_layers is not None else range(1, cfg.num_hidden_layers)
 
     def ln(t, name):
-        return torch.nn.functional.layer_norm(t, t.shape[-1:], p[name + ".weight"], p[name + ".bias"], cfg.layer_norm_eps)
+        weight, bias = p[name + ".weight"], p[name + ".bias"]
+        return torch.nn.functional.layer_norm(t, t.shape[-1:], weight, bias, cfg.layer_norm_eps)
 
     def lin(t, name):
         return t @ p[name + ".weight"].T + p[name + ".bias"]

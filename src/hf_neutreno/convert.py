@@ -77,7 +77,9 @@ def vit_to_neutreno(
     try:
         missing, unexpected = target.load_state_dict(state, strict=False)
     except RuntimeError as err:  # shape mismatches
-        raise ValueError(f"The {kind} weights do not fit the NeuTRENO ViT built with {config_overrides}: {err}") from err
+        raise ValueError(
+            f"The {kind} weights do not fit the NeuTRENO ViT built with {config_overrides}: {err}"
+        ) from err
     if missing or unexpected:
         raise ValueError(
             f"The {kind} weights do not fit the NeuTRENO ViT built from its config and {config_overrides}: "

@@ -129,7 +129,9 @@ def plot_oversmoothing(curves: dict[str, dict[int, float]], path: str | os.PathL
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        logger.warning("matplotlib is not installed (pip install 'hf-neutreno[plots]'): the card gets a table, no plot.")
+        logger.warning(
+            "matplotlib is not installed (pip install 'hf-neutreno[plots]'): the card gets a table, no plot."
+        )
         return False
     fig, axes = plt.subplots(1, len(curves), figsize=(4.2 * len(curves), 3.2), squeeze=False)
     for ax, (metric, values) in zip(axes[0], curves.items()):
@@ -366,7 +368,8 @@ def check_hub_access(repo_id: str, token: str | bool | None = None) -> str:
         raise  # their messages say how to log in
     except Exception as error:  # the transport's errors (connection refused, DNS, timeout)
         raise ConnectionError(
-            f"Cannot reach the Hugging Face Hub at {api.endpoint} to push to {repo_id!r} ({error}). Nothing was written."
+            f"Cannot reach the Hugging Face Hub at {api.endpoint} to push to {repo_id!r} ({error}). "
+            "Nothing was written."
         ) from error
 
 
@@ -546,7 +549,8 @@ def load_saved(model_dir: Path):
             f"models of this package: {sorted(hf_neutreno.__all__)}."
         )
     model = model_class.from_pretrained(model_dir)
-    processor = AutoImageProcessor.from_pretrained(model_dir) if (model_dir / "preprocessor_config.json").is_file() else None
+    has_processor = (model_dir / "preprocessor_config.json").is_file()
+    processor = AutoImageProcessor.from_pretrained(model_dir) if has_processor else None
     tokenizer = AutoTokenizer.from_pretrained(model_dir) if (model_dir / "tokenizer_config.json").is_file() else None
     return model, processor, tokenizer
 

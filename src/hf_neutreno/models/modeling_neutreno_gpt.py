@@ -223,7 +223,8 @@ class NeuTRENOGPTAdaptiveLogSoftmax(nn.Module):
 
     def head_log_probs(self, hidden_states: torch.Tensor) -> torch.Tensor:
         """Log-probabilities of the shortlist tokens and of each tail cluster, (..., shortlist + clusters), fp32."""
-        # One matmul on the concatenated rows: concatenating (hidden × rows) weights is cheaper than (tokens × rows) scores.
+        # One matmul on the concatenated rows: concatenating (hidden × rows) weights is cheaper than concatenating
+        # (tokens × rows) scores.
         weight = torch.cat((self.weight[: self.shortlist_size], self.cluster_weight))
         bias = None if self.bias is None else torch.cat((self.bias[: self.shortlist_size], self.cluster_bias))
         return F.linear(hidden_states, weight, bias).float().log_softmax(dim=-1)

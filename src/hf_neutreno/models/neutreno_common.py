@@ -148,7 +148,9 @@ def check_layer_indices(name: str, indices: Iterable[int] | None, num_hidden_lay
 
 def check_neutreno(neutreno_lambda: float, neutreno_layers: Iterable[int] | None, num_hidden_layers: int) -> None:
     if isinstance(neutreno_lambda, bool) or not isinstance(neutreno_lambda, (int, float)) or neutreno_lambda < 0:
-        raise ValueError(f"`neutreno_lambda` must be a float >= 0 (0 gives the plain transformer), got {neutreno_lambda!r}.")
+        raise ValueError(
+            f"`neutreno_lambda` must be a float >= 0 (0 gives the plain transformer), got {neutreno_lambda!r}."
+        )
     if neutreno_layers is not None and 0 in list(neutreno_layers):
         raise ValueError(
             "`neutreno_layers` cannot contain 0: layer 0 provides the first-layer values V_0, so its term is zero. "
