@@ -176,6 +176,7 @@ class NeuTRENOGPTDecoderLayer(GradientCheckpointingLayer):
         if first_layer_values is not None:
             values = None  # only layer 0's values (V_0) are used later: free the others before the MLP runs
         hidden_states = residual + self.dropout(attn_output)
+        del attn_output  # free it before the MLP (the inference peak): this offsets keeping V_0 through the layers
         if not self.pre_norm:
             hidden_states = self.self_attn_layer_norm(hidden_states)
 

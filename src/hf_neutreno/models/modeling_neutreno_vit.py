@@ -267,6 +267,9 @@ class NeuTRENOViTLayer(GradientCheckpointingLayer):
         if first_layer_values is not None:
             values = None  # only layer 0's values (V_0) are used later: free the others before the MLP runs
         hidden_states = hidden_states + self.drop_path(self.dropout(attn_output))
+        # Free the attention output before the MLP, whose activations set the inference peak: this saves the one
+        # (batch, tokens, hidden) tensor that keeping V_0 through the layers costs.
+        del attn_output
         mlp_output = self.mlp(self.layernorm_after(hidden_states))
         hidden_states = hidden_states + self.drop_path(self.dropout(mlp_output))
         return hidden_states, values
