@@ -108,7 +108,9 @@ class EigenViTAttention(NeuTRENOViTAttention):
         """Merged value and output weights in `nn.Linear` layout: (heads·head_dim, hidden), (hidden, heads·head_dim)."""
         basis = self.eigenbasis()
         columns = basis.transpose(0, 1).reshape(basis.shape[1], -1)  # [V_1 | V_2 | ...], (hidden, heads·head_dim)
-        return columns.t().contiguous(), columns * self.eigenvalues().reshape(1, -1)
+        # Both contiguous in `nn.Linear` layout: QR returns column-major factors, and a transposed weight would send
+        # every matmul down a different (on some CPUs slower) GEMM path than the native model's.
+        return columns.t().contiguous(), (columns * self.eigenvalues().reshape(1, -1)).contiguous()
 
     def projections(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The value and output weights, from the eval-mode cache when no gradient can flow to Θ, ψ."""
