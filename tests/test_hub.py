@@ -252,6 +252,12 @@ def test_push_uploads_the_prepared_folder_in_one_commit_and_cleans_up(fake_hub, 
     assert list(private_tmp.iterdir()) == []
 
 
+def uploaded_card(files: dict[str, bytes], tmp_path: Path) -> ModelCard:
+    """The model card of an uploaded folder, parsed the way the Hub does."""
+    (tmp_path / "README.md").write_bytes(files["README.md"])
+    return ModelCard.load(tmp_path / "README.md")
+
+
 def example_args(data_dir: Path, output_dir: Path) -> list[str]:
     return [
         "--model_name_or_path", "deit-tiny",
@@ -263,13 +269,6 @@ def example_args(data_dir: Path, output_dir: Path) -> list[str]:
     ]
 
 
-def test_example_push_to_hub_offline_stops_before_training(data_dir, tmp_path, monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(OfflineModeIsEnabled, match="Nothing was written"):
-        load_example("run_image_classification").main(example_args(data_dir, tmp_path / "run"))
-    assert not (tmp_path / "run").exists()
-
-
 def test_example_push_to_hub_publishes_model_code_processor_and_card(data_dir, tmp_path, fake_hub):
     metrics, _ = load_example("run_image_classification").main(example_args(data_dir, tmp_path / "run"))
     uploads = [call for call in fake_hub.calls if call[0] == "upload_folder"]
@@ -277,9 +276,7 @@ def test_example_push_to_hub_publishes_model_code_processor_and_card(data_dir, t
     files = uploads[0][3]
     assert {"config.json", "model.safetensors", "modeling_neutreno_vit.py", "preprocessor_config.json",
             "README.md"} <= set(files)
-    card_path = tmp_path / "README.md"
-    card_path.write_bytes(files["README.md"])
-    card = ModelCard.load(card_path)
+    card = uploaded_card(files, tmp_path)
     accuracy = next(r for r in card.data.eval_results if r.metric_type == "accuracy")
     assert accuracy.metric_value == metrics["eval_accuracy"] and accuracy.dataset_name == "fashion_mnist"
     assert "- steps: 2" in card.text and "- global batch size: 32" in card.text
@@ -296,13 +293,6 @@ def lm_example_args(data_dir: Path, output_dir: Path) -> list[str]:
     ]
 
 
-def test_lm_example_push_to_hub_offline_stops_before_training(data_dir, tmp_path, monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(OfflineModeIsEnabled, match="Nothing was written"):
-        load_example("run_clm_wikitext103").main(lm_example_args(data_dir, tmp_path / "run"))
-    assert not (tmp_path / "run").exists()
-
-
 def test_lm_example_push_to_hub_publishes_model_code_tokenizer_and_card(data_dir, tmp_path, fake_hub):
     metrics = load_example("run_clm_wikitext103").main(lm_example_args(data_dir, tmp_path / "run"))
     uploads = [call for call in fake_hub.calls if call[0] == "upload_folder"]
@@ -310,9 +300,7 @@ def test_lm_example_push_to_hub_publishes_model_code_tokenizer_and_card(data_dir
     files = uploads[0][3]
     assert {"config.json", "model.safetensors", "modeling_neutreno_gpt.py", "configuration_neutreno_gpt.py",
             "neutreno_common.py", "tokenizer.json", "README.md"} <= set(files)
-    card_path = tmp_path / "README.md"
-    card_path.write_bytes(files["README.md"])
-    card = ModelCard.load(card_path)
+    card = uploaded_card(files, tmp_path)
     perplexity = {r.metric_type: r for r in card.data.eval_results}
     assert perplexity["sliding perplexity"].metric_value == metrics["test_sliding_perplexity"]
     assert perplexity["blocks perplexity"].metric_value == metrics["test_blocks_perplexity"]
@@ -326,10 +314,13 @@ def eigen_example_args(data_dir: Path, output_dir: Path) -> list[str]:
             "--push_to_hub", "--hub_model_id", "neutreno-tests/tiny-eigenvit"]
 
 
-def test_eigen_example_push_to_hub_offline_stops_before_training(data_dir, tmp_path, monkeypatch):
+@pytest.mark.parametrize("script, make_args", [("run_image_classification", example_args),
+                                               ("run_clm_wikitext103", lm_example_args),
+                                               ("run_eigen_vit", eigen_example_args)])
+def test_example_push_to_hub_offline_stops_before_training(script, make_args, data_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(OfflineModeIsEnabled, match="Nothing was written"):
-        load_example("run_eigen_vit").main(eigen_example_args(data_dir, tmp_path / "run"))
+        load_example(script).main(make_args(data_dir, tmp_path / "run"))
     assert not (tmp_path / "run").exists()
 
 
@@ -340,9 +331,7 @@ def test_eigen_example_push_to_hub_publishes_each_variant_with_its_card(data_dir
     files = uploads[0][3]
     assert {"config.json", "model.safetensors", "modeling_eigen_vit.py", "modeling_neutreno_vit.py",
             "preprocessor_config.json", "README.md"} <= set(files)
-    card_path = tmp_path / "README.md"
-    card_path.write_bytes(files["README.md"])
-    metrics = {r.metric_type: r.metric_value for r in ModelCard.load(card_path).data.eval_results}
+    metrics = {r.metric_type: r.metric_value for r in uploaded_card(files, tmp_path).data.eval_results}
     clean = next(r["accuracy"] for r in results["data_efficiency"] if r["variant"] == "vit-")
     corrupted = {f"accuracy_severity_{r['severity']}": r["accuracy"] for r in results["robustness"]
                  if r["variant"] == "vit-" and r["severity"] > 0}
