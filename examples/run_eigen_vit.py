@@ -195,6 +195,7 @@ def main(argv=None) -> dict:
                 lr_scheduler_type="cosine", label_smoothing_factor=args.label_smoothing, bf16=args.bf16,
                 logging_steps=max(1, args.max_steps // 10) if args.max_steps > 0 else 50, save_strategy="no",
                 report_to=[], remove_unused_columns=False, dataloader_num_workers=args.num_workers, seed=args.seed,
+                hub_private_repo=args.hub_private_repo, hub_token=args.hub_token,  # read by push_trainer_model
             )
             trainer = Trainer(model=model, args=training_args, train_dataset=train.with_transform(train_transform),
                               compute_metrics=accuracy, processing_class=processor)

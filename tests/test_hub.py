@@ -311,7 +311,7 @@ def test_lm_example_push_to_hub_publishes_model_code_tokenizer_and_card(data_dir
 def eigen_example_args(data_dir: Path, output_dir: Path) -> list[str]:
     return ["--dataset", str(data_dir / "cifar10"), "--output_dir", str(output_dir), "--quick", "--variants", "vit-",
             "--fractions", "1.0", "--corruptions", "gaussian_noise", "--severities", "0", "5",
-            "--push_to_hub", "--hub_model_id", "neutreno-tests/tiny-eigenvit"]
+            "--push_to_hub", "--hub_model_id", "neutreno-tests/tiny-eigenvit", "--hub_private_repo"]
 
 
 @pytest.mark.parametrize("script, make_args", [("run_image_classification", example_args),
@@ -328,6 +328,7 @@ def test_eigen_example_push_to_hub_publishes_each_variant_with_its_card(data_dir
     results = load_example("run_eigen_vit").main(eigen_example_args(data_dir, tmp_path / "run"))
     uploads = [call for call in fake_hub.calls if call[0] == "upload_folder"]
     assert [call[1] for call in uploads] == ["neutreno-tests/tiny-eigenvit-vit-minus"]
+    assert ("create_repo", "neutreno-tests/tiny-eigenvit-vit-minus", True) in fake_hub.calls  # --hub_private_repo
     files = uploads[0][3]
     assert {"config.json", "model.safetensors", "modeling_eigen_vit.py", "modeling_neutreno_vit.py",
             "preprocessor_config.json", "README.md"} <= set(files)
