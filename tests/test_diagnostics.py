@@ -22,7 +22,7 @@ from transformers import (
 )
 
 from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTModel
-from hf_neutreno.diagnostics import ATTENTION_METRICS, METRICS, measure_oversmoothing
+from hf_neutreno.diagnostics import ATTENTION_METRICS, DEFAULT_METRICS, METRICS, measure_oversmoothing
 
 TINY_VIT = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64, image_size=16,
                 patch_size=4)  # fmt: skip
@@ -84,7 +84,7 @@ def test_native_models_give_every_metric_on_every_layer(name):
     model, batch = _native_model(name)
     model.train()
     implementation = model.config._attn_implementation
-    report = measure_oversmoothing(model, [batch, batch], progress=False)
+    report = measure_oversmoothing(model, [batch, batch], metrics=METRICS, progress=False)
     assert report.metrics == list(METRICS) and report.num_samples == 6
     for metric in METRICS:
         expected = {"attention_map_similarity": [2, 3]}.get(metric, [1, 2, 3] if metric in ATTENTION_METRICS else
@@ -100,13 +100,13 @@ def test_padding_is_excluded(name):
     # A padded batch gives the same report as the sequences measured one by one without padding: padded tokens
     # enter no metric (BERT masks them; GPT-2 is causal with right padding, so real tokens never see them).
     model, batch = _native_model(name)
-    padded = measure_oversmoothing(model, [batch], progress=False)
+    padded = measure_oversmoothing(model, [batch], metrics=METRICS, progress=False)
     lengths = batch["attention_mask"].sum(1).tolist()
     singles = [
         {"input_ids": batch["input_ids"][i : i + 1, :n], "attention_mask": batch["attention_mask"][i : i + 1, :n]}
         for i, n in enumerate(lengths)
     ]
-    one_by_one = measure_oversmoothing(model, singles, progress=False)
+    one_by_one = measure_oversmoothing(model, singles, metrics=METRICS, progress=False)
     for metric in METRICS:
         assert padded.per_layer(metric) == pytest.approx(one_by_one.per_layer(metric), rel=1e-4, abs=1e-5), metric
 
@@ -208,12 +208,24 @@ def test_symmetric_neutreno_attention_aligns_the_gradient_estimates_exactly():
 def test_results_do_not_depend_on_batching_and_repeat_exactly():
     model = NeuTRENOViTModel(NeuTRENOViTConfig(**TINY_VIT))
     pixels = torch.randn(4, 3, 16, 16)
-    whole = measure_oversmoothing(model, [{"pixel_values": pixels}], progress=False)
-    again = measure_oversmoothing(model, [{"pixel_values": pixels}], progress=False)
-    split = measure_oversmoothing(model, [{"pixel_values": pixels[:1]}, {"pixel_values": pixels[1:]}], progress=False)
+    whole = measure_oversmoothing(model, [{"pixel_values": pixels}], metrics=METRICS, progress=False)
+    again = measure_oversmoothing(model, [{"pixel_values": pixels}], metrics=METRICS, progress=False)
+    split = measure_oversmoothing(model, [{"pixel_values": pixels[:1]}, {"pixel_values": pixels[1:]}], metrics=METRICS,
+                                  progress=False)  # fmt: skip
     assert whole.values == again.values
     for metric in METRICS:
         assert whole.per_layer(metric) == pytest.approx(split.per_layer(metric), rel=1e-5), metric
+
+
+def test_default_metrics_leave_out_only_the_effective_rank():
+    # The effective rank costs about one forward pass on CPU, so it is measured when asked for by name.
+    model = NeuTRENOViTModel(NeuTRENOViTConfig(**TINY_VIT))
+    batch = {"pixel_values": torch.randn(2, 3, 16, 16)}
+    default = measure_oversmoothing(model, [batch], progress=False)
+    assert default.metrics == list(DEFAULT_METRICS) == [m for m in METRICS if m != "effective_rank"]
+    named = measure_oversmoothing(model, [batch], metrics=["cosine_similarity", "effective_rank"], progress=False)
+    assert named.metrics == ["cosine_similarity", "effective_rank"]
+    assert named.per_layer("cosine_similarity") == default.per_layer("cosine_similarity")
 
 
 def test_layers_select_hidden_states_and_attention_blocks():
@@ -258,7 +270,7 @@ def test_linear_attention_has_no_attention_metrics():
         measure_oversmoothing(model, [batch], metrics=["functional_j"], progress=False)
     with pytest.warns(UserWarning, match="Only the hidden-state metrics"):
         report = measure_oversmoothing(model, [batch], progress=False)
-    assert report.metrics == ["cosine_similarity", "hfc_lfc_ratio", "rank_one_distance", "effective_rank"]
+    assert report.metrics == ["cosine_similarity", "hfc_lfc_ratio", "rank_one_distance"]
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # hidden-state metrics only: nothing to warn about
         measure_oversmoothing(model, [batch], metrics=["cosine_similarity"], progress=False)

@@ -23,7 +23,7 @@ import hf_neutreno
 from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForImageClassification, NeuTRENOViTModel
 from hf_neutreno.cli import main
 from hf_neutreno.diagnostics import (
-    METRICS,
+    DEFAULT_METRICS,
     OversmoothingReport,
     attention_maps,
     measure_oversmoothing,
@@ -71,7 +71,7 @@ def test_undefined_values_survive_json_as_nan(tmp_path):
 def test_compare_table_and_logs():
     ours, theirs = _report(0.6), _report(0.0)
     comparison = ours.compare(theirs)
-    assert set(comparison) == set(METRICS)
+    assert set(comparison) == set(DEFAULT_METRICS)
     cosine = comparison["cosine_similarity"]
     assert cosine["layers"] == [0, 1, 2, 3]
     assert cosine["difference"] == pytest.approx([a - b for a, b in zip(cosine["self"], cosine["other"])])
@@ -199,7 +199,7 @@ def test_cli_writes_report_and_plot_for_an_image_model(image_model_dir, cifar_di
                  "--batch-size", "8", "--out", str(out), "--plot", str(png), "--no-progress"])  # fmt: skip
     assert code == 0, capsys.readouterr().err
     report = OversmoothingReport.from_json(out)
-    assert report.num_samples == 20 and report.metrics == list(METRICS)
+    assert report.num_samples == 20 and report.metrics == list(DEFAULT_METRICS)
     assert report.metadata["split"] == "test" and report.model_name == str(image_model_dir)
     assert report.layer_indices("cosine_similarity") == [0, 1, 2, 3]
     with Image.open(png) as image:
@@ -237,7 +237,7 @@ def test_cli_text_model_with_padding(data_dir, tmp_path, capsys):
     assert code == 0, capsys.readouterr().err
     report = OversmoothingReport.from_json(out)
     assert report.num_samples == 12 and report.layer_indices("functional_j") == [1, 2]
-    assert set(report.metrics) == set(METRICS)
+    assert set(report.metrics) == set(DEFAULT_METRICS)
 
 
 class _LogitsOnly(nn.Module):

@@ -1,7 +1,7 @@
 """Analyses of any Hugging Face transformers model: over-smoothing per layer, and the spectral dominance of layers.
 
     from hf_neutreno.diagnostics import measure_oversmoothing, spectral_dominance
-    report = measure_oversmoothing(model, dataloader)              # every metric, every layer
+    report = measure_oversmoothing(model, dataloader)              # DEFAULT_METRICS, every layer
     report.per_layer("cosine_similarity")                          # [embeddings, block 1, ..., block L]
     report.plot("oversmoothing.png", others=[baseline_report])     # NeuTRENO Fig. 1
     print(spectral_dominance(vit, pixel_values))                   # Dovonon et al., poster Table 1
@@ -12,7 +12,7 @@ checkpoint.
 """
 
 from .callback import OversmoothingCallback
-from .metrics import ATTENTION_METRICS, HIDDEN_STATE_METRICS, METRICS
+from .metrics import ATTENTION_METRICS, DEFAULT_METRICS, HIDDEN_STATE_METRICS, METRICS
 from .oversmoothing import measure_oversmoothing
 from .probe import attention_maps
 from .report import OversmoothingReport, plot_attention_maps
@@ -20,6 +20,7 @@ from .spectral import SpectralDominance, head_factors, spectral_dominance
 
 __all__ = [
     "ATTENTION_METRICS",
+    "DEFAULT_METRICS",
     "HIDDEN_STATE_METRICS",
     "METRICS",
     "OversmoothingCallback",

@@ -26,7 +26,8 @@ class OversmoothingCallback(TrainerCallback):
         probe_batches: the probe set, a DataLoader or a list of dicts of tensors (kept and re-used at every
             evaluation; a one-shot iterator is turned into a list). Keep it small: it runs at every evaluation.
         trainer: the `Trainer` to log through (or use `attach`).
-        metrics, layers: as in `measure_oversmoothing` (default: every metric the model provides, every layer).
+        metrics, layers: as in `measure_oversmoothing` (default: the `DEFAULT_METRICS` the model provides, every
+            layer).
         prefix: the first part of the logged names.
 
     The last report is kept in `last_report`. Every process measures (so sharded models keep working) and

@@ -12,7 +12,7 @@ import argparse
 import math
 import sys
 
-from .metrics import METRICS, check_metrics
+from .metrics import DEFAULT_METRICS, METRICS, check_metrics
 
 DEFAULT_SPLITS = ("test", "validation", "train")
 
@@ -25,7 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-samples", type=int, default=1000, help="samples to measure (default: 1000)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--max-length", type=int, default=256, help="text: tokens per sample (default: 256)")
-    parser.add_argument("--metrics", nargs="+", default=None, metavar="METRIC", help=f"default: all of {list(METRICS)}")
+    parser.add_argument("--metrics", nargs="+", default=None, metavar="METRIC",
+                        help=f"any of {list(METRICS)} (default: {list(DEFAULT_METRICS)}; "
+                        "effective_rank costs about one more forward pass on CPU)")  # fmt: skip
     parser.add_argument("--layers", nargs="+", type=int, default=None, help="hidden-state indices (default: all)")
     parser.add_argument("--out", default=None, metavar="REPORT.json", help="write the report as JSON")
     parser.add_argument("--plot", default=None, metavar="REPORT.png", help="write per-layer curves as PNG")

@@ -20,19 +20,22 @@ import torch
 HIDDEN_STATE_METRICS = ("cosine_similarity", "hfc_lfc_ratio", "rank_one_distance", "effective_rank")
 ATTENTION_METRICS = ("attention_map_similarity", "functional_j", "gradient_alignment")
 METRICS = HIDDEN_STATE_METRICS + ATTENTION_METRICS
+# What `metrics=None` measures: every metric but the effective rank, whose eigendecompositions cost about as much as
+# the forward pass on CPU (docs/benchmarks.md); ask for it by name.
+DEFAULT_METRICS = tuple(m for m in METRICS if m != "effective_rank")
 
 
 def check_metrics(metrics) -> tuple[str, ...]:
-    """Validate a metric selection (None: all metrics) and return it in canonical order."""
+    """Validate a metric selection (None: `DEFAULT_METRICS`) and return it in canonical order."""
     if metrics is None:
-        return METRICS
+        return DEFAULT_METRICS
     if isinstance(metrics, str):
         metrics = [metrics]
     unknown = [m for m in metrics if m not in METRICS]
     if unknown:
         raise ValueError(f"Unknown metric(s) {unknown}; `metrics` must be chosen from {list(METRICS)}.")
     if not metrics:
-        raise ValueError(f"`metrics` is empty; choose from {list(METRICS)} (or pass None for all).")
+        raise ValueError(f"`metrics` is empty; choose from {list(METRICS)} (or pass None for the default set).")
     return tuple(m for m in METRICS if m in metrics)
 
 
@@ -103,23 +106,31 @@ def effective_rank(hidden: torch.Tensor, token_mask: torch.Tensor | None = None)
     Over-smoothed states are dominated by the mean token, which a float32 Gram matrix would blur into the small
     eigenvalues (an exact rank-one matrix would read 1.14); the Gram matrix is therefore assembled from the centred
     tokens C = X − 1x̄ᵀ in float32 plus the mean terms in float64 (XᵀX = CᵀC + n x̄x̄ᵀ, since Cᵀ1 = 0) and
-    eigendecomposed in float64. Padding rows are zero and add no singular value. This is the costly metric: one
-    eigendecomposition per sample and hidden state.
+    eigendecomposed in float64. Padding rows are zero and add no singular value.
+
+    This is the costly metric, hence not in `DEFAULT_METRICS`: one float64 eigendecomposition per sample and hidden
+    state (a 192 × 192 one takes about 1.4 ms on one CPU core, as long as a DeiT-tiny forward pass per hidden state).
     """
-    x, m = hidden.float(), _mask(hidden, token_mask)
-    n = m.sum(dim=1)
-    mean = (x * m.unsqueeze(-1)).sum(dim=1, keepdim=True) / n.clamp_min(1)[:, None, None]  # (batch, 1, dim)
-    centred = (x - mean) * m.unsqueeze(-1)
+    x = hidden.float()
+    if token_mask is None:
+        n = torch.full(x.shape[:1], x.shape[1], dtype=torch.float64, device=x.device)
+        mean = x.mean(dim=1, keepdim=True)  # (batch, 1, dim)
+        centred = x - mean
+    else:
+        m = token_mask.to(device=x.device, dtype=torch.float32).unsqueeze(-1)
+        count = m.sum(dim=1, keepdim=True)  # (batch, 1, 1)
+        mean = (x * m).sum(dim=1, keepdim=True) / count.clamp_min(1)
+        centred = (x - mean).mul_(m)
+        n = count.flatten().double()
     mean64 = mean.double()
     if x.shape[1] > x.shape[2]:  # d × d: XᵀX = CᵀC + n x̄x̄ᵀ
-        gram = (centred.mT @ centred).double() + n.double()[:, None, None] * (mean64.mT @ mean64)
+        gram = (centred.mT @ centred).double().baddbmm_(mean64.mT * n[:, None, None], mean64)
     else:  # N × N: XXᵀ = CCᵀ + u1ᵀ + 1uᵀ + ‖x̄‖² 11ᵀ with u = C x̄ and 1 the real tokens
-        ones = m.double().unsqueeze(-1)
+        ones = (torch.ones_like(x[..., :1]) if token_mask is None else m).double()
         u = centred.double() @ mean64.mT
         gram = (centred @ centred.mT).double() + u @ ones.mT + ones @ u.mT
         gram = gram + mean64.square().sum(dim=-1, keepdim=True) * (ones @ ones.mT)
-    eigenvalues = torch.linalg.eigvalsh(gram).clamp_min(0)
-    singular = eigenvalues.sqrt()
+    singular = torch.linalg.eigvalsh(gram).clamp_min_(0).sqrt_()
     total = singular.sum(dim=-1, keepdim=True)
     p = singular / total.clamp_min(torch.finfo(torch.float64).tiny)
     erank = torch.exp(-torch.special.xlogy(p, p).sum(dim=-1)).float()

@@ -193,7 +193,8 @@ def measure_oversmoothing(
         batches: a DataLoader or any iterable of dicts of tensors that the model takes as keyword arguments
             (`pixel_values`; `input_ids`, `attention_mask`, ...). Tensors are moved to the model's device. A 2-D
             `attention_mask` marks padding, which every metric leaves out.
-        metrics: names from `METRICS` (default: all). Hidden-state metrics, on every hidden state:
+        metrics: names from `METRICS` (default: `DEFAULT_METRICS`, all but `effective_rank`). Hidden-state metrics,
+            on every hidden state:
             `cosine_similarity` (mean pairwise token cosine, NeuTRENO App. E.3), `hfc_lfc_ratio` (‖HFC‖_F/‖LFC‖_F,
             Dovonon et al.), `rank_one_distance` (‖X − 1x̄ᵀ‖_F/‖X‖_F), `effective_rank` (exp of the entropy of the
             normalised singular values). Attention metrics, on every block whose attention goes through transformers'
@@ -213,9 +214,10 @@ def measure_oversmoothing(
     Every value is the mean over samples of a per-sample value (the papers average over 1000 samples). Memory does not
     grow with the number of samples: only running sums are kept. The result depends only on the model and the data.
 
-    Cost: `output_hidden_states` and the first three hidden-state metrics are almost free (DeiT-tiny on CPU: 1.0× of
-    plain inference); `effective_rank` needs one eigendecomposition per sample and hidden state (about +1.2×), the
-    attention metrics recompute every attention map twice (about +1×). Choose `metrics` when that matters.
+    Cost (DeiT-tiny, 1000 CIFAR-10 images, CPU; docs/benchmarks.md): `output_hidden_states` and the first three
+    hidden-state metrics add about 0.2× of plain inference; `effective_rank` needs one float64 eigendecomposition per
+    sample and hidden state, about +0.9× on CPU, which is why it is measured only when asked for by name; the attention
+    metrics recompute every attention map twice (about +1×). Choose `metrics` when that matters.
     """
     names = check_metrics(metrics)
     attention_names = [m for m in names if m in ATTENTION_METRICS]
