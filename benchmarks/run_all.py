@@ -66,8 +66,10 @@ SECTIONS = {  # JSON file -> (heading, what it measures)
     "diagnostics": ("Cost of `measure_oversmoothing` (issue 5)",
                     "DeiT-tiny (NeuTRENO, λ = 0.6) on real CIFAR-10 test images resized to 224 px: time relative to "
                     "plain inference over the same images, and the peak memory of a fresh process at two numbers of "
-                    "images (it must not grow with them). `cheap`: cosine similarity, HFC/LFC, distance to rank one; "
-                    "`hidden`: those and the effective rank; `all`: every metric, attention metrics included."),
+                    "images (it must not grow with them). `hidden`: the default hidden-state metrics (cosine "
+                    "similarity, HFC/LFC, distance to rank one); `hidden+erank`: those and the effective rank, "
+                    "measured only when asked for by name; `default`: the default metric set, attention metrics "
+                    "included; `all`: every metric."),
 }
 
 
