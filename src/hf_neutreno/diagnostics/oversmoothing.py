@@ -214,10 +214,10 @@ def measure_oversmoothing(
     Every value is the mean over samples of a per-sample value (the papers average over 1000 samples). Memory does not
     grow with the number of samples: only running sums are kept. The result depends only on the model and the data.
 
-    Cost (DeiT-tiny, 1000 CIFAR-10 images, CPU; docs/benchmarks.md): `output_hidden_states` and the first three
-    hidden-state metrics add about 0.2× of plain inference; `effective_rank` needs one float64 eigendecomposition per
-    sample and hidden state, about +0.9× on CPU, which is why it is measured only when asked for by name; the attention
-    metrics recompute every attention map twice (about +1×). Choose `metrics` when that matters.
+    Cost (DeiT-tiny, 1000 CIFAR-10 images, CPU; docs/benchmarks.md): `output_hidden_states` and the default
+    hidden-state metrics take 1.07× of plain inference; `effective_rank` needs one float64 eigendecomposition per
+    sample and hidden state, about +1× on CPU, which is why it is measured only when asked for by name; the attention
+    metrics recompute every attention map twice (about +1.3×). Choose `metrics` when that matters.
     """
     names = check_metrics(metrics)
     attention_names = [m for m in names if m in ATTENTION_METRICS]
