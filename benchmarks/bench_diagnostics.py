@@ -32,7 +32,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import CLOCKS, machine, report  # noqa: E402
 
-from hf_neutreno.diagnostics import DEFAULT_METRICS, HIDDEN_STATE_METRICS, METRICS  # noqa: E402
+from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTModel  # noqa: E402
+from hf_neutreno.diagnostics import DEFAULT_METRICS, HIDDEN_STATE_METRICS, METRICS, measure_oversmoothing  # noqa: E402
 
 MODES = ("inference", "hidden", "hidden+erank", "default", "all")
 METRICS_OF = {
@@ -41,6 +42,7 @@ METRICS_OF = {
     "default": None,
     "all": list(METRICS),
 }
+
 
 def default_data_dir() -> Path:
     env = os.environ.get("HF_NEUTRENO_DATA")
@@ -78,16 +80,12 @@ class Batches:
 
 
 def build_model(size: int, device: str):
-    from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTModel
-
     torch.manual_seed(0)
     config = NeuTRENOViTConfig.from_preset("deit-tiny", image_size=size)
     return NeuTRENOViTModel(config).to(device).eval()
 
 
-def run_mode(mode: str, model, batches: Batches) -> None:
-    from hf_neutreno.diagnostics import measure_oversmoothing
-
+def run_mode(mode: str, model, batches) -> None:
     if mode == "inference":
         with torch.no_grad():
             for batch in batches:
@@ -190,6 +188,7 @@ def main() -> None:
                         "images": f"{sizes[1]} timed (median of {args.repeats}), {args.image_size} px; peak {peak} of "
                                   f"a fresh process at {sizes[0]} and {sizes[1]}"}
     report("measure_oversmoothing vs plain inference, DeiT-tiny (NeuTRENO, λ = 0.6)", rows, meta, args.out)
+
 
 if __name__ == "__main__":
     main()
