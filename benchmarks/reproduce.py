@@ -35,6 +35,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 import torch
+from transformers import TrainerCallback
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -83,8 +84,18 @@ class Budget:
     lm_warmup_steps: int
     sliding_tokens: int | None  # prefix of validation / test scored with the sliding window (None: whole split)
     block_tokens: int | None  # prefix scored with non-overlapping blocks
-    vit_layers: int | None = None  # depth overrides, for tests only
+    vit_layers: int | None = None  # shape overrides (None: the preset's)
     lm_layers: int | None = None
+    vit_hidden_size: int | None = None  # with an MLP of 4 × this
+    vit_heads: int | None = None
+    lm_intermediate_size: int | None = None
+    main_claim_seeds: list[int] | None = None  # seeds of ViT and NeuTRENO on all the data (None: `seeds`)
+    lm_eval_steps: int | None = None  # learning curve: validation perplexity every N steps (None: no curve)
+    lm_curve_tokens: int | None = None  # the validation prefix the curve scores with blocks (None: all of it)
+
+
+# Fields that say which units exist, not how one is computed: a unit stays valid when they change.
+PLAN_FIELDS = ("seeds", "main_claim_seeds")
 
 
 BUDGETS = {
@@ -92,7 +103,7 @@ BUDGETS = {
     "quick": Budget(
         seeds=[0, 1, 2], train_samples=64, epochs=1, batch_size=32, test_samples=100, corruption_samples=16,
         oversmoothing_samples=32, spectral_samples=8, lm_steps=2, lm_batch_size=2, lm_learning_rate=2.5e-4,
-        lm_warmup_steps=1, sliding_tokens=270, block_tokens=1024,
+        lm_warmup_steps=1, sliding_tokens=270, block_tokens=1024, lm_eval_steps=1, lm_curve_tokens=512,
     ),
     # The run docs/results.md reports: about 2 hours on 2 shared CPU cores with --workers 2. The paper's LM learning
     # rate 2.5e-4 barely leaves the initial loss in 64 steps; 1e-3 was chosen by a 40-step pilot of the softmax
@@ -131,7 +142,7 @@ def parse_args(argv=None) -> tuple[argparse.Namespace, Budget]:
     p.add_argument("--bf16", action="store_true", help="bf16 autocast in training (GPU).")
     p.add_argument("--render", action="store_true", help="Only re-render the markdown from the JSON in --out.")
     for field in dataclasses.fields(Budget):
-        kind = {"seeds": dict(type=int, nargs="+")}.get(field.name)
+        kind = dict(type=int, nargs="+") if field.name in PLAN_FIELDS else None
         if kind is None:
             kind = dict(type=float) if "float" in str(field.type) else dict(type=_optional_int)
         p.add_argument(f"--{field.name}", default=None, **kind, help=argparse.SUPPRESS)
@@ -148,14 +159,23 @@ def parse_args(argv=None) -> tuple[argparse.Namespace, Budget]:
 
 
 def plan(budget: Budget, experiments: list[str]) -> list[dict]:
-    """Every model to train, longest first (so parallel workers finish together)."""
+    """Every model to train, in the order the claims need them: ViT and NeuTRENO on all the data (the main claim),
+    the language models, ViT⁻ and ViT⁺, the data fractions, then the main claim's extra seeds. A run stopped early
+    has then answered the most questions it could."""
+    def cifar(variants, fraction, seeds):
+        return [dict(kind="cifar", variant=v, fraction=fraction, seed=s) for s in seeds for v in variants]
+
     units = []
+    if "cifar" in experiments:
+        units += cifar(("vit", "neutreno"), 1.0, budget.seeds)
     if "lm" in experiments:
         units += [dict(kind="lm", variant=v, seed=s) for s in budget.seeds for v in LM_LAMBDAS]
     if "cifar" in experiments:
-        for fraction in FRACTIONS:
-            variants = VIT_VARIANTS if fraction == 1.0 else EFFICIENCY_VARIANTS
-            units += [dict(kind="cifar", variant=v, fraction=fraction, seed=s) for s in budget.seeds for v in variants]
+        units += cifar(("vit-", "vit+"), 1.0, budget.seeds)
+        for fraction in FRACTIONS[1:]:
+            units += cifar(EFFICIENCY_VARIANTS, fraction, budget.seeds)
+        extra = [s for s in budget.main_claim_seeds or () if s not in budget.seeds]
+        units += cifar(("vit", "neutreno"), 1.0, extra)
     return units
 
 
@@ -216,23 +236,33 @@ def pixels(images: list) -> torch.Tensor:
     return processor()(images, return_tensors="pt")["pixel_values"]
 
 
-def build_vit(variant: str, recipe: argparse.Namespace, seed: int, labels: list[str]):
+def build_vit(variant: str, recipe: argparse.Namespace, seed: int, labels: list[str], budget: Budget):
     """The variant's model. Every variant starts from the seed's ViT initialisation wherever a parameter has the same
     name and shape (all of NeuTRENO's; all but the eigen-parameterised value/output maps of ViT⁻ and ViT⁺)."""
     id2label = dict(enumerate(labels))
     torch.manual_seed(seed)
-    reference = eigen_example.build_model("vit", recipe, len(labels), id2label)
+    reference = eigen_example.build_model("vit", recipe, len(labels), id2label, **vit_shape(budget))
     if variant == "vit":
         return reference
     if variant == "neutreno":
         config = NeuTRENOViTConfig.from_dict({**reference.config.to_dict(), "neutreno_lambda": VIT_LAMBDA})
         model = NeuTRENOViTForImageClassification(config)
     else:
-        model = eigen_example.build_model(variant, recipe, len(labels), id2label)
+        model = eigen_example.build_model(variant, recipe, len(labels), id2label, **vit_shape(budget))
     own = model.state_dict()
     shared = {k: v for k, v in reference.state_dict().items() if k in own and own[k].shape == v.shape}
     model.load_state_dict(shared, strict=False)
     return model
+
+
+def vit_shape(budget: Budget) -> dict:
+    """The budget's overrides of the preset's width and heads (the depth goes through the recipe's flag)."""
+    shape = {}
+    if budget.vit_hidden_size:
+        shape.update(hidden_size=budget.vit_hidden_size, intermediate_size=4 * budget.vit_hidden_size)
+    if budget.vit_heads:
+        shape["num_attention_heads"] = budget.vit_heads
+    return shape
 
 
 @torch.no_grad()
@@ -243,6 +273,18 @@ def accuracy(model, pixel_values: torch.Tensor, labels: torch.Tensor, batch_size
     for chunk, target in zip(pixel_values.split(batch_size), labels.split(batch_size)):
         correct += (model(pixel_values=chunk.to(device)).logits.argmax(-1).cpu() == target).sum().item()
     return correct / len(labels)
+
+
+class EpochAccuracy(TrainerCallback):
+    """Appends {epoch, step, accuracy} on the fixed test images to `curve` at the end of every epoch."""
+
+    def __init__(self, curve: list, pixel_values: torch.Tensor, labels: torch.Tensor):
+        self.curve, self.pixel_values, self.labels = curve, pixel_values, labels
+
+    def on_epoch_end(self, args, state, control, model=None, **kwargs):
+        self.curve.append({"epoch": round(state.epoch, 4), "step": state.global_step,
+                           "accuracy": accuracy(model, self.pixel_values, self.labels)})
+        model.train()
 
 
 def corruption_accuracy(model, images: list, labels: torch.Tensor) -> dict[str, dict[str, float]]:
@@ -288,9 +330,12 @@ def run_cifar(variant: str, fraction: float, seed: int, budget: Budget, work_dir
     if budget.vit_layers:
         flags += ["--num_hidden_layers", str(budget.vit_layers)]
     recipe = eigen_example.parse_args(flags)
-    model = build_vit(variant, recipe, seed, labels)
+    model = build_vit(variant, recipe, seed, labels, budget)
     images, pixel_values, targets = test_images(budget.test_samples)
-    result = {"train_images": len(train), "parameters": model.num_parameters()}
+    config = model.config
+    result = {"train_images": len(train), "parameters": model.num_parameters(),
+              "shape": {k: getattr(config, k) for k in ("hidden_size", "num_hidden_layers", "num_attention_heads",
+                                                          "intermediate_size", "image_size", "patch_size")}}
     if fraction == 1.0:
         result["init"] = analyse(model, pixel_values, budget)
 
@@ -301,12 +346,18 @@ def run_cifar(variant: str, fraction: float, seed: int, budget: Budget, work_dir
         save_strategy="no", report_to=[], remove_unused_columns=False, disable_tqdm=True, logging_steps=10,
     )
     transform = image_transform(processor(), "img", "label", augment=True, crop_padding=4)
+    # The learning curve (models on all the data): test accuracy after every epoch; the last point is the result.
+    curve = [] if fraction == 1.0 else None
+    callbacks = [] if curve is None else [EpochAccuracy(curve, pixel_values, targets)]
     trainer = Trainer(model=model, args=args, train_dataset=train.with_transform(transform),
-                      data_collator=collate_images)
+                      data_collator=collate_images, callbacks=callbacks)
     trained = trainer.train()
     result.update(steps=trained.global_step, train_loss=trained.training_loss,
                   train_seconds=trained.metrics["train_runtime"])
-    result["accuracy"] = accuracy(model, pixel_values, targets)
+    if curve and curve[-1]["step"] == trained.global_step:
+        result["accuracy"], result["curve"] = curve[-1]["accuracy"], curve
+    else:
+        result["accuracy"] = accuracy(model, pixel_values, targets)
     if fraction == 1.0:
         result["trained"] = analyse(model, pixel_values, budget)
         if variant in EFFICIENCY_VARIANTS:
@@ -338,9 +389,10 @@ def run_lm(variant: str, seed: int, budget: Budget, work_dir: str, bf16: bool = 
 
     tokenizer, blocks, streams, context = wikitext()
     set_seed(seed)  # the same initial weights for both variants: λ adds no parameter
+    overrides = {"num_hidden_layers": budget.lm_layers, "intermediate_size": budget.lm_intermediate_size}
+    overrides = ",".join(f"{k}={v}" for k, v in overrides.items() if v)
     model_args = clm_example.ModelArguments(
-        neutreno_lambda=LM_LAMBDAS[variant], adaptive_softmax_cutoffs=LM_CUTOFFS,
-        config_overrides=f"num_hidden_layers={budget.lm_layers}" if budget.lm_layers else None,
+        neutreno_lambda=LM_LAMBDAS[variant], adaptive_softmax_cutoffs=LM_CUTOFFS, config_overrides=overrides or None,
     )
     model = clm_example.build_model(model_args, tokenizer, block_size=context)
     # The paper's schedule (run_clm_wikitext103.py's defaults: Adam, cosine to 0, clip 0.25) with the budget's
@@ -350,18 +402,42 @@ def run_lm(variant: str, seed: int, budget: Budget, work_dir: str, bf16: bool = 
                 "warmup_steps": budget.lm_warmup_steps}
     args = TrainingArguments(output_dir=work_dir, **schedule, bf16=bf16, save_strategy="no", report_to=[],
                              disable_tqdm=True, logging_steps=max(1, budget.lm_steps // 10))
-    trainer = Trainer(model=model, args=args, train_dataset=blocks,
+    curve = []  # the learning curve: validation block perplexity every `lm_eval_steps` steps
+    callbacks = [StepPerplexity(curve, streams["validation"][: budget.lm_curve_tokens], context,
+                                budget.lm_eval_steps)] if budget.lm_eval_steps else []
+    trainer = Trainer(model=model, args=args, train_dataset=blocks, callbacks=callbacks,
                       data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False))
     trained = trainer.train()
+    config = model.config
     result = {"steps": trained.global_step, "train_loss": trained.training_loss, "parameters": model.num_parameters(),
               "train_tokens": trained.global_step * budget.lm_batch_size * context, "vocab_size": len(tokenizer),
-              "train_seconds": trained.metrics["train_runtime"], "context": context}
+              "train_seconds": trained.metrics["train_runtime"], "context": context,
+              "shape": {k: getattr(config, k) for k in ("hidden_size", "num_hidden_layers", "num_attention_heads",
+                                                          "intermediate_size")}}
+    if curve:
+        result["curve"] = curve
     for split, stream in streams.items():
         windows = 256 if torch.cuda.is_available() else 32  # windows per forward: the same numbers, any batch
         sliding = sliding_window_eval(model, stream[: budget.sliding_tokens], context, batch_size=windows)
         block = block_eval(model, stream[: budget.block_tokens], context, batch_size=8)
         result[split] = {"sliding": sliding.to_dict(), "blocks": block.to_dict(), "split_tokens": len(stream)}
     return result
+
+
+class StepPerplexity(TrainerCallback):
+    """Appends {step, tokens, perplexity} (non-overlapping blocks of `stream`) to `curve` every `every` steps and
+    at the last step."""
+
+    def __init__(self, curve: list, stream: torch.Tensor, context: int, every: int):
+        self.curve, self.stream, self.context, self.every = curve, stream, context, every
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        if state.global_step % self.every and state.global_step != state.max_steps:
+            return
+        from hf_neutreno.lm_eval import block_eval
+
+        result = block_eval(model, self.stream, self.context, batch_size=8)  # restores training mode
+        self.curve.append({"step": state.global_step, "tokens": result.num_tokens, "perplexity": result.perplexity})
 
 
 def unigram_reference(out: Path) -> None:
@@ -391,8 +467,14 @@ def _init_worker(threads: int | None) -> None:
 
 
 def cached(out: Path, unit: dict, budget: Budget) -> bool:
+    """The unit's JSON exists and was computed with this budget. Fields added to `Budget` after a unit was written
+    count as their defaults, and the seed lists (which units exist) are not compared."""
     path = out / "units" / f"{unit_name(unit)}.json"
-    return path.exists() and json.loads(path.read_text())["budget"] == dataclasses.asdict(budget)
+    if not path.exists():
+        return False
+    recorded = json.loads(path.read_text())["budget"]
+    return all(recorded.get(f.name, f.default) == getattr(budget, f.name)
+               for f in dataclasses.fields(Budget) if f.name not in PLAN_FIELDS)
 
 
 def run_all(units: list[dict], budget: Budget, out: Path, workers: int, threads: int | None, bf16: bool) -> list[str]:

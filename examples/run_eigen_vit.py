@@ -113,9 +113,10 @@ def hub_repo_ids(args) -> dict[str, str]:
     return repo_ids
 
 
-def build_model(variant: str, args, num_labels: int, id2label: dict[int, str]):
+def build_model(variant: str, args, num_labels: int, id2label: dict[int, str], **shape):
+    """The variant's model in the preset's shape; `shape` overrides config fields (width, heads)."""
     fields = dict(EigenViTConfig.presets[args.preset], num_labels=num_labels, id2label=id2label,
-                  label2id={v: k for k, v in id2label.items()}, drop_path_rate=args.drop_path_rate)
+                  label2id={v: k for k, v in id2label.items()}, drop_path_rate=args.drop_path_rate, **shape)
     if args.num_hidden_layers:
         fields["num_hidden_layers"] = args.num_hidden_layers
     if variant == "vit":
