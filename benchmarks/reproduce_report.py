@@ -61,6 +61,33 @@ def paired(variant: dict, baseline: dict, higher_is_better: bool = True) -> dict
     return {**summary(differences), "wins": wins, "higher_is_better": higher_is_better}
 
 
+# Two-sided 95 % quantiles of Student's t by degrees of freedom (n − 1 seeds), for the paired-difference intervals.
+T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+
+
+def interval(stats: dict) -> tuple[float, float]:
+    """The 95 % t-interval of a paired difference's mean (NaN bounds for fewer than two seeds)."""
+    n = stats["n"]
+    if n < 2:
+        return math.nan, math.nan
+    half = T95.get(n - 1, 1.96) * stats["std"] / math.sqrt(n)
+    return stats["mean"] - half, stats["mean"] + half
+
+
+def verdict(stats: dict, sign: int) -> str:
+    """"reproduced" when the interval lies on the paper's side of 0 (`sign` +1: the variant should be higher),
+    "opposite" when it lies on the other side, else "inconclusive". Decided by this rule alone, fixed before the
+    cpu-long results were seen."""
+    low, high = interval(stats)
+    if math.isnan(low):
+        return "inconclusive"
+    if low * sign > 0 and high * sign > 0:
+        return "reproduced"
+    if low * sign < 0 and high * sign < 0:
+        return "opposite"
+    return "inconclusive"
+
+
 def _pm(stats: dict, scale: float = 1.0, digits: int = 2, sign: bool = False) -> str:
     mean, std = stats["mean"] * scale, stats["std"] * scale
     text = f"{mean:+.{digits}f}" if sign else f"{mean:.{digits}f}"
@@ -115,6 +142,14 @@ def aggregate(out: Path) -> dict:
         unigram = out / "wikitext2_unigram.json"
         if unigram.exists():
             results["wikitext2"]["unigram_perplexity"] = json.loads(unigram.read_text())
+    if "cifar10_accuracy" in results:
+        results["cifar10_accuracy"]["figure"] = _plot_curves(
+            results["cifar10_accuracy"]["curves"], VIT_NAMES, out / "cifar10_curves.png", "epoch", "epoch",
+            "test accuracy", "CIFAR-10 test accuracy during training")
+    if "wikitext2" in results:
+        results["wikitext2"]["figure"] = _plot_curves(
+            results["wikitext2"]["curves"], LM_NAMES, out / "wikitext2_curves.png", "step", "optimizer step",
+            "validation perplexity (blocks)", "WikiText-2 validation perplexity during training", log=True)
     for name, data in results.items():
         (out / f"{name}.json").write_text(json.dumps(data, indent=1))
     return results
@@ -126,6 +161,8 @@ def _cifar(units: list[dict], out: Path) -> dict:
     any_unit = full[0] if full else units[0]
     accuracy = {
         "accuracy": {v: summary(s) for v, s in acc.items()},
+        "curves": _curves(full, "epoch", "accuracy"),
+        "shape": any_unit.get("shape"),
         "vs_vit": {v: paired(s, acc["vit"]) for v, s in acc.items() if v != "vit" and "vit" in acc},
         "train_images": any_unit["train_images"],
         "steps": any_unit["steps"],
@@ -197,6 +234,48 @@ def _cifar(units: list[dict], out: Path) -> dict:
             "data_efficiency": efficiency, "corruptions": corruptions}
 
 
+def _curves(units: list[dict], x: str, y: str) -> dict:
+    """{variant: {x: [...], "per_seed": {seed: [...]}, "mean": [...]}} over the units that recorded a curve with the
+    same x values (a learning curve: accuracy per epoch, perplexity per step)."""
+    table = {}
+    for u in sorted((u for u in units if u.get("curve")), key=lambda u: u["unit"]["seed"]):
+        points = u["curve"]
+        entry = table.setdefault(u["unit"]["variant"], {x: [p[x] for p in points], "per_seed": {}})
+        if entry[x] == [p[x] for p in points]:
+            entry["per_seed"][str(u["unit"]["seed"])] = [p[y] for p in points]
+    for entry in table.values():
+        entry["mean"] = [statistics.fmean(column) for column in zip(*entry["per_seed"].values())]
+    return table
+
+
+def _plot_curves(curves: dict, names: dict, path: Path, x: str, xlabel: str, ylabel: str, title: str,
+                 log: bool = False) -> str | None:
+    """One curve per variant (the mean over seeds, bold) with each seed's curve thin beside it."""
+    if not curves:
+        return None
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:  # matplotlib is optional: the tables carry the final values
+        return None
+    figure = Figure(figsize=(6.4, 4.0), layout="constrained")
+    axes = figure.add_subplot()
+    for index, (variant, name) in enumerate((v, n) for v, n in names.items() if v in curves):
+        entry, colour = curves[variant], f"C{index}"
+        for values in entry["per_seed"].values():
+            axes.plot(entry[x], values, color=colour, alpha=0.3, linewidth=0.8)
+        axes.plot(entry[x], entry["mean"], color=colour, linewidth=2, marker="o", markersize=3,
+                  label=f"{name} (mean of {len(entry['per_seed'])})")
+    if log:
+        axes.set_yscale("log")
+    axes.set_xlabel(xlabel)
+    axes.set_ylabel(ylabel)
+    axes.set_title(title)
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize="small")
+    figure.savefig(path, dpi=110)
+    return path.name
+
+
 def _categories(units: list[dict], stage: str, variant: str) -> dict:
     """{category: {seed: share}} of the dominating-eigenvalue analysis."""
     table = {}
@@ -247,6 +326,9 @@ def _wikitext(units: list[dict]) -> dict:
         result["split_tokens"][split] = lm[0][split]["split_tokens"]
     result["train_loss"] = {v: summary(s) for v, s in _order(_by_seed(lm, "lm", lambda u: u["train_loss"]),
                                                                  LM_NAMES).items()}
+    result["curves"] = _curves(lm, "step", "perplexity")
+    result["curve_tokens"] = next((u["curve"][0]["tokens"] for u in lm if u.get("curve")), None)
+    result["shape"] = lm[0].get("shape")
     keep = ("steps", "train_tokens", "parameters", "vocab_size", "context")
     result.update({k: lm[0][k] for k in keep})
     result.update({k: lm[0]["budget"][f"lm_{k}"] for k in ("batch_size", "learning_rate", "warmup_steps")})
@@ -256,8 +338,9 @@ def _wikitext(units: list[dict]) -> dict:
 # ---------------------------------------------------------------------------------------------------- run record
 
 
-def record_session(out: Path, session: dict, budget_name: str, budget: dict) -> None:
-    """Append this invocation (command, wall time, load, machine) to `<out>/run.json`."""
+def record_session(out: Path, session: dict, budget_name: str, budget: dict, replace_last: bool = False) -> None:
+    """Append this invocation (command, wall time, load, machine) to `<out>/run.json`, or update the entry it
+    appended before (`replace_last`)."""
     import torch
 
     from common import machine
@@ -269,9 +352,15 @@ def record_session(out: Path, session: dict, budget_name: str, budget: dict) -> 
                 workers=session.get("workers"))
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name()
-    session["machine"] = info
+    entry = {k: v for k, v in session.items() if k != "planned"}
+    entry["machine"] = info
     run.update(budget_name=budget_name, budget=budget)
-    run["sessions"].append(session)
+    if "planned" in session:
+        run["planned"] = session["planned"]  # every unit of the budget: the page says how many are finished
+    if replace_last and run["sessions"]:
+        run["sessions"][-1] = entry
+    else:
+        run["sessions"].append(entry)
     path.write_text(json.dumps(run, indent=1))
 
 
@@ -298,15 +387,36 @@ def markdown(out: Path, results: dict, figures: str) -> str:
     if notes.exists():
         lines += ["## Reading these numbers", "", notes.read_text().strip(), ""]
     if "cifar10_accuracy" in results:
-        lines += _accuracy_section(results["cifar10_accuracy"])
+        lines += _accuracy_section(results["cifar10_accuracy"], figures)
         lines += _oversmoothing_section(results["oversmoothing"], figures)
         lines += _efficiency_section(results["data_efficiency"])
         lines += _corruption_section(results["corruptions"])
         lines += _spectral_section(results["spectral"])
     if "wikitext2" in results:
-        lines += _wikitext_section(results["wikitext2"])
+        lines += _wikitext_section(results["wikitext2"], figures)
+    lines += _verdict_section(results, _planned_seeds(run.get("planned") or []))
     lines += RERUN
     return "\n".join(lines) + "\n"
+
+
+def _planned_seeds(planned: list[str]) -> dict[str, int]:
+    """How many paired seeds the plan (unit names in run.json) has for each claim of `_claims`."""
+    def count(prefix: str) -> int:
+        return sum(name.startswith(prefix) for name in planned)
+
+    neutreno, lm = count("cifar-neutreno-100pct-"), count("lm-neutreno-")
+    expected = {"CIFAR-10 accuracy, NeuTRENO − ViT": neutreno,
+                "CIFAR-10 accuracy, ViT⁻ − ViT": count("cifar-vit--100pct-"),
+                "CIFAR-10 accuracy, ViT⁺ − ViT": count("cifar-vit+-100pct-"),
+                "last-layer token cosine similarity, NeuTRENO − ViT, trained": neutreno,
+                "last-layer token cosine similarity, NeuTRENO − ViT, random init": neutreno,
+                "accuracy with 50 % of the data, ViT⁻ − ViT": count("cifar-vit--50pct-"),
+                "accuracy with 10 % of the data, ViT⁻ − ViT": count("cifar-vit--10pct-"),
+                "accuracy change from clean to corruption severity 5, ViT⁻ − ViT": count("cifar-vit--100pct-")}
+    for split in ("validation", "test"):
+        for title in ("sliding window", "blocks"):
+            expected[f"WikiText {split} perplexity ({title}), NeuTRENO − softmax"] = lm
+    return {claim: n for claim, n in expected.items() if n}
 
 
 RERUN = [
@@ -353,8 +463,16 @@ def _header(run: dict, units: list[dict], results: dict) -> list[str]:
                      "time here is wall time under that load).")
     worker_minutes = sum(u["seconds"] for u in units) / 60
     total_wall = sum(s.get("wall_seconds", 0) for s in sessions) / 60
-    lines += [f"- **Wall time**: {total_wall:.1f} min in total ({worker_minutes:.1f} worker-minutes over "
-              f"{len(units)} trained models).",
+    planned = run.get("planned") or []
+    if planned:
+        done = {f"{u['unit']['kind']}-{u['unit']['variant']}" + (f"-{round(u['unit']['fraction'] * 100)}pct"
+                                                                 if u["unit"]["kind"] == "cifar" else "")
+                + f"-seed{u['unit']['seed']}" for u in units}
+        missing = [name for name in planned if name not in done]
+        lines.append(f"- **Progress**: {len(planned) - len(missing)} of {len(planned)} planned models finished"
+                     + (f"; still to run: {', '.join(f'`{m}`' for m in missing)}." if missing else "."))
+    lines += [f"- **Compute**: {worker_minutes / 60:.1f} worker-hours over {len(units)} trained models "
+              f"({total_wall / 60:.1f} h of wall time in {len(sessions)} session(s)).",
               f"- **Budget** ({run.get('budget_name', '?')}): " + ", ".join(f"`{k}={v}`" for k, v in budget.items())
               + ".", ""]
     lines += ["Each model is trained from scratch for every seed in a fixed list; no seed is selected or dropped. "
@@ -365,18 +483,18 @@ def _header(run: dict, units: list[dict], results: dict) -> list[str]:
     if budget.get("train_samples") is not None or budget.get("epochs", 100) < 100:
         images = budget["train_samples"] or 50000
         tokens = budget["lm_steps"] * budget["lm_batch_size"] * 256
-        lines += ["**What this budget can show.** These runs are orders of magnitude smaller than the papers' "
+        lines += ["**What this budget can show.** These runs are smaller than the papers' "
                   f"({images:,} CIFAR-10 images × {budget['epochs']:g} epochs instead of 50,000 × 100-300 epochs; "
-                  f"{tokens:,} LM training tokens instead of 500k steps × 24,576 tokens). The models are far from "
-                  "converged, so the tables test only the *direction* of each claim, and only weakly: differences "
+                  f"{tokens:,} LM training tokens instead of 500k steps × 24,576 tokens). Each claim is tested at this "
+                  "scale only: an effect that needs converged or larger models can be absent here, and differences "
                   "smaller than the seed-to-seed spread (and than the test-set noise) are not evidence either way.",
                   ""]
     return lines
 
 
-def _summary_section(results: dict) -> list[str]:
-    """One row per claim: the paper's effect, ours (paired, mean ± std), and how many seeds share the paper's sign."""
-    claims = []  # (claim, paper's effect, our stats, scale, unit, the paper's sign)
+def _claims(results: dict) -> list[tuple]:
+    """(claim, paper's effect, our paired stats or None, scale, unit, the paper's sign) for every claim tested."""
+    claims = []
     if "cifar10_accuracy" in results:
         delta = results["cifar10_accuracy"]["vs_vit"]
         claims += [
@@ -399,21 +517,33 @@ def _summary_section(results: dict) -> list[str]:
     if "wikitext2" in results:
         delta = results["wikitext2"]["neutreno vs softmax"]
         for split in ("validation", "test"):
-            claims.append((f"WikiText {split} perplexity (sliding window), NeuTRENO − softmax", "lower (WikiText-103)",
-                           delta.get(split, {}).get("sliding"), 1, "", -1))
+            for protocol, title in (("sliding", "sliding window"), ("blocks", "blocks")):
+                if protocol == "blocks" and not results["wikitext2"].get("curves"):
+                    continue  # the small tier reported the sliding window only
+                claims.append((f"WikiText {split} perplexity ({title}), NeuTRENO − softmax", "lower (WikiText-103)",
+                               delta.get(split, {}).get(protocol), 1, "", -1))
+    return claims
+
+
+def _digits(claim: str, scale: float, unit: str) -> int:
+    return 3 if scale == 1 and unit == "" and "cosine" in claim else (1 if scale == 1 else 2)
+
+
+def _summary_section(results: dict) -> list[str]:
+    """One row per claim: the paper's effect, ours (paired, mean ± std), and how many seeds share the paper's sign."""
     rows = []
-    for claim, paper, stats, scale, unit, sign in claims:
+    for claim, paper, stats, scale, unit, sign in _claims(results):
         if stats is None:
             continue
         agree = sum(d * sign > 0 for d in stats["per_seed"].values())
-        digits = 3 if scale == 1 and unit == "" and "cosine" in claim else (1 if scale == 1 else 2)
+        digits = _digits(claim, scale, unit)
         rows.append([claim, paper, f"{_pm(stats, scale, digits, sign=True)} {unit}".strip(), f"{agree}/{stats['n']}"])
     if not rows:
         return []
     lines = ["## Summary: each claim against its paper", "",
              "Paired differences per seed, mean ± sample std; the last column counts the seeds whose difference has "
-             "the paper's sign. At this budget a difference is only suggestive when it holds in every seed and "
-             "exceeds its std.", ""]
+             "the paper's sign. The verdict of each claim, from the 95 % interval of the paired difference, is at "
+             "the end of the page.", ""]
     lines += _table(["claim", "paper", "here", "seeds with the paper's sign"], rows) + [""]
     if "spectral" in results:
         spectral = results["spectral"]
@@ -427,16 +557,58 @@ def _summary_section(results: dict) -> list[str]:
     return lines
 
 
-def _accuracy_section(acc: dict) -> list[str]:
+def _verdict_section(results: dict, expected_seeds: dict) -> list[str]:
+    """One line per claim, as a reviewer would write it, decided by `verdict` (the 95 % t-interval of the paired
+    difference); `expected_seeds` maps a claim to the number of seeds the plan has for it."""
+    lines = ["## Verdicts", "",
+             "Each claim's paired difference (variant − baseline, per seed), its 95 % t-interval over seeds, and the "
+             "verdict that interval gives: **reproduced** when it lies on the paper's side of zero, **not reproduced "
+             "(opposite effect)** when it lies on the other side, **inconclusive at this scale** when it contains "
+             "zero. The rule was fixed before these results were seen; no setting was tuned per variant.", ""]
+    words = {"reproduced": "reproduced", "opposite": "not reproduced (opposite effect)",
+             "inconclusive": "inconclusive at this scale"}
+    for claim, paper, stats, scale, unit, sign in _claims(results):
+        planned = expected_seeds.get(claim)
+        if stats is None or (planned and stats["n"] < planned):
+            done = 0 if stats is None else stats["n"]
+            lines.append(f"- **{claim}** (paper: {paper}): not yet decided, {done} of {planned or '?'} paired seeds "
+                         "finished.")
+            continue
+        digits = _digits(claim, scale, unit)
+        low, high = interval(stats)
+        span = "" if math.isnan(low) else (f"; 95 % interval {low * scale:+.{digits}f} to {high * scale:+.{digits}f}"
+                                           f"{' ' + unit if unit else ''}")
+        agree = sum(d * sign > 0 for d in stats["per_seed"].values())
+        lines.append(f"- **{claim}** (paper: {paper}): {words[verdict(stats, sign)]}. "
+                     f"{_pm(stats, scale, digits, sign=True)}{' ' + unit if unit else ''} over {stats['n']} paired "
+                     f"seeds{span}; the paper's sign in {agree}/{stats['n']}.")
+    return lines + [""]
+
+
+def vit_shape_text(shape: dict | None) -> str:
+    """'12 layers, dim 64, 4 heads, MLP 256, 32 px with patch 4 (65 tokens)' from a unit's recorded shape."""
+    shape = shape or {"hidden_size": 192, "num_hidden_layers": 12, "num_attention_heads": 3, "intermediate_size": 768,
+                      "image_size": 32, "patch_size": 4}  # units written before shapes were recorded: ViT-tiny
+    tokens = (shape["image_size"] // shape["patch_size"]) ** 2 + 1
+    return (f"{shape['num_hidden_layers']} layers, dim {shape['hidden_size']}, {shape['num_attention_heads']} heads, "
+            f"MLP {shape['intermediate_size']}, {shape['image_size']} px with patch {shape['patch_size']} "
+            f"({tokens} tokens)")
+
+
+def _accuracy_section(acc: dict, figures: str) -> list[str]:
     n_test = acc["test_images"] or 10000
     p = statistics.fmean(s["mean"] for s in acc["accuracy"].values())
     noise = 100 * math.sqrt(p * (1 - p) / n_test)
     lines = ["## CIFAR-10: ViT vs NeuTRENO vs ViT⁻ vs ViT⁺ at an equal budget", "",
-             f"ViT-tiny shape (dim 192, 12 layers, 3 heads, MLP 768) at 32 px with patch 4 (65 tokens). Every variant: "
-             f"{acc['train_images']} training images, {acc['steps']} optimizer steps, the same recipe "
-             "(run_eigen_vit.py's: AdamW lr 1e-3, wd 0.05, 5 % warm-up then cosine, label smoothing 0.1, drop path "
-             f"0.1, random crop + flip). Test accuracy (%) on a fixed subset of {n_test} test images (binomial "
-             f"standard error of one model's accuracy ≈ {noise:.1f} pp; chance is 10 %).", ""]
+             f"{vit_shape_text(acc.get('shape'))}. Every variant: {acc['train_images']:,} training images, "
+             f"{acc['steps']:,} optimizer steps, the same recipe (the poster's CIFAR recipe: AdamW lr 1e-3, wd 0.05, "
+             "5 % warm-up then cosine, label smoothing 0.1, drop path 0.1, random crop + flip). Test accuracy (%) on "
+             f"{'all ' if n_test == 10000 else 'a fixed subset of '}{n_test:,} test images (binomial standard error of "
+             f"one model's accuracy ≈ {noise:.1f} pp; chance is 10 %).", ""]
+    if acc.get("figure"):
+        lines += [f"![CIFAR-10 learning curves]({figures}/{acc['figure']})", "",
+                  "Test accuracy after every epoch (thin: each seed; bold: their mean). The last point of each curve "
+                  "is the accuracy in the table.", ""]
     seeds = " / ".join(next(iter(acc["accuracy"].values()))["per_seed"])
     rows = []
     for variant, stats in acc["accuracy"].items():
@@ -542,17 +714,24 @@ def _spectral_section(spectral: dict) -> list[str]:
     return lines + [""]
 
 
-def _wikitext_section(wt: dict) -> list[str]:
+def _wikitext_section(wt: dict, figures: str) -> list[str]:
     slide, block = wt["scored_tokens"]["validation"]["sliding"], wt["scored_tokens"]["validation"]["blocks"]
+    shape = wt.get("shape") or {"num_hidden_layers": 16, "hidden_size": 128, "num_attention_heads": 8,
+                                "intermediate_size": 2048}
+    ffn = shape["intermediate_size"]
     lines = ["## WikiText-2 language model: softmax vs NeuTRENO λ 0.4", "",
-             f"The paper's `wikitext103-small` preset (16 layers, dim 128, 8 heads, FFN 2048, context {wt['context']}, "
-             "post-LN, sinusoidal positions, dropout 0.1) with a tied adaptive softmax whose cutoffs [20000, 40000, "
+             f"The paper's `wikitext103-small` design ({shape['num_hidden_layers']} layers, dim "
+             f"{shape['hidden_size']}, {shape['num_attention_heads']} heads, FFN {ffn}"
+             f"{'' if ffn == 2048 else ' instead of 2048'}, context {wt['context']}, "
+             f"{'pre-LN instead of post-LN' if shape.get('norm_position') == 'pre' else 'post-LN'}, sinusoidal "
+             "positions, dropout 0.1) with a tied adaptive softmax whose cutoffs "
+             "[20000, 40000, "
              "200000] are scaled to WikiText-2's vocabulary: [2500, 5000, 25000] over "
              f"{wt['vocab_size']} tokens ({wt['parameters'] / 1e6:.1f}M parameters). Trained {wt['steps']} steps "
              f"of {wt['batch_size']} × {wt['context']} tokens ({wt['train_tokens']:,} tokens, "
              f"{wt['train_tokens'] / 2088628:.2f} epochs of WikiText-2) with the paper's schedule shape (Adam, "
              f"{wt['warmup_steps']} warm-up steps then cosine to 0, clip 0.25) at peak learning rate "
-             f"{wt['learning_rate']:g} (paper: 2.5e-4 over 500k steps; the `cpu` budget's comment in reproduce.py says "
+             f"{wt['learning_rate']:g} (paper: 2.5e-4 over 500k steps; the budget's comment in reproduce.py says "
              "how a shorter run's value was chosen). Perplexity with the paper's "
              f"sliding window (first window scores all its positions, then one token per window) over the first "
              f"{slide + 1} tokens of each split ({slide} scored, of {wt['split_tokens']['validation']:,} validation "
@@ -582,6 +761,16 @@ def _wikitext_section(wt: dict) -> list[str]:
     if unigram:
         lines += ["The last row is what the training split's word frequencies alone (add-one-smoothed unigram) score "
                   "on the same tokens: a model near it has learned the frequencies and little use of context.", ""]
+        softmax = wt["perplexity"].get("softmax", {}).get("validation", {}).get("blocks")
+        if softmax:
+            level = unigram["validation"]["blocks"]
+            lines += [f"Validation perplexity (blocks) of the softmax model: {_pm(softmax, 1, 1)}, "
+                      f"{softmax['mean'] / level:.2f} × the unigram level {level:.1f} (the learning target of this "
+                      "tier: at most 0.5 ×).", ""]
+    if wt.get("figure"):
+        lines += [f"![WikiText-2 learning curves]({figures}/{wt['figure']})", "",
+                  f"Validation perplexity during training, on non-overlapping blocks of the first "
+                  f"{wt['curve_tokens'] + 1:,} validation tokens (thin: each seed; bold: their mean).", ""]
     losses = ", ".join(f"{LM_NAMES[v]} {_pm(s, 1, 3)}" for v, s in wt["train_loss"].items())
     lines += [f"Mean training loss over the run (nats/token): {losses}.", ""]
     return lines
