@@ -314,7 +314,7 @@ class NeuTRENOGPTPreTrainedModel(PreTrainedModel):
 class NeuTRENOGPTModel(NeuTRENOGPTPreTrainedModel):
     def __init__(self, config: NeuTRENOGPTConfig):
         super().__init__(config)
-        config.validate_neutreno_gpt()  # the config may have been edited after construction
+        config.validate()  # the config may have been edited after construction
         embed_scale = config.hidden_size**0.5 if config.scale_embeddings else 1.0
         self.embed_tokens = NeuTRENOGPTScaledEmbedding(config.vocab_size, config.hidden_size, embed_scale)
         if config.position_embedding_type == "learned":

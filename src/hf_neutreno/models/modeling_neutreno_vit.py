@@ -314,7 +314,7 @@ class NeuTRENOViTPreTrainedModel(PreTrainedModel):
 class NeuTRENOViTModel(NeuTRENOViTPreTrainedModel):
     def __init__(self, config: NeuTRENOViTConfig):
         super().__init__(config)
-        config.validate_neutreno_vit()  # the config may have been edited after construction
+        config.validate()  # the config may have been edited after construction
         self.embeddings = NeuTRENOViTEmbeddings(config)
         self.layers = nn.ModuleList(self._make_layers(config))
         self.layernorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
