@@ -4,7 +4,7 @@
 import math
 
 from .configuration_neutreno_vit import NeuTRENOViTConfig
-from .neutreno_common import check_choice, check_layer_indices
+from .neutreno_common import check_choice, check_layer_indices, strict_config
 
 SPECTRUM_SIGNS = ("negative", "positive")
 
@@ -24,6 +24,7 @@ def _vit_tiny(image_size: int, patch_size: int) -> dict:
     )
 
 
+@strict_config
 class EigenViTConfig(NeuTRENOViTConfig):
     r"""
     Configuration of [`EigenViTModel`] and [`EigenViTForImageClassification`]: the NeuTRENO ViT's fields (same
@@ -54,27 +55,22 @@ class EigenViTConfig(NeuTRENOViTConfig):
         "vit-tiny-224": _vit_tiny(224, 16),
     }
 
-    neutreno_lambda: float = 0.0
+    neutreno_lambda: float | int = 0.0
     spectrum_sign: str = "negative"
-    eigenvalue_range: list[float] | None = None
+    eigenvalue_range: list[float | int] | tuple[float | int, ...] | None = None
     eigen_layers: list[int] | None = None
-    eigenvalue_init: float = 0.1
+    eigenvalue_init: float | int = 0.1
 
     def __post_init__(self, **kwargs):
-        if self.eigenvalue_range is not None and not isinstance(self.eigenvalue_range, (list, tuple)):
-            raise ValueError(f"`eigenvalue_range` must be a list [low, high], got {self.eigenvalue_range!r}.")
         if isinstance(self.eigenvalue_range, tuple):
             self.eigenvalue_range = list(self.eigenvalue_range)  # JSON round trips give lists
         super().__post_init__(**kwargs)
-        self.validate_eigen_vit()
 
-    def validate_eigen_vit(self) -> None:
-        """Raise `ValueError` naming the field for any inconsistent value (also called by the models)."""
-        self.validate_neutreno_vit()
+    def validate_eigen_parameterisation(self) -> None:
         check_choice("spectrum_sign", self.spectrum_sign, SPECTRUM_SIGNS)
         check_layer_indices("eigen_layers", self.eigen_layers, self.num_hidden_layers)
         init = self.eigenvalue_init
-        if isinstance(init, bool) or not isinstance(init, (int, float)) or not 0 < init < math.inf:
+        if not 0 < init < math.inf:  # also false for NaN
             raise ValueError(f"`eigenvalue_init` must be a finite float > 0 (|Λ| at initialisation), got {init!r}.")
         if self.eigenvalue_range is None:
             return
@@ -84,9 +80,7 @@ class EigenViTConfig(NeuTRENOViTConfig):
             f"(spectrum_sign={self.spectrum_sign!r})"
         )
         bounds = list(self.eigenvalue_range)
-        if len(bounds) != 2 or not all(
-            isinstance(b, (int, float)) and not isinstance(b, bool) and math.isfinite(b) for b in bounds
-        ):
+        if len(bounds) != 2 or not all(math.isfinite(b) for b in bounds):
             raise ValueError(f"`eigenvalue_range` must be {allowed}, got {bounds!r}.")
         low, high = bounds
         if not low < high:

@@ -4,11 +4,10 @@
 from transformers import PreTrainedConfig
 from transformers.activations import ACT2FN
 
-from .neutreno_common import PresetsMixin, check_choice, check_heads, check_neutreno
+from .neutreno_common import NeuTRENOConfigRules, PresetsMixin, check_choice, check_heads, check_positive, strict_config
 
 NORM_POSITIONS = ("pre", "post")
 POSITION_EMBEDDING_TYPES = ("learned", "sinusoidal")
-DROPOUTS = ("embedding_dropout", "attention_dropout", "hidden_dropout", "activation_dropout", "output_dropout")
 
 
 def _wikitext103_small() -> dict:
@@ -80,7 +79,8 @@ def _gpt_micro() -> dict:
     )
 
 
-class NeuTRENOGPTConfig(PresetsMixin, PreTrainedConfig):
+@strict_config
+class NeuTRENOGPTConfig(PresetsMixin, NeuTRENOConfigRules, PreTrainedConfig):
     r"""
     Configuration of [`NeuTRENOGPTModel`] and [`NeuTRENOGPTForCausalLM`]. The defaults are the paper's WikiText-103
     model (16 layers, dim 128, 8 heads, FFN 2048 ReLU, context 256, post-LN, sinusoidal positions, dropout 0.1,
@@ -114,10 +114,16 @@ class NeuTRENOGPTConfig(PresetsMixin, PreTrainedConfig):
     (attention probabilities only, not the NeuTRENO term), `hidden_dropout` (the output of each residual branch),
     `activation_dropout` (inside the MLP, after the activation), `output_dropout` (the final hidden states before
     the LM head, as Transformer-XL).
+
+    Validation: the annotations fix each field's type (checked on every assignment); the `validate_*` methods hold
+    the rules on values, run at construction, by `config.validate()`, by `save_pretrained` and by the models.
     """
 
     model_type = "neutreno_gpt"
     keys_to_ignore_at_inference = ["past_key_values"]
+    dropout_fields = (
+        "embedding_dropout", "attention_dropout", "hidden_dropout", "activation_dropout", "output_dropout"
+    )
     presets = {"wikitext103-small": _wikitext103_small(), "gpt2-small": _gpt2_small(), "gpt-micro": _gpt_micro()}
 
     vocab_size: int = 267735
@@ -134,13 +140,13 @@ class NeuTRENOGPTConfig(PresetsMixin, PreTrainedConfig):
     scale_embeddings: bool = True
     lm_head_bias: bool = True
     adaptive_softmax_cutoffs: list[int] | None = None
-    embedding_dropout: float = 0.1
-    attention_dropout: float = 0.0
-    hidden_dropout: float = 0.1
-    activation_dropout: float = 0.1
-    output_dropout: float = 0.1
+    embedding_dropout: float | int = 0.1
+    attention_dropout: float | int = 0.0
+    hidden_dropout: float | int = 0.1
+    activation_dropout: float | int = 0.1
+    output_dropout: float | int = 0.1
     initializer_range: float = 0.02
-    neutreno_lambda: float = 0.4
+    neutreno_lambda: float | int = 0.4
     neutreno_layers: list[int] | None = None
     use_cache: bool = True
     tie_word_embeddings: bool = True
@@ -148,39 +154,18 @@ class NeuTRENOGPTConfig(PresetsMixin, PreTrainedConfig):
     bos_token_id: int | None = None
     eos_token_id: int | None = None
 
-    def __post_init__(self, **kwargs):
-        super().__post_init__(**kwargs)
-        self.validate_neutreno_gpt()
-
-    def validate_neutreno_gpt(self) -> None:
-        """Raise `ValueError` naming the field for any inconsistent value (also called by the models)."""
+    def validate_architecture(self) -> None:
+        super().validate_architecture()
+        check_positive(self, ("vocab_size", "num_hidden_layers", "intermediate_size", "max_position_embeddings"))
         check_heads(self.hidden_size, self.num_attention_heads)
-        for name in ("vocab_size", "num_hidden_layers", "intermediate_size", "max_position_embeddings"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"`{name}` must be an integer >= 1, got {value!r}.")
-        check_neutreno(self.neutreno_lambda, self.neutreno_layers, self.num_hidden_layers)
         check_choice("norm_position", self.norm_position, NORM_POSITIONS)
         check_choice("position_embedding_type", self.position_embedding_type, POSITION_EMBEDDING_TYPES)
         check_choice("hidden_act", self.hidden_act, sorted(ACT2FN))
         if self.position_embedding_type == "sinusoidal" and self.hidden_size % 2:
             raise ValueError(f"Sinusoidal positions need an even `hidden_size`, got {self.hidden_size}.")
-        for name in DROPOUTS:
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"`{name}` must be in [0, 1), got {getattr(self, name)}.")
-        self._check_cutoffs()
-
-    def _check_cutoffs(self) -> None:
         cutoffs = self.adaptive_softmax_cutoffs
-        if cutoffs is None:
-            return
-        cutoffs = list(cutoffs)
-        if (
-            not cutoffs
-            or any(isinstance(c, bool) or not isinstance(c, int) for c in cutoffs)
-            or cutoffs != sorted(set(cutoffs))
-            or cutoffs[0] < 1
-            or cutoffs[-1] >= self.vocab_size
+        if cutoffs is not None and (
+            not cutoffs or cutoffs != sorted(set(cutoffs)) or cutoffs[0] < 1 or cutoffs[-1] >= self.vocab_size
         ):
             raise ValueError(
                 "`adaptive_softmax_cutoffs` must be a non-empty, strictly increasing list of integers in "

@@ -2,8 +2,9 @@
 
 
 from transformers import PreTrainedConfig
+from transformers.activations import ACT2FN
 
-from .neutreno_common import PresetsMixin, check_choice, check_heads, check_neutreno
+from .neutreno_common import NeuTRENOConfigRules, PresetsMixin, check_choice, check_heads, check_positive, strict_config
 
 ATTENTION_KERNELS = ("softmax", "linear")
 POOLINGS = ("cls", "mean")
@@ -24,7 +25,8 @@ def _deit(hidden_size: int, heads: int) -> dict:
     )
 
 
-class NeuTRENOViTConfig(PresetsMixin, PreTrainedConfig):
+@strict_config
+class NeuTRENOViTConfig(PresetsMixin, NeuTRENOConfigRules, PreTrainedConfig):
     r"""
     Configuration of [`NeuTRENOViTModel`] and [`NeuTRENOViTForImageClassification`]. The defaults are DeiT-tiny
     (the paper's main model): dim 192, 12 layers, 3 heads, patch 16, 224 px, λ = 0.6 in every layer but the first.
@@ -43,9 +45,13 @@ class NeuTRENOViTConfig(PresetsMixin, PreTrainedConfig):
     Vision fields follow `transformers.ViTConfig`; additions: `pooling` ("cls" or "mean" over patch tokens),
     `drop_path_rate` (stochastic depth, linearly increasing with depth as in timm/DeiT) and
     `use_distillation_token` (DeiT's second prefix token, kept so converted DeiT checkpoints are exact).
+
+    Validation: the annotations fix each field's type (checked on every assignment); the `validate_*` methods hold
+    the rules on values, run at construction, by `config.validate()`, by `save_pretrained` and by the models.
     """
 
     model_type = "neutreno_vit"
+    dropout_fields = ("hidden_dropout_prob", "attention_probs_dropout_prob", "drop_path_rate")
     presets = {
         "deit-tiny": _deit(192, 3),
         "deit-small": _deit(384, 6),
@@ -61,39 +67,34 @@ class NeuTRENOViTConfig(PresetsMixin, PreTrainedConfig):
     num_attention_heads: int = 3
     intermediate_size: int = 768
     hidden_act: str = "gelu"
-    hidden_dropout_prob: float = 0.0
-    attention_probs_dropout_prob: float = 0.0
-    drop_path_rate: float = 0.0
+    hidden_dropout_prob: float | int = 0.0
+    attention_probs_dropout_prob: float | int = 0.0
+    drop_path_rate: float | int = 0.0
     initializer_range: float = 0.02
     layer_norm_eps: float = 1e-6
-    image_size: int | list[int] = 224
-    patch_size: int | list[int] = 16
+    image_size: int | list[int] | tuple[int, int] = 224
+    patch_size: int | list[int] | tuple[int, int] = 16
     num_channels: int = 3
     qkv_bias: bool = True
     pooling: str = "cls"
     use_distillation_token: bool = False
-    neutreno_lambda: float = 0.6
+    neutreno_lambda: float | int = 0.6
     neutreno_layers: list[int] | None = None
     symmetric_attention: bool = False
     featscale: bool = False
     attention_kernel: str = "softmax"
 
-    def __post_init__(self, **kwargs):
-        super().__post_init__(**kwargs)
-        self.validate_neutreno_vit()
-
-    def validate_neutreno_vit(self) -> None:
-        """Raise `ValueError` naming the field for any inconsistent value (also called by the models)."""
+    def validate_architecture(self) -> None:
+        super().validate_architecture()
+        check_positive(self, ("num_hidden_layers", "num_channels", "intermediate_size"))
         check_heads(self.hidden_size, self.num_attention_heads)
-        if self.num_hidden_layers < 1:
-            raise ValueError(f"`num_hidden_layers` must be >= 1, got {self.num_hidden_layers}.")
-        check_neutreno(self.neutreno_lambda, self.neutreno_layers, self.num_hidden_layers)
         check_choice("attention_kernel", self.attention_kernel, ATTENTION_KERNELS)
         check_choice("pooling", self.pooling, POOLINGS)
-        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "drop_path_rate"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"`{name}` must be in [0, 1), got {getattr(self, name)}.")
+        check_choice("hidden_act", self.hidden_act, sorted(ACT2FN))
         image_size, patch_size = self.image_size_2d, self.patch_size_2d
+        for name, size in (("image_size", image_size), ("patch_size", patch_size)):
+            if len(size) != 2 or min(size) < 1:
+                raise ValueError(f"`{name}` must be an integer >= 1 or [height, width], got {getattr(self, name)!r}.")
         if any(s % p for s, p in zip(image_size, patch_size)):
             raise ValueError(f"`image_size` {list(image_size)} must be divisible by `patch_size` {list(patch_size)}.")
 

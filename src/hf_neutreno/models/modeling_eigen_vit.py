@@ -187,10 +187,6 @@ class EigenViTPreTrainedModel(NeuTRENOViTPreTrainedModel):
 class EigenViTModel(EigenViTPreTrainedModel, NeuTRENOViTModel):
     """The NeuTRENO ViT backbone whose layers in `config.eigen_layers` (default: all) use `EigenViTAttention`."""
 
-    def __init__(self, config: EigenViTConfig):
-        config.validate_eigen_vit()  # the config may have been edited after construction
-        super().__init__(config)
-
     def _make_layers(self, config: EigenViTConfig) -> list[nn.Module]:
         return [
             NeuTRENOViTLayer(config, i, attention=EigenViTAttention(config, i) if config.is_eigen_layer(i) else None)

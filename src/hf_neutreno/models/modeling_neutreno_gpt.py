@@ -314,7 +314,7 @@ class NeuTRENOGPTPreTrainedModel(PreTrainedModel):
 class NeuTRENOGPTModel(NeuTRENOGPTPreTrainedModel):
     def __init__(self, config: NeuTRENOGPTConfig):
         super().__init__(config)
-        config.validate_neutreno_gpt()  # the config may have been edited after construction
+        config.validate()  # the config may have been edited after construction
         embed_scale = config.hidden_size**0.5 if config.scale_embeddings else 1.0
         self.embed_tokens = NeuTRENOGPTScaledEmbedding(config.vocab_size, config.hidden_size, embed_scale)
         if config.position_embedding_type == "learned":
@@ -390,6 +390,14 @@ class NeuTRENOGPTModel(NeuTRENOGPTPreTrainedModel):
                 f"`max_position_embeddings`={self.config.max_position_embeddings} allows. Shorten it (e.g. a sliding "
                 "window of the training context), or, with sinusoidal positions, raise `max_position_embeddings`."
             )
+        # A 2-D padding mask covers the cache and the new tokens; a prepared 4-D mask is used as given.
+        if attention_mask is not None and len(attention_mask.shape) != 4:
+            expected = (inputs_embeds.shape[0], past_seen_tokens + seq_length)
+            if tuple(attention_mask.shape) != expected:
+                raise ValueError(
+                    f"`attention_mask` has shape {tuple(attention_mask.shape)}; the inputs need (batch, past + "
+                    f"tokens) = {expected} ({past_seen_tokens} cached and {seq_length} new tokens)."
+                )
         if position_ids is None:
             position_ids = self.position_ids_from_attention_mask(
                 attention_mask, past_seen_tokens, seq_length, inputs_embeds.device

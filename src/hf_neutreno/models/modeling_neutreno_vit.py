@@ -314,7 +314,7 @@ class NeuTRENOViTPreTrainedModel(PreTrainedModel):
 class NeuTRENOViTModel(NeuTRENOViTPreTrainedModel):
     def __init__(self, config: NeuTRENOViTConfig):
         super().__init__(config)
-        config.validate_neutreno_vit()  # the config may have been edited after construction
+        config.validate()  # the config may have been edited after construction
         self.embeddings = NeuTRENOViTEmbeddings(config)
         self.layers = nn.ModuleList(self._make_layers(config))
         self.layernorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
@@ -348,6 +348,12 @@ class NeuTRENOViTModel(NeuTRENOViTPreTrainedModel):
         """
         if pixel_values is None:
             raise ValueError("`pixel_values` is required.")
+        if pixel_values.ndim != 4:
+            height, width = self.config.image_size_2d
+            raise ValueError(
+                "`pixel_values` must have shape (batch, num_channels, height, width), here "
+                f"(batch, {self.config.num_channels}, {height}, {width}); got {tuple(pixel_values.shape)}."
+            )
         expected_dtype = self.embeddings.patch_embeddings.projection.weight.dtype
         pixel_values = pixel_values.to(expected_dtype)
         hidden_states = self.embeddings(pixel_values, interpolate_pos_encoding=bool(interpolate_pos_encoding))

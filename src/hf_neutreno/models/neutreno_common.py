@@ -1,14 +1,23 @@
-"""Pieces every model file shares: the NeuTRENO term, eager attention, config checks and presets.
+"""Pieces every model file shares: the NeuTRENO term, eager attention, config validation and presets.
 
-This file travels with every checkpoint (``trust_remote_code``): it imports only torch and transformers.
+This file travels with every checkpoint (``trust_remote_code``): it imports only torch, transformers and
+huggingface_hub (a dependency of transformers, whose own configs take ``strict`` from it too).
 """
 
 
 import copy
+import functools
+import math
 from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar
 
 import torch
+from huggingface_hub.dataclasses import strict
+from huggingface_hub.errors import (
+    StrictDataclassClassValidationError,
+    StrictDataclassError,
+    StrictDataclassFieldValidationError,
+)
 from torch import nn
 
 
@@ -119,6 +128,35 @@ def eager_attention_forward(
     return attn_output, attn_weights
 
 
+class InvalidConfigError(StrictDataclassError, ValueError):
+    """A config value that breaks a rule. It is the strict-dataclass error transformers 5 configs raise, and a
+    `ValueError`, as this package's configs always raised: callers catching either see it. The message is the
+    rule's own (it names the field and the allowed values); the library's error is chained to it."""
+
+
+def strict_config(cls):
+    """``@strict`` (huggingface_hub), as every transformers 5 config: the annotations are checked on each assignment,
+    and the ``validate_*`` methods (class validators) run at construction, in ``config.validate()`` and in
+    ``save_pretrained``, so one set of rules serves all three. The models call ``config.validate()`` too, for configs
+    edited after construction. Errors of either kind are raised as `InvalidConfigError`."""
+    cls = strict(cls)
+    # `functools.wraps` keeps `@strict`'s mark on `validate`, which lets a subclass be `@strict` in turn.
+    cls.__setattr__ = _raising_invalid_config_error(cls.__setattr__)
+    cls.validate = _raising_invalid_config_error(cls.validate)
+    return cls
+
+
+def _raising_invalid_config_error(method):
+    @functools.wraps(method)
+    def wrapper(*args):
+        try:
+            return method(*args)
+        except (StrictDataclassFieldValidationError, StrictDataclassClassValidationError) as error:
+            raise InvalidConfigError(str(error.__cause__ or error)) from error
+
+    return wrapper
+
+
 def check_choice(name: str, value: Any, allowed: Sequence[Any]) -> None:
     if value not in allowed:
         raise ValueError(f"`{name}` must be one of {list(allowed)}, got {value!r}.")
@@ -131,12 +169,19 @@ def check_heads(hidden_size: int, num_attention_heads: int) -> None:
         )
 
 
+def check_positive(config, names: Iterable[str]) -> None:
+    """Sizes and counts are >= 1 (their type, int, is checked by the annotations)."""
+    for name in names:
+        if getattr(config, name) < 1:
+            raise ValueError(f"`{name}` must be an integer >= 1, got {getattr(config, name)!r}.")
+
+
 def check_layer_indices(name: str, indices: Iterable[int] | None, num_hidden_layers: int, first: int = 0) -> None:
     """Layer lists are 0-based, unique, and inside ``[first, num_hidden_layers - 1]``."""
     if indices is None:
         return
     indices = list(indices)
-    bad = [i for i in indices if not isinstance(i, int) or isinstance(i, bool) or not first <= i < num_hidden_layers]
+    bad = [i for i in indices if not first <= i < num_hidden_layers]
     if bad:
         raise ValueError(
             f"`{name}` entries must be integers in [{first}, {num_hidden_layers - 1}] "
@@ -146,17 +191,29 @@ def check_layer_indices(name: str, indices: Iterable[int] | None, num_hidden_lay
         raise ValueError(f"`{name}` has repeated layer indices: {indices}.")
 
 
-def check_neutreno(neutreno_lambda: float, neutreno_layers: Iterable[int] | None, num_hidden_layers: int) -> None:
-    if isinstance(neutreno_lambda, bool) or not isinstance(neutreno_lambda, (int, float)) or neutreno_lambda < 0:
-        raise ValueError(
-            f"`neutreno_lambda` must be a float >= 0 (0 gives the plain transformer), got {neutreno_lambda!r}."
-        )
-    if neutreno_layers is not None and 0 in list(neutreno_layers):
-        raise ValueError(
-            "`neutreno_layers` cannot contain 0: layer 0 provides the first-layer values V_0, so its term is zero. "
-            f"Allowed: [1, {num_hidden_layers - 1}], got {list(neutreno_layers)}."
-        )
-    check_layer_indices("neutreno_layers", neutreno_layers, num_hidden_layers, first=1)
+class NeuTRENOConfigRules:
+    """The value rules every NeuTRENO config shares, as `@strict` class validators: λ and its layers, and the
+    dropout rates the config names in `dropout_fields`."""
+
+    dropout_fields: ClassVar[tuple[str, ...]] = ()
+
+    def validate_neutreno(self) -> None:
+        lam, layers = self.neutreno_lambda, self.neutreno_layers
+        if not (math.isfinite(lam) and lam >= 0):  # NaN or ∞ would make every output NaN
+            raise ValueError(
+                f"`neutreno_lambda` must be a finite float >= 0 (0 gives the plain transformer), got {lam!r}."
+            )
+        if layers is not None and 0 in layers:
+            raise ValueError(
+                "`neutreno_layers` cannot contain 0: layer 0 provides the first-layer values V_0, so its term is zero. "
+                f"Allowed: [1, {self.num_hidden_layers - 1}], got {list(layers)}."
+            )
+        check_layer_indices("neutreno_layers", layers, self.num_hidden_layers, first=1)
+
+    def validate_dropout(self) -> None:
+        for name in self.dropout_fields:
+            if not 0.0 <= getattr(self, name) < 1.0:  # NaN is outside too
+                raise ValueError(f"`{name}` must be in [0, 1), got {getattr(self, name)}.")
 
 
 def neutreno_lambda_for_layer(config, layer_idx: int) -> float:
