@@ -1,23 +1,25 @@
 """Shared fixtures: where the real datasets are, and small deterministic settings for every test."""
 
 import os
-from pathlib import Path
 
 import pytest
 import torch
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach the Hub
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+import real_data
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-DATA_DIR = Path(os.environ.get("HF_NEUTRENO_DATA", REPO_ROOT.parent / "shared" / "data"))
+USER_OFFLINE = os.environ.get("HF_HUB_OFFLINE")  # the user's own setting, before the tests' default below
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach the Hub (a dataset fetch runs in a child process)
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 @pytest.fixture(scope="session")
-def data_dir() -> Path:
-    if not DATA_DIR.is_dir():
-        pytest.fail(f"The real datasets are expected in {DATA_DIR} (set HF_NEUTRENO_DATA to move them).")
-    return DATA_DIR
+def data_dir():
+    """The real datasets: the local mirror (`../shared/data`, or HF_NEUTRENO_DATA), else the same datasets fetched
+    from the Hub once (tests/real_data.py), else the test is skipped with the reason."""
+    folder, reason = real_data.resolve(user_offline=USER_OFFLINE)
+    if folder is None:
+        pytest.skip(reason)
+    return folder
 
 
 @pytest.fixture(autouse=True)
@@ -25,3 +27,12 @@ def _deterministic():
     torch.manual_seed(0)
     torch.set_num_threads(1)  # tiny models gain nothing from threads, and threads spin badly on a busy 2-core box
     yield
+
+
+def pytest_sessionfinish(session, exitstatus):
+    # CI sets HF_NEUTRENO_NO_SKIPS=1: there every dataset and extra is installed, so a skip means a broken set-up.
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    skipped = reporter.stats.get("skipped", []) if reporter else []
+    if os.environ.get("HF_NEUTRENO_NO_SKIPS") == "1" and skipped and session.exitstatus == 0:
+        reporter.write_line(f"HF_NEUTRENO_NO_SKIPS=1: {len(skipped)} test(s) skipped; failing the run.", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
