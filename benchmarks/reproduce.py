@@ -1,24 +1,32 @@
 #!/usr/bin/env python
-"""Small-scale reproductions of the NeuTRENO and eigen-parameterised ViT claims, 3 seeds each, rendered to markdown.
+"""Reproductions of the NeuTRENO and eigen-parameterised ViT claims at a chosen budget, paired seeds, rendered to
+markdown.
 
-Experiments (every one trains from scratch, seeds 0, 1, 2, one recipe for every variant):
+Experiments (every one trains from scratch, one recipe for every variant, paired by seed: the same initial weights,
+training images, order and augmentation draws):
 
-- CIFAR-10, ViT-tiny shape with patch 4: ViT (λ = 0), NeuTRENO (λ = 0.6), ViT⁻ and ViT⁺ at an equal training budget;
-  test accuracy, per-layer token cosine similarity and ‖HFC‖/‖LFC‖ (NeuTRENO Fig. 1 / Fig. 6), and the share of
-  smoothing-dominated (layer, input, head) cases at random initialisation and after training (poster Table 1);
+- CIFAR-10, the poster's ViT-Ti recipe (patch 4, 32 px): ViT (λ = 0), NeuTRENO (λ = 0.6), ViT⁻ and ViT⁺ at an equal
+  budget; test accuracy after every epoch, per-layer token cosine similarity and ‖HFC‖/‖LFC‖ (NeuTRENO Fig. 1 / Fig. 6),
+  and the share of smoothing-dominated (layer, input, head) cases at initialisation and after training (poster
+  Table 1);
 - data efficiency, ViT vs ViT⁻ trained on 100 / 50 / 10 % of the training images for the same epochs (Table 2);
 - robustness, ViT vs ViT⁻ (the 100 % models) on 8 corruptions at severities 1-5 (Table 3);
 - WikiText-2, the paper's `wikitext103-small` LM (adaptive-softmax cutoffs scaled to the 33k vocabulary), softmax vs
-  NeuTRENO λ = 0.4: validation and test perplexity with the paper's sliding window, and with blocks.
+  NeuTRENO λ = 0.4: validation perplexity during training, then validation and test perplexity with the paper's
+  sliding window and with blocks.
 
-    python benchmarks/reproduce.py --quick                   # every experiment at a toy budget: < 10 min on 2 CPU cores
-    python benchmarks/reproduce.py --budget cpu --workers 2 --threads 1 \
-        --out benchmarks/results/reproduce --docs docs/results.md   # the run docs/results.md reports (~2 h, 2 cores)
-    python benchmarks/reproduce.py --budget full             # the papers' scale (100 epochs, all data): for a GPU
+Budgets: `quick` (every table at a toy size, minutes), `cpu` (the small tier: barely trained models, ~2 h on 2
+cores), `cpu-long` (models that learn, about an hour of one CPU thread each; docs/results.md), `full` (the papers'
+scale, for a GPU; `benchmarks/run_all.py --budget gpu` runs a GPU tier that fits 40 minutes).
 
-Every budget field is also a flag (`--epochs 5 --train_samples 10000 ...`). Each trained model is one "unit" whose
-result is cached as JSON under `<out>/units/`, so an interrupted run resumes where it stopped (units recorded under
-a different budget are recomputed). `--render` only re-renders the markdown from the JSON already there.
+    python benchmarks/reproduce.py --quick --data ../shared/data
+    python benchmarks/reproduce.py --budget cpu-long --data ../shared/data --workers 1 --threads 1 \
+        --out benchmarks/results/reproduce-cpu-long --docs docs/results.md
+
+Without `--data` the datasets come from the Hub (uoft-cs/cifar10, Salesforce/wikitext). Every budget field is also a
+flag (`--epochs 5 --train-samples 10000 ...`). Each trained model is one "unit" whose result is cached as JSON under
+`<out>/units/`, so an interrupted run resumes where it stopped (units recorded under a different budget are
+recomputed; changing only the seed lists keeps them). `--render` only re-renders the markdown from the JSON there.
 """
 
 import argparse
@@ -37,23 +45,20 @@ from pathlib import Path
 
 import torch
 from transformers import TrainerCallback
+import reproduce_report as report  # benchmarks/, beside this script
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-sys.path[:0] = [str(HERE), str(ROOT / "examples")]  # benchmarks/common.py and the example scripts
+from hf_neutreno import NeuTRENOGPTConfig, recipes
 
-import reproduce_report as report  # noqa: E402
-import run_clm_wikitext103 as clm_example  # noqa: E402
-import run_eigen_vit as eigen_example  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
+# Where the datasets come from: the Hub by default; `--data DIR` reads a local copy in the same layout
+# (`DIR/cifar10`, `DIR/wikitext-2-v1`, as ../shared/data).
+HUB_DATA = {"cifar10": ("uoft-cs/cifar10", None), "wikitext-2-v1": ("Salesforce/wikitext", "wikitext-2-v1")}
 
-from hf_neutreno import (  # noqa: E402
-    EigenViTConfig,
-    NeuTRENOGPTConfig,
-    NeuTRENOViTConfig,
-    NeuTRENOViTForImageClassification,
-)
 
-DATA = Path(os.environ.get("HF_NEUTRENO_DATA", ROOT.parent / "shared" / "data"))
+def dataset_source(data: str | None, name: str) -> tuple[str, str | None]:
+    """(name or folder, configuration) of dataset `name` for `load_image_dataset` / `load_wikitext`."""
+    return (str(Path(data) / name), None) if data else HUB_DATA[name]
+
 
 # The recipe is the same for every variant and budget; only the budget (how much is computed) changes.
 VIT_VARIANTS = ("vit", "neutreno", "vit-", "vit+")
@@ -153,6 +158,9 @@ def parse_args(argv=None) -> tuple[argparse.Namespace, Budget]:
     p.add_argument("--budget", choices=sorted(BUDGETS), default="full")
     p.add_argument("--quick", action="store_const", const="quick", dest="budget", help="Same as --budget quick.")
     p.add_argument("--experiments", nargs="+", choices=("cifar", "lm"), default=["cifar", "lm"])
+    p.add_argument("--data", default=None, metavar="DIR",
+                   help="A local copy of the datasets (DIR/cifar10, DIR/wikitext-2-v1, Parquet as on the Hub); "
+                   "default: uoft-cs/cifar10 and Salesforce/wikitext from the Hub.")
     p.add_argument("--out", default=None, help="Results folder (default: runs/reproduce-<budget>).")
     p.add_argument("--docs", default=None, help="Also write the rendered markdown here (e.g. docs/results.md).")
     p.add_argument("--workers", type=int, default=1, help="Units trained in parallel processes.")
@@ -166,7 +174,8 @@ def parse_args(argv=None) -> tuple[argparse.Namespace, Budget]:
             kind = dict(type=float) if "float" in str(field.type) else dict(type=_optional_int)
         if "str" in str(field.type):
             kind = dict(type=str)
-        p.add_argument(f"--{field.name}", default=None, **kind, help=argparse.SUPPRESS)
+        p.add_argument(f"--{field.name.replace('_', '-')}", dest=field.name, default=None, **kind,
+                       help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(Budget) if getattr(args, f.name) is not None}
     budget = dataclasses.replace(BUDGETS[args.budget], **overrides)
@@ -206,14 +215,15 @@ def unit_name(unit: dict) -> str:
     return f"cifar-{unit['variant']}-{round(unit['fraction'] * 100)}pct-seed{unit['seed']}"
 
 
-def run_unit(unit: dict, budget: Budget, out: Path, bf16: bool = False) -> str:
+def run_unit(unit: dict, budget: Budget, out: Path, data: str | None = None, bf16: bool = False) -> str:
     """Train and evaluate one model; write `<out>/units/<name>.json`. Runs in a worker process or inline."""
     name = unit_name(unit)
     print(f"[{time.strftime('%H:%M:%S')}] {name}: start (load {os.getloadavg()[0]:.1f})", flush=True)
     start, load = time.perf_counter(), os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as work_dir:  # Trainer's output_dir; nothing is kept
         run = run_lm if unit["kind"] == "lm" else run_cifar
-        result = run(**{k: v for k, v in unit.items() if k != "kind"}, budget=budget, work_dir=work_dir, bf16=bf16)
+        result = run(**{k: v for k, v in unit.items() if k != "kind"}, budget=budget, work_dir=work_dir, data=data,
+                     bf16=bf16)
     seconds = time.perf_counter() - start
     result.update(unit=unit, budget=dataclasses.asdict(budget), seconds=seconds,
                   load_average=[load, os.getloadavg()[0]], threads=torch.get_num_threads())
@@ -229,71 +239,47 @@ def run_unit(unit: dict, budget: Budget, out: Path, bf16: bool = False) -> str:
 
 
 @functools.cache
-def cifar10():
+def cifar10(data: str | None):
     from hf_neutreno.data import load_image_dataset
 
-    return load_image_dataset(DATA / "cifar10")
+    return load_image_dataset(*dataset_source(data, "cifar10"))
 
 
 @functools.cache
 def processor():
     from transformers import ViTImageProcessorPil
 
-    size = EigenViTConfig.presets["vit-tiny"]["image_size"]
-    return ViTImageProcessorPil(size={"height": size, "width": size})  # as run_eigen_vit.py: mean = std = 0.5
+    return ViTImageProcessorPil(size={"height": 32, "width": 32})  # mean = std = 0.5, as run_eigen_vit.py
 
 
 @functools.cache
-def test_images(count: int | None) -> tuple[list, torch.Tensor, torch.Tensor]:
+def test_images(data: str | None, count: int | None) -> tuple[list, torch.Tensor, torch.Tensor]:
     """The fixed test subset (the same for every seed and variant): PIL images, pixel values, labels."""
     from hf_neutreno.data import subset
 
-    test = subset(cifar10()["test"], count, seed=0)
+    test = subset(cifar10(data)["test"], count, seed=0)
     images = [image.convert("RGB") for image in test["img"]]
-    return images, pixels(images), torch.tensor(test["label"])
+    return images, processor()(images, return_tensors="pt")["pixel_values"], torch.tensor(test["label"])
 
 
-def pixels(images: list) -> torch.Tensor:
-    return processor()(images, return_tensors="pt")["pixel_values"]
-
-
-def build_vit(variant: str, recipe: argparse.Namespace, seed: int, labels: list[str], budget: Budget):
-    """The variant's model. Every variant starts from the seed's ViT initialisation wherever a parameter has the same
-    name and shape (all of NeuTRENO's; all but the eigen-parameterised value/output maps of ViT⁻ and ViT⁺)."""
-    id2label = dict(enumerate(labels))
-    torch.manual_seed(seed)
-    reference = eigen_example.build_model("vit", recipe, len(labels), id2label, **vit_shape(budget))
-    if variant == "vit":
-        return reference
-    if variant == "neutreno":
-        config = NeuTRENOViTConfig.from_dict({**reference.config.to_dict(), "neutreno_lambda": VIT_LAMBDA})
-        model = NeuTRENOViTForImageClassification(config)
-    else:
-        model = eigen_example.build_model(variant, recipe, len(labels), id2label, **vit_shape(budget))
-    own = model.state_dict()
-    shared = {k: v for k, v in reference.state_dict().items() if k in own and own[k].shape == v.shape}
-    model.load_state_dict(shared, strict=False)
-    return model
-
-
-def vit_shape(budget: Budget) -> dict:
-    """The budget's overrides of the preset's width and heads (the depth goes through the recipe's flag)."""
-    shape = {}
+def build_vit(variant: str, seed: int, labels: list[str], budget: Budget):
+    """The variant's model, in the poster's ViT-Ti shape with the budget's overrides. Every variant starts from the
+    seed's ViT initialisation wherever a parameter has the same name and shape (all of NeuTRENO's; all but the
+    eigen-parameterised value/output maps of ViT⁻ and ViT⁺)."""
+    shape = {"drop_path_rate": recipes.POSTER_CIFAR_DROP_PATH}
+    if budget.vit_layers:
+        shape["num_hidden_layers"] = budget.vit_layers
     if budget.vit_hidden_size:
         shape.update(hidden_size=budget.vit_hidden_size, intermediate_size=4 * budget.vit_hidden_size)
     if budget.vit_heads:
         shape["num_attention_heads"] = budget.vit_heads
-    return shape
-
-
-@torch.no_grad()
-def accuracy(model, pixel_values: torch.Tensor, labels: torch.Tensor, batch_size: int = 250) -> float:
-    model.eval()
-    device = next(model.parameters()).device
-    correct = 0
-    for chunk, target in zip(pixel_values.split(batch_size), labels.split(batch_size)):
-        correct += (model(pixel_values=chunk.to(device)).logits.argmax(-1).cpu() == target).sum().item()
-    return correct / len(labels)
+    torch.manual_seed(seed)
+    reference = recipes.image_classifier("vit", "vit-tiny", labels, **shape)
+    if variant == "vit":
+        return reference
+    model = recipes.image_classifier(variant, "vit-tiny", labels, neutreno_lambda=VIT_LAMBDA, **shape)
+    recipes.copy_shared_weights(model, reference)
+    return model
 
 
 class EpochAccuracy(TrainerCallback):
@@ -304,22 +290,8 @@ class EpochAccuracy(TrainerCallback):
 
     def on_epoch_end(self, args, state, control, model=None, **kwargs):
         self.curve.append({"epoch": round(state.epoch, 4), "step": state.global_step,
-                           "accuracy": accuracy(model, self.pixel_values, self.labels)})
+                           "accuracy": recipes.accuracy(model, self.pixel_values, self.labels)})
         model.train()
-
-
-def corruption_accuracy(model, images: list, labels: torch.Tensor) -> dict[str, dict[str, float]]:
-    """{severity: {corruption: accuracy}}; severity 0 is the clean accuracy of the same images."""
-    from hf_neutreno.corruptions import CORRUPTIONS, SEVERITIES, corrupt
-
-    results = {"0": {"none": accuracy(model, pixels(images), labels)}}  # clean, on the same images
-    for severity in SEVERITIES:
-        results[str(severity)] = {
-            name: accuracy(model, pixels([corrupt(im, name, severity, seed=(CORRUPTION_SEED, i))
-                                          for i, im in enumerate(images)]), labels)
-            for name in CORRUPTIONS
-        }
-    return results
 
 
 def analyse(model, pixel_values: torch.Tensor, budget: Budget) -> dict:
@@ -334,25 +306,20 @@ def analyse(model, pixel_values: torch.Tensor, budget: Budget) -> dict:
     return {"oversmoothing": smoothing.to_dict(), "spectral": spectral.to_dict()["overall"]}
 
 
-def run_cifar(variant: str, fraction: float, seed: int, budget: Budget, work_dir: str, bf16: bool = False) -> dict:
+def run_cifar(variant: str, fraction: float, seed: int, budget: Budget, work_dir: str, data: str | None = None,
+              bf16: bool = False) -> dict:
     from transformers import Trainer, TrainingArguments
 
+    from hf_neutreno.corruptions import CORRUPTIONS, SEVERITIES
     from hf_neutreno.data import subset
-    from hf_neutreno.training import collate_images, image_transform
 
-    data = cifar10()
+    dataset = cifar10(data)
     # The seed's training subset (the same for every variant); a fraction keeps a nested, seeded part of it.
-    train = subset(data["train"], budget.train_samples, seed=seed)
+    train = subset(dataset["train"], budget.train_samples, seed=seed)
     train = subset(train, fraction if fraction < 1 else None, seed=seed)
-    labels = data["train"].features["label"].names
-    # The poster's CIFAR recipe: run_eigen_vit.py's defaults (AdamW lr 1e-3, wd 0.05, 5 % warm-up then cosine, label
-    # smoothing 0.1, drop path 0.1, random crop + flip), only epochs and batch size from the budget.
-    flags = ["--output_dir", work_dir, "--epochs", str(budget.epochs), "--batch_size", str(budget.batch_size)]
-    if budget.vit_layers:
-        flags += ["--num_hidden_layers", str(budget.vit_layers)]
-    recipe = eigen_example.parse_args(flags)
-    model = build_vit(variant, recipe, seed, labels, budget)
-    images, pixel_values, targets = test_images(budget.test_samples)
+    labels = dataset["train"].features["label"].names
+    model = build_vit(variant, seed, labels, budget)
+    images, pixel_values, targets = test_images(data, budget.test_samples)
     config = model.config
     result = {"train_images": len(train), "parameters": model.num_parameters(),
               "shape": {k: getattr(config, k) for k in ("hidden_size", "num_hidden_layers", "num_attention_heads",
@@ -360,30 +327,34 @@ def run_cifar(variant: str, fraction: float, seed: int, budget: Budget, work_dir
     if fraction == 1.0:
         result["init"] = analyse(model, pixel_values, budget)
 
+    # The poster's CIFAR recipe (AdamW lr 1e-3, wd 0.05, 5 % warm-up then cosine, label smoothing 0.1, drop path 0.1,
+    # random crop + flip); only epochs and batch size from the budget.
+    recipe = {**recipes.POSTER_CIFAR_TRAINING, "num_train_epochs": budget.epochs,
+              "per_device_train_batch_size": budget.batch_size}
     args = TrainingArguments(
-        output_dir=work_dir, num_train_epochs=recipe.epochs, per_device_train_batch_size=recipe.batch_size,
-        learning_rate=recipe.learning_rate, weight_decay=recipe.weight_decay, warmup_steps=recipe.warmup,
-        lr_scheduler_type="cosine", label_smoothing_factor=recipe.label_smoothing, seed=seed, bf16=bf16,
-        save_strategy="no", report_to=[], remove_unused_columns=False, disable_tqdm=True, logging_steps=10,
+        output_dir=work_dir, **recipe, seed=seed, bf16=bf16, save_strategy="no", report_to=[],
+        remove_unused_columns=False, disable_tqdm=True, logging_steps=10,
     )
-    transform = image_transform(processor(), "img", "label", augment=True, crop_padding=4)
+    transform = recipes.image_transform(processor(), "img", "label", augment=True,
+                                        crop_padding=recipes.CIFAR_CROP_PADDING)
     # The learning curve (models on all the data): test accuracy after every epoch; the last point is the result.
     curve = [] if fraction == 1.0 else None
     callbacks = [] if curve is None else [EpochAccuracy(curve, pixel_values, targets)]
     trainer = Trainer(model=model, args=args, train_dataset=train.with_transform(transform),
-                      data_collator=collate_images, callbacks=callbacks)
+                      data_collator=recipes.collate_images, callbacks=callbacks)
     trained = trainer.train()
     result.update(steps=trained.global_step, train_loss=trained.training_loss,
                   train_seconds=trained.metrics["train_runtime"])
     if curve and curve[-1]["step"] == trained.global_step:
         result["accuracy"], result["curve"] = curve[-1]["accuracy"], curve
     else:
-        result["accuracy"] = accuracy(model, pixel_values, targets)
+        result["accuracy"] = recipes.accuracy(model, pixel_values, targets)
     if fraction == 1.0:
         result["trained"] = analyse(model, pixel_values, budget)
         if variant in EFFICIENCY_VARIANTS and seed in budget.seeds:  # paired: ViT⁻ runs only these seeds
             n = budget.corruption_samples
-            result["corruptions"] = corruption_accuracy(model, images[:n], targets[:n])
+            result["corruptions"] = recipes.corruption_accuracy(
+                model, processor(), images[:n], targets[:n], CORRUPTIONS, (0, *SEVERITIES), seed=CORRUPTION_SEED)
     return result
 
 
@@ -391,35 +362,33 @@ def run_cifar(variant: str, fraction: float, seed: int, budget: Budget, work_dir
 
 
 @functools.cache
-def wikitext():
+def wikitext(data: str | None):
     """The word-level tokenizer trained on the training split, its contiguous 256-token training blocks, and the
     validation and test token streams."""
     from hf_neutreno.text_data import group_into_blocks, load_wikitext, token_stream, train_word_tokenizer
 
-    raw = load_wikitext(DATA / "wikitext-2-v1")
+    raw = load_wikitext(*dataset_source(data, "wikitext-2-v1"))
     tokenizer = train_word_tokenizer(raw["train"])
     context = NeuTRENOGPTConfig.presets["wikitext103-small"]["max_position_embeddings"]
     streams = {split: token_stream(raw[split], tokenizer) for split in ("validation", "test")}
     return tokenizer, group_into_blocks(raw["train"], tokenizer, context), streams, context
 
 
-def run_lm(variant: str, seed: int, budget: Budget, work_dir: str, bf16: bool = False) -> dict:
+def run_lm(variant: str, seed: int, budget: Budget, work_dir: str, data: str | None = None,
+           bf16: bool = False) -> dict:
     from transformers import DataCollatorForLanguageModeling, Trainer, TrainingArguments, set_seed
 
     from hf_neutreno.lm_eval import block_eval, sliding_window_eval
 
-    tokenizer, blocks, streams, context = wikitext()
+    tokenizer, blocks, streams, context = wikitext(data)
     set_seed(seed)  # the same initial weights for both variants: λ adds no parameter
     overrides = {"num_hidden_layers": budget.lm_layers, "intermediate_size": budget.lm_intermediate_size,
                  "norm_position": budget.lm_norm_position}
-    overrides = ",".join(f"{k}={v}" for k, v in overrides.items() if v)
-    model_args = clm_example.ModelArguments(
-        neutreno_lambda=LM_LAMBDAS[variant], adaptive_softmax_cutoffs=LM_CUTOFFS, config_overrides=overrides or None,
-    )
-    model = clm_example.build_model(model_args, tokenizer, block_size=context)
-    # The paper's schedule (run_clm_wikitext103.py's defaults: Adam, cosine to 0, clip 0.25) with the budget's
-    # length, batch, warm-up and learning rate.
-    schedule = {**clm_example.PAPER_TRAINING_DEFAULTS, "max_steps": budget.lm_steps, "seed": seed,
+    model = recipes.language_model("wikitext103-small", tokenizer, block_size=context,
+                                   neutreno_lambda=LM_LAMBDAS[variant], adaptive_softmax_cutoffs=LM_CUTOFFS,
+                                   **{k: v for k, v in overrides.items() if v})
+    # The paper's schedule (Adam, cosine to 0, clip 0.25) with the budget's length, batch, warm-up and learning rate.
+    schedule = {**recipes.PAPER_LM_TRAINING, "max_steps": budget.lm_steps, "seed": seed,
                 "per_device_train_batch_size": budget.lm_batch_size, "learning_rate": budget.lm_learning_rate,
                 "warmup_steps": budget.lm_warmup_steps}
     args = TrainingArguments(output_dir=work_dir, **schedule, bf16=bf16, save_strategy="no", report_to=[],
@@ -462,14 +431,14 @@ class StepPerplexity(TrainerCallback):
         self.curve.append({"step": state.global_step, "tokens": result.num_tokens, "perplexity": result.perplexity})
 
 
-def unigram_reference(out: Path) -> None:
+def unigram_reference(out: Path, data: str | None) -> None:
     """`<out>/wikitext2_unigram.json`: the perplexity, on the tokens the LM units scored, of the training split's
     add-one-smoothed unigram distribution; what a model that ignores all context achieves, to read them against."""
     path, lm_units = out / "wikitext2_unigram.json", sorted((out / "units").glob("lm-*.json"))
     if path.exists() or not lm_units:
         return
     budget = json.loads(lm_units[0].read_text())["budget"]
-    tokenizer, blocks, streams, _ = wikitext()
+    tokenizer, blocks, streams, _ = wikitext(data)
     counts = torch.bincount(blocks.with_format("torch")[:]["input_ids"].flatten(), minlength=len(tokenizer)) + 1
     log_probs = (counts / counts.sum()).log()
     prefixes = {"sliding": budget["sliding_tokens"], "blocks": budget["block_tokens"]}
@@ -499,14 +468,15 @@ def cached(out: Path, unit: dict, budget: Budget) -> bool:
                for f in dataclasses.fields(Budget) if f.name not in PLAN_FIELDS)
 
 
-def run_all(units: list[dict], budget: Budget, out: Path, workers: int, threads: int | None, bf16: bool) -> list[str]:
+def run_all(units: list[dict], budget: Budget, out: Path, workers: int, threads: int | None, bf16: bool,
+            data: str | None = None) -> list[str]:
     """Run the units (inline, or in `workers` spawned processes); returns the names of those that failed."""
     failed = []
     if workers <= 1:
         _init_worker(threads)
         for unit in units:
             try:
-                run_unit(unit, budget, out, bf16)
+                run_unit(unit, budget, out, data, bf16)
             except Exception as error:  # the other units still run, as with several workers
                 traceback.print_exc()
                 print(f"{unit_name(unit)} FAILED: {error!r}", flush=True)
@@ -514,7 +484,7 @@ def run_all(units: list[dict], budget: Budget, out: Path, workers: int, threads:
         return failed
     context = multiprocessing.get_context("spawn")  # fresh interpreters: no forked thread pools
     with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker, initargs=(threads,)) as pool:
-        futures = {pool.submit(run_unit, unit, budget, out, bf16): unit_name(unit) for unit in units}
+        futures = {pool.submit(run_unit, unit, budget, out, data, bf16): unit_name(unit) for unit in units}
         for future in as_completed(futures):
             if future.exception() is not None:
                 print(f"{futures[future]} FAILED: {future.exception()!r}", flush=True)
@@ -539,11 +509,11 @@ def main(argv=None) -> dict:
                                    budget=dataclasses.asdict(budget))
         record(session)
         start = time.perf_counter()
-        failed = run_all(units, budget, out, args.workers, args.threads, args.bf16)
+        failed = run_all(units, budget, out, args.workers, args.threads, args.bf16, args.data)
         session.update(wall_seconds=time.perf_counter() - start, units_run=len(units), failed=failed,
                        load_average_end=os.getloadavg())
         record(session, replace_last=True)
-    unigram_reference(out)
+    unigram_reference(out, args.data)
     results = report.aggregate(out)
     text = report.render(out, results, docs=Path(args.docs) if args.docs else None)
     print(f"Wrote {out / 'results.md'}" + (f" and {args.docs}" if args.docs else ""))

@@ -422,18 +422,21 @@ def _planned_seeds(planned: list[str]) -> dict[str, int]:
 RERUN = [
     "## Rerun", "",
     "```bash",
-    "# every experiment and table at a toy budget (< 10 min on 2 CPU cores; its numbers mean nothing)",
-    "python benchmarks/reproduce.py --quick --workers 2",
-    "# this page's run (about 2 h on 2 CPU cores); a killed run resumes from the units already in --out",
-    "python benchmarks/reproduce.py --budget cpu --workers 2 --out benchmarks/results/reproduce --docs docs/results.md",
+    "# every experiment and table at a toy budget (minutes; its numbers mean nothing)",
+    "python benchmarks/reproduce.py --quick --data ../shared/data --workers 2",
+    "# the models that learn (docs/results.md): about an hour of one CPU thread per model; a killed run resumes from",
+    "# the units already in --out, and changing only --seeds / --main-claim-seeds keeps them",
+    "python benchmarks/reproduce.py --budget cpu-long --data ../shared/data --workers 1 --threads 1 \\",
+    "    --out benchmarks/results/reproduce-cpu-long --docs docs/results.md",
+    "# the small tier (barely trained models, about 2 h on 2 CPU cores): benchmarks/results/reproduce/results.md",
+    "python benchmarks/reproduce.py --budget cpu --data ../shared/data --workers 2 --out benchmarks/results/reproduce",
     "# the papers' scale (100 CIFAR epochs on 50,000 images, 10k LM steps of batch 96, whole-split evaluation): GPU",
-    "python benchmarks/reproduce.py --budget full --bf16 --out runs/reproduce-full --docs docs/results.md",
-    "# any budget field is a flag, e.g. a mid-size CPU run:",
-    "python benchmarks/reproduce.py --budget cpu --train_samples 10000 --epochs 10 --lm_steps 500 --workers 2",
+    "python benchmarks/reproduce.py --budget full --bf16 --out runs/reproduce-full",
     "```", "",
-    "Sources: `benchmarks/reproduce.py` (training and evaluation, reusing `examples/run_eigen_vit.py` and "
-    "`examples/run_clm_wikitext103.py`), `benchmarks/reproduce_report.py` (statistics and this page). Per-model "
-    "results: `units/*.json` in the output folder; one JSON per experiment beside them.", "",
+    "Without `--data` the datasets come from the Hub. Any budget field is a flag (`--epochs 5 --train-samples 10000`). "
+    "Sources: `benchmarks/reproduce.py` (training and evaluation through `hf_neutreno.recipes`, the same recipes the "
+    "examples use), `benchmarks/reproduce_report.py` (statistics and this page). Per-model results: `units/*.json` in "
+    "the output folder; one JSON per experiment beside them.", "",
 ]
 
 

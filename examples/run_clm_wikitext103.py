@@ -7,23 +7,23 @@ The defaults are the paper's set-up (NeuTRENO App. A.3, lmtool-fwp "small"): the
 steps then cosine to 0 over 500k steps, batch 96, gradient clipping 0.25, λ = 0.4. At the end the model is evaluated
 with the paper's sliding window and with non-overlapping blocks (`hf_neutreno.lm_eval`) on validation and test.
 
-    # the paper's NeuTRENO run (one GPU); --neutreno_lambda 0 for the softmax baseline; add --push_to_hub to publish
-    python examples/run_clm_wikitext103.py --output_dir runs/neutreno-wt103 --bf16 --eval_strategy steps \
-        --eval_steps 10000 --save_steps 10000 --logging_steps 200
+    # the paper's NeuTRENO run (one GPU); --neutreno-lambda 0 for the softmax baseline; add --push-to-hub to publish
+    python examples/run_clm_wikitext103.py --output-dir runs/neutreno-wt103 --bf16 --eval-strategy steps \
+        --eval-steps 10000 --save-steps 10000 --logging-steps 200
 
-    # a minutes-long CPU smoke run on the local WikiText-2 copy
-    python examples/run_clm_wikitext103.py --dataset_name ../shared/data/wikitext-2-v1 --output_dir runs/wt2-smoke \
-        --config_overrides num_hidden_layers=2,hidden_size=64,num_attention_heads=4,intermediate_size=256 \
-        --adaptive_softmax_cutoffs 2000 10000 --block_size 64 --max_steps 200 --warmup_steps 20 \
-        --per_device_train_batch_size 32 --learning_rate 3e-3 --max_eval_tokens 20000
+    # a minutes-long CPU smoke run on WikiText-2 (a local Parquet copy works as --dataset-name too)
+    python examples/run_clm_wikitext103.py --dataset-name Salesforce/wikitext --dataset-config-name wikitext-2-v1 \
+        --output-dir runs/wt2-smoke \
+        --config-overrides num_hidden_layers=2,hidden_size=64,num_attention_heads=4,intermediate_size=256 \
+        --adaptive-softmax-cutoffs 2000 10000 --block-size 64 --max-steps 200 --warmup-steps 20 \
+        --per-device-train-batch-size 32 --learning-rate 3e-3 --max-eval-tokens 20000
 
-A checkpoint as `--model_name_or_path` continues from it: a NeuTRENO GPT, or a native GPT-2 converted with
+A checkpoint as `--model-name-or-path` continues from it: a NeuTRENO GPT, or a native GPT-2 converted with
 `hf_neutreno.convert.gpt2_to_neutreno` (the paper's "NeuTRENO adaptation"), then trained on WikiText with the
 checkpoint's own tokenizer. The tokenizer is saved with the model, so `AutoTokenizer` and
 `AutoModelForCausalLM(..., trust_remote_code=True)` load the output folder without this package.
 """
 
-import json
 import logging
 import os
 import sys
@@ -40,7 +40,7 @@ from transformers import (
 )
 
 import hf_neutreno  # noqa: F401  (registers the NeuTRENO classes with the Auto API)
-from hf_neutreno import NeuTRENOGPTConfig, NeuTRENOGPTForCausalLM
+from hf_neutreno import NeuTRENOGPTConfig, NeuTRENOGPTForCausalLM, recipes
 from hf_neutreno.convert import gpt2_to_neutreno
 from hf_neutreno.hub import prepare_trainer_push, push_trainer_model
 from hf_neutreno.lm_eval import PROTOCOLS, evaluate_lm
@@ -84,7 +84,7 @@ class DataArguments:
     dataset_name: str = field(
         default="Salesforce/wikitext",
         metadata={
-            "help": "Hub dataset name, or a local Parquet folder with the same schema (../shared/data/wikitext-2-v1)."
+            "help": "Hub dataset name, or a local folder of Parquet files with the same columns."
         },
     )
     dataset_config_name: str | None = field(default="wikitext-103-v1", metadata={"help": "Hub configuration."})
@@ -106,36 +106,6 @@ class DataArguments:
     )
 
 
-# The paper's schedule as TrainingArguments defaults (every Trainer `--flag` still overrides them). Adam: AdamW with
-# weight decay 0 is the same update.
-PAPER_TRAINING_DEFAULTS = dict(
-    learning_rate=2.5e-4,
-    warmup_steps=2000,
-    lr_scheduler_type="cosine",  # to 0 at max_steps
-    max_steps=500_000,
-    max_grad_norm=0.25,
-    optim="adamw_torch",
-    weight_decay=0.0,
-    per_device_train_batch_size=96,  # blocks of 256 tokens
-    per_device_eval_batch_size=16,
-    seed=1111,
-)
-
-
-def parse_overrides(text: str | None) -> dict:
-    """'a=1,b=0.5,c=post' -> {'a': 1, 'b': 0.5, 'c': 'post'} (JSON values where they parse)."""
-    overrides = {}
-    for item in filter(None, (text or "").split(",")):
-        if "=" not in item:
-            raise ValueError(f"`--config_overrides` items are name=value, got {item!r}.")
-        name, value = item.split("=", 1)
-        try:
-            overrides[name.strip()] = json.loads(value)
-        except json.JSONDecodeError:
-            overrides[name.strip()] = value
-    return overrides
-
-
 def build_tokenizer(model_args: ModelArguments, train_split):
     source = model_args.tokenizer_name or (
         None if model_args.model_name_or_path in NeuTRENOGPTConfig.presets else model_args.model_name_or_path
@@ -152,18 +122,10 @@ def build_model(model_args: ModelArguments, tokenizer, block_size: int | None) -
     if model_args.neutreno_layers is not None:
         neutreno["neutreno_layers"] = model_args.neutreno_layers
     if name in NeuTRENOGPTConfig.presets:
-        overrides = dict(
-            vocab_size=len(tokenizer),
-            pad_token_id=tokenizer.pad_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-            **neutreno,
-            **parse_overrides(model_args.config_overrides),
-        )
+        overrides = dict(**neutreno, **recipes.parse_config_overrides(model_args.config_overrides, NeuTRENOGPTConfig))
         if model_args.adaptive_softmax_cutoffs is not None:
             overrides["adaptive_softmax_cutoffs"] = model_args.adaptive_softmax_cutoffs or None
-        if block_size is not None:  # the model records its training context (evaluate-lm's default window)
-            overrides.setdefault("max_position_embeddings", block_size)
-        return NeuTRENOGPTForCausalLM(NeuTRENOGPTConfig.from_preset(name, **overrides))
+        return recipes.language_model(name, tokenizer, block_size=block_size, **overrides)
     if model_args.config_overrides or model_args.adaptive_softmax_cutoffs:
         raise ValueError("`--config_overrides`/`--adaptive_softmax_cutoffs` apply to a preset, not to a checkpoint.")
     config = AutoConfig.from_pretrained(name, trust_remote_code=model_args.trust_remote_code)
@@ -174,7 +136,7 @@ def build_model(model_args: ModelArguments, tokenizer, block_size: int | None) -
 
 def main(argv: list[str] | None = None) -> dict:
     parser = HfArgumentParser((ModelArguments, DataArguments, TrainingArguments))
-    parser.set_defaults(**PAPER_TRAINING_DEFAULTS)
+    parser.set_defaults(**recipes.PAPER_LM_TRAINING)
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     # --push_to_hub: fail now, not after training, if the Hub cannot take the push; we push once at the end.

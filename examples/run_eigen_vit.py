@@ -7,34 +7,27 @@ on the largest fraction are also evaluated on deterministic corruptions at sever
 over the corruptions), and `spectral_dominance` on test images gives Table 1's share of smoothing-dominated cases.
 Results go to `<output_dir>/results.json` and `results.md`.
 
-    # CIFAR-10 from the local copy, the full recipe (hours on a GPU)
-    python examples/run_eigen_vit.py --dataset ../shared/data/cifar10 --output_dir runs/eigen_cifar10
+    # CIFAR-10 from the Hub, the full recipe (hours on a GPU); a local Parquet copy works the same (a folder path)
+    python examples/run_eigen_vit.py --dataset uoft-cs/cifar10 --output-dir runs/eigen_cifar10
     # CIFAR-100 from the Hub, as in the poster
-    python examples/run_eigen_vit.py --dataset uoft-cs/cifar100 --label_column fine_label --output_dir runs/eigen_c100
+    python examples/run_eigen_vit.py --dataset uoft-cs/cifar100 --label-column fine_label --output-dir runs/eigen_c100
     # a couple of minutes on a CPU: tiny subsets, few steps, 2 layers
-    python examples/run_eigen_vit.py --dataset ../shared/data/cifar10 --quick --output_dir /tmp/eigen_quick
+    python examples/run_eigen_vit.py --dataset uoft-cs/cifar10 --quick --output-dir runs/eigen_quick
 
-`--push_to_hub --hub_model_id me/eigenvit-cifar10` publishes each variant trained on the largest fraction (weights,
+`--push-to-hub --hub-model-id me/eigenvit-cifar10` publishes each variant trained on the largest fraction (weights,
 code, image processor, a model card with its clean and corrupted accuracies) as me/eigenvit-cifar10-vit-minus, ...
 """
 
 import argparse
 import json
-import random
 from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image, ImageOps
 from transformers import Trainer, TrainingArguments, ViTImageProcessorPil
 
-from hf_neutreno import (
-    EigenViTConfig,
-    EigenViTForImageClassification,
-    NeuTRENOViTConfig,
-    NeuTRENOViTForImageClassification,
-)
-from hf_neutreno.corruptions import CORRUPTIONS, check_corruption, corrupt
+from hf_neutreno import recipes
+from hf_neutreno.corruptions import CORRUPTIONS, check_corruption
 from hf_neutreno.data import get_split, image_and_label_columns, load_image_dataset, subset
 from hf_neutreno.diagnostics import spectral_dominance
 from hf_neutreno.hub import check_hub_access, push_trainer_model
@@ -46,42 +39,44 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--dataset", default="../shared/data/cifar10", help="Hub name or local Parquet/imagefolder dir.")
-    p.add_argument("--dataset_config", default=None)
-    p.add_argument("--label_column", default=None, help="Default: the first ClassLabel column (CIFAR-100: fine_label).")
-    p.add_argument("--train_split", default="train")
-    p.add_argument("--eval_split", default="test")
-    p.add_argument("--output_dir", required=True)
+    recipe = recipes.POSTER_CIFAR_TRAINING
+    p.add_argument("--dataset", default="uoft-cs/cifar10", help="Hub name or local Parquet/imagefolder folder.")
+    p.add_argument("--dataset-config", default=None)
+    p.add_argument("--label-column", default=None, help="Default: the first ClassLabel column (CIFAR-100: fine_label).")
+    p.add_argument("--train-split", default="train")
+    p.add_argument("--eval-split", default="test")
+    p.add_argument("--output-dir", required=True)
     p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
     p.add_argument("--fractions", nargs="+", type=float, default=[1.0, 0.5, 0.1])
     p.add_argument("--corruptions", nargs="+", default=list(CORRUPTIONS), choices=CORRUPTIONS)
     p.add_argument("--severities", nargs="+", type=int, default=[0, 1, 2, 3, 4, 5])
-    p.add_argument("--preset", default="vit-tiny", choices=sorted(EigenViTConfig.presets))
-    p.add_argument("--num_hidden_layers", type=int, default=None, help="Override the preset's depth.")
-    p.add_argument("--eigenvalue_range", nargs=2, type=float, default=None, metavar=("LOW", "HIGH"),
+    p.add_argument("--preset", default="vit-tiny", choices=recipes.IMAGE_PRESETS)
+    p.add_argument("--num-hidden-layers", type=int, default=None, help="Override the preset's depth.")
+    p.add_argument("--eigenvalue-range", nargs=2, type=float, default=None, metavar=("LOW", "HIGH"),
                    help="Clip ViT⁻'s eigenvalues, e.g. -1 0 (ViT⁺ gets the mirrored range).")
-    p.add_argument("--epochs", type=float, default=100)
-    p.add_argument("--max_steps", type=int, default=-1, help="Overrides --epochs when > 0.")
-    p.add_argument("--batch_size", type=int, default=128)
-    p.add_argument("--learning_rate", type=float, default=1e-3)
-    p.add_argument("--weight_decay", type=float, default=0.05)
-    p.add_argument("--warmup", type=float, default=0.05, help="Warm-up steps, or a fraction of them if < 1.")
-    p.add_argument("--label_smoothing", type=float, default=0.1)
-    p.add_argument("--drop_path_rate", type=float, default=0.1)
-    p.add_argument("--no_augment", action="store_true", help="No random crop (4 px padding) / horizontal flip.")
-    p.add_argument("--max_train_samples", type=int, default=None, help="Cap the training set before taking fractions.")
-    p.add_argument("--max_eval_samples", type=int, default=None)
-    p.add_argument("--spectral_samples", type=int, default=32, help="Test images for the spectral analysis.")
+    p.add_argument("--epochs", type=float, default=recipe["num_train_epochs"])
+    p.add_argument("--max-steps", type=int, default=-1, help="Overrides --epochs when > 0.")
+    p.add_argument("--batch-size", type=int, default=recipe["per_device_train_batch_size"])
+    p.add_argument("--learning-rate", type=float, default=recipe["learning_rate"])
+    p.add_argument("--weight-decay", type=float, default=recipe["weight_decay"])
+    p.add_argument("--warmup", type=float, default=recipe["warmup_steps"],
+                   help="Warm-up steps, or a fraction of them if < 1.")
+    p.add_argument("--label-smoothing", type=float, default=recipe["label_smoothing_factor"])
+    p.add_argument("--drop-path-rate", type=float, default=recipes.POSTER_CIFAR_DROP_PATH)
+    p.add_argument("--no-augment", action="store_true", help="No random crop (4 px padding) / horizontal flip.")
+    p.add_argument("--max-train-samples", type=int, default=None, help="Cap the training set before taking fractions.")
+    p.add_argument("--max-eval-samples", type=int, default=None)
+    p.add_argument("--spectral-samples", type=int, default=32, help="Test images for the spectral analysis.")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--bf16", action="store_true")
-    p.add_argument("--num_workers", type=int, default=0)
-    p.add_argument("--push_to_hub", action="store_true",
+    p.add_argument("--num-workers", type=int, default=0)
+    p.add_argument("--push-to-hub", action="store_true",
                    help="Push each variant trained on the largest fraction, with code, processor and a model card, to "
-                   "<hub_model_id>-<variant> (vit, vit-plus, vit-minus). The Hub is checked before any training.")
-    p.add_argument("--hub_model_id", default=None, help="Repository prefix, `namespace/name` (default: the output "
+                   "<hub-model-id>-<variant> (vit, vit-plus, vit-minus). The Hub is checked before any training.")
+    p.add_argument("--hub-model-id", default=None, help="Repository prefix, `namespace/name` (default: the output "
                    "folder's name).")
-    p.add_argument("--hub_private_repo", action="store_true")
-    p.add_argument("--hub_token", default=None)
+    p.add_argument("--hub-private-repo", action="store_true")
+    p.add_argument("--hub-token", default=None)
     p.add_argument("--quick", action="store_true",
                    help="CPU smoke run: 2 layers, 512 training / 64 test images, 10 steps, severities 0, 3, 5.")
     args = p.parse_args(argv)
@@ -113,72 +108,28 @@ def hub_repo_ids(args) -> dict[str, str]:
     return repo_ids
 
 
-def build_model(variant: str, args, num_labels: int, id2label: dict[int, str], **shape):
-    """The variant's model in the preset's shape; `shape` overrides config fields (width, heads)."""
-    fields = dict(EigenViTConfig.presets[args.preset], num_labels=num_labels, id2label=id2label,
-                  label2id={v: k for k, v in id2label.items()}, drop_path_rate=args.drop_path_rate, **shape)
-    if args.num_hidden_layers:
-        fields["num_hidden_layers"] = args.num_hidden_layers
-    if variant == "vit":
-        return NeuTRENOViTForImageClassification(NeuTRENOViTConfig(**fields, neutreno_lambda=0.0))
-    sign = "positive" if variant == "vit+" else "negative"
-    eigenvalue_range = None
-    if args.eigenvalue_range is not None:
-        low, high = args.eigenvalue_range
-        eigenvalue_range = [low, high] if sign == "negative" else [-high, -low]
-    config = EigenViTConfig(**fields, spectrum_sign=sign, eigenvalue_range=eigenvalue_range)
-    return EigenViTForImageClassification(config)
-
-
-def random_crop_flip(image: Image.Image, padding: int = 4) -> Image.Image:
-    """The CIFAR augmentation: random crop of the 4-px zero-padded image and a random horizontal flip."""
-    width, height = image.size
-    padded = ImageOps.expand(image, border=padding, fill=0)
-    left, top = random.randint(0, 2 * padding), random.randint(0, 2 * padding)
-    image = padded.crop((left, top, left + width, top + height))
-    return ImageOps.mirror(image) if random.random() < 0.5 else image
-
-
-def accuracy(eval_pred) -> dict[str, float]:
-    logits, labels = eval_pred
-    return {"accuracy": float((np.argmax(logits, axis=-1) == labels).mean())}
-
-
 def main(argv=None) -> dict:
     args = parse_args(argv)
     repo_ids = hub_repo_ids(args)  # fail before training, not after it
     output_dir = Path(args.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    random.seed(args.seed)
 
     dataset = load_image_dataset(args.dataset, args.dataset_config)
     image_col, label_col = image_and_label_columns(dataset)
     label_col = args.label_column or label_col
     train_full = subset(get_split(dataset, args.train_split), args.max_train_samples, seed=args.seed)
     test = subset(get_split(dataset, args.eval_split), args.max_eval_samples, seed=args.seed)
-    test = test.add_column("row_index", list(range(len(test))))  # seeds the corruption of each image
     names = test.features[label_col].names
-    id2label = dict(enumerate(names))
+    test_images = [image.convert("RGB") for image in test[image_col]]
+    test_labels = torch.tensor(test[label_col])
 
-    config = EigenViTConfig.presets[args.preset]
-    size = {"height": config["image_size"], "width": config["image_size"]}
-    processor = ViTImageProcessorPil(size=size)
-
-    def train_transform(batch):
-        images = [image.convert("RGB") for image in batch[image_col]]
-        if not args.no_augment:
-            images = [random_crop_flip(image) for image in images]
-        return {"pixel_values": processor(images, return_tensors="pt")["pixel_values"], "labels": batch[label_col]}
-
-    def eval_transform(name: str, severity: int):
-        def transform(batch):
-            images = [
-                corrupt(image.convert("RGB"), name, severity, seed=(args.seed, index))
-                for image, index in zip(batch[image_col], batch["row_index"])
-            ]
-            return {"pixel_values": processor(images, return_tensors="pt")["pixel_values"], "labels": batch[label_col]}
-
-        return transform
+    size = recipes.image_classifier("vit", args.preset, names).config.image_size_2d
+    processor = ViTImageProcessorPil(size={"height": size[0], "width": size[1]})
+    train_transform = recipes.image_transform(processor, image_col, label_col, augment=not args.no_augment,
+                                              crop_padding=recipes.CIFAR_CROP_PADDING)
+    model_config = dict(drop_path_rate=args.drop_path_rate)
+    if args.num_hidden_layers:
+        model_config["num_hidden_layers"] = args.num_hidden_layers
 
     results = {"args": vars(args), "data_efficiency": [], "robustness": [], "spectral": {}}
     largest = max(args.fractions)
@@ -186,7 +137,8 @@ def main(argv=None) -> dict:
         for fraction in args.fractions:
             train = subset(train_full, fraction if fraction < 1 else None, seed=args.seed)
             torch.manual_seed(args.seed)
-            model = build_model(variant, args, len(names), id2label)
+            model = recipes.image_classifier(variant, args.preset, names, eigenvalue_range=args.eigenvalue_range,
+                                             **model_config)
             run_dir = output_dir / f"{variant}_{int(round(fraction * 100))}pct"
             training_args = TrainingArguments(
                 output_dir=str(run_dir), num_train_epochs=args.epochs, max_steps=args.max_steps,
@@ -199,25 +151,26 @@ def main(argv=None) -> dict:
                 hub_private_repo=args.hub_private_repo, hub_token=args.hub_token,  # read by push_trainer_model
             )
             trainer = Trainer(model=model, args=training_args, train_dataset=train.with_transform(train_transform),
-                              compute_metrics=accuracy, processing_class=processor)
+                              data_collator=recipes.collate_images, processing_class=processor)
             trainer.train()
-            clean = trainer.evaluate(test.with_transform(eval_transform(args.corruptions[0], 0)))["eval_accuracy"]
+            if fraction != largest:
+                clean = recipes.accuracy(model, processor(test_images, return_tensors="pt")["pixel_values"],
+                                         test_labels)
+            else:  # the clean accuracy is severity 0 of the robustness evaluation, on the same images
+                by_severity = recipes.corruption_accuracy(model, processor, test_images, test_labels,
+                                                          args.corruptions, args.severities, seed=args.seed)
+                for severity, per_corruption in by_severity.items():
+                    mean = float(np.mean(list(per_corruption.values())))
+                    results["robustness"].append({"variant": variant, "severity": int(severity), "accuracy": mean,
+                                                  "per_corruption": per_corruption})
+                    print(f"[{variant}] severity {severity}: mean accuracy {mean:.4f}")
+                clean = by_severity["0"]["none"] if "0" in by_severity else recipes.accuracy(
+                    model, processor(test_images, return_tensors="pt")["pixel_values"], test_labels)
             results["data_efficiency"].append({"variant": variant, "fraction": fraction, "accuracy": clean})
             print(f"[{variant} {fraction:.0%}] clean test accuracy {clean:.4f}")
             if fraction != largest:
                 continue
-            for severity in args.severities:
-                per_corruption = {}
-                for name in args.corruptions if severity else args.corruptions[:1]:
-                    metrics = trainer.evaluate(test.with_transform(eval_transform(name, severity)))
-                    per_corruption[name] = metrics["eval_accuracy"]
-                mean = float(np.mean(list(per_corruption.values())))
-                results["robustness"].append(
-                    {"variant": variant, "severity": severity, "accuracy": mean, "per_corruption": per_corruption}
-                )
-                print(f"[{variant}] severity {severity}: mean accuracy {mean:.4f}")
-            spectral_images = test.select(range(min(args.spectral_samples, len(test))))
-            pixel_values = eval_transform(args.corruptions[0], 0)(spectral_images[:])["pixel_values"]
+            pixel_values = processor(test_images[: args.spectral_samples], return_tensors="pt")["pixel_values"]
             spectral = spectral_dominance(model.to("cpu").float(), pixel_values)
             results["spectral"][variant] = spectral.to_dict()["overall"]
             print(f"[{variant}] dominating eigenvalue on test images:\n{spectral}")

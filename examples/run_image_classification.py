@@ -4,16 +4,18 @@
 From scratch (a preset), a NeuTRENO checkpoint, or a native ViT/DeiT checkpoint converted with the paper's
 "NeuTRENO adaptation" (`hf_neutreno.convert.vit_to_neutreno`). `--neutreno_lambda 0` trains the softmax baseline.
 
-    # DeiT-tiny on CIFAR-10 from the local copy, NeuTRENO λ = 0.6, the DeiT recipe's knobs
-    python examples/run_image_classification.py --model_name_or_path deit-tiny --image_size 32 --patch_size 4 \
-        --dataset_name ../shared/data/cifar10 --neutreno_lambda 0.6 --drop_path_rate 0.1 \
-        --mixup_alpha 0.8 --cutmix_alpha 1.0 --label_smoothing_factor 0.1 --augment --crop_padding 4 \
-        --output_dir runs/neutreno-cifar10 --learning_rate 1e-3 --weight_decay 0.05 --warmup_steps 0.05 \
-        --lr_scheduler_type cosine --num_train_epochs 100 --per_device_train_batch_size 128 \
-        --eval_strategy epoch --save_strategy epoch --bf16   # on a GPU; add --push_to_hub to publish
+    # DeiT-tiny on CIFAR-10, NeuTRENO λ = 0.6, the DeiT recipe's knobs
+    python examples/run_image_classification.py --model-name-or-path deit-tiny --image-size 32 --patch-size 4 \
+        --dataset-name uoft-cs/cifar10 --neutreno-lambda 0.6 --drop-path-rate 0.1 \
+        --mixup-alpha 0.8 --cutmix-alpha 1.0 --label-smoothing-factor 0.1 --augment --crop-padding 4 \
+        --output-dir runs/neutreno-cifar10 --learning-rate 1e-3 --weight-decay 0.05 --warmup-steps 0.05 \
+        --lr-scheduler-type cosine --num-train-epochs 100 --per-device-train-batch-size 128 \
+        --eval-strategy epoch --save-strategy epoch --bf16   # on a GPU; add --push-to-hub to publish
 
-Works the same with a Hub dataset name (`uoft-cs/cifar10`) where the Hub is reachable, and under
-`accelerate launch` / `torchrun` for multi-GPU or multi-node training (see examples/accelerate_configs/).
+It trains, then evaluates (`--do-train false` only evaluates the given model). A local copy of the dataset (a folder
+of Parquet files with the Hub's columns) works as `--dataset-name`. Flags are written with dashes here; the
+underscore spellings of `TrainingArguments` work too. Runs unchanged under `accelerate launch` / `torchrun` for
+multi-GPU or multi-node training (see examples/accelerate_configs/).
 """
 
 import logging
@@ -33,11 +35,11 @@ from transformers import (
 )
 from transformers.image_utils import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
-from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForImageClassification
+from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForImageClassification, recipes
 from hf_neutreno.convert import vit_to_neutreno
 from hf_neutreno.data import get_split, image_and_label_columns, label_names, load_image_dataset, subset
 from hf_neutreno.hub import prepare_trainer_push, push_trainer_model
-from hf_neutreno.training import (
+from hf_neutreno.recipes import (
     MixupCutmix,
     MixupTrainer,
     accuracy_metrics,
@@ -54,7 +56,7 @@ logger = logging.getLogger(__name__)
 class ModelArguments:
     model_name_or_path: str = field(
         default="deit-tiny",
-        metadata={"help": f"A preset {sorted(NeuTRENOViTConfig.presets)} to train from scratch, or a NeuTRENO, "
+        metadata={"help": f"A preset {recipes.IMAGE_PRESETS} to train from scratch, or a NeuTRENO, "
                   "ViT or DeiT checkpoint (folder or Hub id) to fine-tune."},
     )
     neutreno_lambda: float = field(default=0.6, metadata={"help": "λ of the NeuTRENO term; 0 = softmax baseline."})
@@ -90,45 +92,21 @@ class DataArguments:
     cutmix_alpha: float = field(default=0.0, metadata={"help": "CutMix Beta(α, α); DeiT: 1.0. 0 disables."})
 
 
-def parse_overrides(text: str | None) -> dict:
-    """'a=1,b=0.5,c=gelu' -> {'a': 1, 'b': 0.5, 'c': 'gelu'}, each value typed like the config field it sets."""
-    overrides = {}
-    defaults = NeuTRENOViTConfig()
-    for item in filter(None, (text or "").split(",")):
-        key, sep, value = item.partition("=")
-        key = key.strip()
-        if not sep or not hasattr(defaults, key):
-            raise ValueError(f"--config_overrides: {item!r} is not `field=value` for a NeuTRENOViTConfig field.")
-        current = getattr(defaults, key)
-        if isinstance(current, bool):
-            overrides[key] = value.strip().lower() in ("1", "true", "yes")
-        elif isinstance(current, (int, float)):
-            overrides[key] = type(current)(value)
-        else:
-            overrides[key] = value.strip()
-    return overrides
-
-
 def build_model(args: ModelArguments, labels: list[str]) -> tuple[torch.nn.Module, object]:
     """The model to train and its image processor."""
     id2label = dict(enumerate(labels))
-    if args.model_name_or_path in NeuTRENOViTConfig.presets:
+    if args.model_name_or_path in recipes.IMAGE_PRESETS:
         overrides = {k: v for k, v in (("image_size", args.image_size), ("patch_size", args.patch_size)) if v}
-        overrides.update(parse_overrides(args.config_overrides))
-        config = NeuTRENOViTConfig.from_preset(
-            args.model_name_or_path,
-            neutreno_lambda=args.neutreno_lambda,
-            neutreno_layers=args.neutreno_layers,
-            drop_path_rate=args.drop_path_rate,
-            id2label=id2label,
-            label2id={v: k for k, v in id2label.items()},
-            **overrides,
+        overrides.update(recipes.parse_config_overrides(args.config_overrides, NeuTRENOViTConfig))
+        model = recipes.image_classifier(
+            "neutreno", args.model_name_or_path, labels, neutreno_lambda=args.neutreno_lambda,
+            neutreno_layers=args.neutreno_layers, drop_path_rate=args.drop_path_rate, **overrides,
         )
-        size = config.image_size_2d
+        size = model.config.image_size_2d
         processor = ViTImageProcessorPil(
             size={"height": size[0], "width": size[1]}, image_mean=IMAGENET_DEFAULT_MEAN, image_std=IMAGENET_DEFAULT_STD
         )
-        return NeuTRENOViTForImageClassification(config), processor
+        return model, processor
 
     source_config = AutoConfig.from_pretrained(args.model_name_or_path, trust_remote_code=args.trust_remote_code)
     processor = AutoImageProcessor.from_pretrained(args.model_name_or_path, trust_remote_code=args.trust_remote_code)
@@ -158,6 +136,7 @@ def build_model(args: ModelArguments, labels: list[str]) -> tuple[torch.nn.Modul
 
 def main(argv: list[str] | None = None) -> tuple[dict, Trainer]:
     parser = HfArgumentParser((ModelArguments, DataArguments, TrainingArguments))
+    parser.set_defaults(do_train=True)  # the script trains unless told `--do-train false`
     if argv is None and len(sys.argv) == 2 and sys.argv[1].endswith(".json"):
         model_args, data_args, training_args = parser.parse_json_file(os.path.abspath(sys.argv[1]))
     else:
@@ -201,7 +180,7 @@ def main(argv: list[str] | None = None) -> tuple[dict, Trainer]:
         trainer = Trainer(**common)
 
     metrics = {}
-    if training_args.do_train or not training_args.do_eval:
+    if training_args.do_train:
         result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
         trainer.save_model()
         metrics.update(result.metrics)
@@ -219,7 +198,7 @@ def main(argv: list[str] | None = None) -> tuple[dict, Trainer]:
 
 def _base_model(model_name_or_path: str) -> str | None:
     """The Hub id of a fine-tuned checkpoint, for the card's `base_model` (None for presets and local folders)."""
-    if model_name_or_path in NeuTRENOViTConfig.presets or os.path.exists(model_name_or_path):
+    if model_name_or_path in recipes.IMAGE_PRESETS or os.path.exists(model_name_or_path):
         return None
     return model_name_or_path
 

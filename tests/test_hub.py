@@ -309,9 +309,9 @@ def test_lm_example_push_to_hub_publishes_model_code_tokenizer_and_card(data_dir
 
 
 def eigen_example_args(data_dir: Path, output_dir: Path) -> list[str]:
-    return ["--dataset", str(data_dir / "cifar10"), "--output_dir", str(output_dir), "--quick", "--variants", "vit-",
+    return ["--dataset", str(data_dir / "cifar10"), "--output-dir", str(output_dir), "--quick", "--variants", "vit-",
             "--fractions", "1.0", "--corruptions", "gaussian_noise", "--severities", "0", "5",
-            "--push_to_hub", "--hub_model_id", "neutreno-tests/tiny-eigenvit", "--hub_private_repo"]
+            "--push-to-hub", "--hub-model-id", "neutreno-tests/tiny-eigenvit", "--hub-private-repo"]
 
 
 @pytest.mark.parametrize("script, make_args", [("run_image_classification", example_args),

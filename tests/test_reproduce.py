@@ -15,7 +15,7 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 def _load_reproduce():
     spec = importlib.util.spec_from_file_location("reproduce", BENCHMARKS / "reproduce.py")
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # also puts benchmarks/ on sys.path
+    spec.loader.exec_module(module)
     return module
 
 
@@ -24,10 +24,10 @@ stats = sys.modules["reproduce_report"]
 
 # Two seeds (a std needs two), 2-layer models (so NeuTRENO's term acts), a few images and tokens, two steps each.
 MICRO = [
-    "--quick", "--seeds", "0", "1", "--vit_layers", "2", "--lm_layers", "2", "--train_samples", "16",
-    "--batch_size", "8", "--test_samples", "12", "--corruption_samples", "4", "--oversmoothing_samples", "6",
-    "--spectral_samples", "3", "--lm_steps", "2", "--lm_batch_size", "1", "--lm_warmup_steps", "0",
-    "--sliding_tokens", "259", "--block_tokens", "520",
+    "--quick", "--seeds", "0", "1", "--vit-layers", "2", "--lm-layers", "2", "--train-samples", "16",
+    "--batch-size", "8", "--test-samples", "12", "--corruption-samples", "4", "--oversmoothing-samples", "6",
+    "--spectral-samples", "3", "--lm-steps", "2", "--lm-batch-size", "1", "--lm-warmup-steps", "0",
+    "--sliding-tokens", "259", "--block-tokens", "520",
 ]
 EXPERIMENTS = ("cifar10_accuracy", "oversmoothing", "spectral", "data_efficiency", "corruptions", "wikitext2")
 
@@ -55,7 +55,7 @@ def test_paired_differences_by_hand():
 def micro_run(tmp_path_factory, data_dir):
     out = tmp_path_factory.mktemp("reproduce")
     docs = out / "docs" / "results.md"
-    reproduce.main(MICRO + ["--out", str(out), "--docs", str(docs)])
+    reproduce.main(MICRO + ["--data", str(data_dir), "--out", str(out), "--docs", str(docs)])
     return out, docs
 
 
@@ -121,10 +121,10 @@ def test_markdown_has_every_table_and_resolvable_figures(micro_run):
     assert (out / "results.md").is_file()
 
 
-def test_a_second_run_reuses_the_cached_units(micro_run, capsys):
+def test_a_second_run_reuses_the_cached_units(micro_run, data_dir, capsys):
     out, docs = micro_run
     before = {p: p.stat().st_mtime_ns for p in (out / "units").glob("*.json")}
-    reproduce.main(MICRO + ["--out", str(out)])
+    reproduce.main(MICRO + ["--data", str(data_dir), "--out", str(out)])
     assert "0 units to run" in capsys.readouterr().out
     assert {p: p.stat().st_mtime_ns for p in (out / "units").glob("*.json")} == before
 

@@ -8,7 +8,7 @@ from datasets import load_dataset
 from transformers import TrainerCallback, TrainingArguments, ViTImageProcessorPil
 
 from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForImageClassification
-from hf_neutreno.training import (
+from hf_neutreno.recipes import (
     MixupCutmix,
     MixupTrainer,
     collate_images,

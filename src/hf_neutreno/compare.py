@@ -45,7 +45,7 @@ from . import (
 from .data import BUILTIN_DIGITS, image_and_label_columns, label_names, load_image_dataset, subset
 from .lm_eval import block_eval
 from .text_data import TEXT_COLUMN, group_into_blocks, token_stream, train_word_tokenizer
-from .training import accuracy_metrics, collate_images, image_transform
+from .recipes import accuracy_metrics, collate_images, image_transform
 
 COMMAND = "hf-neutreno compare"
 FORMAT_VERSION = 1

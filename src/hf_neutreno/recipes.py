@@ -1,10 +1,16 @@
-"""Training helpers for image classification with `Trainer`: transforms, Mixup/CutMix, losses and metrics.
+"""Training recipes: models from presets, the papers' training arguments, transforms, losses and metrics.
 
-Used by `examples/run_image_classification.py`, `hf-neutreno compare` and the benchmarks, so every entry point
-trains the same way.
+The examples, `hf-neutreno compare` and `benchmarks/reproduce.py` build and train through these, so every entry
+point trains the same way.
+
+    from hf_neutreno import recipes
+    model = recipes.image_classifier("vit-", "vit-tiny", labels=names)            # ViT⁻ of the poster's ViT-Ti
+    args = TrainingArguments(output_dir, **recipes.POSTER_CIFAR_TRAINING)       # its CIFAR recipe
 """
 
+import copy
 import functools
+import json
 import os
 import random
 
@@ -12,6 +18,123 @@ import numpy as np
 import torch
 from PIL import Image, ImageOps
 from transformers import Trainer
+
+from .models.configuration_eigen_vit import EigenViTConfig
+from .models.configuration_neutreno_gpt import NeuTRENOGPTConfig
+from .models.configuration_neutreno_vit import NeuTRENOViTConfig
+from .models.modeling_eigen_vit import EigenViTForImageClassification
+from .models.modeling_neutreno_gpt import NeuTRENOGPTForCausalLM
+from .models.modeling_neutreno_vit import NeuTRENOViTForImageClassification
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The papers' training arguments (`TrainingArguments(**...)`; every field can be overridden)
+
+# The poster's CIFAR recipe for ViT-Ti and its eigen-parameterised variants (with drop path 0.1 in the model and
+# random crops of the 4-px padded image + flips).
+POSTER_CIFAR_TRAINING = dict(
+    num_train_epochs=100, per_device_train_batch_size=128, learning_rate=1e-3, weight_decay=0.05, warmup_steps=0.05,
+    lr_scheduler_type="cosine", label_smoothing_factor=0.1,
+)
+POSTER_CIFAR_DROP_PATH = 0.1
+CIFAR_CROP_PADDING = 4
+
+# The NeuTRENO paper's WikiText-103 schedule (App. A.3). Adam: AdamW with weight decay 0 is the same update.
+PAPER_LM_TRAINING = dict(
+    learning_rate=2.5e-4,
+    warmup_steps=2000,
+    lr_scheduler_type="cosine",  # to 0 at max_steps
+    max_steps=500_000,
+    max_grad_norm=0.25,
+    optim="adamw_torch",
+    weight_decay=0.0,
+    per_device_train_batch_size=96,  # blocks of 256 tokens
+    per_device_eval_batch_size=16,
+    seed=1111,
+)
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Models from presets
+
+# variant: what it is. "vit" and "neutreno" are NeuTRENO ViTs (λ = 0 and λ > 0), "vit-"/"vit+" EigenViTs.
+IMAGE_VARIANTS = {
+    "vit": "softmax ViT (λ = 0)",
+    "neutreno": "NeuTRENO ViT",
+    "vit-": "ViT⁻ (EigenViT, Λ = −ψ²)",
+    "vit+": "ViT⁺ (EigenViT, Λ = +ψ²)",
+}
+IMAGE_PRESETS = sorted(EigenViTConfig.presets)  # the NeuTRENO ViT's presets and the poster's ViT-Ti
+
+
+def image_classifier(variant: str, preset: str, labels: list[str], *, neutreno_lambda: float = 0.6,
+                     eigenvalue_range: list[float] | None = None, **config):
+    """A classifier of `variant` (`IMAGE_VARIANTS`) in the shape of `preset`, for `labels`; `config` overrides any
+    config field (`num_hidden_layers`, `drop_path_rate`, ...). `eigenvalue_range` is ViT⁻'s; ViT⁺ gets it mirrored."""
+    if variant not in IMAGE_VARIANTS:
+        raise ValueError(f"Unknown image variant {variant!r}; choose from {list(IMAGE_VARIANTS)}.")
+    if preset not in EigenViTConfig.presets:
+        raise ValueError(f"Unknown image preset {preset!r}; choose from {IMAGE_PRESETS}.")
+    id2label = dict(enumerate(labels))
+    fields = {**copy.deepcopy(EigenViTConfig.presets[preset]), "id2label": id2label,
+              "label2id": {name: index for index, name in id2label.items()}, **config}
+    if variant in ("vit", "neutreno"):
+        lam = neutreno_lambda if variant == "neutreno" else 0.0
+        return NeuTRENOViTForImageClassification(NeuTRENOViTConfig(**fields, neutreno_lambda=lam))
+    sign = "negative" if variant == "vit-" else "positive"
+    if eigenvalue_range is not None and sign == "positive":
+        low, high = eigenvalue_range
+        eigenvalue_range = [-high, -low]
+    config = EigenViTConfig(**fields, spectrum_sign=sign, eigenvalue_range=eigenvalue_range)
+    return EigenViTForImageClassification(config)
+
+
+def language_model(preset: str, tokenizer, *, block_size: int | None = None, **config) -> NeuTRENOGPTForCausalLM:
+    """A NeuTRENO GPT of `preset` for `tokenizer`'s vocabulary; `config` overrides any config field. The preset's
+    adaptive-softmax cutoffs that do not fit the vocabulary are dropped. With `block_size`, the model records its
+    training context as `max_position_embeddings` (evaluate-lm's default window)."""
+    if preset not in NeuTRENOGPTConfig.presets:
+        raise ValueError(f"Unknown language-model preset {preset!r}; choose from {sorted(NeuTRENOGPTConfig.presets)}.")
+    vocab_size = len(tokenizer)
+    cutoffs = [c for c in NeuTRENOGPTConfig.presets[preset].get("adaptive_softmax_cutoffs") or () if c < vocab_size]
+    fields = dict(vocab_size=vocab_size, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+                  adaptive_softmax_cutoffs=cutoffs or None)
+    if block_size is not None:
+        fields["max_position_embeddings"] = block_size
+    fields.update(config)
+    return NeuTRENOGPTForCausalLM(NeuTRENOGPTConfig.from_preset(preset, **fields))
+
+
+def parse_config_overrides(text: str | None, config_class) -> dict:
+    """'num_hidden_layers=6,hidden_act=relu' -> {'num_hidden_layers': 6, 'hidden_act': 'relu'}: each value typed like
+    the `config_class` field it sets (the `--config_overrides` flag of the examples)."""
+    overrides, defaults = {}, config_class()
+    for item in filter(None, (text or "").split(",")):
+        key, sep, value = item.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not hasattr(defaults, key):
+            raise ValueError(f"--config_overrides: {item!r} is not `field=value` for a {config_class.__name__} field.")
+        current = getattr(defaults, key)
+        if isinstance(current, bool):
+            overrides[key] = value.lower() in ("1", "true", "yes")
+        elif isinstance(current, (int, float)):
+            overrides[key] = type(current)(value)
+        else:  # lists and None as JSON ('[2000, 10000]', 'null'), anything else as the string
+            try:
+                overrides[key] = json.loads(value)
+            except json.JSONDecodeError:
+                overrides[key] = value
+    return overrides
+
+
+def copy_shared_weights(model: torch.nn.Module, reference: torch.nn.Module | dict) -> None:
+    """Start `model` from `reference`'s weights wherever the names and shapes coincide (all of them for a NeuTRENO
+    variant of a ViT; all but the value/output maps for ViT⁻/ViT⁺), so paired variants differ only by design."""
+    state = reference if isinstance(reference, dict) else reference.state_dict()
+    own = model.state_dict()
+    model.load_state_dict({k: v for k, v in state.items() if k in own and own[k].shape == v.shape}, strict=False)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Images: transforms, Mixup/CutMix, losses, metrics
 
 
 def image_transform(processor, image_column: str, label_column: str, augment: bool = False, crop_padding: int = 0):
@@ -170,6 +293,37 @@ def _hub_accuracy_metric():
         return evaluate.load("accuracy")
     except Exception:  # the Hub is unreachable
         return None
+
+
+@torch.no_grad()
+def accuracy(model, pixel_values: torch.Tensor, labels: torch.Tensor, batch_size: int = 250) -> float:
+    """Top-1 accuracy of `model` on preprocessed images, in eval mode (the caller restores training mode)."""
+    model.eval()
+    device = next(model.parameters()).device
+    correct = 0
+    for chunk, target in zip(pixel_values.split(batch_size), labels.split(batch_size)):
+        correct += (model(pixel_values=chunk.to(device)).logits.argmax(-1).cpu() == target).sum().item()
+    return correct / len(labels)
+
+
+def corruption_accuracy(model, processor, images: list[Image.Image], labels: torch.Tensor, corruptions, severities,
+                        seed: int = 0) -> dict[str, dict[str, float]]:
+    """{severity: {corruption: accuracy}} on `images` corrupted by `hf_neutreno.corruptions` (image i drawn with
+    seed (seed, i), so every model sees the same pixels); severity 0 is the clean accuracy of the same images."""
+    from .corruptions import corrupt
+
+    def pixels(batch):
+        return processor(batch, return_tensors="pt")["pixel_values"]
+
+    results = {}
+    for severity in severities:
+        names = corruptions if severity else ["none"]
+        results[str(severity)] = {
+            name: accuracy(model, pixels(images if not severity else [
+                corrupt(image, name, severity, seed=(seed, i)) for i, image in enumerate(images)]), labels)
+            for name in names
+        }
+    return results
 
 
 def check_distributed_launch(args) -> None:
