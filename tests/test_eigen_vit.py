@@ -259,6 +259,42 @@ def test_attention_equals_explicit_reference(neutreno_lambda):
     torch.testing.assert_close(output.double(), expected, atol=1e-5, rtol=1e-5)
 
 
+def test_gradients_with_the_neutreno_term_equal_plain_autograd():
+    """Training recomputes the output projection's input in backward (no activation kept for the term); the
+    gradients for the input, V_0, Θ, ψ and the bias equal plain autograd through the explicit formula, in float64."""
+    config = tiny_config(neutreno_lambda=0.6, eigenvalue_range=[-2.0, 0.0])
+    model = EigenViTForImageClassification(config).double().train()
+    attention = eigen_attentions(model)[1]
+    with torch.no_grad():
+        attention.theta.add_(0.3 * torch.randn_like(attention.theta))
+        attention.psi.normal_()  # some Λ = −ψ² beyond −2: clipped, so no gradient for those ψ
+        attention.output_bias.normal_()
+    x = torch.randn(2, 17, config.hidden_size, dtype=torch.float64, requires_grad=True)
+    first_layer_values = torch.randn(2, 17, config.hidden_size, dtype=torch.float64, requires_grad=True)
+    cotangent = torch.randn(2, 17, config.hidden_size, dtype=torch.float64)
+    leaves = [x, first_layer_values, attention.theta, attention.psi, attention.output_bias]
+    output, _, _ = attention(x, None, first_layer_values)
+    ours = torch.autograd.grad((output * cotangent).sum(), leaves)
+
+    heads, head_dim = config.num_attention_heads, attention.head_dim
+    q, r = torch.linalg.qr(attention.theta)
+    V = q * torch.sign(r.diagonal(dim1=-2, dim2=-1)).unsqueeze(-2)
+    lam = (-attention.psi.square()).clamp(-2.0, 0.0)
+    queries = attention.q_proj(x).unflatten(-1, (heads, head_dim))
+    keys = attention.k_proj(x).unflatten(-1, (heads, head_dim))
+    expected = attention.output_bias
+    for h in range(heads):
+        A = torch.softmax(queries[..., h, :] @ keys[..., h, :].transpose(-1, -2) / head_dim**0.5, dim=-1)
+        values = x @ V[h]
+        v0 = first_layer_values[..., h * head_dim : (h + 1) * head_dim]
+        expected = expected + (A @ values + 0.6 * (v0 - values)) @ torch.diag(lam[h]) @ V[h].T
+    torch.testing.assert_close(output, expected, atol=1e-10, rtol=0)
+    reference = torch.autograd.grad((expected * cotangent).sum(), leaves)
+    for name, got, want in zip(["x", "V_0", "theta", "psi", "output_bias"], ours, reference):
+        torch.testing.assert_close(got, want, atol=1e-10, rtol=1e-8, msg=name)
+    assert (ours[3] == 0).any() and (ours[3] != 0).any()  # the clip is active for some ψ, not all
+
+
 def test_only_eigen_layers_are_reparameterised_and_the_rest_is_the_neutreno_vit():
     config = tiny_config(num_hidden_layers=3, eigen_layers=[1])
     model = EigenViTForImageClassification(config)
