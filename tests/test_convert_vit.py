@@ -1,4 +1,9 @@
-"""`vit_to_neutreno`: native ViT/DeiT checkpoints become NeuTRENO models with every weight carried over."""
+"""`vit_to_neutreno`: native ViT/DeiT checkpoints become NeuTRENO models with every weight carried over; and back,
+`neutreno_to_vit`: NeuTRENO ViTs without the NeuTRENO term (and EigenViTs) become native models.
+
+References are transformers' own ViT / DeiT classes loaded with the same weights. Tolerances: 1e-6 where both sides
+run the same operations, 1e-5 against the NeuTRENO model (other kernels may order sums differently).
+"""
 
 import pytest
 import torch
@@ -6,12 +11,24 @@ from transformers import (
     DeiTConfig,
     DeiTForImageClassification,
     DeiTForImageClassificationWithTeacher,
+    DeiTModel,
     ViTConfig,
     ViTForImageClassification,
+    ViTModel,
 )
+from transformers.testing_utils import CaptureLogger
 
-from hf_neutreno import NeuTRENOViTForImageClassification
-from hf_neutreno.convert import vit_to_neutreno
+from hf_neutreno import (
+    EigenViTConfig,
+    EigenViTForImageClassification,
+    NeuTRENOViTConfig,
+    NeuTRENOViTForImageClassification,
+    NeuTRENOViTModel,
+    convert,
+)
+from hf_neutreno.convert import neutreno_to_vit, vit_to_neutreno
+
+from fresh_process import run_fresh
 
 SHAPE = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64, image_size=16,
              patch_size=4, num_labels=5)
@@ -49,3 +66,140 @@ def test_conversion_errors_are_clear(native):
         vit_to_neutreno(teacher)
     with pytest.raises(TypeError, match="checkpoint path"):
         vit_to_neutreno(42)
+
+
+# --- NeuTRENO ViT -> native ViT / DeiT ----------------------------------------------------------------------------
+
+WITHOUT_TERM = {"λ = 0": dict(neutreno_lambda=0.0), "no NeuTRENO layers": dict(neutreno_lambda=0.6, neutreno_layers=[])}
+
+
+def neutreno_model(model_class=NeuTRENOViTForImageClassification, **overrides):
+    """Random weights, LayerNorms and biases included, so that a weight left behind or misplaced shows."""
+    torch.manual_seed(0)
+    model = model_class(NeuTRENOViTConfig(**SHAPE, **overrides)).eval()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "layernorm" in name or name.endswith("bias"):
+                param.normal_(mean=1.0 if name.endswith("weight") else 0.0, std=0.1)
+    return model
+
+
+def native_with_copied_weights(model):
+    """The reference: transformers' own ViT / DeiT of the same config, loaded with the NeuTRENO model's weights."""
+    fields = dict(SHAPE, layer_norm_eps=model.config.layer_norm_eps)  # the only default that differs (1e-12 there)
+    if model.config.use_distillation_token:
+        native = DeiTForImageClassification(DeiTConfig(**fields))
+        native.load_state_dict({k.replace("vit.", "deit.", 1): v for k, v in model.state_dict().items()})
+    else:
+        native = ViTForImageClassification(ViTConfig(**fields))
+        native.load_state_dict(model.state_dict())
+    return native.eval()
+
+
+@pytest.mark.parametrize("family", ["vit", "deit"])
+@pytest.mark.parametrize("case", WITHOUT_TERM)
+def test_neutreno_vit_without_the_term_converts_to_the_native_model_with_equal_logits(family, case):
+    model = neutreno_model(**WITHOUT_TERM[case], use_distillation_token=family == "deit")
+    converted = neutreno_to_vit(model)
+    expected_class = DeiTForImageClassification if family == "deit" else ViTForImageClassification
+    assert type(converted) is expected_class and not converted.training
+    assert converted.config.id2label == model.config.id2label
+    assert converted.config.layer_norm_eps == model.config.layer_norm_eps
+    x = torch.randn(3, 3, 16, 16)
+    with torch.no_grad():
+        logits = converted(x).logits
+        torch.testing.assert_close(logits, native_with_copied_weights(model)(x).logits, atol=1e-6, rtol=0)
+        torch.testing.assert_close(logits, model(x).logits, atol=1e-5, rtol=0)
+        # and back: the round trip gives the same weights and logits
+        back = vit_to_neutreno(converted, neutreno_lambda=model.config.neutreno_lambda,
+                               neutreno_layers=model.config.neutreno_layers)
+        assert back.state_dict().keys() == model.state_dict().keys()
+        for name, weight in model.state_dict().items():
+            torch.testing.assert_close(back.state_dict()[name], weight, atol=0, rtol=0, msg=name)
+        torch.testing.assert_close(back(x).logits, model(x).logits, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("family", ["vit", "deit"])
+def test_backbone_converts_with_an_identity_pooler(family):
+    model = neutreno_model(NeuTRENOViTModel, neutreno_lambda=0.0, use_distillation_token=family == "deit")
+    converted = neutreno_to_vit(model)
+    assert type(converted) is (DeiTModel if family == "deit" else ViTModel)
+    x = torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        expected, got = model(x), converted(x)
+    torch.testing.assert_close(got.last_hidden_state, expected.last_hidden_state, atol=1e-6, rtol=0)
+    torch.testing.assert_close(got.pooler_output, expected.last_hidden_state[:, 0], atol=1e-6, rtol=0)
+
+
+def test_converted_models_load_without_the_package_or_remote_code(tmp_path):
+    classifier = neutreno_model(neutreno_lambda=0.0)
+    classifier.config.id2label = {i: f"class-{i}" for i in range(5)}
+    backbone = neutreno_model(NeuTRENOViTModel, neutreno_lambda=0.0)
+    neutreno_to_vit(classifier).save_pretrained(tmp_path / "classifier")
+    neutreno_to_vit(backbone).save_pretrained(tmp_path / "backbone")
+    assert not list(tmp_path.glob("*/*.py"))  # no code travels: the native classes read these
+    x = torch.randn(2, 3, 16, 16)
+    torch.save(x, tmp_path / "pixels.pt")
+    out = run_fresh(
+        """
+        import torch
+        from transformers import AutoModel, AutoModelForImageClassification
+        pixels = torch.load("pixels.pt")
+        classifier = AutoModelForImageClassification.from_pretrained("classifier").eval()
+        backbone = AutoModel.from_pretrained("backbone").eval()
+        with torch.no_grad():
+            torch.save(classifier(pixels).logits, "logits.pt")
+            torch.save(backbone(pixels).pooler_output, "pooled.pt")
+        print(type(classifier).__module__, type(backbone).__name__, classifier.config.id2label[4])
+        """,
+        tmp_path,
+    )
+    assert out.split() == ["transformers.models.vit.modeling_vit", "ViTModel", "class-4"]
+    with torch.no_grad():
+        torch.testing.assert_close(torch.load(tmp_path / "logits.pt"), classifier(x).logits, atol=1e-5, rtol=0)
+        torch.testing.assert_close(torch.load(tmp_path / "pooled.pt"), backbone(x).pooler_output, atol=1e-5, rtol=0)
+
+
+def test_eigen_vit_without_the_term_converts_to_the_native_vit():
+    model = EigenViTForImageClassification(EigenViTConfig(**SHAPE, eigen_layers=[0, 2], spectrum_sign="positive"))
+    with torch.no_grad():
+        for attention in model.modules():
+            if hasattr(attention, "psi"):
+                attention.psi.normal_()
+                attention.output_bias.normal_()
+    model.eval()
+    converted = neutreno_to_vit(model)
+    assert type(converted) is ViTForImageClassification
+    x = torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(converted(x).logits, model(x).logits, atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="neutreno_lambda"):
+        neutreno_to_vit(EigenViTForImageClassification(EigenViTConfig(**SHAPE, neutreno_lambda=0.3)))
+
+
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        (dict(neutreno_lambda=0.6), "neutreno_lambda"),
+        (dict(neutreno_lambda=0.6, neutreno_layers=[2]), "neutreno_lambda"),
+        (dict(neutreno_lambda=0.0, symmetric_attention=True), "symmetric_attention"),
+        (dict(neutreno_lambda=0.0, featscale=True), "featscale"),
+        (dict(neutreno_lambda=0.0, attention_kernel="linear"), "attention_kernel"),
+        (dict(neutreno_lambda=0.0, pooling="mean"), "pooling"),
+    ],
+)
+def test_models_the_native_vit_cannot_compute_are_refused_naming_the_field(overrides, field):
+    with pytest.raises(ValueError, match=f"`{field}=.*only `{field}="):
+        neutreno_to_vit(neutreno_model(**overrides))
+
+
+def test_other_models_are_refused_and_stochastic_depth_is_dropped_with_a_warning():
+    with pytest.raises(ValueError, match="NeuTRENOViTForImageClassification"):
+        neutreno_to_vit(ViTForImageClassification(ViTConfig(**SHAPE)))
+    model = neutreno_model(neutreno_lambda=0.0, drop_path_rate=0.1)
+    with CaptureLogger(convert.logger) as captured:
+        converted = neutreno_to_vit(model)
+    assert "drop_path_rate=0.1" in captured.out
+    x = torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(converted(x).logits, model(x).logits, atol=1e-5, rtol=0)

@@ -259,6 +259,42 @@ def test_attention_equals_explicit_reference(neutreno_lambda):
     torch.testing.assert_close(output.double(), expected, atol=1e-5, rtol=1e-5)
 
 
+def test_gradients_with_the_neutreno_term_equal_plain_autograd():
+    """Training recomputes the output projection's input in backward (no activation kept for the term); the
+    gradients for the input, V_0, Θ, ψ and the bias equal plain autograd through the explicit formula, in float64."""
+    config = tiny_config(neutreno_lambda=0.6, eigenvalue_range=[-2.0, 0.0])
+    model = EigenViTForImageClassification(config).double().train()
+    attention = eigen_attentions(model)[1]
+    with torch.no_grad():
+        attention.theta.add_(0.3 * torch.randn_like(attention.theta))
+        attention.psi.normal_()  # some Λ = −ψ² beyond −2: clipped, so no gradient for those ψ
+        attention.output_bias.normal_()
+    x = torch.randn(2, 17, config.hidden_size, dtype=torch.float64, requires_grad=True)
+    first_layer_values = torch.randn(2, 17, config.hidden_size, dtype=torch.float64, requires_grad=True)
+    cotangent = torch.randn(2, 17, config.hidden_size, dtype=torch.float64)
+    leaves = [x, first_layer_values, attention.theta, attention.psi, attention.output_bias]
+    output, _, _ = attention(x, None, first_layer_values)
+    ours = torch.autograd.grad((output * cotangent).sum(), leaves)
+
+    heads, head_dim = config.num_attention_heads, attention.head_dim
+    q, r = torch.linalg.qr(attention.theta)
+    V = q * torch.sign(r.diagonal(dim1=-2, dim2=-1)).unsqueeze(-2)
+    lam = (-attention.psi.square()).clamp(-2.0, 0.0)
+    queries = attention.q_proj(x).unflatten(-1, (heads, head_dim))
+    keys = attention.k_proj(x).unflatten(-1, (heads, head_dim))
+    expected = attention.output_bias
+    for h in range(heads):
+        A = torch.softmax(queries[..., h, :] @ keys[..., h, :].transpose(-1, -2) / head_dim**0.5, dim=-1)
+        values = x @ V[h]
+        v0 = first_layer_values[..., h * head_dim : (h + 1) * head_dim]
+        expected = expected + (A @ values + 0.6 * (v0 - values)) @ torch.diag(lam[h]) @ V[h].T
+    torch.testing.assert_close(output, expected, atol=1e-10, rtol=0)
+    reference = torch.autograd.grad((expected * cotangent).sum(), leaves)
+    for name, got, want in zip(["x", "V_0", "theta", "psi", "output_bias"], ours, reference):
+        torch.testing.assert_close(got, want, atol=1e-10, rtol=1e-8, msg=name)
+    assert (ours[3] == 0).any() and (ours[3] != 0).any()  # the clip is active for some ψ, not all
+
+
 def test_only_eigen_layers_are_reparameterised_and_the_rest_is_the_neutreno_vit():
     config = tiny_config(num_hidden_layers=3, eigen_layers=[1])
     model = EigenViTForImageClassification(config)
@@ -288,7 +324,7 @@ def test_gradient_checkpointing_gives_the_same_gradients():
         torch.testing.assert_close(grads[0][name], grads[1][name], atol=1e-6, rtol=1e-5, msg=name)
 
 
-# --- eval-mode caching -------------------------------------------------------------------------------------------
+# --- no hidden state: the weights are made in every forward, nothing is kept -----------------------------------
 
 
 @pytest.fixture
@@ -304,79 +340,141 @@ def qr_calls(monkeypatch):
     return calls
 
 
-def _fresh_logits(model, pixel_values):
-    """Logits with every eigenbasis recomputed (a grad-enabled forward bypasses the cache)."""
-    with torch.enable_grad():
-        return model(pixel_values).logits.detach()
+def attributes(module: torch.nn.Module) -> dict:
+    """Everything a forward could leave on a module, by identity: its attributes and the entries of its dicts
+    (parameters, buffers, submodules, hooks)."""
+    return {
+        name: {key: id(entry) for key, entry in value.items()} if isinstance(value, dict) else id(value)
+        for name, value in vars(module).items()
+    }
 
 
-def test_eval_cache_reuses_the_eigenbasis_and_matches_recomputation(qr_calls):
-    model = EigenViTForImageClassification(tiny_config()).eval()
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_every_forward_makes_one_qr_per_eigen_layer_and_stores_nothing(qr_calls, mode):
+    model = EigenViTForImageClassification(tiny_config(num_hidden_layers=3, eigen_layers=[0, 2])).train(mode == "train")
+    before = [attributes(m) for m in model.modules()]
     pixel_values = torch.randn(2, 3, 16, 16)
     qr_calls.clear()
     with torch.no_grad():
-        first = model(pixel_values).logits
-        assert len(qr_calls) == 2  # one batched QR per reparameterised layer
-        second = model(pixel_values).logits
+        model(pixel_values)
+    assert len(qr_calls) == 2  # one batched QR per eigen layer
     with torch.inference_mode():
-        third = model(pixel_values).logits
-    assert len(qr_calls) == 2, "QR was recomputed between eval forwards"
-    assert torch.equal(first, second) and torch.equal(first, third)
-    assert torch.equal(first, _fresh_logits(model, pixel_values))
-    assert len(qr_calls) == 4  # the grad-enabled forward recomputed (and did not touch the cache)
-
-
-def test_training_recomputes_the_eigenbasis_every_step(qr_calls):
-    model = EigenViTForImageClassification(tiny_config()).train()
-    qr_calls.clear()
-    for _ in range(3):
-        with torch.no_grad():  # even without gradients: training mode never caches
-            model(torch.randn(2, 3, 16, 16))
+        model(pixel_values)
+    model(pixel_values, labels=torch.tensor([0, 1])).loss.backward()
     assert len(qr_calls) == 6
+    assert [attributes(m) for m in model.modules()] == before
+    assert not hasattr(eigen_attentions(model)[0], "_projections")
 
 
 @pytest.mark.parametrize("fused", [False, True])
-def test_eval_cache_is_invalidated_by_an_optimizer_step(qr_calls, fused):
-    model = EigenViTForImageClassification(tiny_config()).eval()
+def test_eval_logits_follow_optimizer_steps_and_load_state_dict(fused):
+    """Eval forwards see the current Θ, ψ: after a (fused) AdamW step and after `load_state_dict` they give the logits
+    of a freshly built model holding the same weights."""
+    config = tiny_config()
+    model = EigenViTForImageClassification(config).eval()
     pixel_values = torch.randn(2, 3, 16, 16)
+
+    def fresh_logits(state_dict):
+        fresh = EigenViTForImageClassification(config).eval()
+        fresh.load_state_dict(state_dict)
+        return fresh(pixel_values).logits
+
     with torch.no_grad():
         before = model(pixel_values).logits
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.1, fused=fused)
     model(pixel_values, labels=torch.tensor([0, 1])).loss.backward()  # eval mode, gradients on
     optimizer.step()
-    qr_calls.clear()
     with torch.no_grad():
         after = model(pixel_values).logits
-    assert len(qr_calls) == 2
-    assert not torch.allclose(before, after)
-    assert torch.equal(after, _fresh_logits(model, pixel_values))
-
-
-def test_eval_cache_is_invalidated_by_load_state_dict_and_train(qr_calls):
-    model = EigenViTForImageClassification(tiny_config()).eval()
-    other = EigenViTForImageClassification(tiny_config()).eval()
-    pixel_values = torch.randn(2, 3, 16, 16)
-    with torch.no_grad():
-        model(pixel_values)
+        assert not torch.allclose(before, after)
+        torch.testing.assert_close(after, fresh_logits(model.state_dict()), atol=0, rtol=0)
+        other = EigenViTForImageClassification(config).eval()
         model.load_state_dict(other.state_dict())
-        qr_calls.clear()
-        loaded = model(pixel_values).logits
-        assert len(qr_calls) == 2
-        torch.testing.assert_close(loaded, other(pixel_values).logits, atol=0, rtol=0)
-        model.train()
-        model.eval()
-        qr_calls.clear()
-        model(pixel_values)
-        assert len(qr_calls) == 2
+        torch.testing.assert_close(model(pixel_values).logits, other(pixel_values).logits, atol=0, rtol=0)
 
 
 def test_eval_forward_with_gradients_reaches_theta_and_psi():
     model = EigenViTForImageClassification(tiny_config()).eval()
     with torch.no_grad():
-        model(torch.randn(2, 3, 16, 16))  # fills the cache
+        model(torch.randn(2, 3, 16, 16))
     model(torch.randn(2, 3, 16, 16), labels=torch.tensor([0, 1])).loss.backward()
     for attention in eigen_attentions(model):
         assert attention.theta.grad.abs().max() > 0 and attention.psi.grad.abs().max() > 0
+
+
+# --- the export to a NeuTRENO ViT ------------------------------------------------------------------------------
+
+EXPORT_CASES = {
+    "ViT-": dict(),
+    "ViT+": dict(spectrum_sign="positive"),
+    "ViT- clipped": dict(eigenvalue_range=[-0.3, 0.0]),
+    "ViT+ clipped": dict(spectrum_sign="positive", eigenvalue_range=[0.05, 0.3]),
+    "eigen layer 1 of 3, λ = 0.6": dict(num_hidden_layers=3, eigen_layers=[1], neutreno_lambda=0.6),
+    "eigen layers 0 and 2, λ = 0.4 in layer 2": dict(
+        num_hidden_layers=3, eigen_layers=[0, 2], neutreno_lambda=0.4, neutreno_layers=[2]
+    ),
+    "no qkv bias, λ = 0.5": dict(qkv_bias=False, neutreno_lambda=0.5),
+}
+
+
+def trained_eigen_model(model_class=EigenViTForImageClassification, **overrides):
+    """A model whose Θ is no longer orthonormal, whose Λ differ (and hit the clip where there is one), with biases."""
+    config = tiny_config(**overrides)
+    classifier = EigenViTForImageClassification(config)
+    _push_eigenvalues(classifier, SIGN[config.spectrum_sign], steps=4)
+    with torch.no_grad():
+        for attention in eigen_attentions(classifier):
+            attention.output_bias.normal_()
+    if model_class is EigenViTForImageClassification:
+        return classifier.eval()
+    backbone = model_class(config)
+    backbone.load_state_dict(classifier.vit.state_dict())
+    return backbone.eval()
+
+
+def head_products(attention) -> np.ndarray:
+    """W_V^h W_O^h of every head of a plain attention, from its `nn.Linear` weights: (heads, hidden, hidden)."""
+    heads, head_dim = attention.config.num_attention_heads, attention.head_dim
+    value = attention.v_proj.weight.detach().double().view(heads, head_dim, -1).transpose(1, 2)
+    output = attention.o_proj.weight.detach().double().view(-1, heads, head_dim).permute(1, 2, 0)
+    return (value @ output).numpy()
+
+
+@pytest.mark.parametrize("case", EXPORT_CASES)
+def test_to_neutreno_vit_gives_a_neutreno_vit_with_the_same_logits_and_head_products(case):
+    model = trained_eigen_model(**EXPORT_CASES[case])
+    if model.config.eigenvalue_range is not None:  # the clip is active in at least one layer
+        assert any((a.psi.detach().square() > 0.3).any() for a in eigen_attentions(model))
+    exported = model.to_neutreno_vit()
+    assert type(exported) is NeuTRENOViTForImageClassification and not exported.training
+    config = exported.config
+    assert type(config) is NeuTRENOViTConfig and config.model_type == "neutreno_vit"
+    for field in ("neutreno_lambda", "neutreno_layers", "qkv_bias", "num_hidden_layers", "id2label"):
+        assert getattr(config, field) == getattr(model.config, field), field
+    assert not {"spectrum_sign", "eigenvalue_range", "eigen_layers", "eigenvalue_init"} & set(config.to_dict())
+    pixel_values = torch.randn(3, 3, 16, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(exported(pixel_values).logits, model(pixel_values).logits, atol=1e-5, rtol=0)
+    for layer, source in zip(exported.vit.layers, model.vit.layers):
+        if isinstance(source.attention, EigenViTAttention):
+            np.testing.assert_allclose(head_products(layer.attention), reference_H(source.attention), atol=1e-5)
+            torch.testing.assert_close(layer.attention.o_proj.bias, source.attention.output_bias, atol=0, rtol=0)
+            if config.qkv_bias:
+                assert torch.count_nonzero(layer.attention.v_proj.bias) == 0
+        else:
+            for name, weight in source.attention.state_dict().items():
+                torch.testing.assert_close(layer.attention.state_dict()[name], weight, atol=0, rtol=0)
+
+
+def test_backbone_exports_to_the_neutreno_vit_backbone():
+    model = trained_eigen_model(EigenViTModel, neutreno_lambda=0.6)
+    exported = model.to_neutreno_vit()
+    assert type(exported).__name__ == "NeuTRENOViTModel"
+    pixel_values = torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        expected, got = model(pixel_values), exported(pixel_values)
+    torch.testing.assert_close(got.last_hidden_state, expected.last_hidden_state, atol=1e-5, rtol=0)
+    torch.testing.assert_close(got.pooler_output, expected.pooler_output, atol=1e-5, rtol=0)
 
 
 # --- checkpoints and training ------------------------------------------------------------------------------------
@@ -414,6 +512,7 @@ def test_fresh_process_loads_the_checkpoint_with_remote_code(tmp_path):
             assert "hf_neutreno" not in type(model).__module__
             with torch.no_grad():
                 torch.save(model(pixels).logits, f"fresh_logits_{i}.pt")
+                torch.save(model.to_neutreno_vit()(pixels).logits, f"exported_logits_{i}.pt")  # the export, too
         print(model.config.id2label[1], type(AutoModel.from_pretrained("ckpt", trust_remote_code=True)).__name__)
         """,
         tmp_path,
@@ -421,10 +520,35 @@ def test_fresh_process_loads_the_checkpoint_with_remote_code(tmp_path):
     assert out.split() == ["dog", "EigenViTModel"]
     for i in range(2):
         assert torch.equal(torch.load(tmp_path / f"fresh_logits_{i}.pt"), logits)
+        torch.testing.assert_close(torch.load(tmp_path / f"exported_logits_{i}.pt"), logits, atol=1e-5, rtol=0)
     # in this process (package installed) the registered classes load it, with Θ, ψ not re-initialised
     reloaded = EigenViTForImageClassification.from_pretrained(tmp_path / "ckpt").eval()
     with torch.no_grad():
         assert torch.equal(reloaded(pixel_values).logits, logits)
+
+
+def test_exported_model_is_a_neutreno_vit_checkpoint_that_loads_with_remote_code(tmp_path):
+    model = trained_eigen_model(eigen_layers=[1], neutreno_lambda=0.6)
+    pixel_values = torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        logits = model(pixel_values).logits
+    model.to_neutreno_vit().save_pretrained(tmp_path / "ckpt")
+    torch.save(pixel_values, tmp_path / "pixels.pt")
+    saved = sorted(p.name for p in (tmp_path / "ckpt").glob("*.py"))
+    assert saved == ["configuration_neutreno_vit.py", "modeling_neutreno_vit.py", "neutreno_common.py"]
+    out = run_fresh(
+        """
+        import torch
+        from transformers import AutoModelForImageClassification
+        model = AutoModelForImageClassification.from_pretrained("ckpt", trust_remote_code=True).eval()
+        with torch.no_grad():
+            torch.save(model(torch.load("pixels.pt")).logits, "fresh_logits.pt")
+        print(type(model).__name__, model.config.neutreno_lambda)
+        """,
+        tmp_path,
+    )
+    assert out.split() == ["NeuTRENOViTForImageClassification", "0.6"]
+    torch.testing.assert_close(torch.load(tmp_path / "fresh_logits.pt"), logits, atol=1e-5, rtol=0)
 
 
 def test_trainer_on_cifar10_subset_lowers_the_loss(data_dir, tmp_path):

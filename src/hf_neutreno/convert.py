@@ -1,4 +1,5 @@
-"""Turn pretrained native `transformers` checkpoints into NeuTRENO models (the paper's "NeuTRENO adaptation").
+"""Turn pretrained native `transformers` checkpoints into NeuTRENO models (the paper's "NeuTRENO adaptation"), and
+NeuTRENO ViTs that compute a plain ViT back into native ones.
 
 Every weight is carried over; with ``neutreno_lambda=0`` the converted model computes exactly what the source did,
 so fine-tuning starts from the pretrained function and only the NeuTRENO term is new.
@@ -8,9 +9,12 @@ import os
 
 import torch
 from transformers import PreTrainedModel
+from transformers.utils import logging
 
 from .models.configuration_neutreno_vit import NeuTRENOViTConfig
 from .models.modeling_neutreno_vit import NeuTRENOViTForImageClassification
+
+logger = logging.get_logger(__name__)
 
 # --- ViT / DeiT -> NeuTRENO ViT ---------------------------------------------------------------------------------
 
@@ -88,6 +92,79 @@ def vit_to_neutreno(
         )
     dtype = next(source.parameters()).dtype
     return target.to(dtype=dtype).train(source.training)
+
+
+# --- NeuTRENO ViT -> ViT / DeiT ---------------------------------------------------------------------------------
+
+# NeuTRENO ViT options the native ViT does not compute: (field, the value it needs, what the option does).
+_NATIVE_VIT_NEEDS = (
+    ("symmetric_attention", False, "keys replace queries, W_Q = W_K"),
+    ("featscale", False, "FeatScale after each attention output"),
+    ("attention_kernel", "softmax", "kernel attention"),
+    ("pooling", "cls", "the image representation is the mean of the patch tokens"),
+)
+
+
+def neutreno_to_vit(model) -> PreTrainedModel:
+    """A NeuTRENO ViT that computes a plain ViT, as the native `transformers` model: no remote code needed to load it.
+
+    `NeuTRENOViTForImageClassification` becomes `ViTForImageClassification` and `NeuTRENOViTModel` becomes `ViTModel`
+    (`DeiTForImageClassification` / `DeiTModel` with `use_distillation_token`), every weight carried over, with the
+    same outputs. The backbone's pooler is the identity (`pooler_act="linear"`), so `pooler_output` stays the CLS
+    token. An EigenViT is exported with `to_neutreno_vit()` first. Only models without the NeuTRENO term convert
+    (λ = 0, or no layer in `neutreno_layers`); symmetric attention, FeatScale, the linear kernel and mean pooling
+    raise `ValueError`. Stochastic depth (`drop_path_rate`) acts only in training and the native ViT has none: it is
+    dropped, with a warning.
+    """
+    from transformers import DeiTConfig, DeiTForImageClassification, DeiTModel, ViTConfig, ViTForImageClassification
+    from transformers import ViTModel
+
+    if hasattr(model, "to_neutreno_vit"):  # an EigenViT: its eigen layers become plain v_proj / o_proj
+        model = model.to_neutreno_vit()
+    kind = type(model).__name__
+    if kind not in ("NeuTRENOViTForImageClassification", "NeuTRENOViTModel"):
+        raise ValueError(
+            f"neutreno_to_vit converts NeuTRENOViTForImageClassification, NeuTRENOViTModel or an EigenViT, got {kind}."
+        )
+    config = model.config
+    with_term = [i for i, layer in enumerate(model.base_model.layers) if layer.attention.neutreno_lambda != 0]
+    if with_term:
+        raise ValueError(
+            f"`neutreno_lambda={config.neutreno_lambda}` adds the NeuTRENO term in layers {with_term}, which the "
+            "native ViT does not compute; only `neutreno_lambda=0` or `neutreno_layers=[]` converts."
+        )
+    for field, needed, meaning in _NATIVE_VIT_NEEDS:
+        if getattr(config, field) != needed:
+            raise ValueError(
+                f"This NeuTRENO ViT has `{field}={getattr(config, field)!r}` ({meaning}), which the native ViT does "
+                f"not compute; only `{field}={needed!r}` converts."
+            )
+    if config.drop_path_rate > 0:
+        logger.warning(
+            f"`drop_path_rate={config.drop_path_rate}` is dropped: the native ViT has no stochastic depth. The "
+            "converted model computes the same function in evaluation; fine-tuning it trains without stochastic depth."
+        )
+
+    if config.use_distillation_token:
+        config_class, backbone_class, classifier_class = DeiTConfig, DeiTModel, DeiTForImageClassification
+    else:
+        config_class, backbone_class, classifier_class = ViTConfig, ViTModel, ViTForImageClassification
+    backbone = kind == "NeuTRENOViTModel"
+    fields = {name: getattr(config, name) for name in _VIT_FIELDS}
+    if backbone:  # an identity pooler: `pooler_output` stays the CLS token
+        fields.update(pooler_output_size=config.hidden_size, pooler_act="linear")
+    native_config = config_class(**fields)
+    native_config._attn_implementation = config._attn_implementation
+    target = (backbone_class if backbone else classifier_class)(native_config)
+    state = model.state_dict()
+    if backbone:
+        state["pooler.dense.weight"] = torch.eye(config.hidden_size)
+        state["pooler.dense.bias"] = torch.zeros(config.hidden_size)
+    else:  # `vit.` -> `deit.` for DeiT
+        state = {target.base_model_prefix + k[len("vit") :] if k.startswith("vit.") else k: v for k, v in state.items()}
+    target.load_state_dict(state, strict=True)
+    weight = next(model.parameters())
+    return target.to(device=weight.device, dtype=weight.dtype).train(model.training)
 
 
 # --- GPT-2 -> NeuTRENO GPT -------------------------------------------------------------------------------------

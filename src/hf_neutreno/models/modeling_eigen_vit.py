@@ -8,7 +8,9 @@ whether the layer smooths or sharpens. Here each head's H_h is a symmetric eigen
     Λ_h = −ψ_h²  or  +ψ_h²      ("negative": ViT⁻, sharpening; "positive": ViT⁺, smoothing), optionally clipped
     W_V^h = V_h,  W_O^h = diag(Λ_h) V_hᵀ,   so  H_h = V_h diag(Λ_h) V_hᵀ
 
-Everything else (embeddings, blocks, MLP, heads, the NeuTRENO term) is the NeuTRENO ViT's, reused as it is.
+Everything else (embeddings, blocks, MLP, heads, the NeuTRENO term) is the NeuTRENO ViT's, reused as it is. Each
+forward makes the value and output weights from Θ, ψ (one batched QR per layer) and stores nothing; for inference
+without the QR, `to_neutreno_vit()` exports the same function as a NeuTRENO ViT whose `v_proj` / `o_proj` hold them.
 
 This file travels with every checkpoint (``trust_remote_code``): it imports only torch, transformers and siblings.
 """
@@ -18,14 +20,11 @@ import math
 
 import torch
 from torch import nn
-from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from transformers import initialization as init
-from transformers.processing_utils import Unpack
-from transformers.utils import TransformersKwargs
 
 from .configuration_eigen_vit import EigenViTConfig
-from .neutreno_common import neutreno_residual
+from .configuration_neutreno_vit import NeuTRENOViTConfig
 from .modeling_neutreno_vit import (
     NeuTRENOViTAttention,
     NeuTRENOViTForImageClassification,
@@ -33,18 +32,7 @@ from .modeling_neutreno_vit import (
     NeuTRENOViTModel,
     NeuTRENOViTPreTrainedModel,
 )
-
-# Fused optimizers (`AdamW(fused=True)`) update parameters without bumping `tensor._version`, so the eval-mode cache
-# also keys on a global count of optimizer steps.
-_optimizer_steps = 0
-
-
-def _count_optimizer_step(optimizer, args, kwargs) -> None:
-    global _optimizer_steps
-    _optimizer_steps += 1
-
-
-register_optimizer_step_post_hook(_count_optimizer_step)
+from .neutreno_common import neutreno_linear
 
 
 def orthonormal_basis(theta: torch.Tensor) -> torch.Tensor:
@@ -63,17 +51,12 @@ def orthonormal_basis(theta: torch.Tensor) -> torch.Tensor:
 class EigenViTAttention(NeuTRENOViTAttention):
     """Self-attention whose value and output projections are ``V_h`` and ``diag(Λ_h) V_hᵀ`` per head.
 
-    Queries, keys, the attention backends and the NeuTRENO term are the NeuTRENO ViT attention's; only
-    `project_values` / `project_output` change. Parameters: `theta` (heads, hidden, head_dim), `psi`
-    (heads, head_dim) and `output_bias` (hidden). There is no value bias: A is row-stochastic, so a value bias would
-    only add the same row to every token, which `output_bias` already represents. The output bias shifts every token
-    by the same vector and leaves the linear map ``X ↦ A X H_h`` (whose spectrum is constrained) untouched.
-
-    The eigenbasis (one batched QR over heads) is recomputed on every training-mode forward and on every forward
-    that may need gradients for Θ, ψ. Other eval-mode forwards (under `torch.no_grad` / `inference_mode`, or with Θ, ψ
-    frozen) reuse a cached one until Θ or ψ change: the cache keys on the parameters' identity, storage, `_version`
-    (optimizer steps and `load_state_dict` are in-place) and the global optimizer-step count, and `train()`/`eval()`
-    clear it. In-place edits through `param.data` are invisible to it: call `clear_eigenbasis_cache()` after those.
+    Queries, keys, the attention backends and the NeuTRENO term are the NeuTRENO ViT attention's; only the value and
+    output weights differ, made by `value_output_weights` once per forward. Parameters: `theta` (heads, hidden,
+    head_dim), `psi` (heads, head_dim) and `output_bias` (hidden). There is no value bias: A is row-stochastic, so a
+    value bias would only add the same row to every token, which `output_bias` already represents. The output bias
+    shifts every token by the same vector and leaves the linear map ``X ↦ A X H_h`` (whose spectrum is constrained)
+    untouched.
     """
 
     def __init__(self, config: EigenViTConfig, layer_idx: int):
@@ -85,8 +68,6 @@ class EigenViTAttention(NeuTRENOViTAttention):
         self.output_bias = nn.Parameter(torch.zeros(config.hidden_size))
         self.sign = -1.0 if config.spectrum_sign == "negative" else 1.0
         self.eigenvalue_range = None if config.eigenvalue_range is None else tuple(config.eigenvalue_range)
-        self._eigenbasis_cache: tuple[tuple, tuple[torch.Tensor, torch.Tensor]] | None = None
-        self._projections: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def eigenvalues(self) -> torch.Tensor:
         """Λ, (heads, head_dim): ``±ψ²``, clipped to `eigenvalue_range` when set."""
@@ -104,64 +85,31 @@ class EigenViTAttention(NeuTRENOViTAttention):
         basis = self.eigenbasis()
         return (basis * self.eigenvalues().unsqueeze(1)) @ basis.transpose(1, 2)
 
-    def _compute_projections(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Merged value and output weights in `nn.Linear` layout: (heads·head_dim, hidden), (hidden, heads·head_dim)."""
-        basis = self.eigenbasis()
-        columns = basis.transpose(0, 1).reshape(basis.shape[1], -1)  # [V_1 | V_2 | ...], (hidden, heads·head_dim)
-        # Both contiguous in `nn.Linear` layout: QR returns column-major factors, and a transposed weight would send
-        # every matmul down a different (on some CPUs slower) GEMM path than the native model's.
-        return columns.t().contiguous(), (columns * self.eigenvalues().reshape(1, -1)).contiguous()
+    def value_output_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The merged value and output weights in `nn.Linear` layout, (heads·head_dim, hidden) and
+        (hidden, heads·head_dim): row h·head_dim + k of the first is column k of V_h, the second is its transpose
+        with each column scaled by Λ_hk."""
+        value_weight = self.eigenbasis().transpose(1, 2).reshape(-1, self.theta.shape[1])  # QR's Q is column-major:
+        # this is a view. Both weights are contiguous like `nn.Linear`'s, so the matmuls take the native model's path.
+        return value_weight, (value_weight * self.eigenvalues().reshape(-1, 1)).t().contiguous()
 
-    def projections(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The value and output weights, from the eval-mode cache when no gradient can flow to Θ, ψ."""
-        needs_grad = torch.is_grad_enabled() and (self.theta.requires_grad or self.psi.requires_grad)
-        if self.training or needs_grad or torch.compiler.is_compiling():
-            return self._compute_projections()
-        key = (_optimizer_steps,) + tuple(
-            (id(p), p.data_ptr(), p._version, p.dtype, p.device) for p in (self.theta, self.psi)
-        )
-        if self._eigenbasis_cache is None or self._eigenbasis_cache[0] != key:
-            # Ordinary tensors even inside `inference_mode`, so a later grad-enabled forward can still use them.
-            with torch.inference_mode(False), torch.no_grad():
-                value_weight, output_weight = self._compute_projections()
-            self._eigenbasis_cache = (key, (value_weight, output_weight))
-        return self._eigenbasis_cache[1]
-
-    def clear_eigenbasis_cache(self) -> None:
-        self._eigenbasis_cache = None
-
-    def train(self, mode: bool = True):
-        self.clear_eigenbasis_cache()
-        return super().train(mode)
-
-    def forward(
-        self,
-        hidden_states: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        first_layer_values: torch.Tensor | None = None,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-        # One QR per forward, shared by `project_values` and `project_output`.
-        self._projections = self.projections()
-        try:
-            return super().forward(hidden_states, attention_mask, first_layer_values, **kwargs)
-        finally:
-            self._projections = None
-
-    def project_values(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        value_weight, _ = self._projections if self._projections is not None else self.projections()
-        return nn.functional.linear(hidden_states, value_weight)
+    def project_values(self, hidden_states: torch.Tensor, weights) -> torch.Tensor:
+        return nn.functional.linear(hidden_states, weights[0])
 
     def project_output(
-        self, attn_output: torch.Tensor, values: torch.Tensor, first_layer_values: torch.Tensor | None
+        self, attn_output: torch.Tensor, values: torch.Tensor, first_layer_values: torch.Tensor | None, weights
     ) -> torch.Tensor:
-        _, output_weight = self._projections if self._projections is not None else self.projections()
-        attn_output = neutreno_residual(attn_output, values, first_layer_values, self.neutreno_lambda)
-        return nn.functional.linear(attn_output, output_weight, self.output_bias)
+        return neutreno_linear(
+            weights[1], self.output_bias, attn_output, values, first_layer_values, self.neutreno_lambda
+        )
 
     def extra_repr(self) -> str:
         clip = "" if self.eigenvalue_range is None else f", eigenvalue_range={list(self.eigenvalue_range)}"
         return f"heads={self.num_heads}, head_dim={self.head_dim}, sign={'-' if self.sign < 0 else '+'}{clip}"
+
+
+# Config fields that only EigenViT has: what `to_neutreno_vit` leaves out.
+_EIGEN_FIELDS = EigenViTConfig.__dataclass_fields__.keys() - NeuTRENOViTConfig.__dataclass_fields__.keys()
 
 
 class EigenViTPreTrainedModel(NeuTRENOViTPreTrainedModel):
@@ -170,6 +118,36 @@ class EigenViTPreTrainedModel(NeuTRENOViTPreTrainedModel):
         "AutoModel": "EigenViTModel",
         "AutoModelForImageClassification": "EigenViTForImageClassification",
     }
+    _neutreno_vit_class: type[NeuTRENOViTPreTrainedModel]  # what `to_neutreno_vit` returns
+
+    @torch.no_grad()
+    def to_neutreno_vit(self) -> NeuTRENOViTPreTrainedModel:
+        """The same function as a NeuTRENO ViT (`NeuTRENOViTModel` / `NeuTRENOViTForImageClassification`): inference
+        without the per-forward QR, and a checkpoint any NeuTRENO ViT tooling reads.
+
+        Each eigen layer's `v_proj` gets V (bias 0) and `o_proj` diag(Λ) Vᵀ (bias `output_bias`), merged over heads;
+        every other weight, the config (minus the eigen fields) and the NeuTRENO λ and layers are carried over. The
+        export no longer constrains the spectrum if it is trained further.
+        """
+        fields = self.config.to_dict()
+        for name in (*_EIGEN_FIELDS, "model_type", "auto_map", "architectures", "transformers_version"):
+            fields.pop(name, None)
+        config = NeuTRENOViTConfig(**fields)
+        config._attn_implementation = self.config._attn_implementation
+        state = self.state_dict()
+        for name, module in self.named_modules():
+            if isinstance(module, EigenViTAttention):
+                value_weight, output_weight = module.value_output_weights()
+                del state[f"{name}.theta"], state[f"{name}.psi"]
+                state[f"{name}.v_proj.weight"] = value_weight
+                if config.qkv_bias:
+                    state[f"{name}.v_proj.bias"] = value_weight.new_zeros(value_weight.shape[0])
+                state[f"{name}.o_proj.weight"] = output_weight
+                state[f"{name}.o_proj.bias"] = state.pop(f"{name}.output_bias")
+        model = self._neutreno_vit_class(config)
+        model.load_state_dict(state)
+        weight = next(self.parameters())
+        return model.to(device=weight.device, dtype=weight.dtype).train(self.training)
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
@@ -187,6 +165,8 @@ class EigenViTPreTrainedModel(NeuTRENOViTPreTrainedModel):
 class EigenViTModel(EigenViTPreTrainedModel, NeuTRENOViTModel):
     """The NeuTRENO ViT backbone whose layers in `config.eigen_layers` (default: all) use `EigenViTAttention`."""
 
+    _neutreno_vit_class = NeuTRENOViTModel
+
     def _make_layers(self, config: EigenViTConfig) -> list[nn.Module]:
         return [
             NeuTRENOViTLayer(config, i, attention=EigenViTAttention(config, i) if config.is_eigen_layer(i) else None)
@@ -198,6 +178,7 @@ class EigenViTForImageClassification(EigenViTPreTrainedModel, NeuTRENOViTForImag
     """EigenViT with a linear head on the pooled representation (CLS token or mean of patches)."""
 
     _base_model_class = EigenViTModel
+    _neutreno_vit_class = NeuTRENOViTForImageClassification
 
 
 __all__ = [

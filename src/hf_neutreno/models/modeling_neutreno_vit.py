@@ -155,12 +155,20 @@ class NeuTRENOViTAttention(nn.Module):
             self.featscale_low = nn.Parameter(torch.zeros(config.hidden_size))
             self.featscale_high = nn.Parameter(torch.zeros(config.hidden_size))
 
-    def project_values(self, hidden_states: torch.Tensor) -> torch.Tensor:
+    def value_output_weights(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The value and output weights handed to `project_values` and `project_output`, made once per forward.
+
+        None here: those call the `v_proj` / `o_proj` modules (so wrappers such as LoRA apply). EigenViT builds its
+        weights from Θ, ψ.
+        """
+        return None
+
+    def project_values(self, hidden_states: torch.Tensor, weights) -> torch.Tensor:
         """Values with merged heads, (batch, tokens, heads * head_dim): the V of ``λ (V_0 − V)``."""
         return self.v_proj(hidden_states)
 
     def project_output(
-        self, attn_output: torch.Tensor, values: torch.Tensor, first_layer_values: torch.Tensor | None
+        self, attn_output: torch.Tensor, values: torch.Tensor, first_layer_values: torch.Tensor | None, weights
     ) -> torch.Tensor:
         """The output projection of ``A V + λ (V_0 − V)`` (merged heads)."""
         return neutreno_projection(self.o_proj, attn_output, values, first_layer_values, self.neutreno_lambda)
@@ -181,7 +189,8 @@ class NeuTRENOViTAttention(nn.Module):
             if self.config.symmetric_attention
             else self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
         )
-        values = self.project_values(hidden_states)
+        weights = self.value_output_weights()
+        values = self.project_values(hidden_states, weights)
         value_states = values.view(hidden_shape).transpose(1, 2)
 
         if self.config.attention_kernel == "linear":
@@ -200,7 +209,7 @@ class NeuTRENOViTAttention(nn.Module):
             scaling=self.scaling,
             **kwargs,
         )
-        attn_output = self.project_output(attn_output.reshape(*input_shape, -1), values, first_layer_values)
+        attn_output = self.project_output(attn_output.reshape(*input_shape, -1), values, first_layer_values, weights)
 
         if self.config.featscale:
             mean = attn_output.mean(dim=1, keepdim=True)

@@ -54,15 +54,41 @@ def neutreno_projection(
     the attention kernels keep anyway: the term then costs no activation memory (one (batch, tokens, hidden) tensor
     per layer otherwise). This needs a plain `nn.Linear`; wrapped projections (LoRA, quantised) take the plain path.
     """
-    if first_layer_values is None or neutreno_lambda == 0:
-        return linear(attn_output)
-    if type(linear) is nn.Linear and torch.is_grad_enabled() and _any_requires_grad(
-        attn_output, value_states, first_layer_values, linear.weight
+    if type(linear) is nn.Linear and _recompute_in_backward(
+        attn_output, value_states, first_layer_values, neutreno_lambda, linear.weight
     ):
         return _NeuTRENOLinear.apply(
             attn_output, value_states, first_layer_values, linear.weight, linear.bias, float(neutreno_lambda)
         )
     return linear(neutreno_residual(attn_output, value_states, first_layer_values, neutreno_lambda))
+
+
+def neutreno_linear(
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    attn_output: torch.Tensor,
+    value_states: torch.Tensor,
+    first_layer_values: torch.Tensor | None,
+    neutreno_lambda: float,
+) -> torch.Tensor:
+    """`neutreno_projection` with the weights given as tensors (EigenViT computes its output weight in each forward),
+    with the same memory saving in training."""
+    if _recompute_in_backward(attn_output, value_states, first_layer_values, neutreno_lambda, weight):
+        return _NeuTRENOLinear.apply(
+            attn_output, value_states, first_layer_values, weight, bias, float(neutreno_lambda)
+        )
+    inputs = neutreno_residual(attn_output, value_states, first_layer_values, neutreno_lambda)
+    return nn.functional.linear(inputs, weight, bias)
+
+
+def _recompute_in_backward(attn_output, value_states, first_layer_values, neutreno_lambda, weight) -> bool:
+    """The term is on and autograd records it: recompute the projection's input in backward instead of keeping it."""
+    return (
+        first_layer_values is not None
+        and neutreno_lambda != 0
+        and torch.is_grad_enabled()
+        and _any_requires_grad(attn_output, value_states, first_layer_values, weight)
+    )
 
 
 def _any_requires_grad(*tensors: torch.Tensor) -> bool:
