@@ -11,7 +11,8 @@ import sys
 # name: (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "compare": ("hf_neutreno.compare", "Train a baseline and a NeuTRENO model side by side; table, plot, models."),
-    "push": ("hf_neutreno.hub", "Push a saved model with its code, processor and model card to the Hugging Face Hub."),
+    "push": ("hf_neutreno.commands.push",
+             "Push a saved model with its code, processor and model card to the Hugging Face Hub."),
     "evaluate-lm": ("hf_neutreno.lm_eval", "Perplexity of a causal LM: the paper's sliding window and blocks."),
     "diagnose": ("hf_neutreno.diagnostics.cli", "Measure over-smoothing of a model, per layer, on a dataset."),
 }
