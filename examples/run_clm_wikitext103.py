@@ -35,14 +35,13 @@ from transformers import (
     AutoTokenizer,
     DataCollatorForLanguageModeling,
     HfArgumentParser,
-    Trainer,
     TrainingArguments,
 )
 
 import hf_neutreno  # noqa: F401  (registers the NeuTRENO classes with the Auto API)
 from hf_neutreno import NeuTRENOGPTConfig, NeuTRENOGPTForCausalLM, recipes
 from hf_neutreno.convert import gpt2_to_neutreno
-from hf_neutreno.hub import prepare_trainer_push, push_trainer_model
+from hf_neutreno.hub import HubTrainer, prepare_trainer_push
 from hf_neutreno.lm_eval import PROTOCOLS, evaluate_lm
 from hf_neutreno.text_data import group_into_blocks, load_wikitext, token_stream, train_word_tokenizer
 
@@ -140,7 +139,7 @@ def main(argv: list[str] | None = None) -> dict:
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     # --push_to_hub: fail now, not after training, if the Hub cannot take the push; we push once at the end.
-    hub_repo_id = prepare_trainer_push(training_args)
+    push = prepare_trainer_push(training_args)
 
     raw = load_wikitext(data_args.dataset_name, data_args.dataset_config_name)
     tokenizer = build_tokenizer(model_args, raw["train"])
@@ -160,7 +159,7 @@ def main(argv: list[str] | None = None) -> dict:
             num_blocks = min(len(eval_blocks), max(1, data_args.max_eval_tokens // block_size))
             eval_blocks = eval_blocks.select(range(num_blocks))
 
-    trainer = Trainer(
+    trainer = HubTrainer(
         model=model,
         args=training_args,
         train_dataset=train_blocks,
@@ -190,17 +189,17 @@ def main(argv: list[str] | None = None) -> dict:
     trainer.log_metrics("final", metrics)
     trainer.save_metrics("final", metrics)
 
-    if hub_repo_id:
+    if push:
         # Weights, code, tokenizer and a model card with the test perplexities, in one commit.
         split = "test" if "test" in data_args.eval_splits else (data_args.eval_splits or [None])[-1]
         results = {f"{protocol} perplexity": metrics[f"{split}_{protocol}_perplexity"]
                    for protocol in data_args.final_eval_protocols} if split else None
         from_preset = model_args.model_name_or_path in NeuTRENOGPTConfig.presets
         base_model = None if from_preset else model_args.model_name_or_path
-        push_trainer_model(trainer, hub_repo_id, dataset=data_args.dataset_name,
-                           dataset_config=data_args.dataset_config_name, dataset_split=split, results=results,
-                           base_model=None if base_model is None or os.path.exists(base_model) else base_model,
-                           training={"context": block_size})
+        trainer.push_to_hub(dataset=data_args.dataset_name, dataset_config=data_args.dataset_config_name,
+                            dataset_split=split, results=results,
+                            base_model=None if base_model is None or os.path.exists(base_model) else base_model,
+                            training={"context": block_size})
     return metrics
 
 

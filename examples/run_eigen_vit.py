@@ -24,13 +24,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from transformers import Trainer, TrainingArguments, ViTImageProcessorPil
+from transformers import TrainingArguments, ViTImageProcessorPil
 
 from hf_neutreno import recipes
 from hf_neutreno.corruptions import CORRUPTIONS, check_corruption
 from hf_neutreno.data import get_split, image_and_label_columns, load_image_dataset, subset
 from hf_neutreno.diagnostics import spectral_dominance
-from hf_neutreno.hub import check_hub_access, push_trainer_model
+from hf_neutreno.hub import HubTrainer, create_repo
 
 VARIANTS = ("vit", "vit+", "vit-")
 
@@ -98,13 +98,13 @@ HUB_SUFFIXES = {"vit": "vit", "vit+": "vit-plus", "vit-": "vit-minus"}
 
 
 def hub_repo_ids(args) -> dict[str, str]:
-    """The repository each variant is pushed to; checked (offline mode, login, valid ids) before any training."""
+    """The repository each variant is pushed to; created before any training (offline mode, login, valid ids)."""
     if not args.push_to_hub:
         return {}
     prefix = args.hub_model_id or Path(args.output_dir).absolute().name
     repo_ids = {variant: f"{prefix}-{HUB_SUFFIXES[variant]}" for variant in args.variants}
     for repo_id in repo_ids.values():
-        check_hub_access(repo_id, args.hub_token)
+        create_repo(repo_id, token=args.hub_token, private=args.hub_private_repo)
     return repo_ids
 
 
@@ -148,10 +148,11 @@ def main(argv=None) -> dict:
                 lr_scheduler_type="cosine", label_smoothing_factor=args.label_smoothing, bf16=args.bf16,
                 logging_steps=max(1, args.max_steps // 10) if args.max_steps > 0 else 50, save_strategy="no",
                 report_to=[], remove_unused_columns=False, dataloader_num_workers=args.num_workers, seed=args.seed,
-                hub_private_repo=args.hub_private_repo, hub_token=args.hub_token,  # read by push_trainer_model
+                hub_model_id=repo_ids.get(variant), hub_private_repo=args.hub_private_repo,
+                hub_token=args.hub_token,  # read by trainer.push_to_hub
             )
-            trainer = Trainer(model=model, args=training_args, train_dataset=train.with_transform(train_transform),
-                              data_collator=recipes.collate_images, processing_class=processor)
+            trainer = HubTrainer(model=model, args=training_args, train_dataset=train.with_transform(train_transform),
+                                 data_collator=recipes.collate_images, processing_class=processor)
             trainer.train()
             if fraction != largest:
                 clean = recipes.accuracy(model, processor(test_images, return_tensors="pt")["pixel_values"],
@@ -177,9 +178,9 @@ def main(argv=None) -> dict:
             if variant in repo_ids:
                 robustness = {f"accuracy_severity_{r['severity']}": r["accuracy"] for r in results["robustness"]
                               if r["variant"] == variant and r["severity"] > 0}
-                push_trainer_model(trainer, repo_ids[variant], dataset=args.dataset, dataset_config=args.dataset_config,
-                                   dataset_split=args.eval_split, results={"accuracy": clean, **robustness},
-                                   training={"training images": len(train), "variant": variant})
+                trainer.push_to_hub(dataset=args.dataset, dataset_config=args.dataset_config,
+                                    dataset_split=args.eval_split, results={"accuracy": clean, **robustness},
+                                    training={"training images": len(train), "variant": variant})
 
     (output_dir / "results.json").write_text(json.dumps(results, indent=2))
     (output_dir / "results.md").write_text(markdown(results, args))

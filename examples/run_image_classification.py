@@ -38,7 +38,7 @@ from transformers.image_utils import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForImageClassification, recipes
 from hf_neutreno.convert import vit_to_neutreno
 from hf_neutreno.data import get_split, image_and_label_columns, label_names, load_image_dataset, subset
-from hf_neutreno.hub import prepare_trainer_push, push_trainer_model
+from hf_neutreno.hub import HubTrainer, ModelCardMixin, prepare_trainer_push
 from hf_neutreno.recipes import (
     MixupCutmix,
     MixupTrainer,
@@ -50,6 +50,10 @@ from hf_neutreno.recipes import (
 )
 
 logger = logging.getLogger(__name__)
+
+
+class MixupHubTrainer(ModelCardMixin, MixupTrainer):
+    """MixupTrainer whose `push_to_hub` publishes hf-neutreno's model card."""
 
 
 @dataclass
@@ -145,7 +149,7 @@ def main(argv: list[str] | None = None) -> tuple[dict, Trainer]:
     training_args.remove_unused_columns = False  # the transform needs the raw image column
     check_distributed_launch(training_args)
     # --push_to_hub: fail now, not after training, if the Hub cannot take the push; we push once at the end.
-    hub_repo_id = prepare_trainer_push(training_args)
+    push = prepare_trainer_push(training_args)
 
     dataset = load_image_dataset(data_args.dataset_name, data_args.dataset_config_name)
     image_column, label_column = image_and_label_columns(dataset)
@@ -175,9 +179,9 @@ def main(argv: list[str] | None = None) -> tuple[dict, Trainer]:
         # Label smoothing goes into Mixup's soft targets; the loss is a soft-target cross-entropy.
         mixup = MixupCutmix(len(labels), data_args.mixup_alpha, data_args.cutmix_alpha,
                             training_args.label_smoothing_factor)
-        trainer = MixupTrainer(**common, mixup=mixup, compute_loss_func=soft_target_cross_entropy)
+        trainer = MixupHubTrainer(**common, mixup=mixup, compute_loss_func=soft_target_cross_entropy)
     else:
-        trainer = Trainer(**common)
+        trainer = HubTrainer(**common)
 
     metrics = {}
     if training_args.do_train:
@@ -188,11 +192,11 @@ def main(argv: list[str] | None = None) -> tuple[dict, Trainer]:
     metrics.update(eval_metrics)
     trainer.log_metrics("all", metrics)
     trainer.save_metrics("all", metrics)
-    if hub_repo_id:
+    if push:
         # Weights, code, image processor and a model card with these results, in one commit.
-        push_trainer_model(trainer, hub_repo_id, dataset=data_args.dataset_name,
-                           dataset_config=data_args.dataset_config_name, dataset_split=eval_split,
-                           results=eval_metrics, base_model=_base_model(model_args.model_name_or_path))
+        trainer.push_to_hub(dataset=data_args.dataset_name, dataset_config=data_args.dataset_config_name,
+                            dataset_split=eval_split, results=eval_metrics,
+                            base_model=_base_model(model_args.model_name_or_path))
     return metrics, trainer
 
 

@@ -204,6 +204,26 @@ def test_text_compare_on_wikitext2_gives_the_perplexity_of_the_saved_models(data
         assert math.isfinite(entry["last_layer_cosine"])
 
 
+def test_library_entry_point_returns_what_it_writes_and_the_cli_shares_its_defaults(tmp_path):
+    """`run_comparison` (what `hf-neutreno compare` calls) returns results.json's content; the command's defaults are
+    `CompareSettings()`'s; the caller's settings and torch's thread count are left as they were."""
+    from hf_neutreno.cli import build_parser
+    from hf_neutreno.compare import CompareSettings, run_comparison
+
+    args = build_parser("compare").parse_args(["compare"])
+    assert CompareSettings(**{k: getattr(args, k) for k in vars(CompareSettings())}) == CompareSettings()
+    settings = CompareSettings(output_dir=str(tmp_path / "run"), max_steps=2, max_train_samples=64,
+                               max_eval_samples=32, probe_samples=8, no_progress=True)
+    threads = torch.get_num_threads()
+    results = run_comparison(settings)
+    assert results == json.loads((tmp_path / "run" / "results.json").read_text()) and results["complete"]
+    assert results["settings"]["learning_rate"] == 3e-3 and settings.learning_rate is None
+    assert torch.get_num_threads() == threads
+    with pytest.raises(ValueError, match="--probe-samples must be at least 1"):
+        run_comparison(CompareSettings(output_dir=str(tmp_path / "bad"), probe_samples=0))
+    assert not (tmp_path / "bad").exists()
+
+
 @pytest.mark.parametrize("where", ["training", "saving"])
 def test_ctrl_c_leaves_only_complete_models_and_a_rerun_replaces_them(tmp_path, monkeypatch, capsys, where):
     """Ctrl-C in the neutreno variant: the finished baseline stays usable, nothing half-written remains."""

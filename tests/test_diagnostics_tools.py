@@ -29,7 +29,7 @@ from hf_neutreno.diagnostics import (
     measure_oversmoothing,
     plot_attention_maps,
 )
-from hf_neutreno.diagnostics import cli as diagnose_cli
+from hf_neutreno.commands import diagnose as diagnose_cli
 
 TINY = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64, image_size=32,
             patch_size=8)  # fmt: skip

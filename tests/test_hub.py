@@ -1,5 +1,6 @@
 """Publishing: the model card, the folder that is pushed, and pushes that fail cleanly (`hf_neutreno.hub`)."""
 
+import fnmatch
 import json
 import shutil
 import socket
@@ -9,19 +10,23 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+import matplotlib
 import pytest
 import torch
+import transformers
 from huggingface_hub import ModelCard
 from huggingface_hub import constants as hub_constants
 from huggingface_hub.errors import OfflineModeIsEnabled
 from PIL import Image
 from transformers import ViTImageProcessorPil
+from transformers.modelcard import extract_hyperparameters_from_trainer
 
 import hf_neutreno.hub as hub
 from examples_loader import load_example
 from fresh_process import make_local_hub_cache, run_fresh
 from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForImageClassification
 from hf_neutreno.cli import main as cli_main
+from hf_neutreno.diagnostics import OversmoothingReport
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 LABELS = {0: "t-shirt", 1: "trouser", 2: "pullover"}
@@ -31,22 +36,14 @@ TRAINER_METRICS = {"eval_loss": 0.61, "eval_accuracy": 0.8125, "eval_top5_accura
 COSINE = [0.21, 0.35, 0.42, 0.47]  # one per hidden state: embeddings + 3 blocks
 
 
-class FakeReport:
-    """Has the reading API of hf_neutreno.diagnostics.OversmoothingReport (`metrics`, `per_layer`, `layer_indices`):
-    hidden-state metrics from the embeddings (0) to block 3, attention metrics from block 1, NaN where undefined."""
-
+def measured_report() -> OversmoothingReport:
+    """Shaped as `measure_oversmoothing` returns it: hidden-state metrics from the embeddings (0) to block 3,
+    attention metrics from block 1, NaN where undefined."""
     values = {"cosine_similarity": COSINE, "hfc_lfc_ratio": [1.0, 0.8, 0.7, 0.6],
               "effective_rank": [9.0, 8.0, 7.0, 6.0], "attention_map_similarity": [float("nan"), 0.5, 0.6]}
-
-    @property
-    def metrics(self) -> list[str]:
-        return list(self.values)
-
-    def per_layer(self, metric: str) -> list[float]:
-        return list(self.values[metric])
-
-    def layer_indices(self, metric: str) -> list[int]:
-        return list(range(len(self.values[metric]))) if metric != "attention_map_similarity" else [1, 2, 3]
+    layers = {metric: [1, 2, 3] if metric == "attention_map_similarity" else [0, 1, 2, 3] for metric in values}
+    return OversmoothingReport(values=values, layers=layers, counts={m: [8] * len(v) for m, v in layers.items()},
+                               num_samples=8, model_name="tiny")
 
 
 def tiny_model() -> NeuTRENOViTForImageClassification:
@@ -71,7 +68,8 @@ def private_tmp(tmp_path, monkeypatch):
 
 
 class FakeHubApi:
-    """Records what a push would do: `whoami`, `create_repo`, and the files of each `upload_folder` call."""
+    """Records what a push would do: `create_repo`, and the files of each `upload_folder` call (top-level files, less
+    `ignore_patterns`, as Trainer.push_to_hub passes them)."""
 
     calls: list = []
     fail_upload = False
@@ -79,17 +77,14 @@ class FakeHubApi:
     def __init__(self, token=None, **_):
         self.token = token
 
-    def whoami(self):
-        FakeHubApi.calls.append(("whoami",))
-        return {"name": "neutreno-tests"}
-
     def create_repo(self, repo_id, private=None, exist_ok=False, **_):
         FakeHubApi.calls.append(("create_repo", repo_id, private))
         return type("RepoUrl", (), {"repo_id": repo_id})()
 
-    def upload_folder(self, *, repo_id, folder_path, commit_message=None, **_):
+    def upload_folder(self, *, repo_id, folder_path, commit_message=None, ignore_patterns=(), **_):
         folder = Path(folder_path)
-        files = {p.name: p.read_bytes() for p in folder.iterdir()}
+        files = {p.name: p.read_bytes() for p in folder.iterdir()
+                 if p.is_file() and not any(fnmatch.fnmatch(p.name, pattern) for pattern in ignore_patterns)}
         FakeHubApi.calls.append(("upload_folder", repo_id, folder, files))
         if FakeHubApi.fail_upload:
             raise ConnectionError("connection reset during upload")
@@ -98,16 +93,25 @@ class FakeHubApi:
 
 @pytest.fixture
 def fake_hub(monkeypatch):
+    """Both ways to the Hub: `hf_neutreno.hub` (huggingface_hub's HfApi) and Trainer (transformers' `hf_api()`)."""
     FakeHubApi.calls, FakeHubApi.fail_upload = [], False
     monkeypatch.setattr(hub, "HfApi", FakeHubApi)
+    monkeypatch.setattr(transformers.utils.hub, "_hf_api", FakeHubApi())
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
     monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", False)
     return FakeHubApi
 
 
+@pytest.fixture
+def offline(monkeypatch):
+    """huggingface_hub's offline mode, as it reads it: the environment at import, kept in its constants."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", True)
+
+
 def test_card_parses_and_carries_metrics_tags_curve_and_citations(tmp_path):
     card = hub.model_card(tiny_model(), repo_id=REPO_ID, dataset="zalando-datasets/fashion_mnist",
-                          results=TRAINER_METRICS, oversmoothing=FakeReport(), training={"learning rate": 2e-3})
+                          results=TRAINER_METRICS, oversmoothing=measured_report(), training={"learning rate": 2e-3})
     card.save(tmp_path / "README.md")
     loaded = ModelCard.load(tmp_path / "README.md")  # what the Hub and users read back
 
@@ -124,9 +128,11 @@ def test_card_parses_and_carries_metrics_tags_curve_and_citations(tmp_path):
     assert "@inproceedings{nguyen2023mitigating" in text and "2312.00751" in text
     assert "@article{dovonon2024setting" in text and "2401.04301" in text
     assert f'AutoModelForImageClassification.from_pretrained("{REPO_ID}", trust_remote_code=True)' in text
-    # The curve, one row per hidden state, the card's metrics (hf_neutreno.hub.CARD_METRICS) out of the report's.
+    # The curve, one row per hidden state, the card's metrics (hf_neutreno.hub.CARD_METRICS) out of the report's:
+    # the report's own Markdown table, not a copy of it.
     assert "| hidden state | cosine_similarity | hfc_lfc_ratio |" in text
     assert "| 0 (embeddings) | 0.2100 | 1.0000 |" in text and "| 3 | 0.4700 | 0.6000 |" in text
+    assert measured_report().markdown_table(["cosine_similarity", "hfc_lfc_ratio"]) in text
     # The paper's numbers are there, and marked as the paper's.
     assert "the paper's numbers (not this checkpoint's)" in text and "| NeuTRENO DeiT-tiny | 73.01 | 91.56 |" in text
     assert "- learning rate: 0.002" in text
@@ -134,10 +140,34 @@ def test_card_parses_and_carries_metrics_tags_curve_and_citations(tmp_path):
 
 def test_card_table_aligns_metrics_by_layer_index():
     """Attention metrics start at block 1 and may be NaN: the table keys every value by its layer index."""
-    curves = hub.oversmoothing_curves(FakeReport())
-    assert list(curves) == ["cosine_similarity", "hfc_lfc_ratio"]
-    table = hub._oversmoothing_table({**curves, "attention_map_similarity": {1: float("nan"), 2: 0.5, 3: 0.6}})
+    table = measured_report().markdown_table(["cosine_similarity", "hfc_lfc_ratio", "attention_map_similarity"])
+    assert table.splitlines()[:2] == ["| hidden state | cosine_similarity | hfc_lfc_ratio | attention_map_similarity |",
+                                      "|---|---|---|---|"]
     assert "| 0 (embeddings) | 0.2100 | 1.0000 |  |" in table and "| 1 | 0.3500 | 0.8000 | n/a |" in table
+    assert "| 3 | 0.4700 | 0.6000 | 0.6000 |" in table and len(table.splitlines()) == 2 + 4
+
+
+def test_bare_values_become_a_report():
+    """A dict {metric: [value per hidden state]} or one list of cosines is read as a report (layer i at index i)."""
+    report = hub.oversmoothing_report({"cosine_similarity": COSINE, "effective_rank": [9, 8, 7, 6]})
+    assert isinstance(report, OversmoothingReport) and report.layer_indices("effective_rank") == [0, 1, 2, 3]
+    assert report.per_layer("cosine_similarity") == COSINE and report.num_samples == 0
+    assert hub.oversmoothing_report(COSINE).values == {"cosine_similarity": COSINE}
+    report = measured_report()
+    assert hub.oversmoothing_report(report) is report
+
+
+def test_card_plot_leaves_the_matplotlib_backend_alone(tmp_path):
+    """Drawing the card's plot must not switch the user's backend (it draws on a Figure with the Agg canvas)."""
+    before = matplotlib.get_backend()
+    matplotlib.use("svg")
+    try:
+        hub.write_card(tmp_path, tiny_model(), oversmoothing=measured_report())
+        assert matplotlib.get_backend() == "svg"
+    finally:
+        matplotlib.use(before)
+    with Image.open(tmp_path / hub.OVERSMOOTHING_PLOT) as image:
+        assert image.format == "PNG"
 
 
 @pytest.mark.parametrize("template", sorted(set(hub.CARD_TEMPLATES.values())))
@@ -159,7 +189,7 @@ def test_every_template_renders_a_card_that_parses(template, tmp_path):
 def test_pushed_folder_loads_by_repo_id_in_a_fresh_process(tmp_path):
     model = tiny_model()
     folder = hub.save_for_hub(tmp_path / "upload", model, processor(), dataset="zalando-datasets/fashion_mnist",
-                              results={"accuracy": 0.8125}, oversmoothing=FakeReport(), repo_id=REPO_ID)
+                              results={"accuracy": 0.8125}, oversmoothing=measured_report(), repo_id=REPO_ID)
     files = {p.name for p in folder.iterdir()}
     assert {"config.json", "model.safetensors", "configuration_neutreno_vit.py", "modeling_neutreno_vit.py",
             "neutreno_common.py", "preprocessor_config.json", "README.md", hub.OVERSMOOTHING_PLOT} <= files
@@ -208,8 +238,7 @@ def test_save_for_hub_leaves_nothing_half_written(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["occupied"]  # no folder, no staging leftovers
 
 
-def test_push_offline_fails_clearly_before_writing_anything(private_tmp, monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+def test_push_offline_fails_clearly_before_writing_anything(private_tmp, offline, monkeypatch):
     calls = []
     monkeypatch.setattr(hub, "HfApi", lambda *a, **k: calls.append(a) or pytest.fail("no Hub client offline"))
     with pytest.raises(OfflineModeIsEnabled, match="offline mode \\(HF_HUB_OFFLINE=1\\). Nothing was written"):
@@ -237,9 +266,9 @@ def test_push_uploads_the_prepared_folder_in_one_commit_and_cleans_up(fake_hub, 
                              results={"accuracy": 0.8125})
     assert commit == "commit-info"
     names = [call[0] for call in fake_hub.calls]
-    assert names == ["whoami", "create_repo", "upload_folder"]  # checked, then created, then ONE commit
-    assert fake_hub.calls[1] == ("create_repo", REPO_ID, True)
-    uploaded = fake_hub.calls[2][3]
+    assert names == ["create_repo", "upload_folder"]  # created (the first request: it fails fast), then ONE commit
+    assert fake_hub.calls[0] == ("create_repo", REPO_ID, True)
+    uploaded = fake_hub.calls[1][3]
     reference = hub.save_for_hub(tmp_path / "reference", model, processor(), dataset="zalando-datasets/fashion_mnist",
                                  results={"accuracy": 0.8125}, repo_id=REPO_ID)
     assert set(uploaded) == {p.name for p in reference.iterdir()}  # exactly what save_for_hub writes
@@ -270,7 +299,7 @@ def example_args(data_dir: Path, output_dir: Path) -> list[str]:
 
 
 def test_example_push_to_hub_publishes_model_code_processor_and_card(data_dir, tmp_path, fake_hub):
-    metrics, _ = load_example("run_image_classification").main(example_args(data_dir, tmp_path / "run"))
+    metrics, trainer = load_example("run_image_classification").main(example_args(data_dir, tmp_path / "run"))
     uploads = [call for call in fake_hub.calls if call[0] == "upload_folder"]
     assert len(uploads) == 1 and uploads[0][1] == REPO_ID  # Trainer pushed nothing during training
     files = uploads[0][3]
@@ -279,7 +308,11 @@ def test_example_push_to_hub_publishes_model_code_processor_and_card(data_dir, t
     card = uploaded_card(files, tmp_path)
     accuracy = next(r for r in card.data.eval_results if r.metric_type == "accuracy")
     assert accuracy.metric_value == metrics["eval_accuracy"] and accuracy.dataset_name == "fashion_mnist"
-    assert "- steps: 2" in card.text and "- global batch size: 32" in card.text
+    # The hyper-parameters are transformers' own reading of the Trainer.
+    hyperparameters = extract_hyperparameters_from_trainer(trainer)
+    assert hyperparameters["training_steps"] == 2 and hyperparameters["train_batch_size"] == 32
+    for key, value in hyperparameters.items():
+        assert f"- {key}: {value}\n" in card.text
 
 
 def lm_example_args(data_dir: Path, output_dir: Path) -> list[str]:
@@ -317,8 +350,7 @@ def eigen_example_args(data_dir: Path, output_dir: Path) -> list[str]:
 @pytest.mark.parametrize("script, make_args", [("run_image_classification", example_args),
                                                ("run_clm_wikitext103", lm_example_args),
                                                ("run_eigen_vit", eigen_example_args)])
-def test_example_push_to_hub_offline_stops_before_training(script, make_args, data_dir, tmp_path, monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+def test_example_push_to_hub_offline_stops_before_training(script, make_args, data_dir, tmp_path, offline):
     with pytest.raises(OfflineModeIsEnabled, match="Nothing was written"):
         load_example(script).main(make_args(data_dir, tmp_path / "run"))
     assert not (tmp_path / "run").exists()

@@ -615,7 +615,7 @@ def test_trainer_on_wikitext2_beats_the_unigram_perplexity(data_dir, tmp_path):
 
     report = tmp_path / "eval.json"
     assert cli(["evaluate-lm", str(saved), "--dataset", str(data_dir / "wikitext-2-v1"), "--split", "validation",
-                "--max_tokens", str(eval_tokens), "--device", "cpu", "--output", str(report)]) == 0
+                "--max-tokens", str(eval_tokens), "--device", "cpu", "--output", str(report)]) == 0
     results = json.loads(report.read_text())["results"]["validation"]
     for protocol in ("sliding", "blocks"):
         assert results[protocol]["num_tokens"] == eval_tokens - 1

@@ -1,7 +1,9 @@
 """Perplexity of a causal language model on a token stream, with the paper's sliding window and with blocks.
 
-    hf-neutreno evaluate-lm runs/neutreno-wt103 --dataset Salesforce/wikitext --dataset_config wikitext-103-v1 \
-        --split validation test --context_length 256
+    from hf_neutreno.lm_eval import evaluate_lm
+    results = evaluate_lm(model, token_ids, context_length=256)    # {"sliding": LMEvalResult, "blocks": ...}
+
+`hf-neutreno evaluate-lm` (`hf_neutreno.commands.evaluate_lm`) runs it on a saved model and a WikiText split.
 
 Both protocols score every token of the stream except the first, each exactly once, so their token counts are equal
 and their perplexities comparable:
@@ -17,11 +19,8 @@ Works for any `transformers` causal LM whose logits are (log-)scores over the vo
 adaptive softmax) or a native model such as `GPT2LMHeadModel`.
 """
 
-import argparse
 import inspect
-import json
 import math
-import sys
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
@@ -181,60 +180,6 @@ def evaluate_lm(
     if "blocks" in protocols:
         results["blocks"] = block_eval(model, token_ids, context_length, block_batch_size, progress)
     return results
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", help="Checkpoint folder or Hub id of a causal LM saved with its tokenizer.")
-    parser.add_argument("--dataset", default="Salesforce/wikitext", help="Hub dataset or local Parquet folder.")
-    parser.add_argument("--dataset_config", default="wikitext-103-v1", help="Hub configuration (ignored for folders).")
-    parser.add_argument("--split", nargs="+", default=["validation", "test"], help="Splits to evaluate.")
-    parser.add_argument("--context_length", type=int, default=None, help="Window / block length (default: the "
-                        "model's max_position_embeddings; use the training context).")
-    parser.add_argument("--protocol", nargs="+", choices=PROTOCOLS, default=list(PROTOCOLS))
-    parser.add_argument("--batch_size", type=int, default=32, help="Sliding windows per forward.")
-    parser.add_argument("--block_batch_size", type=int, default=1, help="Blocks per forward.")
-    parser.add_argument("--max_tokens", type=int, default=None, help="Evaluate only the first N tokens of a split.")
-    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available).")
-    parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
-    parser.add_argument("--trust_remote_code", action="store_true", help="Allow code saved with the checkpoint.")
-    parser.add_argument("--output", default=None, help="Also write the results as JSON to this file.")
-
-
-def run(args: argparse.Namespace) -> int:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from .text_data import load_wikitext, token_stream  # importing hf_neutreno registered the NeuTRENO classes
-
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    model = AutoModelForCausalLM.from_pretrained(
-        args.model, dtype=getattr(torch, args.dtype), trust_remote_code=args.trust_remote_code
-    ).to(device)
-    tokenizer = AutoTokenizer.from_pretrained(args.model, trust_remote_code=args.trust_remote_code)
-    dataset = load_wikitext(args.dataset, args.dataset_config)
-    report = {"model": args.model, "dataset": args.dataset, "results": {}}
-    for split in args.split:
-        if split not in dataset:
-            raise ValueError(f"Unknown split {split!r}; the dataset has {sorted(dataset)}.")
-        stream = token_stream(dataset[split], tokenizer, max_tokens=args.max_tokens)
-        results = evaluate_lm(
-            model,
-            stream,
-            args.context_length,
-            tuple(args.protocol),
-            sliding_batch_size=args.batch_size,
-            block_batch_size=args.block_batch_size,
-            progress=sys.stderr.isatty(),
-        )
-        report["results"][split] = {name: result.to_dict() for name, result in results.items()}
-        for name, result in results.items():
-            print(
-                f"{split:>10} {name:>7}: perplexity {result.perplexity:10.3f}  loss {result.loss:.4f}  "
-                f"tokens {result.num_tokens}  context {result.context_length}"
-            )
-    if args.output:
-        with open(args.output, "w") as f:
-            json.dump(report, f, indent=2)
-    return 0
 
 
 __all__ = [

@@ -64,6 +64,12 @@ class OversmoothingReport:
         if metric not in self.values:
             raise ValueError(f"Metric {metric!r} is not in this report; it has {self.metrics}.")
 
+    def _chosen(self, metrics: Sequence[str] | None) -> list[str]:
+        """`metrics` (checked), or all of the report's."""
+        for metric in metrics if metrics is not None else ():
+            self._check(metric)
+        return list(metrics) if metrics is not None else self.metrics
+
     def per_layer(self, metric: str) -> list[float]:
         """One value per measured layer (see `layer_indices` for the indices)."""
         self._check(metric)
@@ -99,6 +105,23 @@ class OversmoothingReport:
             )
         except KeyError as error:
             raise ValueError(f"Not an over-smoothing report: the field {error} is missing.") from None
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Sequence[float]], model_name: str | None = None) -> "OversmoothingReport":
+        """A report from bare per-layer values, ``{metric: [value per hidden state]}`` (layer i at index i, 0 = the
+        embeddings). How many samples the values average is not known: `counts` stays empty, `num_samples` 0."""
+        checked = {}
+        for metric, per_layer in values.items():
+            try:
+                checked[str(metric)] = [float(value) for value in per_layer]
+            except (TypeError, ValueError):  # not a list of numbers
+                checked[str(metric)] = []
+            if not checked[str(metric)] or isinstance(per_layer, str):
+                raise ValueError(f"`values[{metric!r}]` has no per-layer values: not a non-empty list of numbers "
+                                 f"({per_layer!r:.60}).")
+        values = checked
+        layers = {metric: list(range(len(per_layer))) for metric, per_layer in values.items()}
+        return cls(values=values, layers=layers, counts={}, num_samples=0, model_name=model_name)
 
     @classmethod
     def from_json(cls, path_or_text: str | os.PathLike) -> "OversmoothingReport":
@@ -154,6 +177,22 @@ class OversmoothingReport:
             lines.append("")
         return "\n".join(lines).rstrip() + "\n"
 
+    def markdown_table(self, metrics: Sequence[str] | None = None) -> str:
+        """A Markdown table, as a model card shows it: one row per layer, one column per metric (default: all);
+        `n/a` where a value is undefined (NaN), empty where a metric has no value for a layer."""
+        metrics = self._chosen(metrics)
+        columns = [dict(zip(self.layers[metric], self.values[metric])) for metric in metrics]
+
+        def cell(column: dict[int, float], layer: int) -> str:
+            value = column.get(layer)
+            return "" if value is None else "n/a" if math.isnan(value) else f"{value:.4f}"
+
+        lines = ["| hidden state | " + " | ".join(metrics) + " |", "|---|" + "---|" * len(metrics)]
+        for layer in sorted(set().union(*columns)):
+            name = "0 (embeddings)" if layer == 0 else str(layer)
+            lines.append(f"| {name} | " + " | ".join(cell(column, layer) for column in columns) + " |")
+        return "\n".join(lines)
+
     def plot(
         self,
         path: str | os.PathLike,
@@ -169,9 +208,7 @@ class OversmoothingReport:
         """
         reports = [self, *([others] if isinstance(others, OversmoothingReport) else others)]
         labels = _labels(reports, labels)
-        metrics = list(metrics) if metrics is not None else self.metrics
-        for metric in metrics:
-            self._check(metric)
+        metrics = self._chosen(metrics)
         columns = min(len(metrics), 3)
         rows = math.ceil(len(metrics) / columns)
         figure = _figure(figsize=(4.2 * columns, 3.3 * rows), layout="constrained")

@@ -1,6 +1,6 @@
 """Measure over-smoothing of a model on a dataset: per-layer token similarity, HFC/LFC, rank, J(u), ...
 
-    hf-neutreno diagnose ./my-neutreno-deit --dataset ../shared/data/cifar10 --out report.json --plot report.png
+    hf-neutreno diagnose ./my-neutreno-deit --dataset uoft-cs/cifar10 --out report.json --plot report.png
     hf-neutreno diagnose gpt2 --dataset Salesforce/wikitext --dataset-config wikitext-2-v1 --metrics cosine_similarity
 
 MODEL_OR_DIR is a Hub name or a local folder with the model and its image processor or tokenizer. Image datasets
@@ -10,9 +10,9 @@ through its tokenizer, with padding per batch (excluded from every metric). The 
 
 import argparse
 import math
-import sys
 
-from .metrics import DEFAULT_METRICS, METRICS, check_metrics
+from ..diagnostics.metrics import DEFAULT_METRICS, METRICS, check_metrics
+from . import check_model_folder
 
 DEFAULT_SPLITS = ("test", "validation", "train")
 
@@ -140,24 +140,16 @@ def _dataset(args):
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        return _run(args)
-    except (ValueError, OSError) as error:
-        print(f"hf-neutreno diagnose: error: {error}", file=sys.stderr)
-        return 2
-
-
-def _run(args: argparse.Namespace) -> int:
     import torch
 
-    from .oversmoothing import measure_oversmoothing
-    from .report import OversmoothingReport
+    from ..diagnostics import OversmoothingReport, measure_oversmoothing
 
     # Cheap checks first: a typo should not cost a model download.
     metrics = check_metrics(args.metrics) if args.metrics is not None else None
     for name, value in (("--num-samples", args.num_samples), ("--batch-size", args.batch_size)):
         if value < 1:
             raise ValueError(f"`{name}` must be at least 1, got {value}.")
+    check_model_folder(args.model, "MODEL_OR_DIR")
     others = [OversmoothingReport.from_json(path) for path in args.compare]
 
     data, split, image_column = _dataset(args)

@@ -1,0 +1,131 @@
+"""`hf-neutreno` as a user meets it: every subcommand answers a bad argument or a missing file with ONE line on
+stderr, `hf-neutreno COMMAND: error: ...`, and exit status 2, never a traceback; flags are kebab-case; help and error
+texts name Hub datasets, not this machine's folders."""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from transformers import ViTImageProcessorPil
+
+import hf_neutreno
+from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForImageClassification
+from hf_neutreno.cli import SUBCOMMANDS, main
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("model")
+    config = NeuTRENOViTConfig(hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=16,
+                               image_size=8, patch_size=4, neutreno_lambda=0.6)  # fmt: skip
+    NeuTRENOViTForImageClassification(config).save_pretrained(folder)
+    ViTImageProcessorPil(size={"height": 8, "width": 8}).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def text_dir(tmp_path_factory) -> Path:
+    """A WikiText-shaped Parquet folder (a `text` column per split), read in a moment."""
+    folder = tmp_path_factory.mktemp("text")
+    for split in ("validation", "test"):
+        pq.write_table(pa.table({"text": [" a b c \n", " d e f \n"]}), folder / f"{split}-00000-of-00001.parquet")
+    return folder
+
+
+def cases(model_dir: Path, text_dir: Path, tmp: Path) -> dict[str, list[tuple[list[str], str]]]:
+    """Per subcommand: (arguments, a part of the expected message) for a bad argument and for missing files.
+    Flag values that pass argparse but not the command's own checks, and files that are not there."""
+    missing = str(tmp / "missing")
+    return {
+        "compare": [
+            (["--batch-size", "0", "--output-dir", str(tmp / "out")], "--batch-size must be at least 1"),
+            (["--dataset", missing, "--output-dir", str(tmp / "out")], "does not exist"),
+        ],
+        "diagnose": [
+            ([str(model_dir), "--dataset", str(text_dir), "--num-samples", "0"], "`--num-samples` must be at least 1"),
+            ([str(model_dir), "--dataset", missing], "does not exist"),
+            ([missing, "--dataset", str(text_dir)], f"MODEL_OR_DIR {missing!r}: no such folder"),
+            ([str(model_dir), "--dataset", str(text_dir), "--compare", missing + ".json"], "No such file"),
+        ],
+        "evaluate-lm": [
+            ([str(model_dir), "--dataset", str(text_dir), "--context-length", "0"],
+             "--context-length must be at least 1"),
+            ([str(model_dir), "--dataset", str(text_dir), "--split", "train"], "Unknown split 'train'"),
+            ([missing, "--dataset", str(text_dir)], f"MODEL {missing!r}: no such folder"),
+            ([str(model_dir), "--dataset", missing], "does not exist"),
+        ],
+        "push": [
+            ([str(model_dir), "me/model", "--results", missing + ".json", "--dataset", "x"], "No such file"),
+            ([missing, "me/model"], "has no config.json"),
+            ([str(model_dir), "me/model", "--oversmoothing", str(model_dir / "config.json")],
+             "has no per-layer values"),
+            ([str(model_dir), "me/model"], "offline mode (HF_HUB_OFFLINE=1)"),  # a traceback until now
+        ],
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("command", list(SUBCOMMANDS))
+def test_user_errors_are_one_line_and_exit_2(command, model_dir, text_dir, tmp_path, capsys, monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # as the tests run: `push` fails offline
+    for argv, expected in cases(model_dir, text_dir, tmp_path)[command]:
+        assert main([command, *argv]) == 2, argv
+        err = capsys.readouterr().err
+        # Progress bars (loading a dataset or model) may come before; the error is one line, the last.
+        errors = [line for line in err.splitlines() if "error" in line.lower() or "Traceback" in line]
+        assert len(errors) == 1 and errors[0].startswith(f"hf-neutreno {command}: error: "), err
+        assert errors[0] == err.strip().splitlines()[-1] and expected in errors[0], (argv, err)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("command", list(SUBCOMMANDS))
+def test_argparse_errors_are_one_line_and_exit_2(command, capsys):
+    """argparse's own errors (here a missing argument or an unknown flag) are one line too, without the usage."""
+    assert main([command, "--no-such-flag", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"hf-neutreno {command}: error: "), err
+    assert err[0].endswith(f"(see `hf-neutreno {command} --help`)")
+
+
+def test_the_console_script_exits_2_with_one_line(model_dir, tmp_path):
+    """The installed entry point, in a fresh process: no traceback reaches the user."""
+    script = shutil.which("hf-neutreno", path=str(Path(sys.executable).parent))
+    assert script, "the console script is installed next to the interpreter (pip install -e .)"
+    src = str(Path(hf_neutreno.__file__).resolve().parents[1])  # the code under test, wherever it is installed
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": src}
+    proc = subprocess.run([script, "push", str(model_dir), "me/model"], capture_output=True, text=True, env=env,
+                          timeout=300)  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "hf-neutreno push: error: Cannot push to 'me/model': the Hugging Face Hub is in offline mode "
+        "(HF_HUB_OFFLINE=1). Nothing was written, locally or on the Hub. Unset HF_HUB_OFFLINE to push, or write the "
+        "folder with `hf_neutreno.hub.save_for_hub(folder, ...)` and upload it later with `hf upload REPO_ID FOLDER`."
+    ]
+
+
+def test_an_unexpected_error_keeps_its_traceback(monkeypatch):
+    """A bug is not a user error: it is not turned into one line."""
+    from hf_neutreno.commands import push
+
+    def broken(args):
+        raise KeyError("bug")
+
+    monkeypatch.setattr(push, "run", broken)
+    with pytest.raises(KeyError, match="bug"):
+        main(["push", "model", "me/model"])
+
+
+@pytest.mark.parametrize("command", list(SUBCOMMANDS))
+def test_flags_are_kebab_case_and_help_names_no_local_folder(command, capsys):
+    assert main([command, "--help"]) == 0
+    text = capsys.readouterr().out
+    flags = set(re.findall(r"--[\w-]+", text))
+    assert "--dataset" in flags and not [flag for flag in flags if "_" in flag], flags
+    assert "shared/data" not in text
