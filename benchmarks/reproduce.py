@@ -26,7 +26,9 @@ scale, for a GPU; `benchmarks/run_all.py --budget gpu` runs a GPU tier that fits
 Without `--data` the datasets come from the Hub (uoft-cs/cifar10, Salesforce/wikitext). Every budget field is also a
 flag (`--epochs 5 --train-samples 10000 ...`). Each trained model is one "unit" whose result is cached as JSON under
 `<out>/units/`, so an interrupted run resumes where it stopped (units recorded under a different budget are
-recomputed; changing only the seed lists keeps them). `--render` only re-renders the markdown from the JSON there.
+recomputed; changing only the seed lists keeps them). A unit in progress checkpoints after every epoch (LM: every
+curve point) under `<out>/checkpoints/`, and a rerun continues it from there with the same result as an uninterrupted
+run. `--render` only re-renders the markdown from the JSON there.
 """
 
 import argparse
@@ -36,8 +38,8 @@ import json
 import math
 import multiprocessing
 import os
+import shutil
 import sys
-import tempfile
 import time
 import traceback
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -220,11 +222,14 @@ def run_unit(unit: dict, budget: Budget, out: Path, data: str | None = None, bf1
     name = unit_name(unit)
     print(f"[{time.strftime('%H:%M:%S')}] {name}: start (load {os.getloadavg()[0]:.1f})", flush=True)
     start, load = time.perf_counter(), os.getloadavg()[0]
-    with tempfile.TemporaryDirectory() as work_dir:  # Trainer's output_dir; nothing is kept
-        run = run_lm if unit["kind"] == "lm" else run_cifar
-        result = run(**{k: v for k, v in unit.items() if k != "kind"}, budget=budget, work_dir=work_dir, data=data,
-                     bf16=bf16)
-    seconds = time.perf_counter() - start
+    # Trainer's output_dir: a checkpoint after every epoch (CIFAR) or curve point (LM), so that a unit cut off with
+    # its session resumes where it stopped, with the same result as an uninterrupted run; removed when it is done.
+    work_dir = out / "checkpoints" / name
+    run = run_lm if unit["kind"] == "lm" else run_cifar
+    result = run(**{k: v for k, v in unit.items() if k != "kind"}, budget=budget, work_dir=str(work_dir), data=data,
+                 bf16=bf16)
+    shutil.rmtree(work_dir, ignore_errors=True)
+    seconds = time.perf_counter() - start + result.pop("seconds_before_resume", 0.0)
     result.update(unit=unit, budget=dataclasses.asdict(budget), seconds=seconds,
                   load_average=[load, os.getloadavg()[0]], threads=torch.get_num_threads())
     path = out / "units" / f"{name}.json"
@@ -282,15 +287,50 @@ def build_vit(variant: str, seed: int, labels: list[str], budget: Budget):
     return model
 
 
-class EpochAccuracy(TrainerCallback):
-    """Appends {epoch, step, accuracy} on the fixed test images to `curve` at the end of every epoch."""
+class CurvePoints(TrainerCallback):
+    """Learning-curve points go into `state.log_history`, which every checkpoint saves, as {"curve": point,
+    "seconds": time since the unit started, summed over the sessions that resumed it}."""
 
-    def __init__(self, curve: list, pixel_values: torch.Tensor, labels: torch.Tensor):
-        self.curve, self.pixel_values, self.labels = curve, pixel_values, labels
+    def __init__(self):
+        self.start, self.before = time.perf_counter(), 0.0
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        points = [entry for entry in state.log_history if "curve" in entry]  # from the checkpoint, if resumed
+        self.before = points[-1]["seconds"] if points else 0.0
+
+    def add(self, state, point: dict) -> None:
+        state.log_history.append({"curve": point, "seconds": self.before + time.perf_counter() - self.start})
+
+
+def train_resumably(trainer, work_dir: str) -> tuple:
+    """`trainer.train()`, resumed from the last checkpoint in `work_dir` if a cut-off run left one. Returns the
+    train output, the mean training loss over all steps, the curve points and the seconds earlier sessions spent.
+    The Trainer must log its loss when it saves, so that the logs kept in a checkpoint cover every step before it."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    checkpoint = get_last_checkpoint(work_dir) if os.path.isdir(work_dir) else None
+    trained = trainer.train(resume_from_checkpoint=checkpoint)
+    resumed_at = int(checkpoint.rsplit("-", 1)[1]) if checkpoint else 0
+    # Trainer's training_loss averages this session's steps only; the earlier sessions' are in the logs.
+    earlier, logged = 0.0, 0
+    for entry in trainer.state.log_history:
+        if "loss" in entry and entry["step"] <= resumed_at:
+            earlier, logged = earlier + entry["loss"] * (entry["step"] - logged), entry["step"]
+    loss = (earlier + trained.training_loss * (trained.global_step - resumed_at)) / trained.global_step
+    callback = next(c for c in trainer.callback_handler.callbacks if isinstance(c, CurvePoints))
+    return trained, loss, [entry["curve"] for entry in trainer.state.log_history if "curve" in entry], callback.before
+
+
+class EpochAccuracy(CurvePoints):
+    """A curve point {epoch, step, accuracy} on the fixed test images at the end of every epoch."""
+
+    def __init__(self, pixel_values: torch.Tensor, labels: torch.Tensor):
+        super().__init__()
+        self.pixel_values, self.labels = pixel_values, labels
 
     def on_epoch_end(self, args, state, control, model=None, **kwargs):
-        self.curve.append({"epoch": round(state.epoch, 4), "step": state.global_step,
-                           "accuracy": recipes.accuracy(model, self.pixel_values, self.labels)})
+        self.add(state, {"epoch": round(state.epoch, 4), "step": state.global_step,
+                         "accuracy": recipes.accuracy(model, self.pixel_values, self.labels)})
         model.train()
 
 
@@ -332,18 +372,17 @@ def run_cifar(variant: str, fraction: float, seed: int, budget: Budget, work_dir
     recipe = {**recipes.POSTER_CIFAR_TRAINING, "num_train_epochs": budget.epochs,
               "per_device_train_batch_size": budget.batch_size}
     args = TrainingArguments(
-        output_dir=work_dir, **recipe, seed=seed, bf16=bf16, save_strategy="no", report_to=[],
-        remove_unused_columns=False, disable_tqdm=True, logging_steps=10,
+        output_dir=work_dir, **recipe, seed=seed, bf16=bf16, save_strategy="epoch", save_total_limit=1,
+        logging_strategy="epoch", report_to=[], remove_unused_columns=False, disable_tqdm=True,
     )
     transform = recipes.image_transform(processor(), "img", "label", augment=True,
                                         crop_padding=recipes.CIFAR_CROP_PADDING)
     # The learning curve (models on all the data): test accuracy after every epoch; the last point is the result.
-    curve = [] if fraction == 1.0 else None
-    callbacks = [] if curve is None else [EpochAccuracy(curve, pixel_values, targets)]
+    callback = EpochAccuracy(pixel_values, targets) if fraction == 1.0 else CurvePoints()
     trainer = Trainer(model=model, args=args, train_dataset=train.with_transform(transform),
-                      data_collator=recipes.collate_images, callbacks=callbacks)
-    trained = trainer.train()
-    result.update(steps=trained.global_step, train_loss=trained.training_loss,
+                      data_collator=recipes.collate_images, callbacks=[callback])
+    trained, loss, curve, result["seconds_before_resume"] = train_resumably(trainer, work_dir)
+    result.update(steps=trained.global_step, train_loss=loss,
                   train_seconds=trained.metrics["train_runtime"])
     if curve and curve[-1]["step"] == trained.global_step:
         result["accuracy"], result["curve"] = curve[-1]["accuracy"], curve
@@ -391,16 +430,18 @@ def run_lm(variant: str, seed: int, budget: Budget, work_dir: str, data: str | N
     schedule = {**recipes.PAPER_LM_TRAINING, "max_steps": budget.lm_steps, "seed": seed,
                 "per_device_train_batch_size": budget.lm_batch_size, "learning_rate": budget.lm_learning_rate,
                 "warmup_steps": budget.lm_warmup_steps}
-    args = TrainingArguments(output_dir=work_dir, **schedule, bf16=bf16, save_strategy="no", report_to=[],
-                             disable_tqdm=True, logging_steps=max(1, budget.lm_steps // 10))
-    curve = []  # the learning curve: validation block perplexity every `lm_eval_steps` steps
-    callbacks = [StepPerplexity(curve, streams["validation"][: budget.lm_curve_tokens], context,
-                                budget.lm_eval_steps)] if budget.lm_eval_steps else []
-    trainer = Trainer(model=model, args=args, train_dataset=blocks, callbacks=callbacks,
+    every = budget.lm_eval_steps or budget.lm_steps
+    args = TrainingArguments(output_dir=work_dir, **schedule, bf16=bf16, save_strategy="steps", save_steps=every,
+                             save_total_limit=1, logging_steps=every, report_to=[], disable_tqdm=True)
+    # The learning curve: validation block perplexity every `lm_eval_steps` steps.
+    callback = StepPerplexity(streams["validation"][: budget.lm_curve_tokens], context,
+                              budget.lm_eval_steps) if budget.lm_eval_steps else CurvePoints()
+    trainer = Trainer(model=model, args=args, train_dataset=blocks, callbacks=[callback],
                       data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False))
-    trained = trainer.train()
+    trained, loss, curve, seconds_before_resume = train_resumably(trainer, work_dir)
     config = model.config
-    result = {"steps": trained.global_step, "train_loss": trained.training_loss, "parameters": model.num_parameters(),
+    result = {"steps": trained.global_step, "train_loss": loss, "parameters": model.num_parameters(),
+              "seconds_before_resume": seconds_before_resume,
               "train_tokens": trained.global_step * budget.lm_batch_size * context, "vocab_size": len(tokenizer),
               "train_seconds": trained.metrics["train_runtime"], "context": context,
               "shape": {k: getattr(config, k) for k in ("hidden_size", "num_hidden_layers", "num_attention_heads",
@@ -415,12 +456,13 @@ def run_lm(variant: str, seed: int, budget: Budget, work_dir: str, data: str | N
     return result
 
 
-class StepPerplexity(TrainerCallback):
-    """Appends {step, tokens, perplexity} (non-overlapping blocks of `stream`) to `curve` every `every` steps and
-    at the last step."""
+class StepPerplexity(CurvePoints):
+    """A curve point {step, tokens, perplexity} (non-overlapping blocks of `stream`) every `every` steps and at the
+    last step."""
 
-    def __init__(self, curve: list, stream: torch.Tensor, context: int, every: int):
-        self.curve, self.stream, self.context, self.every = curve, stream, context, every
+    def __init__(self, stream: torch.Tensor, context: int, every: int):
+        super().__init__()
+        self.stream, self.context, self.every = stream, context, every
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         if state.global_step % self.every and state.global_step != state.max_steps:
@@ -428,7 +470,7 @@ class StepPerplexity(TrainerCallback):
         from hf_neutreno.lm_eval import block_eval
 
         result = block_eval(model, self.stream, self.context, batch_size=8)  # restores training mode
-        self.curve.append({"step": state.global_step, "tokens": result.num_tokens, "perplexity": result.perplexity})
+        self.add(state, {"step": state.global_step, "tokens": result.num_tokens, "perplexity": result.perplexity})
 
 
 def unigram_reference(out: Path, data: str | None) -> None:

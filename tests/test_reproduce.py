@@ -134,3 +134,36 @@ def test_hand_written_notes_are_kept_with_the_run(micro_run):
     (out / "notes.md").write_text("Nothing here is evidence.")
     text = stats.render(out, stats.aggregate(out))
     assert "## Reading these numbers\n\nNothing here is evidence." in text
+
+
+class _CutOff(Exception):
+    pass
+
+
+@pytest.mark.parametrize("unit", [{"kind": "cifar", "variant": "neutreno", "fraction": 1.0, "seed": 0},
+                                  {"kind": "lm", "variant": "neutreno", "seed": 0}], ids=["cifar", "lm"])
+def test_a_unit_cut_off_after_a_checkpoint_resumes_to_the_uninterrupted_result(unit, data_dir, tmp_path,
+                                                                               monkeypatch):
+    # Two checkpoints per unit: two epochs of two steps, or four LM steps with a curve point every two.
+    _, budget = reproduce.parse_args(MICRO + ["--epochs", "2", "--lm-steps", "4", "--lm-eval-steps", "2"])
+    name, data = reproduce.unit_name(unit), str(data_dir)
+    reproduce.run_unit(unit, budget, tmp_path / "whole", data)
+    assert not (tmp_path / "whole" / "checkpoints" / name).exists()  # removed once the unit is done
+
+    def cut_off(self, args, state, control, **kwargs):  # the session ends right after the first checkpoint
+        raise _CutOff
+
+    with monkeypatch.context() as patch:
+        patch.setattr(reproduce.CurvePoints, "on_save", cut_off, raising=False)
+        with pytest.raises(_CutOff):
+            reproduce.run_unit(unit, budget, tmp_path / "cut", data)
+    assert [p.name for p in (tmp_path / "cut" / "checkpoints" / name).glob("checkpoint-*")] == ["checkpoint-2"]
+    assert not (tmp_path / "cut" / "units" / f"{name}.json").exists()
+    reproduce.run_unit(unit, budget, tmp_path / "cut", data)
+
+    whole, resumed = ({k: v for k, v in json.loads((tmp_path / run / "units" / f"{name}.json").read_text()).items()
+                       if k not in ("seconds", "load_average", "train_seconds")} for run in ("whole", "cut"))
+    assert len(whole["curve"]) == 2 and resumed["curve"] == whole["curve"]
+    # The mean training loss, from the logs the checkpoint kept and the resumed session's: equal up to rounding.
+    assert resumed.pop("train_loss") == pytest.approx(whole.pop("train_loss"), rel=1e-6)
+    assert resumed == whole
