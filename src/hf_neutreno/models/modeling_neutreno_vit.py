@@ -456,7 +456,6 @@ class NeuTRENOViTMaskTransformer(NeuTRENOViTPreTrainedModel):
 
     def __init__(self, config: NeuTRENOViTConfig, encoder_hidden_size: int):
         super().__init__(config)
-        self.num_labels = config.num_labels
         self.proj_dec = nn.Linear(encoder_hidden_size, config.hidden_size)
         self.class_embeddings = nn.Parameter(torch.zeros(1, config.num_labels, config.hidden_size))
         self.layers = nn.ModuleList(NeuTRENOViTLayer(config, i) for i in range(config.num_hidden_layers))
