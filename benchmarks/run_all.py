@@ -5,10 +5,11 @@
     python benchmarks/run_all.py --docs docs             # the full size, for a GPU: bf16, the papers' budgets
     python benchmarks/run_all.py --render --out benchmarks/results --docs docs   # only re-render the pages
 
-Speed and memory (`bench_vit.py`, `bench_eigen_vit.py`, `bench_gpt.py`, `bench_diagnostics.py`) write one JSON each
-into --out; the reproductions (`reproduce.py`) write theirs into --out/reproduce. With --docs, the pages
-`benchmarks.md` (speed and memory, rendered here from the JSON, each table with its machine and command, each ratio
-checked against its target) and `results.md` (the reproductions, rendered by `reproduce.py`) are written there.
+Speed and memory (`bench_vit.py`, `bench_eigen_vit.py`, `bench_gpt.py`, `bench_diagnostics.py`,
+`bench_segmenter.py`) write one JSON each into --out; the reproductions (`reproduce.py`) write theirs into
+--out/reproduce. With --docs, the pages `benchmarks.md` (speed and memory, rendered here from the JSON, each table
+with its machine and command, each ratio checked against its target) and `results.md` (the reproductions, rendered
+by `reproduce.py`) are written there.
 A hand-written `notes.md` in --out is included in `benchmarks.md` as the reading of those numbers.
 """
 
@@ -29,6 +30,9 @@ BENCHMARKS = {
     "gpt": ("bench_gpt.py", ["--quick", "--shapes", "paper", "--scaling-contexts", "256", "1024", "--rounds", "3"],
             ["--dtype", "bf16", "--as-trained"]),
     "diagnostics": ("bench_diagnostics.py", ["--quick"], []),
+    # The issue's setting is a CPU one (512 px, batch 2): one thread and the process's CPU time at both sizes.
+    "segmenter": ("bench_segmenter.py", ["--quick", "--threads", "1", "--clock", "cpu"],
+                  ["--threads", "1", "--clock", "cpu"]),
 }
 # What each table is checked against (issues 2-5, 13): (row filter, column, comparison, target).
 TARGETS = {
@@ -44,6 +48,8 @@ TARGETS = {
             ({"shape": "gpt2-small"}, "generate throughput ratio", ">=", 0.95)],
     "gpt_scaling": [(None, "train throughput ratio", ">=", 0.97), (None, "total memory ratio", "<=", 1.03)],
     "diagnostics": [({"mode": "hidden"}, "× inference", "<=", 1.5)],
+    "segmenter": [(None, "throughput ratio", ">=", 0.97), (None, "total memory ratio", "<=", 1.03),
+                  (None, "step peak ratio", "<=", 1.03)],
 }
 SECTIONS = {  # JSON file -> (heading, what it measures)
     "vit": ("NeuTRENO ViT vs the native ViT (issue 2)",
@@ -71,6 +77,12 @@ SECTIONS = {  # JSON file -> (heading, what it measures)
                     "similarity, HFC/LFC, distance to rank one); `hidden+erank`: those and the effective rank, "
                     "measured only when asked for by name; `default`: the default metric set, attention metrics "
                     "included; `all`: every metric."),
+    "segmenter": ("NeuTRENO Segmenter vs the λ = 0 Segmenter (issue 11)",
+                  "The `segmenter-deit-tiny` preset (DeiT-tiny encoder, 2-block mask transformer, 150 classes) with "
+                  "λ = 0.6 in the encoder and in the decoder (its own V_0), against the same model and initial "
+                  "weights with λ = 0 in both. A training step is forward + loss on 512 × 512 labels + backward + "
+                  "SGD with momentum 0.9 (Segmenter's optimizer). `step peak` is the memory allocated during a step "
+                  "above what was allocated before it; `total` adds weights and momentum buffers."),
 }
 
 

@@ -4,7 +4,13 @@ Importing the package registers every config and model with the Auto classes and
 that `save_pretrained` and Trainer checkpoints carry their code and `auto_map`.
 """
 
-from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForImageClassification
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForCausalLM,
+    AutoModelForImageClassification,
+    AutoModelForSemanticSegmentation,
+)
 
 from .models.configuration_eigen_vit import EigenViTConfig
 from .models.configuration_neutreno_gpt import NeuTRENOGPTConfig
@@ -23,6 +29,7 @@ from .models.modeling_neutreno_gpt import (
 )
 from .models.modeling_neutreno_vit import (
     NeuTRENOViTForImageClassification,
+    NeuTRENOViTForSemanticSegmentation,
     NeuTRENOViTModel,
     NeuTRENOViTPreTrainedModel,
 )
@@ -33,7 +40,11 @@ __version__ = "0.1.0"
 _REGISTRY = [
     (
         NeuTRENOViTConfig,
-        {AutoModel: NeuTRENOViTModel, AutoModelForImageClassification: NeuTRENOViTForImageClassification},
+        {
+            AutoModel: NeuTRENOViTModel,
+            AutoModelForImageClassification: NeuTRENOViTForImageClassification,
+            AutoModelForSemanticSegmentation: NeuTRENOViTForSemanticSegmentation,
+        },
     ),
     (
         EigenViTConfig,
@@ -80,6 +91,7 @@ __all__ = [
     "NeuTRENOGPTPreTrainedModel",
     "NeuTRENOViTConfig",
     "NeuTRENOViTForImageClassification",
+    "NeuTRENOViTForSemanticSegmentation",
     "NeuTRENOViTModel",
     "NeuTRENOViTPreTrainedModel",
     "OversmoothingCallback",

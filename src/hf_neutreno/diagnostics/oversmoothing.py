@@ -3,6 +3,12 @@
 Layer numbering (every metric, every report): hidden state 0 is the embedding output and hidden state ℓ the output
 of block ℓ, as `output_hidden_states=True` returns them. Attention metrics of block ℓ are reported at ℓ (1..L), the
 similarity of the maps of blocks ℓ−1 and ℓ at ℓ (2..L).
+
+Segmentation models whose output also carries the decoder's hidden states (`decoder_hidden_states` of a
+`SemanticSegmenterOutput`, as `NeuTRENOViTForSemanticSegmentation`'s mask transformer returns them): the decoder's
+blocks continue the numbering, decoder block j at L + j, and `report.metadata["decoder_layers"]` lists those layers.
+The decoder's input (the projected encoder output and the class embeddings) is not measured, and no attention-map
+similarity is reported between the last encoder block and the first decoder block (different tokens).
 """
 
 import warnings
@@ -11,6 +17,7 @@ from contextlib import ExitStack
 
 import torch
 from tqdm.auto import tqdm
+from transformers.modeling_outputs import SemanticSegmenterOutput
 
 from .metrics import (
     ATTENTION_METRICS,
@@ -100,7 +107,7 @@ class _AttentionObserver:
                 self.pending.append(("attention_map_similarity", layer, values))
             self.previous = probs
 
-    def end_batch(self, num_blocks: int, accumulate, keep_layer) -> None:
+    def end_batch(self, num_blocks: int, accumulate, keep_layer, first_decoder_layer: int | None = None) -> None:
         if self.error is None and self.calls != num_blocks:
             self.error = (
                 f"the model made {self.calls} attention-interface calls for {num_blocks} blocks, so calls cannot be "
@@ -111,13 +118,16 @@ class _AttentionObserver:
             )
         if self.error is None:
             for metric, layer, values in self.pending:
+                if metric == "attention_map_similarity" and layer == first_decoder_layer:
+                    continue  # the encoder's last map and the decoder's first are over different tokens
                 if keep_layer(layer):
                     accumulate(metric, layer, values)
         self.pending = []
         self.previous = None
 
 
-def _hidden_states(model: torch.nn.Module, inputs: Mapping) -> tuple:
+def _hidden_states(model: torch.nn.Module, inputs: Mapping) -> tuple[tuple, int | None]:
+    """The hidden states to measure, and the index of the first decoder block's output (None without a decoder)."""
     name = type(model).__name__
     try:
         outputs = model(**inputs, output_hidden_states=True, return_dict=True)
@@ -140,7 +150,11 @@ def _hidden_states(model: torch.nn.Module, inputs: Mapping) -> tuple:
             f"{name} returned no `hidden_states` with `output_hidden_states=True`; over-smoothing is measured on "
             f"the hidden states of a transformers model.{hint}"
         )
-    return tuple(hidden_states)
+    decoder_hidden_states = getattr(outputs, "decoder_hidden_states", None)
+    if isinstance(outputs, SemanticSegmenterOutput) and decoder_hidden_states:
+        # Entry 0 is the decoder's input; its blocks' outputs continue the encoder's numbering.
+        return tuple(hidden_states) + tuple(decoder_hidden_states[1:]), len(hidden_states)
+    return tuple(hidden_states), None
 
 
 def _token_mask(inputs: Mapping, hidden: torch.Tensor) -> torch.Tensor | None:
@@ -232,6 +246,7 @@ def measure_oversmoothing(
     accumulator = _RunningMean(device)
     num_samples = 0
     num_hidden_states = None
+    first_decoder_layer = None
     selected: set[int] | None = None
     total = len(batches) if hasattr(batches, "__len__") else None
     probe_error = None
@@ -256,7 +271,7 @@ def measure_oversmoothing(
             if observer is not None:
                 mask = inputs.get("attention_mask")
                 observer.start_batch(mask if isinstance(mask, torch.Tensor) and mask.ndim == 2 else None)
-            hidden_states = _hidden_states(model, inputs)
+            hidden_states, first_decoder_layer = _hidden_states(model, inputs)
             if num_hidden_states is None:
                 num_hidden_states = len(hidden_states)
                 selected = _resolve_layers(layers, num_hidden_states)
@@ -267,7 +282,10 @@ def measure_oversmoothing(
                         accumulator.add(metric, index, values)
             if observer is not None:
                 observer.end_batch(
-                    len(hidden_states) - 1, accumulator.add, lambda layer: selected is None or layer in selected
+                    len(hidden_states) - 1,
+                    accumulator.add,
+                    lambda layer: selected is None or layer in selected,
+                    first_decoder_layer,
                 )
                 if observer.error is not None and metrics is not None:
                     raise ValueError(_unavailable(attention_names, model, observer.error))
@@ -283,6 +301,8 @@ def measure_oversmoothing(
 
     layer_ids, values, counts = accumulator.result()
     metadata = {"model_class": type(model).__name__, "num_hidden_states": num_hidden_states}
+    if first_decoder_layer is not None:
+        metadata["decoder_layers"] = list(range(first_decoder_layer, num_hidden_states))
     return OversmoothingReport(
         values=values,
         layers=layer_ids,

@@ -1,5 +1,8 @@
-"""Configuration of the NeuTRENO vision transformer (ViT / DeiT shapes)."""
+"""Configuration of the NeuTRENO vision transformer (ViT / DeiT shapes) and of its Segmenter decoder."""
 
+
+import copy
+import math
 
 from transformers import PreTrainedConfig
 from transformers.activations import ACT2FN
@@ -8,6 +11,7 @@ from .neutreno_common import NeuTRENOConfigRules, PresetsMixin, check_choice, ch
 
 ATTENTION_KERNELS = ("softmax", "linear")
 POOLINGS = ("cls", "mean")
+DECODER_TYPES = ("mask_transformer", "linear")
 
 
 def _deit(hidden_size: int, heads: int) -> dict:
@@ -28,8 +32,9 @@ def _deit(hidden_size: int, heads: int) -> dict:
 @strict_config
 class NeuTRENOViTConfig(PresetsMixin, NeuTRENOConfigRules, PreTrainedConfig):
     r"""
-    Configuration of [`NeuTRENOViTModel`] and [`NeuTRENOViTForImageClassification`]. The defaults are DeiT-tiny
-    (the paper's main model): dim 192, 12 layers, 3 heads, patch 16, 224 px, λ = 0.6 in every layer but the first.
+    Configuration of [`NeuTRENOViTModel`], [`NeuTRENOViTForImageClassification`] and
+    [`NeuTRENOViTForSemanticSegmentation`]. The defaults are DeiT-tiny (the paper's main model): dim 192, 12 layers,
+    3 heads, patch 16, 224 px, λ = 0.6 in every layer but the first.
 
     NeuTRENO fields:
         neutreno_lambda (`float`, defaults to 0.6): λ in ``U = A V + λ (V_0 − V)``; 0 gives exactly the plain ViT.
@@ -46,12 +51,25 @@ class NeuTRENOViTConfig(PresetsMixin, NeuTRENOConfigRules, PreTrainedConfig):
     `drop_path_rate` (stochastic depth, linearly increasing with depth as in timm/DeiT) and
     `use_distillation_token` (DeiT's second prefix token, kept so converted DeiT checkpoints are exact).
 
+    Semantic segmentation fields ([`NeuTRENOViTForSemanticSegmentation`], Segmenter; the other models ignore them, as
+    BEiT's config keeps its own):
+        decoder_type (`str`, defaults to `"mask_transformer"`): Segmenter's mask transformer, or `"linear"` (one
+            linear layer per patch token).
+        decoder_num_layers (`int`, defaults to 2): blocks of the mask transformer.
+        decoder_hidden_size (`int`, *optional*): its width d_model (default: `hidden_size`, as in Segmenter).
+        decoder_num_attention_heads (`int`, *optional*): its heads (default: `num_attention_heads`).
+        decoder_neutreno_lambda (`float`, *optional*): λ of its blocks after the first, whose values are the
+            decoder's own V_0 (default: `neutreno_lambda`).
+        decoder_dropout (`float`, defaults to 0.1): dropout of the mask transformer (Segmenter's), on its attention
+            probabilities and on both residual branches of each block.
+        semantic_loss_ignore_index (`int`, defaults to 255): the label value the loss and the metrics ignore.
+
     Validation: the annotations fix each field's type (checked on every assignment); the `validate_*` methods hold
     the rules on values, run at construction, by `config.validate()`, by `save_pretrained` and by the models.
     """
 
     model_type = "neutreno_vit"
-    dropout_fields = ("hidden_dropout_prob", "attention_probs_dropout_prob", "drop_path_rate")
+    dropout_fields = ("hidden_dropout_prob", "attention_probs_dropout_prob", "drop_path_rate", "decoder_dropout")
     presets = {
         "deit-tiny": _deit(192, 3),
         "deit-small": _deit(384, 6),
@@ -60,6 +78,12 @@ class NeuTRENOViTConfig(PresetsMixin, NeuTRENOConfigRules, PreTrainedConfig):
         "vit-tiny": dict(_deit(192, 3), image_size=32, patch_size=4),
         # A small model for 8×8 images (scikit-learn's digits): the offline demo of `hf-neutreno compare`.
         "vit-micro": dict(_deit(64, 4), num_hidden_layers=6, image_size=8, patch_size=2),
+        # Segmenter on ADE20K (NeuTRENO Table 2): DeiT-tiny at 512 × 512 crops, drop path 0.1 (Segmenter's
+        # training default), a 2-block mask transformer of the encoder's width and heads, 150 classes.
+        "segmenter-deit-tiny": dict(
+            _deit(192, 3), image_size=512, drop_path_rate=0.1, num_labels=150, decoder_type="mask_transformer",
+            decoder_num_layers=2, decoder_dropout=0.1,
+        ),
     }
 
     hidden_size: int = 192
@@ -83,6 +107,13 @@ class NeuTRENOViTConfig(PresetsMixin, NeuTRENOConfigRules, PreTrainedConfig):
     symmetric_attention: bool = False
     featscale: bool = False
     attention_kernel: str = "softmax"
+    decoder_type: str = "mask_transformer"
+    decoder_num_layers: int = 2
+    decoder_hidden_size: int | None = None
+    decoder_num_attention_heads: int | None = None
+    decoder_neutreno_lambda: float | int | None = None
+    decoder_dropout: float | int = 0.1
+    semantic_loss_ignore_index: int = 255
 
     def validate_architecture(self) -> None:
         super().validate_architecture()
@@ -98,6 +129,27 @@ class NeuTRENOViTConfig(PresetsMixin, NeuTRENOConfigRules, PreTrainedConfig):
         if any(s % p for s, p in zip(image_size, patch_size)):
             raise ValueError(f"`image_size` {list(image_size)} must be divisible by `patch_size` {list(patch_size)}.")
 
+    def validate_decoder(self) -> None:
+        check_choice("decoder_type", self.decoder_type, DECODER_TYPES)
+        check_positive(self, ("decoder_num_layers",))
+        for name in ("decoder_hidden_size", "decoder_num_attention_heads"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(
+                    f"`{name}` must be an integer >= 1, or None for the encoder's value; got {getattr(self, name)!r}."
+                )
+        hidden, heads = self.decoder_shape
+        if hidden % heads:
+            raise ValueError(
+                f"`decoder_hidden_size` ({hidden}) must be divisible by `decoder_num_attention_heads` ({heads}); "
+                "None takes the encoder's `hidden_size` / `num_attention_heads`."
+            )
+        lam = self.decoder_neutreno_lambda
+        if lam is not None and not (math.isfinite(lam) and lam >= 0):
+            raise ValueError(
+                "`decoder_neutreno_lambda` must be a finite float >= 0 (0 gives Segmenter's plain mask transformer), "
+                f"or None for `neutreno_lambda`; got {lam!r}."
+            )
+
     @property
     def image_size_2d(self) -> tuple[int, int]:
         size = self.image_size
@@ -111,6 +163,35 @@ class NeuTRENOViTConfig(PresetsMixin, NeuTRENOConfigRules, PreTrainedConfig):
     @property
     def num_prefix_tokens(self) -> int:
         return 1 + int(self.use_distillation_token)
+
+    @property
+    def decoder_shape(self) -> tuple[int, int]:
+        """(width, heads) of the mask transformer: the decoder fields, or the encoder's where they are None."""
+        hidden = self.decoder_hidden_size if self.decoder_hidden_size is not None else self.hidden_size
+        heads = self.decoder_num_attention_heads
+        return hidden, heads if heads is not None else self.num_attention_heads
+
+    def decoder_config(self) -> "NeuTRENOViTConfig":
+        """The config of the mask transformer's blocks, which are this model's blocks at the decoder's shape.
+
+        Segmenter's decoder blocks: pre-LN, MLP ratio 4, softmax attention with qkv bias, dropout `decoder_dropout`,
+        no drop path; λ = `decoder_neutreno_lambda` in every block after the first, which provides the decoder's own
+        V_0. The attention implementation, activation and LayerNorm eps are the encoder's.
+        """
+        hidden, heads = self.decoder_shape
+        lam = self.decoder_neutreno_lambda if self.decoder_neutreno_lambda is not None else self.neutreno_lambda
+        config = copy.deepcopy(self)  # keeps the attention implementation chosen for the encoder
+        fields = dict(
+            hidden_size=hidden, num_attention_heads=heads, num_hidden_layers=self.decoder_num_layers,
+            intermediate_size=4 * hidden, hidden_dropout_prob=self.decoder_dropout,
+            attention_probs_dropout_prob=self.decoder_dropout, drop_path_rate=0.0, qkv_bias=True,
+            neutreno_lambda=lam, neutreno_layers=None, symmetric_attention=False, featscale=False,
+            attention_kernel="softmax", use_distillation_token=False, pooling="cls",
+        )
+        for name, value in fields.items():
+            setattr(config, name, value)
+        config.validate()
+        return config
 
 
 __all__ = ["NeuTRENOViTConfig"]

@@ -4,11 +4,15 @@ Every layer after the first adds ``λ (V_0 − V_ℓ)`` to its attention output,
 projection, where V_0 are layer 0's values. Parameter names equal the native ViT's (`vit.layers.N.attention.q_proj`,
 ...), so native ViT/DeiT weights load as they are and PEFT finds `q_proj`/`v_proj`.
 
+Heads: image classification, and semantic segmentation with Segmenter's decoders (Strudel et al., ICCV 2021), whose
+mask transformer applies the same rule with its own V_0 (the paper's Table 2).
+
 This file travels with every checkpoint (``trust_remote_code``): it imports only torch, transformers and siblings.
 """
 
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -18,7 +22,7 @@ from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.masking_utils import create_bidirectional_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.modeling_outputs import BaseModelOutputWithPooling, ImageClassifierOutput
+from transformers.modeling_outputs import BaseModelOutputWithPooling, ImageClassifierOutput, SemanticSegmenterOutput
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs
@@ -428,8 +432,258 @@ class NeuTRENOViTForImageClassification(NeuTRENOViTPreTrainedModel):
         )
 
 
+@dataclass
+class NeuTRENOViTSemanticSegmenterOutput(SemanticSegmenterOutput):
+    r"""
+    `SemanticSegmenterOutput` (logits at patch resolution; `hidden_states` and `attentions` are the encoder's) and
+    the mask transformer's own:
+
+    decoder_hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned with `output_hidden_states=True`): the
+        input of the mask transformer's first block (projected patch tokens, then the K class embeddings) and the
+        output of each block, (batch, patches + K, decoder_hidden_size). None for the linear decoder.
+    decoder_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `output_attentions=True` under eager
+        attention): each block's attention maps, (batch, heads, patches + K, patches + K).
+    """
+
+    decoder_hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    decoder_attentions: tuple[torch.FloatTensor, ...] | None = None
+
+
+class NeuTRENOViTMaskTransformer(NeuTRENOViTPreTrainedModel):
+    """Segmenter's mask transformer with the NeuTRENO rule, built from `config.decoder_config()`.
+
+    The encoder's patch tokens are projected to d_model (`proj_dec`) and K learnable class embeddings are appended
+    after them; `decoder_num_layers` NeuTRENO blocks process both (block 0 provides the decoder's own V_0); then
+    `decoder_norm`, ``patches @ proj_patch`` and ``classes @ proj_classes``, both L2-normalised, masks = patches ·
+    classesᵀ, and `mask_norm` (a LayerNorm over the K classes) give one logit per patch and class.
+
+    A `PreTrainedModel` of its own (of the decoder's shape), so that `set_attn_implementation`, `output_hidden_states`
+    and `output_attentions` reach its blocks as they reach the encoder's.
+    """
+
+    _auto_classes = {}  # never saved alone: the segmentation model's config rebuilds it
+
+    def __init__(self, config: NeuTRENOViTConfig, encoder_hidden_size: int):
+        super().__init__(config)
+        self.proj_dec = nn.Linear(encoder_hidden_size, config.hidden_size)
+        self.class_embeddings = nn.Parameter(torch.zeros(1, config.num_labels, config.hidden_size))
+        self.layers = nn.ModuleList(NeuTRENOViTLayer(config, i) for i in range(config.num_hidden_layers))
+        self.decoder_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.proj_patch = nn.Parameter(torch.zeros(config.hidden_size, config.hidden_size))
+        self.proj_classes = nn.Parameter(torch.zeros(config.hidden_size, config.hidden_size))
+        self.mask_norm = nn.LayerNorm(config.num_labels, eps=config.layer_norm_eps)
+        self.post_init()
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module) -> None:
+        super()._init_weights(module)
+        if isinstance(module, NeuTRENOViTMaskTransformer):  # Segmenter's initialisation
+            init.trunc_normal_(module.class_embeddings, mean=0.0, std=self.config.initializer_range)
+            init.normal_(module.proj_patch, mean=0.0, std=self.config.hidden_size**-0.5)
+            init.normal_(module.proj_classes, mean=0.0, std=self.config.hidden_size**-0.5)
+
+    @capture_outputs(tie_last_hidden_states=False)
+    def forward(
+        self, patch_tokens: torch.Tensor, grid_size: tuple[int, int], **kwargs: Unpack[TransformersKwargs]
+    ) -> SemanticSegmenterOutput:
+        r"""
+        patch_tokens (`torch.Tensor` of shape `(batch, patches, encoder hidden size)`): the encoder's output without
+            its prefix tokens, in row-major patch order.
+        grid_size (`tuple[int, int]`): the patch grid (rows, columns).
+        """
+        batch_size, num_patches = patch_tokens.shape[:2]
+        hidden_states = self.proj_dec(patch_tokens)
+        hidden_states = torch.cat((hidden_states, self.class_embeddings.expand(batch_size, -1, -1)), dim=1)
+        first_layer_values = None
+        for layer in self.layers:
+            hidden_states, values = layer(hidden_states, None, first_layer_values, **kwargs)
+            if first_layer_values is None:
+                first_layer_values = values
+        hidden_states = self.decoder_norm(hidden_states)
+        patches = hidden_states[:, :num_patches] @ self.proj_patch
+        classes = hidden_states[:, num_patches:] @ self.proj_classes
+        patches = patches / patches.norm(dim=-1, keepdim=True)
+        classes = classes / classes.norm(dim=-1, keepdim=True)
+        masks = self.mask_norm(patches @ classes.transpose(1, 2))  # (batch, patches, classes)
+        return SemanticSegmenterOutput(logits=masks.transpose(1, 2).reshape(batch_size, -1, *grid_size))
+
+
+class NeuTRENOViTLinearDecoder(nn.Module):
+    """Segmenter's linear decoder: one `nn.Linear(hidden_size, num_labels)` applied to every patch token."""
+
+    def __init__(self, config: NeuTRENOViTConfig):
+        super().__init__()
+        self.head = nn.Linear(config.hidden_size, config.num_labels)
+
+    def forward(self, patch_tokens: torch.Tensor, grid_size: tuple[int, int], **kwargs) -> SemanticSegmenterOutput:
+        logits = self.head(patch_tokens).transpose(1, 2)
+        return SemanticSegmenterOutput(logits=logits.reshape(*logits.shape[:2], *grid_size))
+
+
+class NeuTRENOViTForSemanticSegmentation(NeuTRENOViTPreTrainedModel):
+    """Segmenter (Strudel et al., 2021) on the NeuTRENO ViT: the encoder (`vit`, so ViT/DeiT and NeuTRENO classifier
+    weights load by name), its CLS (and distillation) tokens dropped, then the mask transformer or the linear decoder
+    (`config.decoder_type`).
+
+    Logits come out at patch resolution, (batch, num_labels, height / patch, width / patch); with `labels` the loss
+    upsamples them bilinearly to the labels' size, cross-entropy ignoring `semantic_loss_ignore_index`, as
+    `transformers`' segmentation models do. `hidden_states` / `attentions` are the encoder's, `decoder_hidden_states`
+    / `decoder_attentions` the mask transformer's. Images larger than the training crop: `sliding_window_logits`.
+    """
+
+    _auto_classes = {
+        "AutoModel": "NeuTRENOViTModel",
+        "AutoModelForSemanticSegmentation": "NeuTRENOViTForSemanticSegmentation",
+    }
+    # The loss is a mean over the labelled pixels of the batch: Trainer's `num_items_in_batch` counts labels that
+    # are not -100, which includes pixels at `semantic_loss_ignore_index` (255), so it is not taken.
+    accepts_loss_kwargs = False
+
+    def __init__(self, config: NeuTRENOViTConfig):
+        super().__init__(config)
+        if config.num_labels < 2:
+            raise ValueError(
+                f"Semantic segmentation needs `num_labels` >= 2 (the classes, background included), got "
+                f"{config.num_labels}."
+            )
+        self.num_labels = config.num_labels
+        self.vit = NeuTRENOViTModel(config)
+        if config.decoder_type == "linear":
+            self.decoder = NeuTRENOViTLinearDecoder(config)
+        else:
+            self.decoder = NeuTRENOViTMaskTransformer(config.decoder_config(), encoder_hidden_size=config.hidden_size)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        pixel_values: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        interpolate_pos_encoding: bool | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> NeuTRENOViTSemanticSegmenterOutput:
+        r"""
+        labels (`torch.LongTensor` of shape `(batch, height, width)`, *optional*): the class of every pixel, in
+            [0, num_labels - 1] or `semantic_loss_ignore_index`; the same height and width as `pixel_values`.
+        interpolate_pos_encoding (`bool`, *optional*): resample the position embeddings, for any image size that
+            is a multiple of the patch size.
+        """
+        # The decoder follows the same output flags as the encoder, also when they are set in the config.
+        for name in ("output_hidden_states", "output_attentions"):
+            kwargs.setdefault(name, getattr(self.config, name, False))
+        outputs: BaseModelOutputWithPooling = self.vit(
+            pixel_values, interpolate_pos_encoding=interpolate_pos_encoding, **kwargs
+        )
+        patch_h, patch_w = self.config.patch_size_2d
+        grid_size = (pixel_values.shape[-2] // patch_h, pixel_values.shape[-1] // patch_w)
+        patch_tokens = outputs.last_hidden_state[:, self.config.num_prefix_tokens :]
+        decoded = self.decoder(patch_tokens, grid_size, **kwargs)
+        loss = None
+        if labels is not None:
+            self._check_labels(labels, pixel_values)
+            loss = self.loss_function(decoded.logits, labels, ignore_index=self.config.semantic_loss_ignore_index)
+        return NeuTRENOViTSemanticSegmenterOutput(
+            loss=loss,
+            logits=decoded.logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+            decoder_hidden_states=decoded.hidden_states,
+            decoder_attentions=decoded.attentions,
+        )
+
+    def _check_labels(self, labels: torch.Tensor, pixel_values: torch.Tensor) -> None:
+        expected = (pixel_values.shape[0], *pixel_values.shape[-2:])
+        if labels.ndim != 3 or tuple(labels.shape) != expected:
+            raise ValueError(
+                f"`labels` must be (batch, height, width) = {expected}, the size of `pixel_values` "
+                f"{tuple(pixel_values.shape)}; got {tuple(labels.shape)}. Resize the label maps with the images "
+                "(nearest neighbour), e.g. with the image processor's `segmentation_maps`."
+            )
+        if labels.dtype.is_floating_point or labels.dtype.is_complex or labels.dtype == torch.bool:
+            raise ValueError(f"`labels` must hold integer class indices, got dtype {labels.dtype}.")
+        ignore_index, num_labels = self.config.semantic_loss_ignore_index, self.config.num_labels
+        outside = (labels != ignore_index) & ((labels < 0) | (labels >= num_labels))
+        if outside.any():
+            values = torch.unique(labels[outside]).tolist()
+            raise ValueError(
+                f"`labels` hold {values[:10]}{' ...' if len(values) > 10 else ''}, outside the classes "
+                f"[0, {num_labels - 1}] (`num_labels`={num_labels}); only `semantic_loss_ignore_index` "
+                f"({ignore_index}) may lie outside them."
+            )
+
+    def sliding_window_logits(
+        self,
+        pixel_values: torch.Tensor,
+        window_size: int | tuple[int, int] | None = None,
+        window_stride: int | tuple[int, int] | None = None,
+        batch_size: int = 8,
+    ) -> torch.Tensor:
+        """Logits at the images' size, (batch, num_labels, height, width), by Segmenter's sliding-window inference.
+
+        Windows of `window_size` (default: `config.image_size`, the training crop) start every `window_stride`
+        pixels (default: the window size, as Segmenter on ADE20K), the last row and column of windows flush with the
+        image's edge; each window's logits are upsampled bilinearly to the window and overlapping windows averaged.
+        An image smaller than the window is first enlarged (bilinear, aspect ratio kept) until the window fits, and
+        the result resized back, as Segmenter does. `batch_size` windows run per forward pass. Call it in eval mode,
+        under `torch.inference_mode()` for inference.
+        """
+        window = _pair("window_size", window_size if window_size is not None else self.config.image_size_2d)
+        stride = _pair("window_stride", window_stride if window_stride is not None else window)
+        patch_size = self.config.patch_size_2d
+        if window[0] % patch_size[0] or window[1] % patch_size[1]:
+            raise ValueError(f"`window_size` {list(window)} must be a multiple of `patch_size` {list(patch_size)}.")
+        if batch_size < 1:
+            raise ValueError(f"`batch_size` must be >= 1, got {batch_size}.")
+        if pixel_values.ndim != 4:
+            raise ValueError(
+                f"`pixel_values` must be (batch, channels, height, width), got {tuple(pixel_values.shape)}."
+            )
+        height, width = pixel_values.shape[-2:]
+        images = pixel_values
+        if height < window[0] or width < window[1]:
+            scale = max(window[0] / height, window[1] / width)
+            size = (max(window[0], int(height * scale)), max(window[1], int(width * scale)))
+            images = nn.functional.interpolate(pixel_values, size=size, mode="bilinear", align_corners=False)
+        batch, _, full_h, full_w = images.shape
+        anchors = [(top, left) for top in _window_starts(full_h, window[0], stride[0])
+                   for left in _window_starts(full_w, window[1], stride[1])]
+        # Crop j is window j // batch of image j % batch.
+        crops = torch.cat([images[:, :, top : top + window[0], left : left + window[1]] for top, left in anchors])
+        interpolate = window != tuple(self.config.image_size_2d)
+        total = count = None
+        for start, chunk in zip(range(0, len(crops), batch_size), crops.split(batch_size)):
+            logits = self(pixel_values=chunk, interpolate_pos_encoding=interpolate).logits
+            logits = nn.functional.interpolate(logits, size=window, mode="bilinear", align_corners=False)
+            if total is None:
+                total = logits.new_zeros(batch, logits.shape[1], full_h, full_w)
+                count = logits.new_zeros(1, 1, full_h, full_w)
+            for j, crop_logits in enumerate(logits, start):
+                (top, left), image = anchors[j // batch], j % batch
+                total[image, :, top : top + window[0], left : left + window[1]] += crop_logits
+                if image == 0:
+                    count[..., top : top + window[0], left : left + window[1]] += 1
+        logits = total / count
+        if (full_h, full_w) != (height, width):
+            logits = nn.functional.interpolate(logits, size=(height, width), mode="bilinear", align_corners=False)
+        return logits
+
+
+def _pair(name: str, value) -> tuple[int, int]:
+    pair = (value, value) if isinstance(value, int) else tuple(value)
+    if len(pair) != 2 or not all(isinstance(v, int) and v >= 1 for v in pair):
+        raise ValueError(f"`{name}` must be an integer >= 1 or (height, width), got {value!r}.")
+    return pair
+
+
+def _window_starts(size: int, window: int, stride: int) -> list[int]:
+    """Segmenter's window positions along one side: every `stride` pixels, then one flush with the far edge."""
+    return list(range(0, size - window, stride)) + [size - window]
+
+
 __all__ = [
     "NeuTRENOViTForImageClassification",
+    "NeuTRENOViTForSemanticSegmentation",
+    "NeuTRENOViTMaskTransformer",
     "NeuTRENOViTModel",
     "NeuTRENOViTPreTrainedModel",
 ]

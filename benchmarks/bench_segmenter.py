@@ -1,0 +1,98 @@
+#!/usr/bin/env python
+"""The NeuTRENO Segmenter vs the λ = 0 Segmenter: training-step throughput and memory, side by side.
+
+    python benchmarks/bench_segmenter.py --threads 1 --clock cpu   # CPU (the issue's setting: 512 px, batch 2)
+    python benchmarks/bench_segmenter.py --dtype bf16 --batch-size 8   # GPU
+
+Both models are the `segmenter-deit-tiny` preset (DeiT-tiny encoder, 2-block mask transformer, 150 classes, drop
+path 0.1, decoder dropout 0.1) with the same initial weights, attention kernel (`--attn sdpa` by default), batch and
+optimizer; the only difference is λ: 0.6 in the encoder's layers 1-11 and in the decoder's second block (its own
+V_0), against 0 in both. A training step is forward + loss (logits upsampled to the 512 × 512 labels) + backward +
+SGD with momentum 0.9 (Segmenter's optimizer). Memory: the peak allocated during a step above what was allocated
+before it (`step peak`), and the same plus weights and momentum buffers (`total`). Targets (issue 11): ≥ 0.97 of
+the λ = 0 throughput, ≤ 1.03 of its memory.
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import (  # noqa: E402
+    add_common_arguments,
+    autocast,
+    interleaved_medians,
+    machine,
+    peak_bytes,
+    report,
+    resident_bytes,
+    setup,
+)
+
+from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForSemanticSegmentation  # noqa: E402
+
+LAMBDAS = {"plain": 0.0, "neutreno": 0.6}
+
+
+def build(name: str, image_size: int, attn: str, device: torch.device) -> NeuTRENOViTForSemanticSegmentation:
+    torch.manual_seed(0)  # the same initial weights for both (λ has no parameters)
+    lam = LAMBDAS[name]
+    config = NeuTRENOViTConfig.from_preset(
+        "segmenter-deit-tiny", image_size=image_size, neutreno_lambda=lam, decoder_neutreno_lambda=lam,
+        attn_implementation=attn,
+    )
+    return NeuTRENOViTForSemanticSegmentation(config).to(device).train()
+
+
+def make_step(model, batch: int, image_size: int, device, dtype):
+    """(a closure running one training step, the optimizer)."""
+    generator = torch.Generator().manual_seed(1)
+    pixels = torch.randn(batch, 3, image_size, image_size, generator=generator).to(device)
+    labels = torch.randint(0, model.config.num_labels, (batch, image_size, image_size), generator=generator).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+
+    def train_step():
+        with autocast(device, dtype):
+            loss = model(pixel_values=pixels, labels=labels).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return train_step, optimizer
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_arguments(parser)
+    parser.add_argument("--image-size", type=int, default=512)
+    args = parser.parse_args()
+    device, dtype = setup(args)
+    batch = args.batch_size or 2
+    image_size = 128 if args.quick else args.image_size
+    rounds = args.rounds or (3 if args.quick else 10)
+
+    models = {name: build(name, image_size, args.attn, device) for name in LAMBDAS}
+    steps = {name: make_step(model, batch, image_size, device, dtype) for name, model in models.items()}
+    fns = {name: fn for name, (fn, _) in steps.items()}
+    seconds = interleaved_medians(fns, device, rounds=rounds, clock=args.clock)
+    peak = {name: peak_bytes(fn, device) for name, fn in fns.items()}  # after warm-up: steady state
+    total = {name: peak[name] + resident_bytes(models[name], optimizer) for name, (_, optimizer) in steps.items()}
+    rows = [{
+        "image_size": image_size,
+        "mode": "train",
+        "λ=0 img/s": batch / seconds["plain"],
+        "NeuTRENO img/s": batch / seconds["neutreno"],
+        "throughput ratio": seconds["plain"] / seconds["neutreno"],
+        "λ=0 step peak MiB": peak["plain"] / 2**20,
+        "NeuTRENO step peak MiB": peak["neutreno"] / 2**20,
+        "step peak ratio": peak["neutreno"] / peak["plain"],
+        "total memory ratio": total["neutreno"] / total["plain"],
+    }]
+    meta = machine(args) | {"batch": batch, "rounds": rounds}
+    report("NeuTRENO Segmenter (λ = 0.6, encoder and decoder) vs the λ = 0 Segmenter", rows, meta, args.out)
+
+
+if __name__ == "__main__":
+    main()
