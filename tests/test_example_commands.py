@@ -1,0 +1,123 @@
+"""Every command that examples/README.md and the example scripts' docstrings show runs, and trains.
+
+The commands are read from the documents, so a documented command cannot drift from the scripts. Each runs as
+written except for its size: a few optimizer steps (`--max-steps`), a few samples or tokens, and the local copy of
+the dataset in place of the Hub's. This machine has no GPU, so a launcher for GPUs (`accelerate launch` with a GPU
+config, `torchrun` over 8 GPUs or 2 machines) runs its script in this process with the documented arguments, and
+`--use-cpu` where the command asks for bf16; the CPU `torchrun` command runs as written, in two processes. The
+accelerate config files the commands name are loaded and checked.
+"""
+
+import ast
+import json
+import math
+import os
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+from examples_loader import EXAMPLES, load_example
+
+README = EXAMPLES / "README.md"
+SCRIPTS = ("run_image_classification", "run_clm_wikitext103", "run_eigen_vit")
+SHELL_VARIABLES = {"NODE_RANK": "0", "MAIN_IP": "127.0.0.1"}
+# Hub dataset -> the local copy's folder (the `data_dir` fixture).
+LOCAL_COPIES = {"uoft-cs/cifar10": "cifar10", "Salesforce/wikitext": "wikitext-2-v1"}
+
+
+def _commands(text: str) -> list[str]:
+    """Shell commands of `text` (continuation lines joined, comments dropped) that run an example script."""
+    joined = re.sub(r"\\\n\s*", " ", text)
+    lines = [line.split(" #")[0].strip() for line in joined.splitlines()]
+    return [line for line in lines if re.search(r"examples/run_\w+\.py", line) and not line.startswith("#")]
+
+
+def readme_commands() -> list[str]:
+    text = README.read_text()
+    blocks = re.findall(r"```bash\n(.*?)```", text, flags=re.S)
+    variables = dict(SHELL_VARIABLES)
+    commands = []
+    for block in blocks:
+        for name, value in re.findall(r'^(\w+)="(.*?)"', re.sub(r"\\\n\s*", " ", block), flags=re.M | re.S):
+            variables[name] = value
+        commands += _commands(block)
+    return [re.sub(r"\$(\w+)", lambda m: variables[m.group(1)], command) for command in commands]
+
+
+def docstring_commands(script: str) -> list[str]:
+    tree = ast.parse((EXAMPLES / f"{script}.py").read_text())
+    return _commands(ast.get_docstring(tree))
+
+
+ALL_COMMANDS = [("README", c) for c in readme_commands()] + [
+    (script, c) for script in SCRIPTS for c in docstring_commands(script)]
+
+
+def test_the_documents_show_the_commands_this_test_runs():
+    readme = [c for source, c in ALL_COMMANDS if source == "README"]
+    assert len(readme) == 7 and sum(c.startswith("torchrun") for c in readme) == 3
+    assert {source for source, _ in ALL_COMMANDS} == {"README", *SCRIPTS}
+    for _, command in ALL_COMMANDS:
+        assert "$" not in command and "../shared" not in command, command
+
+
+def _split(command: str) -> tuple[list[str], str, list[str]]:
+    """(launcher tokens, script name, script arguments)."""
+    tokens = shlex.split(command)
+    index = next(i for i, t in enumerate(tokens) if t.startswith("examples/run_"))
+    return tokens[:index], Path(tokens[index]).stem, tokens[index + 1:]
+
+
+def _flag(args: list[str], name: str) -> str | None:
+    return args[args.index(name) + 1] if name in args else None
+
+
+def _scaled(script: str, args: list[str], data_dir: Path, output_dir: Path) -> list[str]:
+    """The documented arguments with the size scaled down: the local dataset, a few samples and steps."""
+    args = list(args)
+    for flag in ("--dataset-name", "--dataset"):
+        if flag in args:
+            i = args.index(flag) + 1
+            args[i] = str(data_dir / LOCAL_COPIES.get(args[i], args[i]))
+    for flag in ("--output-dir",):
+        args[args.index(flag) + 1] = str(output_dir)
+    if script == "run_clm_wikitext103":
+        if "--dataset-name" not in args:  # the paper's WikiText-103 from the Hub by default: its little sibling
+            args += ["--dataset-name", str(data_dir / "wikitext-2-v1")]
+        return args + ["--max-steps", "2", "--max-train-tokens", "4096", "--max-eval-tokens", "300"]
+    return args + ["--max-steps", "2", "--max-train-samples", "64", "--max-eval-samples", "32"]
+
+
+def _check_trained(script: str, output_dir: Path) -> None:
+    if script == "run_eigen_vit":
+        results = json.loads((output_dir / "results.json").read_text())
+        args = results["args"]
+        assert len(results["data_efficiency"]) == len(args["variants"]) * len(args["fractions"])
+        return
+    name = "final_results.json" if script == "run_clm_wikitext103" else "all_results.json"
+    metrics = json.loads((output_dir / name).read_text())
+    assert math.isfinite(metrics["train_loss"]) and metrics["train_runtime"] > 0, metrics
+    assert (output_dir / "model.safetensors").is_file()
+
+
+@pytest.mark.parametrize("source, command", ALL_COMMANDS, ids=[f"{s}-{i}" for i, (s, _) in enumerate(ALL_COMMANDS)])
+def test_documented_command_trains(source, command, data_dir, tmp_path):
+    launcher, script, args = _split(command)
+    args = _scaled(script, args, data_dir, tmp_path / "run")
+    if "--config-file" in launcher:  # the accelerate config it names is valid
+        from accelerate.commands.config.config_args import load_config_from_file
+
+        config = load_config_from_file(str(EXAMPLES.parent / _flag(launcher, "--config-file")))
+        assert config.mixed_precision == "bf16"
+    gpu = "accelerate" in launcher or (launcher[:1] == ["torchrun"] and "--use-cpu" not in args)
+    if launcher[:1] == ["torchrun"] and not gpu:  # the CPU command, as written: two processes joined by gloo
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        subprocess.run(launcher + [str(EXAMPLES / f"{script}.py"), *args], cwd=EXAMPLES.parent, env=env, check=True,
+                       timeout=600, capture_output=True)
+    else:
+        if gpu or "--bf16" in args:
+            args += ["--use-cpu"]  # bf16 on a machine without a GPU (the only change besides the size)
+        load_example(script).main(args)
+    _check_trained(script, tmp_path / "run")
