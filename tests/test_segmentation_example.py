@@ -96,3 +96,23 @@ def test_bad_arguments_are_refused_naming_the_flag(tmp_path):
         example.main(["--output-dir", str(tmp_path), "--min-scale", "2.0", "--max-scale", "0.5"])
     with pytest.raises(ValueError, match=r"--preset 'nope' is not one of"):
         example.build_model(example.ModelArguments(preset="nope"), {0: "a", 1: "b"}, 16)
+
+
+def test_the_same_seed_gives_the_same_initial_weights_for_every_lambda():
+    """The NeuTRENO and λ = 0 runs of docs/segmentation-results.md start from the same weights: λ is no parameter."""
+    from transformers import set_seed
+
+    labels = {0: "background", 1: "item"}
+
+    def build(lam: float):
+        set_seed(0)
+        args = example.ModelArguments(neutreno_lambda=lam, config_overrides="num_hidden_layers=2,hidden_size=16,"
+                                      "num_attention_heads=2,intermediate_size=32,patch_size=8")
+        return example.build_model(args, labels, 16)[0]
+
+    neutreno, softmax = build(0.6), build(0.0)
+    assert neutreno.decoder.layers[1].attention.neutreno_lambda == 0.6
+    assert softmax.decoder.layers[1].attention.neutreno_lambda == 0.0 == softmax.vit.layers[1].attention.neutreno_lambda
+    assert neutreno.state_dict().keys() == softmax.state_dict().keys()
+    for name, weight in neutreno.state_dict().items():
+        assert torch.equal(weight, softmax.state_dict()[name]), name
