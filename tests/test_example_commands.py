@@ -28,6 +28,7 @@ LOCAL_COPIES = {"uoft-cs/cifar10": "cifar10", "Salesforce/wikitext": "wikitext-2
                 "scene_parse_150": "fashion-scenes"}  # ADE20K's columns (image, annotation), a local segmentation set
 # Hub checkpoint -> a local stand-in of the same architecture and processor (random weights: no Hub here).
 DEIT_TINY = "facebook/deit-tiny-patch16-224"
+CIFAR100 = "uoft-cs/cifar100"
 
 
 def _commands(text: str) -> list[str]:
@@ -90,6 +91,21 @@ def _local_deit_tiny(folder: Path) -> Path:
     return folder
 
 
+def _local_cifar100(data_dir: Path, folder: Path) -> Path:
+    """CIFAR-100's layout and columns (`img`, `fine_label` of 100 names, `coarse_label`) holding real CIFAR-10
+    images, as `uoft-cs/cifar100` (not in the local copies): the command's flags (`--label-column fine_label`) run
+    as written."""
+    import datasets
+
+    features = datasets.Features({"img": datasets.Image(), "fine_label": datasets.ClassLabel(num_classes=100),
+                                  "coarse_label": datasets.ClassLabel(num_classes=20)})
+    for split in ("train", "test"):
+        source = datasets.load_dataset("parquet", data_dir=str(data_dir / "cifar10"), split=split).select(range(64))
+        rows = {"img": source["img"], "fine_label": source["label"], "coarse_label": [0] * len(source)}
+        datasets.Dataset.from_dict(rows, features=features).to_parquet(str(folder / f"{split}-00000-of-00001.parquet"))
+    return folder
+
+
 def _scaled(script: str, args: list[str], data_dir: Path, output_dir: Path) -> list[str]:
     """The documented arguments with the size scaled down: the local dataset, a few samples and steps."""
     args = list(args)
@@ -98,7 +114,10 @@ def _scaled(script: str, args: list[str], data_dir: Path, output_dir: Path) -> l
     for flag in ("--dataset-name", "--dataset"):
         if flag in args:
             i = args.index(flag) + 1
-            args[i] = str(data_dir / LOCAL_COPIES.get(args[i], args[i]))
+            if args[i] == CIFAR100:
+                args[i] = str(_local_cifar100(data_dir, output_dir.parent / "cifar100"))
+            else:
+                args[i] = str(data_dir / LOCAL_COPIES.get(args[i], args[i]))
     for flag in ("--output-dir",):
         args[args.index(flag) + 1] = str(output_dir)
     if script == "run_clm_wikitext103":
