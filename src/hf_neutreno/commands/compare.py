@@ -6,7 +6,7 @@ compare them.
     hf-neutreno compare --dataset uoft-cs/cifar10 --model vit-tiny --epochs 1 --max-train-samples 5000
     hf-neutreno compare --dataset Salesforce/wikitext --dataset-config wikitext-2-v1 --model gpt-micro \
         --max-steps 300 --max-eval-samples 200
-    hf-neutreno compare --model segmenter-micro --dataset ../shared/data/fashion-scenes --max-steps 300
+    hf-neutreno compare --model segmenter-micro --dataset path/to/segmentation-parquet --max-steps 300
 
 Variants: `baseline` (softmax attention, λ = 0), `neutreno` (λ = --neutreno-lambda) and, with --vit-minus,
 `vit-minus`. They train once per seed (--seeds of them: --seed, --seed + 1, ...), paired: within a seed each starts
