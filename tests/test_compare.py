@@ -276,8 +276,6 @@ def test_segmenter_compare_on_fashion_scenes_scores_the_saved_models_by_mean_iou
     from transformers import AutoModelForSemanticSegmentation
 
     scenes = data_dir / "fashion-scenes"
-    if not scenes.is_dir():  # derived from Fashion-MNIST (make_fashion_scenes.py); not on the Hub
-        pytest.skip(f"fashion-scenes is not in {data_dir}; it is only in the local mirror.")
     out = tmp_path / "segmentation"
     argv = ["compare", "--model", "segmenter-micro", "--dataset", str(scenes), "--max-steps", "3", "--batch-size",
             "8", "--max-train-samples", "48", "--max-eval-samples", "16", "--probe-samples", "4", "--seeds", "2",

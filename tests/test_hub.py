@@ -494,8 +494,6 @@ def segmentation_example_args(data_dir: Path, output_dir: Path) -> list[str]:
 
 
 def test_segmentation_example_push_to_hub_publishes_model_code_processor_and_card(data_dir, tmp_path, fake_hub):
-    if not (data_dir / "fashion-scenes").is_dir():
-        pytest.skip(f"fashion-scenes is not in {data_dir}; it is only in the local mirror.")
     metrics = load_example("run_semantic_segmentation").main(segmentation_example_args(data_dir, tmp_path / "run"))
     uploads = [call for call in fake_hub.calls if call[0] == "upload_folder"]
     assert len(uploads) == 1 and uploads[0][1] == "neutreno-tests/tiny-segmenter"

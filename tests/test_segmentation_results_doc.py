@@ -57,8 +57,6 @@ def test_the_table_quotes_what_the_commands_printed():
 
 @pytest.mark.parametrize("index", [0, 1], ids=["neutreno", "softmax"])
 def test_documented_command_runs(index, data_dir, tmp_path):
-    if not (data_dir / "fashion-scenes").is_dir():
-        pytest.skip(f"fashion-scenes is not in {data_dir}; it is only in the local mirror.")
     args = page_commands()[index]
     args[args.index(LOCAL_DATA)] = str(data_dir / "fashion-scenes")
     args[args.index("--output-dir") + 1] = str(tmp_path / "run")
