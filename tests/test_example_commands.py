@@ -1,11 +1,11 @@
 """Every command that examples/README.md and the example scripts' docstrings show runs, and trains.
 
 The commands are read from the documents, so a documented command cannot drift from the scripts. Each runs as
-written except for its size: a few optimizer steps (`--max-steps`), a few samples or tokens, and the local copy of
-the dataset in place of the Hub's. This machine has no GPU, so a launcher for GPUs (`accelerate launch` with a GPU
-config, `torchrun` over 8 GPUs or 2 machines) runs its script in this process with the documented arguments, and
-`--use-cpu` where the command asks for bf16; the CPU `torchrun` command runs as written, in two processes. The
-accelerate config files the commands name are loaded and checked.
+written except for its size: a few optimizer steps (`--max-steps`), a few samples or tokens, small batches, crops
+and contexts, and the local copy of the dataset in place of the Hub's. This machine has no GPU, so a launcher for
+GPUs (`accelerate launch` with a GPU config, `torchrun` over 8 GPUs or 2 machines) runs its script in this process
+with the documented arguments, and `--use-cpu` where the command asks for bf16; the CPU `torchrun` command runs as
+written, in two processes. The accelerate config files the commands name are loaded and checked.
 """
 
 import ast
@@ -120,14 +120,20 @@ def _scaled(script: str, args: list[str], data_dir: Path, output_dir: Path) -> l
                 args[i] = str(data_dir / LOCAL_COPIES.get(args[i], args[i]))
     for flag in ("--output-dir",):
         args[args.index(flag) + 1] = str(output_dir)
+    # Small batches too: this CPU has no bf16 units, so the commands that ask for bf16 run ~20x slower per sample.
     if script == "run_clm_wikitext103":
         if "--dataset-name" not in args:  # the paper's WikiText-103 from the Hub by default: its little sibling
             args += ["--dataset-name", str(data_dir / "wikitext-2-v1")]
-        return args + ["--max-steps", "2", "--max-train-tokens", "4096", "--max-eval-tokens", "300"]
-    if script == "run_semantic_segmentation":  # 512-pixel crops on one CPU thread: a few images, one evaluated
-        return args + ["--max-steps", "2", "--max-train-samples", "4", "--per-device-train-batch-size", "1",
-                       "--max-eval-samples", "1"]
-    return args + ["--max-steps", "2", "--max-train-samples", "64", "--max-eval-samples", "32"]
+        return args + ("--max-steps 2 --max-train-tokens 1024 --max-eval-tokens 64 --block-size 32 "
+                       "--per-device-train-batch-size 2 --per-device-eval-batch-size 2").split()
+    if script == "run_semantic_segmentation":  # 128-pixel crops, not 512: a few images, one evaluated
+        return args + ("--max-steps 2 --max-train-samples 2 --per-device-train-batch-size 1 --crop-size 128 "
+                       "--max-eval-samples 1").split()
+    if script == "run_eigen_vit":
+        return args + ("--max-steps 2 --max-train-samples 40 --max-eval-samples 8 --batch-size 4 "
+                       "--spectral-samples 4").split()
+    return args + ("--max-steps 2 --max-train-samples 16 --max-eval-samples 8 --per-device-train-batch-size 4 "
+                   "--per-device-eval-batch-size 8").split()
 
 
 def _check_trained(script: str, output_dir: Path) -> None:
