@@ -6,7 +6,9 @@ The defaults are Segmenter's ADE20K recipe (Strudel et al. 2021; the NeuTRENO pa
 random crops (at most 75 % of one class), horizontal flips and photometric distortion; SGD with momentum 0.9, lr 1e-3,
 polynomial decay (power 0.9, to 1e-5), batch 8, 160k iterations; λ = 0.6 in encoder and decoder. It trains, then
 evaluates with sliding windows at the images' size (short side 512; the paper's SS) and, in addition, at the
-multi-scale set 0.5-1.75 with flips (MS): mean IoU, pixel accuracy and per-class IoU.
+multi-scale set 0.5-1.75 with flips (MS): mean IoU, pixel accuracy and per-class IoU, from `evaluate`'s `mean_iou`
+where it loads (it is fetched from the Hub) and the evaluation runs in one process, else computed directly with the
+same definitions (`--metric-backend`).
 
     # the paper's NeuTRENO run: DeiT-tiny from its ImageNet weights, on ADE20K (one GPU); add --push-to-hub
     python examples/run_semantic_segmentation.py --model-name-or-path facebook/deit-tiny-patch16-224 \
@@ -47,6 +49,7 @@ from hf_neutreno.segmentation import MS_SCALES, MeanIoU, make_image_processor, m
 logger = logging.getLogger(__name__)
 
 ADE20K = "scene_parse_150"
+METRIC_BACKENDS = ("auto", "evaluate", "direct")
 # Segmenter's ADE20K recipe (its train.py and config.yml): SGD, momentum 0.9, no weight decay, lr 1e-3 decaying
 # polynomially (power 0.9) to 1e-5 over 160k iterations (64 epochs) at batch 8.
 SEGMENTER_TRAINING = dict(
@@ -113,6 +116,12 @@ class DataArguments:
     )
     eval_multi_scale: bool = field(
         default=True, metadata={"help": "At the end, also evaluate at scales 0.5-1.75 with flips (the paper's MS)."}
+    )
+    metric_backend: str = field(
+        default="auto",
+        metadata={"help": f"Who computes mean IoU, of {METRIC_BACKENDS}: `evaluate`'s mean_iou (fetched from the Hub), "
+                  "the package's direct computation (the same definitions; offline), or auto: evaluate's where it "
+                  "loads and the evaluation runs in one process, else the direct one."},
     )
 
 
@@ -236,14 +245,38 @@ def eval_pixels(processor, image: Image.Image, short_side: int) -> torch.Tensor:
 # --- evaluation -----------------------------------------------------------------------------------------------------
 
 
+def mean_iou_factory(backend: str, world_size: int):
+    """A function making a fresh `evaluate` mean_iou module, or None for the direct computation (`MeanIoU`).
+    `evaluate.load` fetches the metric's script from the Hub; here it is tried once, before training."""
+    if backend not in METRIC_BACKENDS:
+        raise ValueError(f"--metric_backend {backend!r} is not one of {METRIC_BACKENDS}.")
+    if backend == "direct":
+        return None
+    if world_size > 1:  # each process scores its own shard; the confusion matrices are summed across processes
+        if backend == "evaluate":
+            raise ValueError(f"--metric_backend evaluate runs in one process, not {world_size}: use direct or auto.")
+        return None
+    try:
+        import evaluate
+
+        evaluate.load("mean_iou")
+    except Exception as error:  # not installed, or no Hub: what `auto` is for
+        if backend == "evaluate":
+            raise RuntimeError(f"--metric_backend evaluate: evaluate.load('mean_iou') failed ({error}). Use "
+                               "--metric_backend direct (the same definitions, computed here) offline.") from error
+        logger.info("evaluate.load('mean_iou') failed (%s): mean IoU computed directly (the same definitions)", error)
+        return None
+    return lambda name: evaluate.load("mean_iou", experiment_id=f"segmenter-{name}-{os.getpid()}")
+
+
 class SegmenterTrainer(HubTrainer):
     """`HubTrainer` whose evaluation is Segmenter's: every image at its own size (short side `eval_size`), sliding
     windows of the crop size (SS), optionally also multi-scale with flips (MS); labels compared at the original
     size. Under several processes each takes a shard and the confusion matrices are summed."""
 
-    def __init__(self, *args, data_args: DataArguments, reduce: bool, **kwargs):
+    def __init__(self, *args, data_args: DataArguments, reduce: bool, mean_iou_factory=None, **kwargs):
         super().__init__(*args, **kwargs)
-        self.data_args, self.reduce = data_args, reduce
+        self.data_args, self.reduce, self.mean_iou_factory = data_args, reduce, mean_iou_factory
 
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval",
                  multi_scale: bool = False) -> dict[str, float]:
@@ -252,6 +285,7 @@ class SegmenterTrainer(HubTrainer):
         config = model.config
         scales = {"ss": ((1.0,), False), **({"ms": (MS_SCALES, True)} if multi_scale else {})}
         meters = {name: MeanIoU(config.num_labels, config.semantic_loss_ignore_index) for name in scales}
+        modules = {name: self.mean_iou_factory(name) for name in scales} if self.mean_iou_factory else {}
         short_side = self.data_args.eval_size or self.data_args.crop_size
         batch_size = self.args.per_device_eval_batch_size
         shard = range(self.args.process_index, len(dataset), self.args.world_size)
@@ -265,12 +299,20 @@ class SegmenterTrainer(HubTrainer):
                     probabilities = multi_scale_probabilities(model, pixels, ms_scales, flip, batch_size=batch_size)
                 probabilities = nn.functional.interpolate(probabilities.float(), size=label.shape, mode="bilinear",
                                                           align_corners=False)
-                meters[name].update(probabilities.argmax(1)[0].cpu(), label)
+                prediction = probabilities.argmax(1)[0].cpu()
+                meters[name].update(prediction, label)
+                if name in modules:
+                    modules[name].add(predictions=prediction.numpy(), references=label.numpy())
         metrics = {}
         for name, meter in meters.items():
-            confusion = meter.confusion.to(self.args.device)
-            meter.confusion = self.accelerator.reduce(confusion, reduction="sum").cpu()
-            metrics.update(segmentation_metrics(meter.compute(), config.id2label, suffix="" if name == "ss" else "_ms"))
+            if name in modules:  # evaluate's mean_iou (one process)
+                result = modules[name].compute(num_labels=config.num_labels,
+                                               ignore_index=config.semantic_loss_ignore_index, reduce_labels=False)
+            else:
+                confusion = meter.confusion.to(self.args.device)
+                meter.confusion = self.accelerator.reduce(confusion, reduction="sum").cpu()
+                result = meter.compute()
+            metrics.update(segmentation_metrics(result, config.id2label, suffix="" if name == "ss" else "_ms"))
         metrics = {f"{metric_key_prefix}_{key}": value for key, value in metrics.items()}
         self.log(metrics)
         self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
@@ -342,6 +384,7 @@ def main(argv: list[str] | None = None) -> dict:
         raise ValueError(f"--min_scale ({data_args.min_scale}) and --max_scale ({data_args.max_scale}) must satisfy "
                          "0 < min_scale <= max_scale.")
     push = prepare_trainer_push(training_args)  # --push_to_hub: fail now, not after training
+    metric_factory = mean_iou_factory(data_args.metric_backend, training_args.world_size)
 
     dataset = load_image_dataset(data_args.dataset_name, data_args.dataset_config_name)
     for split in dataset.values():
@@ -364,7 +407,8 @@ def main(argv: list[str] | None = None) -> dict:
     train.set_transform(train_transform(processor, data_args, reduce, model.config.semantic_loss_ignore_index))
 
     trainer = SegmenterTrainer(model=model, args=training_args, train_dataset=train, eval_dataset=evaluation,
-                               data_collator=collate, processing_class=processor, data_args=data_args, reduce=reduce)
+                               data_collator=collate, processing_class=processor, data_args=data_args, reduce=reduce,
+                               mean_iou_factory=metric_factory)
     metrics = {}
     if training_args.do_train:
         result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)

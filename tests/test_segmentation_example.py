@@ -2,6 +2,7 @@
 images and labels aligned. References: the recipe's formulas written out, transformers' own label reduction."""
 
 import random
+import sys
 
 import numpy as np
 import pytest
@@ -116,3 +117,62 @@ def test_the_same_seed_gives_the_same_initial_weights_for_every_lambda():
     assert neutreno.state_dict().keys() == softmax.state_dict().keys()
     for name, weight in neutreno.state_dict().items():
         assert torch.equal(weight, softmax.state_dict()[name]), name
+
+
+def test_metric_backend_choices_and_errors():
+    """Offline (as here) `auto` falls back to the direct computation; `evaluate` says why it cannot run."""
+    assert example.mean_iou_factory("direct", 1) is None
+    assert example.mean_iou_factory("auto", 2) is None  # several processes: confusion matrices summed
+    assert example.mean_iou_factory("auto", 1) is None  # evaluate.load cannot fetch the script: no Hub here
+    with pytest.raises(RuntimeError, match=r"--metric_backend evaluate: evaluate.load\('mean_iou'\) failed"):
+        example.mean_iou_factory("evaluate", 1)
+    with pytest.raises(ValueError, match=r"--metric_backend evaluate runs in one process, not 2"):
+        example.mean_iou_factory("evaluate", 2)
+    with pytest.raises(ValueError, match=r"--metric_backend 'nope' is not one of \('auto', 'evaluate', 'direct'\)"):
+        example.mean_iou_factory("nope", 1)
+
+
+class _EvaluateModule:
+    """Stands in for `evaluate.load("mean_iou")` where the Hub is out of reach: `add` / `compute` as evaluate's,
+    scored by evaluate's definitions (checked against evaluate's documented example in test_segmenter)."""
+
+    made: list["_EvaluateModule"] = []
+
+    def __init__(self, path, experiment_id=None):
+        assert path == "mean_iou"
+        self.predictions, self.references, self.computed_with = [], [], None
+        _EvaluateModule.made.append(self)
+
+    def add(self, predictions, references):
+        self.predictions.append(np.asarray(predictions))
+        self.references.append(np.asarray(references))
+
+    def compute(self, num_labels, ignore_index, reduce_labels):
+        from hf_neutreno.segmentation import mean_iou
+
+        self.computed_with = (num_labels, ignore_index, reduce_labels)
+        return mean_iou(self.predictions, self.references, num_labels=num_labels, ignore_index=ignore_index,
+                        reduce_labels=reduce_labels)
+
+
+def test_evaluate_backend_scores_the_same_predictions_as_the_direct_one(data_dir, tmp_path, monkeypatch):
+    """With `evaluate` loadable, each evaluated image's prediction and label map (original size) reach its mean_iou
+    module, SS and MS separately, and the reported metrics are the module's: equal to the direct computation."""
+    import types
+
+    monkeypatch.setitem(sys.modules, "evaluate", types.SimpleNamespace(load=_EvaluateModule))
+    args = ["--dataset-name", str(data_dir / "fashion-scenes"), "--crop-size", "32", "--max-steps", "1",
+            "--max-train-samples", "4", "--max-eval-samples", "3", "--per-device-train-batch-size", "2",
+            "--config-overrides", "num_hidden_layers=2,hidden_size=16,num_attention_heads=2,intermediate_size=32,"
+            "patch_size=8,decoder_hidden_size=16,decoder_num_attention_heads=2", "--report-to", "none"]
+    metrics = {backend: example.main(args + ["--output-dir", str(tmp_path / backend), "--metric-backend", backend])
+               for backend in ("direct", "evaluate")}
+    ss, ms = _EvaluateModule.made[-2:]  # the evaluate run's modules (the first call of the factory only checked)
+    assert len(ss.predictions) == len(ms.predictions) == 3
+    assert ss.computed_with == ms.computed_with == (11, 255, False)  # fashion-scenes: 11 classes, none reduced
+    for prediction, reference in zip(ss.predictions + ms.predictions, ss.references + ms.references):
+        assert prediction.shape == reference.shape == (64, 64)
+    evaluated = {k: v for k, v in metrics["direct"].items() if k.startswith("eval_") and "runtime" not in k
+                 and "per_second" not in k}
+    assert "eval_mean_iou" in evaluated and "eval_mean_iou_ms" in evaluated
+    assert evaluated == pytest.approx({k: metrics["evaluate"][k] for k in evaluated}, nan_ok=True)
