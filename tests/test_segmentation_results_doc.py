@@ -65,3 +65,14 @@ def test_documented_command_runs(index, data_dir, tmp_path):
     for key in ("eval_mean_iou", "eval_mean_iou_ms", "eval_pixel_accuracy", "eval_pixel_accuracy_ms"):
         assert 0 <= metrics[key] <= 1, (key, metrics)
     assert (tmp_path / "run" / "model.safetensors").is_file()
+
+
+def test_results_page_quotes_the_segmentation_runs():
+    """docs/results.md (the reproductions) reports the same mean IoUs as this page's table."""
+    rows = re.findall(r"^\| (NeuTRENO[^|]*|softmax[^|]*) \|([^|]*)\|([^|]*)\|", PAGE.read_text(), flags=re.M)
+    (_, neutreno_ss, neutreno_ms), (_, softmax_ss, softmax_ms) = rows
+    text = " ".join((PAGE.parent / "results.md").read_text().split())
+    section = text.split("**Semantic segmentation (NeuTRENO Table 2).**", 1)[1].split("**", 1)[0]
+    assert f"Single-scale mIoU {neutreno_ss.strip()} (NeuTRENO" in section
+    ss, ms = softmax_ss.strip(), neutreno_ms.strip()
+    assert f"against {ss} (λ = 0); multi-scale {ms} against {softmax_ms.strip()}" in section
