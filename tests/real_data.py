@@ -16,6 +16,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from filelock import FileLock
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 MIRROR = Path(os.environ.get("HF_NEUTRENO_DATA", REPO_ROOT.parent / "shared" / "data"))
 CACHE = Path(os.environ.get("HF_NEUTRENO_TEST_DATA", Path.home() / ".cache" / "hf-neutreno" / "test-data"))
@@ -127,11 +129,15 @@ def resolve(mirror: Path = MIRROR, cache: Path = CACHE, user_offline: str | None
     if _offline(user_offline):
         return None, (f"no local datasets in {mirror} and HF_HUB_OFFLINE=1: run the tests without it to fetch them "
                       "from the Hub once, or set HF_NEUTRENO_DATA")
-    try:
-        (run_fetch or _fetch_in_child)(cache)
-    except Exception as error:  # the Hub unreachable, a timeout, a failing download
-        reason = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
-        return None, f"no local datasets in {mirror} and the Hub could not be reached ({reason[:200]})"
+    cache.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(cache / ".fetch.lock")):  # parallel test workers (pytest -n): one fetches, the others wait
+        if all((cache / name).is_dir() for name in (*HUB_DATASETS, *DERIVED)):
+            return cache, ""
+        try:
+            (run_fetch or _fetch_in_child)(cache)
+        except Exception as error:  # the Hub unreachable, a timeout, a failing download
+            reason = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+            return None, f"no local datasets in {mirror} and the Hub could not be reached ({reason[:200]})"
     return cache, ""
 
 
