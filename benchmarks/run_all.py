@@ -4,7 +4,7 @@
     python benchmarks/run_all.py --quick                 # everything at a toy size: < 10 min on 2 CPU cores
     python benchmarks/run_all.py --docs docs             # the papers' budgets (reproduce.py's `full`), bf16: days
     python benchmarks/run_all.py --budget gpu --data ../shared/data --docs docs   # the GPU tier: ~40 min, one H100
-    python benchmarks/run_all.py --budget gpu --smoke --data ../shared/data      # its code path on a CPU: ~1 min
+    python benchmarks/run_all.py --budget gpu --smoke --data ../shared/data      # its code path on a CPU: minutes
     python benchmarks/run_all.py --render --out benchmarks/results --docs docs   # only re-render the pages
 
 Speed and memory (`bench_vit.py`, `bench_eigen_vit.py`, `bench_gpt.py`, `bench_diagnostics.py`,
@@ -17,7 +17,7 @@ A hand-written `notes.md` in --out is included in `benchmarks.md` as the reading
 The GPU tier (`--budget gpu`) writes into benchmarks/results/gpu and, with --docs, the pages `benchmarks-gpu.md` and
 `results-gpu.md` (the CPU pages stay as they are), each naming the GPU, dtype and library versions. It runs every
 benchmark at GPU batch sizes in bf16 with sdpa attention (flash kernels on an H100 in bf16), and reproduce.py's
-`gpu` budget: the four CIFAR-10 ViT variants for 30 epochs and the WikiText-2 LMs to early stopping, 3 seeds, 4 units
+`gpu` budget: the four CIFAR-10 ViT variants for 25 epochs and the WikiText-2 LMs to early stopping, 3 seeds, 4 units
 at a time on the one GPU. docs/benchmarks.md ("The GPU tier") gives the time estimate and how it was made. A run cut
 off resumes where it stopped when rerun. `--smoke` runs the same code path (the same scripts, bf16, sdpa, every table
 and page) on a CPU with toy models, steps and batches: a check of the code, not a measurement.
@@ -253,7 +253,7 @@ def main(argv=None) -> None:
                         "gpu: the GPU tier, about 40 minutes on one H100 (bf16, sdpa), its own pages")
     parser.add_argument("--quick", action="store_const", const="quick", dest="budget", help="same as --budget quick")
     parser.add_argument("--smoke", action="store_true",
-                        help="with --budget gpu: the same code path at toy sizes on a CPU, about a minute")
+                        help="with --budget gpu: the same code path at toy sizes on a CPU (minutes)")
     parser.add_argument("--data", default=None, metavar="DIR",
                         help="local datasets (DIR/cifar10, DIR/wikitext-2-v1), for reproduce.py and the diagnostics "
                         "benchmark (default: the Hub, and ../shared/data or HF_NEUTRENO_DATA)")
