@@ -30,11 +30,10 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import CLOCKS, DTYPES, machine, report  # noqa: E402
+from common import CLOCKS, DTYPES, machine, report
 
-from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTModel  # noqa: E402
-from hf_neutreno.diagnostics import DEFAULT_METRICS, HIDDEN_STATE_METRICS, METRICS, measure_oversmoothing  # noqa: E402
+from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTModel
+from hf_neutreno.diagnostics import DEFAULT_METRICS, HIDDEN_STATE_METRICS, METRICS, measure_oversmoothing
 
 MODES = ("inference", "hidden", "hidden+erank", "default", "all")
 METRICS_OF = {

@@ -15,17 +15,14 @@ training ≥ 0.97 of native, and inference through the export ≥ 0.98.
 """
 
 import argparse
-import sys
-from pathlib import Path
 
 import torch
 from transformers import ViTConfig, ViTForImageClassification
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_vit import make_step  # noqa: E402
-from common import add_common_arguments, interleaved_medians, machine, report, setup  # noqa: E402
+from bench_vit import make_step
+from common import add_common_arguments, interleaved_medians, machine, report, setup
 
-from hf_neutreno import (  # noqa: E402
+from hf_neutreno import (
     EigenViTConfig,
     EigenViTForImageClassification,
     NeuTRENOViTConfig,

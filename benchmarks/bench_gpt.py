@@ -22,14 +22,12 @@ adaptive softmax over 267,735 words) against the native GPT-2 of the same dimens
 """
 
 import argparse
-import sys
 from pathlib import Path
 
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import (  # noqa: E402
+from common import (
     add_common_arguments,
     autocast,
     interleaved_medians,
@@ -40,8 +38,8 @@ from common import (  # noqa: E402
     setup,
 )
 
-from hf_neutreno import NeuTRENOGPTConfig, NeuTRENOGPTForCausalLM  # noqa: E402
-from hf_neutreno.convert import gpt2_to_neutreno  # noqa: E402
+from hf_neutreno import NeuTRENOGPTConfig, NeuTRENOGPTForCausalLM
+from hf_neutreno.convert import gpt2_to_neutreno
 
 SHAPES = {
     "paper": dict(n_layer=16, n_embd=128, n_head=8, n_inner=2048, activation_function="relu", n_positions=256,

@@ -14,13 +14,10 @@ the λ = 0 throughput, ≤ 1.03 of its memory.
 """
 
 import argparse
-import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import (  # noqa: E402
+from common import (
     add_common_arguments,
     autocast,
     interleaved_medians,
@@ -31,7 +28,7 @@ from common import (  # noqa: E402
     setup,
 )
 
-from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForSemanticSegmentation  # noqa: E402
+from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForSemanticSegmentation
 
 LAMBDAS = {"plain": 0.0, "neutreno": 0.6}
 

@@ -12,14 +12,11 @@ plus weights and optimizer state (`total`). Targets (issue 2): ≥ 0.97 of nativ
 """
 
 import argparse
-import sys
-from pathlib import Path
 
 import torch
 from transformers import ViTConfig, ViTForImageClassification
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import (  # noqa: E402
+from common import (
     add_common_arguments,
     autocast,
     interleaved_medians,
@@ -30,7 +27,7 @@ from common import (  # noqa: E402
     setup,
 )
 
-from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForImageClassification  # noqa: E402
+from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForImageClassification
 
 
 def build(name: str, image_size: int, attn: str, device: torch.device) -> torch.nn.Module:

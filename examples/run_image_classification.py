@@ -83,7 +83,7 @@ class ModelArguments:
 class DataArguments:
     dataset_name: str = field(
         default="uoft-cs/cifar10",
-        metadata={"help": "Hub dataset name, local Parquet folder (as ../shared/data/cifar10) or imagefolder tree."},
+        metadata={"help": "Hub dataset name, local Parquet folder with the Hub's columns, or imagefolder tree."},
     )
     dataset_config_name: str | None = field(default=None, metadata={"help": "Hub dataset configuration."})
     train_split: str = field(default="train")

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from examples_loader import load_example  # noqa: E402
+from examples_loader import load_example
 
 
 def main() -> None:

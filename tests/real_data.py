@@ -1,10 +1,11 @@
 """Where the tests find the real datasets: the local mirror, else the same datasets from the Hub, else a skip.
 
-The mirror (`../shared/data`, or `HF_NEUTRENO_DATA`) holds Parquet files laid out as `<folder>/<split>-00000-of-00001
-.parquet`, with the Hub datasets' columns. A clone without it fetches those datasets from the Hub once, by name, into
-the same layout under `HF_NEUTRENO_TEST_DATA` (default `~/.cache/hf-neutreno/test-data`), in a child process: the
-tests themselves always run offline. Where the Hub cannot be reached, or the user set HF_HUB_OFFLINE=1, the tests
-that need data skip with the reason.
+The mirror (`../shared/data`, or `HF_NEUTRENO_DATA`) holds Parquet files laid out as
+`<folder>/<split>-00000-of-00001.parquet`, with the Hub datasets' columns. A clone without it fetches those datasets
+from the Hub once, by name (and builds `fashion-scenes`, which is not on the Hub, from Fashion-MNIST as the mirror
+did), into the same layout under `HF_NEUTRENO_TEST_DATA` (default `~/.cache/hf-neutreno/test-data`), in a child
+process: the tests themselves always run offline. Where the Hub cannot be reached, or the user set HF_HUB_OFFLINE=1,
+the tests that need data skip with the reason.
 
     python tests/real_data.py FOLDER     # the fetch itself (what the tests run in the child process)
 """
@@ -24,7 +25,12 @@ HUB_DATASETS = {
     "fashion_mnist": ("zalando-datasets/fashion_mnist", None),
     "wikitext-2-v1": ("Salesforce/wikitext", "wikitext-2-v1"),
 }
+# Mirror folders that are not on the Hub: built from a fetched one, exactly as the mirror's own script built them.
+DERIVED = {"fashion-scenes": "fashion_mnist"}
+FASHION_SCENES = {"train": 4000, "validation": 1000}  # scenes per split, as in the mirror
 FETCH_TIMEOUT = 1800  # seconds: three datasets, about 120 MB
+FASHION_NAMES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag",
+                 "Ankle boot"]
 
 
 def _offline(value: str | None) -> bool:
@@ -46,6 +52,68 @@ def fetch(folder: Path, load: Callable | None = None) -> None:
         for split, data in dataset.items():
             data.to_parquet(str(partial / f"{split}-00000-of-00001.parquet"))
         partial.rename(target)  # complete or absent: an interrupted fetch is redone
+    for name, source in DERIVED.items():
+        if not (folder / name).is_dir():
+            partial = folder / f".{name}.partial"
+            make_fashion_scenes(folder / source, partial)
+            partial.rename(folder / name)
+
+
+def make_fashion_scenes(fashion_mnist: Path, out: Path) -> None:
+    """The mirror's `fashion-scenes` (its make_fashion_scenes.py, seed 0): 64×64 scenes of 1-4 tinted Fashion-MNIST
+    items on a smooth random colour field, with `scene_parse_150`'s columns (`annotation`: 0 = background, 1 +
+    class inside an item's silhouette, later items on top); `FASHION_SCENES` training scenes from the training
+    split, and validation scenes from the test split."""
+    import io
+    import json
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from PIL import Image
+    from scipy.ndimage import binary_fill_holes
+
+    def load(split):
+        table = pq.read_table(fashion_mnist / f"{split}-00000-of-00001.parquet").to_pydict()
+        return (np.stack([np.array(Image.open(io.BytesIO(image["bytes"]))) for image in table["image"]]),
+                np.array(table["label"]))
+
+    def png(array, mode):
+        buffer = io.BytesIO()
+        Image.fromarray(array, mode).save(buffer, format="PNG", optimize=True)
+        return {"bytes": buffer.getvalue(), "path": None}
+
+    def scenes(images, labels, count, rng, size=64):
+        rows = {"image": [], "annotation": []}
+        for _ in range(count):
+            low = rng.uniform(10, 90, (8, 8, 3)).astype(np.uint8)
+            canvas = np.array(Image.fromarray(low).resize((size, size), Image.BICUBIC), np.float32)
+            annotation = np.zeros((size, size), np.uint8)
+            for _ in range(rng.integers(1, 5)):
+                k = rng.integers(len(images))
+                item, label = images[k].astype(np.float32), int(labels[k])
+                y, x = rng.integers(0, size - 28 + 1, 2)
+                mask = binary_fill_holes(item > 24)
+                tint = rng.uniform(0.35, 1.0, 3)
+                canvas[y:y + 28, x:x + 28][mask] = item[mask][:, None] * tint[None, :]
+                annotation[y:y + 28, x:x + 28][mask] = label + 1
+            rows["image"].append(png(canvas.astype(np.uint8), "RGB"))
+            rows["annotation"].append(png(annotation, "L"))
+        return rows
+
+    rng = np.random.default_rng(0)
+    splits = {"train": (*load("train"), FASHION_SCENES["train"]),
+              "validation": (*load("test"), FASHION_SCENES["validation"])}
+    out.mkdir(parents=True, exist_ok=True)
+    image = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    features = {"image": {"_type": "Image"}, "annotation": {"_type": "Image"}}
+    schema = pa.schema([("image", image), ("annotation", image)],
+                       metadata={b"huggingface": json.dumps({"info": {"features": features}}).encode()})
+    for split, (images, labels, count) in splits.items():
+        table = pa.Table.from_pydict(scenes(images, labels, count, rng), schema=schema)
+        pq.write_table(table, out / f"{split}-00000-of-00001.parquet")
+    id2label = {0: "background"} | {i + 1: name for i, name in enumerate(FASHION_NAMES)}
+    (out / "id2label.json").write_text(json.dumps(id2label, indent=1))
 
 
 def resolve(mirror: Path = MIRROR, cache: Path = CACHE, user_offline: str | None = None,
@@ -53,7 +121,7 @@ def resolve(mirror: Path = MIRROR, cache: Path = CACHE, user_offline: str | None
     """(the data folder, "") or (None, the one-line reason the tests skip)."""
     if mirror.is_dir():
         return mirror, ""
-    complete = all((cache / name).is_dir() for name in HUB_DATASETS)
+    complete = all((cache / name).is_dir() for name in (*HUB_DATASETS, *DERIVED))
     if complete:
         return cache, ""
     if _offline(user_offline):

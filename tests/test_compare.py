@@ -1,7 +1,9 @@
-"""`hf-neutreno compare`: the README's default run end to end, ViT⁻, a WikiText-2 run, Ctrl-C, and bad input.
+"""`hf-neutreno compare`: the README's default run end to end (and the README equal to its output), paired seeds
+with ViT⁻, a WikiText-2 run, a Segmenter on fashion-scenes, Ctrl-C, and bad input.
 
 Expected values are recomputed here from the saved folders with plain formulas (accuracy, an N×N token cosine matrix,
-block perplexity), not read back from the command's own helpers.
+block perplexity, mean IoU from a confusion matrix), and the summaries from the per-seed values with numpy, not read
+back from the command's own helpers.
 """
 
 import json
@@ -29,19 +31,34 @@ from hf_neutreno.data import load_image_dataset
 CHANCE = 0.1  # digits: 10 balanced classes
 TINY = ["--max-steps", "4", "--max-train-samples", "128", "--max-eval-samples", "64", "--probe-samples", "16",
         "--no-progress"]
+README = Path(__file__).resolve().parents[1] / "README.md"
+# The README's default output and the prose about it lie between these markers (invisible once rendered).
+README_START, README_END = "<!-- compare-default-output -->", "<!-- /compare-default-output -->"
+TIME = re.compile(r"\d+(?:\.\d+)? (?:s|min)\b")  # what differs between two runs of the same command
+NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
+
+
+def _table_block(stdout: str) -> list[str]:
+    """The printed table and its notes: from the header line to the first blank line."""
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("variant "))
+    end = next((i for i in range(start, len(lines)) if not lines[i].strip()), len(lines))
+    return lines[start:end]
 
 
 def _table_rows(stdout: str) -> dict[str, list[str]]:
     """The printed table: variant -> cells (cells are separated by two or more spaces)."""
-    lines = stdout.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("variant "))
     rows = {}
-    for line in lines[start + 1 :]:
-        if not line.strip():
-            break
+    for line in _table_block(stdout)[1:]:
         cells = re.split(r"\s{2,}", line.strip())
-        rows[cells[0]] = cells
+        if cells[0] in ("baseline", "neutreno", "vit-minus"):
+            rows[cells[0]] = cells
     return rows
+
+
+def _mean_std(values) -> str:
+    """'mean ± sample std' as the table prints it, computed with numpy."""
+    return f"{np.mean(values):.4f} ± {np.std(values, ddof=1):.4f}"
 
 
 def _pairwise_cosine(hidden: torch.Tensor) -> float:
@@ -65,17 +82,43 @@ def test_default_compare_as_the_readme_runs_it(tmp_path):
     results = json.loads((out / "results.json").read_text())
     assert results["complete"] and list(results["variants"]) == ["baseline", "neutreno"]
     assert results["settings"]["model"] == "vit-micro" and results["settings"]["dataset"] == "digits"
+    assert results["seeds"] == [0, 1, 2] and results["models_from_seed"] == 0
+
+    # The table: mean ± sample std over the seeds, the paired difference and wins, from the per-seed values.
     rows = _table_rows(proc.stdout)
     assert set(rows) == {"baseline", "neutreno"}
-    for variant, entry in results["variants"].items():
-        assert entry["accuracy"] > 5 * CHANCE, (variant, entry)
-        assert rows[variant][2] == f"{entry['accuracy']:.4f}"
-        assert rows[variant][3] == f"{entry['last_layer_cosine']:.4f}"
+    per_seed = {variant: entry["per_seed"] for variant, entry in results["variants"].items()}
+    for variant, runs in per_seed.items():
+        assert [run["seed"] for run in runs] == [0, 1, 2]
+        for run in runs:
+            assert run["accuracy"] > 5 * CHANCE, (variant, run)  # every seed of every variant learns
+            assert len(run["learning_curve"]) == 10 and run["learning_curve"][-1]["loss"] < run["learning_curve"][0][
+                "loss"], run["learning_curve"]
+        assert rows[variant][2] == _mean_std([run["accuracy"] for run in runs])
+        assert rows[variant][3 if variant == "baseline" else 4] == _mean_std(
+            [run["last_layer_cosine"] for run in runs])
+    for key, column, better in (("accuracy", 3, 1), ("last_layer_cosine", 5, -1)):
+        difference = np.array([n[key] - b[key] for n, b in zip(per_seed["neutreno"], per_seed["baseline"])])
+        wins = int((better * difference > 0).sum())
+        assert rows["neutreno"][column] == f"{difference.mean():+.4f} ± {difference.std(ddof=1):.4f} ({wins}/3)"
     with Image.open(out / "comparison.png") as plot:
         assert plot.format == "PNG" and plot.width > 200 and plot.height > 200
     assert sorted(p.name for p in out.iterdir()) == ["baseline", "comparison.png", "neutreno", "results.json"]
 
-    # What the table says is what the saved models do, recomputed here on the digits test split.
+    # The README shows exactly this output (times aside), and its prose about it only numbers that the output has.
+    readme = README.read_text(encoding="utf-8")
+    section = readme[readme.index(README_START) + len(README_START) : readme.index(README_END)]
+    block = re.search(r"^```\n(.*?)^```$", section, flags=re.S | re.M)
+    printed = _table_block(proc.stdout)
+    assert [TIME.sub("<time>", line) for line in block.group(1).splitlines()] == [
+        TIME.sub("<time>", line) for line in printed]
+    prose = TIME.sub("", section[: block.start()] + section[block.end() :])
+    numbers = NUMBER.findall(prose)
+    assert len(numbers) >= 6, prose  # the prose quotes the results
+    missing = [n for n in numbers if not re.search(rf"(?<![\d.]){re.escape(n)}(?![\d])", proc.stdout)]
+    assert not missing, (missing, prose)
+
+    # What the table says is what the saved models (the first seed's) do, recomputed here on the digits test split.
     test = load_image_dataset("digits")["test"]
     assert len(test) == results["data"]["eval_images"] == 360
     images = [image.convert("RGB") for image in test["image"]]
@@ -88,9 +131,10 @@ def test_default_compare_as_the_readme_runs_it(tmp_path):
         with torch.no_grad():
             logits = model(pixels).logits
             probe_hidden = model(pixels[:256], output_hidden_states=True).hidden_states[-1]
+        first = entry["per_seed"][0]
         accuracy = (logits.argmax(-1) == torch.tensor(test["label"])).double().mean().item()
-        assert abs(accuracy - entry["accuracy"]) <= 1 / len(test) + 1e-9, (variant, accuracy, entry["accuracy"])
-        assert _pairwise_cosine(probe_hidden) == pytest.approx(entry["last_layer_cosine"], rel=1e-4, abs=1e-6)
+        assert abs(accuracy - first["accuracy"]) <= 1 / len(test) + 1e-9, (variant, accuracy, first["accuracy"])
+        assert _pairwise_cosine(probe_hidden) == pytest.approx(first["last_layer_cosine"], rel=1e-4, abs=1e-6)
         expected[variant] = logits[:16]
     raw = np.stack([np.asarray(image) for image in test["image"][:16]])
     torch.save({"raw": torch.from_numpy(raw), "logits": expected}, tmp_path / "expected.pt")
@@ -118,40 +162,52 @@ def test_default_compare_as_the_readme_runs_it(tmp_path):
         assert module.startswith("transformers_modules") and difference == 0.0 and same_predictions, report
 
 
-def test_vit_minus_trains_with_the_same_start_and_batches(tmp_path, monkeypatch):
+def test_each_seed_pairs_the_variants_vit_minus_included(tmp_path, monkeypatch):
+    """Within a seed every variant starts from the same weights (ViT⁻: all but its value/output maps) and sees the
+    same batches in the same order; another seed gives other weights and another order."""
     starts, labels = {}, {}
     train, training_step = transformers.Trainer.train, transformers.Trainer.training_step
 
-    def name(model):
-        return f"{model.config.model_type} λ={model.config.neutreno_lambda}"
+    def name(trainer):
+        model = trainer.model
+        return trainer.args.seed, f"{model.config.model_type} λ={model.config.neutreno_lambda}"
 
     def recording_train(self, *args, **kwargs):
-        starts[name(self.model)] = {k: v.clone() for k, v in self.model.state_dict().items()}
+        starts[name(self)] = {k: v.clone() for k, v in self.model.state_dict().items()}
         return train(self, *args, **kwargs)
 
     def recording_step(self, model, inputs, *args, **kwargs):
-        labels.setdefault(name(self.model), []).append(inputs["labels"].clone())
+        labels.setdefault(name(self), []).append(inputs["labels"].clone())
         return training_step(self, model, inputs, *args, **kwargs)
 
     monkeypatch.setattr(transformers.Trainer, "train", recording_train)
     monkeypatch.setattr(transformers.Trainer, "training_step", recording_step)
     out = tmp_path / "run"
-    assert cli.main(["compare", "--vit-minus", "--output-dir", str(out), *TINY]) == 0
+    assert cli.main(["compare", "--vit-minus", "--seed", "5", "--seeds", "2", "--output-dir", str(out), *TINY]) == 0
 
     results = json.loads((out / "results.json").read_text())
-    assert list(results["variants"]) == ["baseline", "neutreno", "vit-minus"]
-    assert all(math.isfinite(v["accuracy"]) and math.isfinite(v["last_layer_cosine"])
-               for v in results["variants"].values())
-    baseline, neutreno = starts["neutreno_vit λ=0.0"], starts["neutreno_vit λ=0.6"]
-    vit_minus = starts["eigen_vit λ=0.0"]
-    assert baseline.keys() == neutreno.keys() and all(torch.equal(baseline[k], neutreno[k]) for k in baseline)
-    shared = baseline.keys() & vit_minus.keys()
-    assert all(torch.equal(baseline[k], vit_minus[k]) for k in shared)
-    assert {k.rsplit(".", 2)[-2] for k in baseline.keys() - shared} == {"v_proj", "o_proj"}
-    assert {k.rsplit(".", 1)[-1] for k in vit_minus.keys() - shared} == {"theta", "psi", "output_bias"}
-    batches = list(labels.values())
-    assert len(batches) == 3 and all(len(b) == 4 for b in batches)
-    assert all(torch.equal(a, b) for other in batches[1:] for a, b in zip(batches[0], other))
+    assert list(results["variants"]) == ["baseline", "neutreno", "vit-minus"] and results["seeds"] == [5, 6]
+    for entry in results["variants"].values():
+        assert [run["seed"] for run in entry["per_seed"]] == [5, 6]
+        assert all(math.isfinite(run["accuracy"]) and math.isfinite(run["last_layer_cosine"])
+                   for run in entry["per_seed"])
+        assert entry.get("difference_from_baseline", {"accuracy": {"seeds": 2}})["accuracy"]["seeds"] == 2
+    assert sorted(starts) == sorted(labels) == [(seed, variant) for seed in (5, 6) for variant in (
+        "eigen_vit λ=0.0", "neutreno_vit λ=0.0", "neutreno_vit λ=0.6")]
+    for seed in (5, 6):
+        baseline, neutreno = starts[seed, "neutreno_vit λ=0.0"], starts[seed, "neutreno_vit λ=0.6"]
+        vit_minus = starts[seed, "eigen_vit λ=0.0"]
+        assert baseline.keys() == neutreno.keys() and all(torch.equal(baseline[k], neutreno[k]) for k in baseline)
+        shared = baseline.keys() & vit_minus.keys()
+        assert all(torch.equal(baseline[k], vit_minus[k]) for k in shared)
+        assert {k.rsplit(".", 2)[-2] for k in baseline.keys() - shared} == {"v_proj", "o_proj"}
+        assert {k.rsplit(".", 1)[-1] for k in vit_minus.keys() - shared} == {"theta", "psi", "output_bias"}
+        batches = [labels[key] for key in labels if key[0] == seed]
+        assert len(batches) == 3 and all(len(b) == 4 for b in batches)
+        assert all(torch.equal(a, b) for other in batches[1:] for a, b in zip(batches[0], other))
+    first, second = starts[5, "neutreno_vit λ=0.0"], starts[6, "neutreno_vit λ=0.0"]
+    assert not all(torch.equal(first[k], second[k]) for k in first)
+    assert not all(torch.equal(a, b) for a, b in zip(labels[5, "neutreno_vit λ=0.0"], labels[6, "neutreno_vit λ=0.0"]))
 
     # The saved ViT⁻ has the baseline's shape and a negative spectrum: every W_V W_O of every head is ≤ 0.
     config = json.loads((out / "vit-minus" / "config.json").read_text())
@@ -168,20 +224,28 @@ def test_vit_minus_trains_with_the_same_start_and_batches(tmp_path, monkeypatch)
         assert torch.linalg.eigvalsh(product).max() <= 1e-9
 
 
-def test_text_compare_on_wikitext2_gives_the_perplexity_of_the_saved_models(data_dir, tmp_path):
+def test_text_compare_on_wikitext2_gives_the_perplexity_of_the_saved_models(data_dir, tmp_path, capsys):
     out = tmp_path / "text"
     argv = ["compare", "--model", "gpt-micro", "--dataset", str(data_dir / "wikitext-2-v1"), "--max-steps", "6",
             "--batch-size", "8", "--max-eval-samples", "8", "--probe-samples", "4", "--output-dir", str(out),
-            "--no-progress"]
+            "--no-progress", "--seeds", "1"]
     assert cli.main(argv) == 0
     results = json.loads((out / "results.json").read_text())
     assert list(results["variants"]) == ["baseline", "neutreno"] and results["metric"] == "perplexity"
     assert results["variants"]["neutreno"]["neutreno_lambda"] == 0.4  # the GPT preset's λ
+    # One seed: no spread to show; the difference is that seed's, a win when the perplexity is lower.
+    rows = _table_rows(capsys.readouterr().out)
+    baseline, neutreno = (results["variants"][v]["per_seed"] for v in ("baseline", "neutreno"))
+    assert [run["seed"] for run in baseline + neutreno] == [0, 0]
+    difference = neutreno[0]["perplexity"] - baseline[0]["perplexity"]
+    assert rows["baseline"][2] == f"{baseline[0]['perplexity']:.2f}"
+    assert rows["neutreno"][3] == f"{difference:+.2f} ({int(difference < 0)}/1)"
 
     # Independently: the first 8 blocks of 64 tokens of the test split, each line + <eos>, every token but the first
     # scored once with the context of its own block.
     text = pq.read_table(data_dir / "wikitext-2-v1" / "test-00000-of-00001.parquet").column("text").to_pylist()
     for variant, entry in results["variants"].items():
+        entry = entry["per_seed"][0]
         tokenizer = AutoTokenizer.from_pretrained(out / variant, trust_remote_code=True)
         model = AutoModelForCausalLM.from_pretrained(out / variant).eval()
         assert len(tokenizer) == model.config.vocab_size == 33279  # WikiText-2's 33,278 words + <pad>
@@ -202,6 +266,56 @@ def test_text_compare_on_wikitext2_gives_the_perplexity_of_the_saved_models(data
         assert 1 < entry["perplexity"] < len(tokenizer), entry  # finite, and better than a uniform guess
         assert entry["perplexity"] == pytest.approx(perplexity, rel=1e-4)
         assert math.isfinite(entry["last_layer_cosine"])
+
+
+def test_segmenter_compare_on_fashion_scenes_scores_the_saved_models_by_mean_iou(data_dir, tmp_path):
+    """A tiny run of baseline and NeuTRENO Segmenters (λ in encoder and decoder) over two paired seeds: mean IoU in
+    [0, 1] per seed, and the first seed's saved models give that mIoU, recomputed from a confusion matrix on the raw
+    annotation PNGs with transformers' own post-processing."""
+    from datasets import load_dataset
+    from transformers import AutoModelForSemanticSegmentation
+
+    scenes = data_dir / "fashion-scenes"
+    out = tmp_path / "segmentation"
+    argv = ["compare", "--model", "segmenter-micro", "--dataset", str(scenes), "--max-steps", "3", "--batch-size",
+            "8", "--max-train-samples", "48", "--max-eval-samples", "16", "--probe-samples", "4", "--seeds", "2",
+            "--output-dir", str(out), "--no-progress"]
+    assert cli.main(argv) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert (results["task"], results["metric"], results["eval_split"]) == ("semantic-segmentation", "mean_iou",
+                                                                           "validation")
+    assert list(results["variants"]) == ["baseline", "neutreno"] and results["complete"]
+    # the encoder's 6 blocks after the embeddings, then the mask transformer's 2; the table's cosine is block 6's
+    assert results["cosine_layers"] == list(range(9)) and results["decoder_layers"] == [7, 8]
+    assert results["last_layer"] == 6
+    for entry in results["variants"].values():
+        assert [run["seed"] for run in entry["per_seed"]] == [0, 1]
+        for run in entry["per_seed"]:
+            assert 0.0 <= run["mean_iou"] <= 1.0 and math.isfinite(run["last_layer_cosine"])
+            assert run["last_layer_cosine"] == run["cosine_similarity"][6]
+    assert results["variants"]["neutreno"]["difference_from_baseline"]["mean_iou"]["seeds"] == 2
+
+    id2label = {int(k): v for k, v in json.loads((scenes / "id2label.json").read_text()).items()}
+    validation = load_dataset("parquet", data_dir=str(scenes))["validation"].shuffle(seed=0).select(range(16))
+    references = np.stack([np.asarray(annotation) for annotation in validation["annotation"]]).astype(np.int64)
+    for variant, entry in results["variants"].items():
+        model = AutoModelForSemanticSegmentation.from_pretrained(out / variant).eval()
+        processor = AutoImageProcessor.from_pretrained(out / variant)
+        assert model.config.id2label == id2label and type(model).__name__ == "NeuTRENOViTForSemanticSegmentation"
+        lam = 0.6 if variant == "neutreno" else 0.0
+        assert (model.config.neutreno_lambda, model.config.decoder_config().neutreno_lambda) == (lam, lam)
+        pixels = processor([image.convert("RGB") for image in validation["image"]], return_tensors="pt")
+        with torch.no_grad():
+            outputs = model(pixel_values=pixels["pixel_values"])
+        maps = processor.post_process_semantic_segmentation(outputs, target_sizes=[(64, 64)] * 16)
+        predictions = torch.stack(maps).numpy()
+        classes = len(id2label)
+        confusion = np.bincount(references.ravel() * classes + predictions.ravel(), minlength=classes**2)
+        confusion = confusion.reshape(classes, classes)
+        union = confusion.sum(0) + confusion.sum(1) - np.diag(confusion)
+        present = union > 0
+        expected = (np.diag(confusion)[present] / union[present]).mean()
+        assert entry["per_seed"][0]["mean_iou"] == pytest.approx(expected, abs=1e-9), variant
 
 
 def test_library_entry_point_returns_what_it_writes_and_the_cli_shares_its_defaults(tmp_path):
@@ -294,6 +408,17 @@ def _saved_model(folder: Path) -> Path:
                                                                    "nothing was written"]),
         ("output dir with files", ["--output-dir", "{files}"], ["--output-dir", "notes.txt", "not an earlier"]),
         ("bad budget", ["--batch-size", "0"], ["--batch-size must be at least 1"]),
+        ("no seeds", ["--seeds", "0"], ["--seeds must be at least 1, got 0"]),
+        ("segmentation preset, classification data", ["--model", "segmenter-micro"], [
+            "--model segmenter-micro is a segmentation preset", "--dataset 'digits' has no Image column and "
+            "`annotation` label-map column", "an image-classification dataset", "'vit-micro'"]),
+        ("classifier preset, segmentation data", ["--dataset", "{data}/fashion-scenes"], [
+            "--model vit-micro is an image classifier", "'annotation'", "it is a segmentation dataset",
+            "'segmenter-micro'"]),
+        ("segmentation preset, text data", ["--model", "segmenter-micro", "--dataset", "{data}/wikitext-2-v1"], [
+            "--model segmenter-micro is a segmentation preset", "'text'", "scene_parse_150"]),
+        ("vit-minus for a segmenter", ["--model", "segmenter-micro", "--vit-minus"], [
+            "--vit-minus needs an image preset", "segmentation preset"]),
     ],
 )
 def test_bad_input_is_refused_before_training(case, options, expected, tmp_path, data_dir, monkeypatch, capsys):
@@ -316,6 +441,7 @@ def test_bad_input_is_refused_before_training(case, options, expected, tmp_path,
         code = exit.code
     assert code == 2
     message = capsys.readouterr().err
+    assert message.count("\n") == 1 and message.startswith("hf-neutreno compare: error: "), message
     for part in expected:
         assert part in message, (case, message)
     assert not (tmp_path / "out").exists()

@@ -23,6 +23,7 @@ from hf_neutreno import (
     EigenViTForImageClassification,
     NeuTRENOViTConfig,
     NeuTRENOViTForImageClassification,
+    NeuTRENOViTForSemanticSegmentation,
     NeuTRENOViTModel,
     convert,
 )
@@ -203,3 +204,106 @@ def test_other_models_are_refused_and_stochastic_depth_is_dropped_with_a_warning
     x = torch.randn(2, 3, 16, 16)
     with torch.no_grad():
         torch.testing.assert_close(converted(x).logits, model(x).logits, atol=1e-5, rtol=0)
+
+
+# --- ViT / DeiT / NeuTRENO classifier -> NeuTRENO Segmenter (task="semantic-segmentation") ----------------------
+
+SEGMENTATION = dict(num_labels=6, decoder_num_layers=3, decoder_hidden_size=24, decoder_num_attention_heads=3)
+
+
+def randomised(model):
+    """Every weight random (LayerNorms and biases too), so that a weight left behind or misplaced shows."""
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.normal_(mean=0.0, std=0.2)
+    return model.eval()
+
+
+@pytest.mark.parametrize("family", ["vit", "deit", "vit-backbone", "deit-with-teacher"])
+def test_segmenter_from_a_native_model_keeps_its_encoder_at_lambda_zero(family, tmp_path):
+    """The converted Segmenter's encoder hidden states are those of transformers' ViTModel / DeiTModel with the same
+    weights; the decoder is new, of the requested shape."""
+    native = {"vit": lambda: ViTForImageClassification(ViTConfig(**SHAPE)),
+              "deit": lambda: DeiTForImageClassification(DeiTConfig(**SHAPE)),
+              "vit-backbone": lambda: ViTModel(ViTConfig(**SHAPE)),
+              "deit-with-teacher": lambda: DeiTForImageClassificationWithTeacher(DeiTConfig(**SHAPE))}[family]()
+    native = randomised(native)
+    native.save_pretrained(tmp_path / "native")
+    labels = {i: f"class-{i}" for i in range(6)}
+    model = vit_to_neutreno(tmp_path / "native", neutreno_lambda=0.0, task="semantic-segmentation", **SEGMENTATION,
+                            id2label=labels, label2id={v: k for k, v in labels.items()})
+    assert isinstance(model, NeuTRENOViTForSemanticSegmentation) and not model.training
+    assert model.config.use_distillation_token == family.startswith("deit")
+    assert model.config.id2label == labels and model.config.decoder_shape == (24, 3)
+    assert len(model.decoder.layers) == 3 and model.decoder.class_embeddings.shape == (1, 6, 24)
+    x = torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        expected = native.base_model(x, output_hidden_states=True)
+        ours = model.vit(x, output_hidden_states=True)
+        logits = model(x).logits
+    assert len(ours.hidden_states) == len(expected.hidden_states) == 4
+    for got, want in zip(ours.hidden_states, expected.hidden_states):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+    torch.testing.assert_close(ours.last_hidden_state, expected.last_hidden_state, atol=1e-5, rtol=0)
+    assert logits.shape == (2, 6, 4, 4)
+
+
+@pytest.mark.parametrize("family", ["vit", "deit"])
+def test_segmenter_at_another_image_size_resamples_positions_as_the_native_interpolation(family):
+    """At 24 × 40 (a 16 × 16 source), the converted encoder computes what the native model computes with
+    `interpolate_pos_encoding=True`: the grid is resampled once, bicubically, at conversion."""
+    native_class, config_class = (ViTModel, ViTConfig) if family == "vit" else (DeiTModel, DeiTConfig)
+    native = randomised(native_class(config_class(**SHAPE)))
+    model = vit_to_neutreno(native, neutreno_lambda=0.0, task="semantic-segmentation", image_size=[24, 40],
+                            num_labels=3)
+    assert model.vit.embeddings.position_embeddings.shape == (1, 6 * 10 + (2 if family == "deit" else 1), 32)
+    x = torch.randn(2, 3, 24, 40)
+    with torch.no_grad():
+        expected = native(x, interpolate_pos_encoding=True).last_hidden_state
+        torch.testing.assert_close(model.vit(x).last_hidden_state, expected, atol=1e-5, rtol=0)
+        assert model(x).logits.shape == (2, 3, 6, 10)
+
+
+def test_segmenter_from_a_neutreno_classifier_keeps_its_encoder():
+    classifier = neutreno_model(neutreno_lambda=0.6, neutreno_layers=[1], drop_path_rate=0.1)
+    model = vit_to_neutreno(classifier, neutreno_lambda=0.6, task="semantic-segmentation", num_labels=4,
+                            decoder_neutreno_lambda=0.0)
+    config = model.config
+    assert (config.neutreno_layers, config.drop_path_rate, config.num_labels) == ([1], 0.1, 4)
+    assert config.decoder_neutreno_lambda == 0.0 and model.decoder.layers[1].attention.neutreno_lambda == 0.0
+    for name, weight in classifier.vit.state_dict().items():
+        assert torch.equal(model.vit.state_dict()[name], weight), name
+    x = torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(model.vit(x).last_hidden_state, classifier.vit(x).last_hidden_state,
+                                   atol=0, rtol=0)
+
+
+def test_segmenter_decoder_is_freshly_initialised_and_the_encoder_is_not():
+    native = randomised(ViTForImageClassification(ViTConfig(**SHAPE)))
+    torch.manual_seed(0)
+    first = vit_to_neutreno(native, task="semantic-segmentation", num_labels=3)
+    torch.manual_seed(1)
+    second = vit_to_neutreno(native, task="semantic-segmentation", num_labels=3)
+    assert torch.equal(first.vit.embeddings.position_embeddings, second.vit.embeddings.position_embeddings)
+    assert not torch.equal(first.decoder.class_embeddings, second.decoder.class_embeddings)
+    assert first.decoder.proj_patch.std() > 0.05  # Segmenter's N(0, d^-1/2), not zeros
+    assert first.config.neutreno_lambda == 0.6 and first.decoder.layers[1].attention.neutreno_lambda == 0.6
+
+
+def test_segmenter_conversion_errors_are_clear():
+    native = ViTForImageClassification(ViTConfig(**SHAPE))
+    with pytest.raises(ValueError, match=r"`task` must be one of \['image-classification', 'semantic-segmentation'\]"):
+        vit_to_neutreno(native, task="depth-estimation")
+    with pytest.raises(ValueError, match=r"`patch_size` \[8, 8\] and `use_distillation_token` must be the source's"):
+        vit_to_neutreno(native, task="semantic-segmentation", patch_size=8)
+    with pytest.raises(ValueError, match="use_distillation_token"):
+        vit_to_neutreno(native, task="semantic-segmentation", use_distillation_token=True)
+    with pytest.raises(ValueError, match="do not fit"):
+        vit_to_neutreno(native, task="semantic-segmentation", intermediate_size=96)
+    with pytest.raises(ValueError, match="`decoder_type`"):
+        vit_to_neutreno(native, task="semantic-segmentation", decoder_type="deeplab")
+    eigen = EigenViTForImageClassification(EigenViTConfig(**SHAPE))
+    with pytest.raises(ValueError, match="EigenViTModel"):
+        vit_to_neutreno(eigen, task="semantic-segmentation")

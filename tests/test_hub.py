@@ -349,7 +349,9 @@ def eigen_example_args(data_dir: Path, output_dir: Path) -> list[str]:
 
 @pytest.mark.parametrize("script, make_args", [("run_image_classification", example_args),
                                                ("run_clm_wikitext103", lm_example_args),
-                                               ("run_eigen_vit", eigen_example_args)])
+                                               ("run_eigen_vit", eigen_example_args),
+                                               ("run_semantic_segmentation",
+                                                lambda *args: segmentation_example_args(*args))])  # defined below
 def test_example_push_to_hub_offline_stops_before_training(script, make_args, data_dir, tmp_path, offline):
     with pytest.raises(OfflineModeIsEnabled, match="Nothing was written"):
         load_example(script).main(make_args(data_dir, tmp_path / "run"))
@@ -427,3 +429,81 @@ def test_templates_ship_in_the_wheel(tmp_path):
     assert expected <= names, sorted(names)
     # ... and the top-level model_cards/ of the checkout is the same folder, not a second copy.
     assert (REPO_ROOT / "model_cards").resolve() == (REPO_ROOT / "src" / "hf_neutreno" / "model_cards").resolve()
+
+
+# --- the Segmenter's card and the segmentation example's push -------------------------------------------------------
+
+SEGMENTATION_LABELS = {0: "background", 1: "T-shirt/top", 2: "Trouser"}
+SEGMENTATION_METRICS = {"eval_mean_iou": 0.4125, "eval_pixel_accuracy": 0.875, "eval_mean_accuracy": 0.5,
+                        "eval_iou_background": 0.9, "eval_iou_T-shirt/top": 0.3375, "eval_iou_Trouser": float("nan"),
+                        "eval_mean_iou_ms": 0.42, "eval_runtime": 3.0, "train_loss": 0.7}
+
+
+def tiny_segmenter():
+    from hf_neutreno import NeuTRENOViTForSemanticSegmentation
+
+    config = NeuTRENOViTConfig(
+        hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64, image_size=16,
+        patch_size=4, neutreno_lambda=0.6, decoder_neutreno_lambda=0.3, id2label=SEGMENTATION_LABELS,
+        label2id={v: k for k, v in SEGMENTATION_LABELS.items()},
+    )
+    return NeuTRENOViTForSemanticSegmentation(config).eval()
+
+
+def test_segmenter_card_renders_offline_with_its_own_template(tmp_path):
+    """A Segmenter (model type neutreno_vit, like the classifier) gets the segmentation card: the pipeline tag,
+    mean IoU and pixel accuracy in the eval results (a NaN IoU left out), a per-class table, the paper's Table 2 marked
+    as the paper's, and the segmentation loading example."""
+    card = hub.model_card(tiny_segmenter(), repo_id=REPO_ID, dataset="scene_parse_150", dataset_split="validation",
+                          results=SEGMENTATION_METRICS, oversmoothing=measured_report())
+    card.save(tmp_path / "README.md")
+    loaded = ModelCard.load(tmp_path / "README.md")
+    assert loaded.data.pipeline_tag == "image-segmentation" and "custom_code" in loaded.data.tags
+    results = {r.metric_type: r for r in loaded.data.eval_results}
+    assert {name: r.metric_value for name, r in results.items()} == {
+        "mean_iou": 0.4125, "pixel_accuracy": 0.875, "mean_accuracy": 0.5, "iou_background": 0.9,
+        "iou_T-shirt/top": 0.3375, "mean_iou_ms": 0.42}
+    assert {r.task_type for r in results.values()} == {"image-segmentation"}
+    assert {r.dataset_split for r in results.values()} == {"validation"}
+
+    text = loaded.text
+    assert "| mean iou | 0.4125 | scene_parse_150 | validation |" in text
+    assert "| mean iou ms | 0.4200 | scene_parse_150 | validation |" in text
+    assert "| T-shirt/top | 0.3375 |" in text and "| background | 0.9000 |" in text and "Trouser" not in text
+    assert "| NeuTRENO λ | encoder 0.6, decoder 0.3 |" in text
+    assert "| decoder | mask_transformer: 2 blocks × 32 × 4 heads |" in text
+    assert "the paper's numbers (not this checkpoint's)" in text
+    assert "| NeuTRENO Segmenter (DeiT-tiny) | 37.24 | 38.06 |" in text
+    assert f'AutoModelForSemanticSegmentation.from_pretrained("{REPO_ID}", trust_remote_code=True)' in text
+    assert f'pipeline("image-segmentation", model="{REPO_ID}", trust_remote_code=True)' in text
+    assert "@inproceedings{strudel2021segmenter" in text and "@inproceedings{nguyen2023mitigating" in text
+    assert "| 0 (embeddings) | 0.2100 | 1.0000 |" in text
+    # The classifier keeps its own card.
+    assert "image-classification" == hub.model_card(tiny_model()).data.pipeline_tag
+    assert "Table 1" in hub.model_card(tiny_model()).text
+
+
+def segmentation_example_args(data_dir: Path, output_dir: Path) -> list[str]:
+    return [
+        "--config_overrides", "num_hidden_layers=2,hidden_size=32,num_attention_heads=4,intermediate_size=64,"
+        "patch_size=16,decoder_num_layers=1", "--crop_size", "64", "--dataset_name", str(data_dir / "fashion-scenes"),
+        "--max_train_samples", "16", "--max_eval_samples", "4", "--max_steps", "2", "--per_device_train_batch_size",
+        "4", "--no_eval_multi_scale", "--output_dir", str(output_dir), "--save_strategy", "no", "--report_to", "none",
+        "--disable_tqdm", "true", "--push_to_hub", "--hub_model_id", "neutreno-tests/tiny-segmenter",
+    ]
+
+
+def test_segmentation_example_push_to_hub_publishes_model_code_processor_and_card(data_dir, tmp_path, fake_hub):
+    metrics = load_example("run_semantic_segmentation").main(segmentation_example_args(data_dir, tmp_path / "run"))
+    uploads = [call for call in fake_hub.calls if call[0] == "upload_folder"]
+    assert len(uploads) == 1 and uploads[0][1] == "neutreno-tests/tiny-segmenter"
+    files = uploads[0][3]
+    assert {"config.json", "model.safetensors", "modeling_neutreno_vit.py", "preprocessor_config.json",
+            "README.md"} <= set(files)
+    assert json.loads(files["preprocessor_config.json"])["image_processor_type"] == "SegformerImageProcessor"
+    card = uploaded_card(files, tmp_path)
+    results = {r.metric_type: r for r in card.data.eval_results}
+    assert results["mean_iou"].metric_value == metrics["eval_mean_iou"]
+    assert results["pixel_accuracy"].metric_value == metrics["eval_pixel_accuracy"]
+    assert results["mean_iou"].dataset_name == "fashion-scenes" and card.data.pipeline_tag == "image-segmentation"
+    assert "| NeuTRENO Segmenter (DeiT-tiny) | 37.24 | 38.06 |" in card.text

@@ -20,7 +20,12 @@ def _fake_hub(mirror, calls):
     return load
 
 
-def test_without_the_mirror_the_datasets_come_from_the_hub_in_the_mirrors_layout(data_dir, tmp_path):
+@pytest.fixture
+def few_scenes(monkeypatch):
+    monkeypatch.setattr(real_data, "FASHION_SCENES", {"train": 6, "validation": 3})
+
+
+def test_without_the_mirror_the_datasets_come_from_the_hub_in_the_mirrors_layout(data_dir, tmp_path, few_scenes):
     calls = []
     folder, reason = real_data.resolve(
         mirror=tmp_path / "absent", cache=tmp_path / "cache", user_offline=None,
@@ -37,6 +42,8 @@ def test_without_the_mirror_the_datasets_come_from_the_hub_in_the_mirrors_layout
     reloaded = datasets.load_dataset("parquet", data_dir=str(folder / "cifar10"))
     assert reloaded["train"].features["label"].names == datasets.load_dataset(
         "parquet", data_dir=str(data_dir / "cifar10"), split="test").features["label"].names
+    assert sorted(p.name for p in (folder / "fashion-scenes").iterdir()) == sorted(
+        p.name for p in (data_dir / "fashion-scenes").iterdir() if p.suffix in (".parquet", ".json"))
     # A second resolve finds the complete cache and fetches nothing.
     assert real_data.resolve(mirror=tmp_path / "absent", cache=folder, run_fetch=pytest.fail) == (folder, "")
 
@@ -57,7 +64,7 @@ def test_the_users_offline_setting_is_respected(tmp_path):
     assert folder is None and "HF_HUB_OFFLINE=1" in reason and "\n" not in reason
 
 
-def test_a_missing_dataset_file_is_fetched_again(data_dir, tmp_path):
+def test_a_missing_dataset_file_is_fetched_again(data_dir, tmp_path, few_scenes):
     """An interrupted fetch leaves no folder (it is renamed into place when complete), so it is redone."""
     calls = []
     (tmp_path / "cache" / ".cifar10.partial").mkdir(parents=True)  # what a killed fetch leaves
@@ -81,3 +88,23 @@ def test_without_data_or_hub_the_tests_skip_and_ci_fails_on_a_skip(tmp_path, no_
     assert proc.returncode == status, proc.stdout + proc.stderr
     skip_lines = [line for line in proc.stdout.splitlines() if line.startswith("SKIPPED")]
     assert len(skip_lines) == 1 and "no local datasets in" in skip_lines[0] and "HF_HUB_OFFLINE=1" in skip_lines[0]
+
+
+def test_fashion_scenes_built_from_fashion_mnist_equal_the_mirrors(data_dir, tmp_path, monkeypatch):
+    """The set that is not on the Hub is rebuilt from the real Fashion-MNIST exactly: its first training scenes,
+    pixel for pixel and label for label (the seeded generator draws them first), with the mirror's columns."""
+    import json
+
+    import numpy as np
+
+    monkeypatch.setattr(real_data, "FASHION_SCENES", {"train": 200, "validation": 2})
+    real_data.make_fashion_scenes(data_dir / "fashion_mnist", tmp_path / "scenes")
+    built = datasets.load_dataset("parquet", data_dir=str(tmp_path / "scenes"))
+    mirror = datasets.load_dataset("parquet", data_dir=str(data_dir / "fashion-scenes"))
+    assert built["train"].features == mirror["train"].features == built["validation"].features
+    assert len(built["train"]) == 200 and len(built["validation"]) == 2
+    for column in ("image", "annotation"):
+        for i, (ours, theirs) in enumerate(zip(built["train"][column], mirror["train"].select(range(200))[column])):
+            assert np.array_equal(np.array(ours), np.array(theirs)), (i, column)
+    assert json.loads((tmp_path / "scenes" / "id2label.json").read_text()) == json.loads(
+        (data_dir / "fashion-scenes" / "id2label.json").read_text())

@@ -655,8 +655,6 @@ def test_short_training_run_beats_the_background_only_predictor(data_dir, tmp_pa
     everywhere: mIoU 0.143, 0.116, 0.127 and 0.122 with seeds 0-3 (the test runs seed 0), against 0.074."""
     from datasets import load_dataset
 
-    if not (data_dir / "fashion-scenes").is_dir():  # derived here from Fashion-MNIST (make_fashion_scenes.py)
-        pytest.skip(f"fashion-scenes is not in {data_dir}; it is not on the Hub, only in the local mirror.")
     scenes = load_dataset("parquet", data_dir=str(data_dir / "fashion-scenes"))
     id2label = {int(k): v for k, v in json.loads((data_dir / "fashion-scenes" / "id2label.json").read_text()).items()}
     config = NeuTRENOViTConfig(**TRAIN_SHAPE, id2label=id2label, label2id={v: k for k, v in id2label.items()})

@@ -84,10 +84,20 @@ def test_a_config_edited_after_construction_is_caught_everywhere_with_the_same_m
         model.save_pretrained(tmp_path / "model")
     messages = {str(error.value) for error in (by_validate, by_save, by_model_save, by_model)}
     assert messages == {str(by_validate.value)}
-    # No config.json, no weights: nothing a loader could pick up. (transformers copies the remote-code .py files
-    # into the folder before it validates; that order is the library's.)
-    written = [p.name for p in tmp_path.rglob("*") if p.is_file()]
-    assert not [f for f in written if f.endswith((".json", ".safetensors", ".bin"))], written
+    # Nothing written at all: the models check the config before transformers copies their code into the folder.
+    assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == []
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_an_invalid_config_leaves_a_saved_model_as_it_was(name, tmp_path):
+    _, model_class, _ = MODELS[name]
+    model_class(small(name)).save_pretrained(tmp_path)
+    before = {p: p.read_bytes() for p in tmp_path.iterdir()}
+    model = model_class(small(name))
+    model.config.neutreno_lambda = float("inf")
+    with pytest.raises(ValueError, match="neutreno_lambda"):
+        model.save_pretrained(tmp_path)
+    assert {p: p.read_bytes() for p in tmp_path.iterdir()} == before
 
 
 @pytest.mark.parametrize("name", MODELS)

@@ -1,18 +1,22 @@
-"""Train a baseline and a NeuTRENO model (optionally ViT⁻) on the same data, seed and budget; compare them.
+"""Train a baseline and a NeuTRENO model (optionally ViT⁻) on the same data and budget, paired over several seeds;
+compare them.
 
     from hf_neutreno.compare import CompareSettings, run_comparison
     results = run_comparison(CompareSettings(model="vit-micro", max_steps=200, output_dir="runs/compare"))
 
-`run_comparison` trains the variants, writes `results.json`, `comparison.png` and one model folder per variant to
-`output_dir`, and returns the results; `hf-neutreno compare` (`hf_neutreno.commands.compare`) is its command line,
-whose help describes the variants, the scores and the output folder.
+`run_comparison` trains the variants once per seed, writes `results.json`, `comparison.png` and one model folder per
+variant (from the first seed) to `output_dir`, and returns the results; `format_table` prints them. `hf-neutreno
+compare` (`hf_neutreno.commands.compare`) is its command line, whose help describes the variants, the scores and the
+output folder.
 """
 
 import dataclasses
 import json
 import os
 import shutil
+import statistics
 import tempfile
+import textwrap
 import time
 from pathlib import Path
 
@@ -27,34 +31,49 @@ from . import (
     NeuTRENOGPTForCausalLM,
     NeuTRENOViTConfig,
     NeuTRENOViTForImageClassification,
+    NeuTRENOViTForSemanticSegmentation,
 )
 from .data import BUILTIN_DIGITS, image_and_label_columns, label_names, load_image_dataset, subset
 from .lm_eval import block_eval
 from .text_data import TEXT_COLUMN, group_into_blocks, token_stream, train_word_tokenizer
 from .recipes import accuracy_metrics, collate_images, image_transform
+from .segmentation import MeanIoU, make_image_processor
 
 COMMAND = "hf-neutreno compare"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: several paired seeds (per-seed values, learning curves, paired differences)
 VARIANTS = ("baseline", "neutreno", "vit-minus")
-IMAGE_MODELS = sorted(NeuTRENOViTConfig.presets)
+# A NeuTRENO ViT preset with a decoder is a Segmenter; the others are image classifiers.
+SEGMENTATION_MODELS = sorted(name for name, fields in NeuTRENOViTConfig.presets.items() if "decoder_type" in fields)
+IMAGE_MODELS = sorted(set(NeuTRENOViTConfig.presets) - set(SEGMENTATION_MODELS))
 TEXT_MODELS = sorted(NeuTRENOGPTConfig.presets)
 RESULTS_FILE, PLOT_FILE = "results.json", "comparison.png"
 PARTIAL = ".partial."  # prefix of an entry being written; it is renamed to its real name once complete
 EVAL_SPLITS = ("test", "validation")  # the first one the dataset has
 IMAGE_DATASETS = "digits or uoft-cs/cifar10 (or a local folder of Parquet files or images)"
 TEXT_DATASETS = "Salesforce/wikitext with --dataset-config wikitext-2-v1 (or a local folder of its Parquet files)"
+SEGMENTATION_DATASETS = (
+    "scene_parse_150 with --dataset-config scene_parsing, or a local folder of Parquet files with its `image` and "
+    "`annotation` columns (e.g. fashion-scenes)"
+)
+ANNOTATION_COLUMN = "annotation"  # scene_parse_150's label maps
+LABELS_FILE = "id2label.json"  # a segmentation folder's class names, label map value -> name
+ADE20K_CLASSES = 150  # scene_parse_150: label 0 is "other" (ignored), 1-150 the classes
 # results["task"] -> the Auto classes that load a variant's model and its image processor or tokenizer
 LOADERS = {
     "image-classification": ("AutoModelForImageClassification", "AutoImageProcessor"),
+    "semantic-segmentation": ("AutoModelForSemanticSegmentation", "AutoImageProcessor"),
     "causal-lm": ("AutoModelForCausalLM", "AutoTokenizer"),
 }
+# Whether a larger value is better, for the paired wins: lower cosine is less over-smoothing (the papers' claim).
+HIGHER_IS_BETTER = {"accuracy": True, "mean_iou": True, "perplexity": False, "last_layer_cosine": False}
 
 
 @dataclasses.dataclass
 class CompareSettings:
     """What `run_comparison` trains and how; `hf-neutreno compare --help` explains each field (flag `--model` for
-    `model`, `--max-steps` for `max_steps`, ...). `learning_rate=None` picks 3e-3 for image presets, 1e-3 for language
-    models, and `neutreno_lambda=None` the preset's λ."""
+    `model`, `--max-steps` for `max_steps`, ...). `learning_rate=None` picks 3e-3 for image classifiers, 1e-3 for
+    language models and Segmenters, and `neutreno_lambda=None` the preset's λ. The variants train once per seed
+    `seed, seed + 1, ..., seed + seeds - 1`."""
 
     model: str = "vit-micro"
     dataset: str = BUILTIN_DIGITS
@@ -62,7 +81,7 @@ class CompareSettings:
     vit_minus: bool = False
     neutreno_lambda: float | None = None
     output_dir: str = "runs/compare"
-    epochs: float = 10
+    epochs: float = 8
     max_steps: int | None = None
     batch_size: int = 32
     learning_rate: float | None = None
@@ -70,6 +89,7 @@ class CompareSettings:
     max_eval_samples: int | None = None
     probe_samples: int = 256
     seed: int = 0
+    seeds: int = 3
     threads: int = 1
     no_progress: bool = False
 
@@ -96,7 +116,8 @@ def run_comparison(settings: CompareSettings) -> dict:
 
 def _prepare(settings: CompareSettings):
     """The task (data, processing, model builder) and whether an earlier run is replaced; ValueError on bad input."""
-    for name in ("batch_size", "max_steps", "max_train_samples", "max_eval_samples", "probe_samples", "threads"):
+    for name in ("batch_size", "max_steps", "max_train_samples", "max_eval_samples", "probe_samples", "seeds",
+                 "threads"):
         value = getattr(settings, name)
         if value is not None and value < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {value}.")
@@ -105,13 +126,13 @@ def _prepare(settings: CompareSettings):
             raise ValueError(f"--{name.replace('_', '-')} must be > 0, got {getattr(settings, name)}.")
     if settings.neutreno_lambda is not None and not settings.neutreno_lambda > 0:
         raise ValueError(f"--neutreno-lambda must be > 0 (λ = 0 is the baseline), got {settings.neutreno_lambda}.")
-    is_image = settings.model in IMAGE_MODELS
+    task_class = _task_class(settings.model)
     if settings.learning_rate is None:
-        settings.learning_rate = 3e-3 if is_image else 1e-3
-    if settings.vit_minus and not is_image:
-        raise ValueError(
-            f"--vit-minus needs an image preset {IMAGE_MODELS}; --model {settings.model} is a language model."
-        )
+        settings.learning_rate = 3e-3 if task_class is _ImageTask else 1e-3
+    if settings.vit_minus and task_class is not _ImageTask:
+        kind = "a language model" if task_class is _TextTask else "a segmentation preset (ViT⁻ has no Segmenter)"
+        raise ValueError(f"--vit-minus needs an image preset, a classifier {IMAGE_MODELS}; --model {settings.model} "
+                         f"is {kind}.")
     replace = _check_output_dir(Path(settings.output_dir))
     try:
         import matplotlib  # noqa: F401  (the plot is drawn after training: fail now, not then)
@@ -123,7 +144,13 @@ def _prepare(settings: CompareSettings):
             f"--dataset {settings.dataset!r} needs a `train` split and a `test` or `validation` split; it has "
             f"{sorted(dataset)}."
         )
-    return (_ImageTask if is_image else _TextTask)(settings, dataset), replace
+    return task_class(settings, dataset), replace
+
+
+def _task_class(model: str):
+    if model in TEXT_MODELS:
+        return _TextTask
+    return _SegmentationTask if model in SEGMENTATION_MODELS else _ImageTask
 
 
 def _load_dataset(name: str, config_name: str | None):
@@ -148,8 +175,18 @@ def _columns(dataset) -> dict[str, str]:
     return {name: type(feature).__name__ for name, feature in dataset["train"].features.items()}
 
 
-def _eval_split(dataset) -> str:
-    return next(split for split in EVAL_SPLITS if split in dataset)
+def _eval_split(dataset, order=EVAL_SPLITS) -> str:
+    return next(split for split in order if split in dataset)
+
+
+def _segmentation_columns(dataset) -> tuple[str, str] | None:
+    """(image column, label-map column) of a scene_parse_150-like dataset: an Image column and the Image column
+    `annotation`; None if it has no such pair."""
+    features = dataset["train"].features
+    images = [name for name, feature in features.items() if type(feature).__name__ == "Image"]
+    if ANNOTATION_COLUMN not in images or len(images) < 2:
+        return None
+    return next(name for name in images if name != ANNOTATION_COLUMN), ANNOTATION_COLUMN
 
 
 def _capped(dataset, count: int | None, seed: int):
@@ -221,15 +258,17 @@ def _write_json(path: Path, data: dict) -> None:
 
 
 class _ImageTask:
-    metric = "accuracy"
+    name, metric = "image-classification", "accuracy"
 
     def __init__(self, settings, dataset):
         try:
             image_column, label_column = image_and_label_columns(dataset)
         except ValueError:
+            kind = (f" it is a segmentation dataset; segmentation presets: {SEGMENTATION_MODELS}."
+                    if _segmentation_columns(dataset) else "")
             raise ValueError(
                 f"--model {settings.model} is an image classifier, but --dataset {settings.dataset!r} has no Image "
-                f"column and ClassLabel column (it has {_columns(dataset)}). Image datasets: {IMAGE_DATASETS}."
+                f"column and ClassLabel column (it has {_columns(dataset)}).{kind} Image datasets: {IMAGE_DATASETS}."
             ) from None
         self.settings, self.eval_split = settings, _eval_split(dataset)
         self.labels = label_names(dataset)
@@ -273,7 +312,7 @@ class _ImageTask:
 
 
 class _TextTask:
-    metric = "perplexity"
+    name, metric = "causal-lm", "perplexity"
 
     def __init__(self, settings, dataset):
         if TEXT_COLUMN not in dataset["train"].features:
@@ -327,6 +366,99 @@ class _TextTask:
         return [{"input_ids": batch} for batch in blocks.split(self.settings.batch_size)]
 
 
+class _SegmentationTask:
+    name, metric = "semantic-segmentation", "mean_iou"
+
+    def __init__(self, settings, dataset):
+        columns = _segmentation_columns(dataset)
+        if columns is None:
+            kind = (f" it is an image-classification dataset; classifier presets: {IMAGE_MODELS}."
+                    if _has_class_labels(dataset) else "")
+            raise ValueError(
+                f"--model {settings.model} is a segmentation preset, but --dataset {settings.dataset!r} has no Image "
+                f"column and `{ANNOTATION_COLUMN}` label-map column (it has {_columns(dataset)}).{kind} Segmentation "
+                f"datasets: {SEGMENTATION_DATASETS}."
+            )
+        image_column, annotation_column = columns
+        self.settings, self.eval_split = settings, _eval_split(dataset, ("validation", "test"))
+        self.labels, reduce_labels = _segmentation_labels(settings.dataset)
+        self.preset = NeuTRENOViTConfig.from_preset(settings.model)
+        self.neutreno_lambda = settings.neutreno_lambda or self.preset.neutreno_lambda
+        height, width = self.preset.image_size_2d
+        self.processing = make_image_processor(self.preset, do_reduce_labels=reduce_labels)
+        self.train = _capped(dataset["train"], settings.max_train_samples, settings.seed)
+        self.eval = _capped(dataset[self.eval_split], settings.max_eval_samples, settings.seed)
+
+        def transform(batch: dict) -> dict:
+            encoded = self.processing(images=[image.convert("RGB") for image in batch[image_column]],
+                                      segmentation_maps=list(batch[annotation_column]), return_tensors="pt")
+            return {"pixel_values": encoded["pixel_values"], "labels": encoded["labels"]}
+
+        self.train.set_transform(transform)
+        self.eval.set_transform(transform)
+        self.sizes = {"train_images": len(self.train), "eval_images": len(self.eval)}
+        self.summary = (
+            f"{settings.model} on {settings.dataset} ({len(self.train)} train / {len(self.eval)} {self.eval_split} "
+            f"images, {len(self.labels)} classes, resized to {height}×{width})"
+        )
+
+    def build(self, variant: str) -> torch.nn.Module:
+        id2label = dict(enumerate(self.labels))
+        fields = {k: v for k, v in NeuTRENOViTConfig.presets[self.settings.model].items() if k != "num_labels"}
+        lam = self.neutreno_lambda if variant == "neutreno" else 0.0  # the decoder follows the encoder's λ
+        config = NeuTRENOViTConfig(**fields, id2label=id2label, label2id={v: k for k, v in id2label.items()},
+                                   neutreno_lambda=lam)
+        return NeuTRENOViTForSemanticSegmentation(config)
+
+    def trainer_arguments(self) -> dict:
+        return dict(data_collator=collate_images)
+
+    def score(self, trainer: Trainer) -> float:
+        """Mean IoU over the evaluation images at the preset's size (single scale): logits upsampled bilinearly to
+        the label maps, as the image processor's `post_process_semantic_segmentation` does."""
+        model, size = trainer.model, self.settings.batch_size
+        metric = MeanIoU(model.config.num_labels, ignore_index=model.config.semantic_loss_ignore_index)
+        model.eval()
+        with torch.inference_mode():
+            for start in range(0, len(self.eval), size):
+                batch = self.eval[start : start + size]
+                logits = model(pixel_values=batch["pixel_values"]).logits
+                logits = torch.nn.functional.interpolate(logits, size=batch["labels"].shape[-2:], mode="bilinear",
+                                                         align_corners=False)
+                metric.update(logits.argmax(dim=1), batch["labels"])
+        return float(metric.compute()["mean_iou"])
+
+    def probe_batches(self) -> list[dict]:
+        probe = self.eval.select(range(min(self.settings.probe_samples, len(self.eval))))
+        size = self.settings.batch_size
+        return [{"pixel_values": probe[i : i + size]["pixel_values"]} for i in range(0, len(probe), size)]
+
+
+def _has_class_labels(dataset) -> bool:
+    try:
+        image_and_label_columns(dataset)
+    except ValueError:
+        return False
+    return True
+
+
+def _segmentation_labels(dataset_name: str) -> tuple[list[str], bool]:
+    """(class names, whether label 0 is ignored and the others shifted down): a folder's `id2label.json` names its
+    classes as the label maps number them; without one, scene_parse_150's convention (ADE20K's 150 classes)."""
+    path = Path(dataset_name) / LABELS_FILE
+    if not path.is_file():
+        return [str(i) for i in range(ADE20K_CLASSES)], True
+    try:
+        id2label = {int(k): str(v) for k, v in json.loads(path.read_text(encoding="utf-8")).items()}
+    except (ValueError, AttributeError) as error:
+        raise ValueError(f"--dataset {dataset_name!r}: {LABELS_FILE} is not a JSON object of label -> name "
+                         f"({error}).") from None
+    if sorted(id2label) != list(range(len(id2label))) or len(id2label) < 2:
+        raise ValueError(f"--dataset {dataset_name!r}: {LABELS_FILE} must name the classes 0, 1, ..., K - 1 (K >= 2); "
+                         f"it has keys {sorted(id2label)[:12]}.")
+    return [id2label[i] for i in range(len(id2label))], False
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # Training, measuring, saving, reporting
 
@@ -345,11 +477,11 @@ def _copy_shared_weights(model: torch.nn.Module, reference: dict[str, torch.Tens
     model.load_state_dict(shared, strict=False)
 
 
-def _training_arguments(settings, output_dir: str, is_image: bool) -> TrainingArguments:
+def _training_arguments(settings, output_dir: str, seed: int, remove_unused_columns: bool) -> TrainingArguments:
     return TrainingArguments(
         output_dir=output_dir,  # a temporary folder: Trainer itself saves nothing
-        seed=settings.seed,
-        data_seed=settings.seed,  # the same batches in the same order for every variant
+        seed=seed,
+        data_seed=seed,  # the same batches in the same order for every variant of this seed
         num_train_epochs=settings.epochs,
         max_steps=settings.max_steps or -1,
         per_device_train_batch_size=settings.batch_size,
@@ -359,14 +491,50 @@ def _training_arguments(settings, output_dir: str, is_image: bool) -> TrainingAr
         warmup_steps=0.1,
         lr_scheduler_type="cosine",
         logging_strategy="steps",
-        logging_steps=0.2,  # five loss reports per run
+        logging_steps=0.1,  # ten points of the learning curve per run
         eval_strategy="no",
         save_strategy="no",
         report_to="none",
         disable_tqdm=settings.no_progress,
         dataloader_pin_memory=torch.cuda.is_available(),  # pinning helps only a GPU, and warns without one
-        remove_unused_columns=not is_image,  # the image transform needs the raw image column
+        remove_unused_columns=remove_unused_columns,  # image transforms need the raw image columns
     )
+
+
+def _mean_std(values: list[float]) -> dict:
+    """Mean and sample standard deviation (None for one value)."""
+    return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else None}
+
+
+def _summarise(results: dict) -> None:
+    """Per variant: mean ± std over the finished seeds, and the paired difference from the baseline on the seeds
+    both finished, with the seeds where the variant is better (`HIGHER_IS_BETTER`)."""
+    metric = results["metric"]
+    baseline = {run["seed"]: run for run in results["variants"]["baseline"]["per_seed"]}
+    for name, entry in results["variants"].items():
+        runs = entry["per_seed"]
+        for key in (metric, "last_layer_cosine"):
+            entry[key] = _mean_std([run[key] for run in runs])
+        entry["cosine_similarity"] = {
+            "mean": [statistics.fmean(layer) for layer in zip(*(run["cosine_similarity"] for run in runs))],
+            "min": [min(layer) for layer in zip(*(run["cosine_similarity"] for run in runs))],
+            "max": [max(layer) for layer in zip(*(run["cosine_similarity"] for run in runs))],
+        }
+        entry["train_seconds"] = statistics.fmean(run["train_seconds"] for run in runs)
+        if name == "baseline":
+            continue
+        paired = [run for run in runs if run["seed"] in baseline]
+        entry["difference_from_baseline"] = {}
+        for key in (metric, "last_layer_cosine"):
+            differences = [run[key] - baseline[run["seed"]][key] for run in paired]
+            sign = 1 if HIGHER_IS_BETTER[key] else -1
+            entry["difference_from_baseline"][key] = {
+                **_mean_std(differences), "wins": sum(sign * d > 0 for d in differences), "seeds": len(differences)}
+
+
+def _learning_curve(trainer: Trainer) -> list[dict]:
+    return [{"step": log["step"], "epoch": log["epoch"], "loss": log["loss"]}
+            for log in trainer.state.log_history if "loss" in log]
 
 
 def _compare(settings: CompareSettings, task, replace: bool) -> dict:
@@ -379,100 +547,175 @@ def _compare(settings: CompareSettings, task, replace: bool) -> dict:
             _remove(entry)
     output_dir.mkdir(parents=True, exist_ok=True)
     variants = ["baseline", "neutreno"] + (["vit-minus"] if settings.vit_minus else [])
-    is_image = isinstance(task, _ImageTask)
+    seeds = list(range(settings.seed, settings.seed + settings.seeds))
     budget = f"{settings.max_steps} steps" if settings.max_steps else f"{settings.epochs:g} epochs"
     print(f"{COMMAND}: {task.summary}; {', '.join(variants)}; {budget}, batch {settings.batch_size}, "
-          f"seed {settings.seed}")
+          f"seeds {', '.join(map(str, seeds))}")
     results = {
         "command": COMMAND,
         "format_version": FORMAT_VERSION,
         "complete": False,
         "settings": dataclasses.asdict(settings),
-        "task": "image-classification" if is_image else "causal-lm",
+        "task": task.name,
         "metric": task.metric,
         "eval_split": task.eval_split,
         "data": task.sizes,
+        "seeds": seeds,
+        "models_from_seed": seeds[0],
         "variants": {},
     }
     _write_json(output_dir / RESULTS_FILE, results)
     probe = task.probe_batches()
-    reference, reports = None, {}
-    for variant in variants:
-        print(f"\n[{variant}] {_describe(variant, task.neutreno_lambda)}")
-        set_seed(settings.seed)
-        model = task.build(variant)
-        if reference is None:
-            reference = {name: tensor.clone() for name, tensor in model.state_dict().items()}
-        else:
-            _copy_shared_weights(model, reference)
-        with tempfile.TemporaryDirectory(prefix="hf-neutreno-compare-") as scratch:
-            trainer = Trainer(
-                model=model,
-                args=_training_arguments(settings, scratch, is_image),
-                train_dataset=task.train,
-                processing_class=task.processing,
-                **task.trainer_arguments(),
+    for seed in seeds:
+        reference = None  # this seed's initial weights, which every variant starts from
+        for variant in variants:
+            print(f"\n[{variant}, seed {seed}] {_describe(variant, task.neutreno_lambda)}")
+            set_seed(seed)
+            model = task.build(variant)
+            if reference is None:
+                reference = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+            else:
+                _copy_shared_weights(model, reference)
+            with tempfile.TemporaryDirectory(prefix="hf-neutreno-compare-") as scratch:
+                trainer = Trainer(
+                    model=model,
+                    args=_training_arguments(settings, scratch, seed, remove_unused_columns=task.name == "causal-lm"),
+                    train_dataset=task.train,
+                    processing_class=task.processing,
+                    **task.trainer_arguments(),
+                )
+                start = time.perf_counter()
+                train_output = trainer.train()
+                seconds = time.perf_counter() - start
+                score = task.score(trainer)
+            report = measure_oversmoothing(
+                model, probe, metrics=["cosine_similarity"], progress=not settings.no_progress, model_name=variant
             )
-            start = time.perf_counter()
-            train_output = trainer.train()
-            seconds = time.perf_counter() - start
-            score = task.score(trainer)
-        reports[variant] = measure_oversmoothing(
-            model, probe, metrics=["cosine_similarity"], progress=not settings.no_progress, model_name=variant
-        )
+            if seed == seeds[0]:
+                def save(folder: Path, model=model) -> None:
+                    model.save_pretrained(folder)
+                    task.processing.save_pretrained(folder)
 
-        def save(folder: Path, model=model) -> None:
-            model.save_pretrained(folder)
-            task.processing.save_pretrained(folder)
+                _write_complete(output_dir / variant, save)
+            # The last block of the encoder (a Segmenter's decoder blocks follow it in the report)
+            decoder_layers = report.metadata.get("decoder_layers", [])
+            layers = report.layer_indices("cosine_similarity")
+            cosine = report.per_layer("cosine_similarity")
+            last_layer = max(layer for layer in layers if layer not in decoder_layers)
+            results.update(cosine_layers=layers, decoder_layers=decoder_layers, last_layer=last_layer,
+                           probe_samples=report.num_samples)
+            entry = results["variants"].setdefault(variant, {
+                "description": _describe(variant, task.neutreno_lambda),
+                "model_type": model.config.model_type,
+                "neutreno_lambda": model.config.neutreno_lambda,
+                "parameters": model.num_parameters(),
+                "model_dir": variant,
+                "per_seed": [],
+            })
+            entry["per_seed"].append({
+                "seed": seed,
+                task.metric: score,
+                "last_layer_cosine": cosine[layers.index(last_layer)],
+                "cosine_similarity": cosine,  # per hidden state in `cosine_layers`: 0 = embeddings, ℓ = block ℓ
+                "train_seconds": seconds,
+                "train_loss": train_output.training_loss,
+                "learning_curve": _learning_curve(trainer),  # training loss, ten points
+            })
+            _summarise(results)
+            _write_json(output_dir / RESULTS_FILE, results)
 
-        _write_complete(output_dir / variant, save)
-        cosine = reports[variant].per_layer("cosine_similarity")
-        results["variants"][variant] = {
-            "description": _describe(variant, task.neutreno_lambda),
-            "model_type": model.config.model_type,
-            "neutreno_lambda": model.config.neutreno_lambda,
-            task.metric: score,
-            "last_layer_cosine": cosine[-1],
-            "cosine_similarity": cosine,  # per hidden state: 0 = embeddings, ℓ = block ℓ
-            "train_seconds": seconds,
-            "train_loss": train_output.training_loss,
-            "parameters": model.num_parameters(),
-            "model_dir": variant,
-        }
-        _write_json(output_dir / RESULTS_FILE, results)
-
-    first, *others = [reports[v] for v in variants]
-    title = f"{settings.model} on {Path(settings.dataset).name}, {first.num_samples} probe samples"
-    _write_complete(
-        output_dir / PLOT_FILE,
-        lambda path: first.plot(path, others=others, labels=variants, metrics=["cosine_similarity"], title=title),
-    )
-    results.update(complete=True, probe_samples=first.num_samples, plot=PLOT_FILE)
+    title = f"{settings.model} on {Path(settings.dataset).name}, seeds {seeds[0]}-{seeds[-1]}"
+    _write_complete(output_dir / PLOT_FILE, lambda path: _plot(path, results, title))
+    results.update(complete=True, plot=PLOT_FILE)
     _write_json(output_dir / RESULTS_FILE, results)
     return results
 
 
+def _plot(path: Path, results: dict, title: str) -> None:
+    """Two panels: the training loss of every seed (thin lines), and the token cosine similarity per layer (mean
+    over seeds, band from the lowest to the highest seed)."""
+    from matplotlib.figure import Figure  # no pyplot: nothing global changes
+
+    figure = Figure(figsize=(10, 3.8), layout="constrained")
+    loss_axes, cosine_axes = figure.subplots(1, 2)
+    layers = results["cosine_layers"]
+    for index, (variant, entry) in enumerate(results["variants"].items()):
+        color = f"C{index}"
+        for number, run in enumerate(entry["per_seed"]):
+            curve = run["learning_curve"]
+            loss_axes.plot([p["step"] for p in curve], [p["loss"] for p in curve], color=color, linewidth=0.8,
+                           alpha=0.8, label=variant if number == 0 else None)
+        cosine = entry["cosine_similarity"]
+        cosine_axes.plot(layers, cosine["mean"], color=color, marker="o", markersize=3, label=variant)
+        cosine_axes.fill_between(layers, cosine["min"], cosine["max"], color=color, alpha=0.2, linewidth=0)
+    if results["decoder_layers"]:
+        first = results["decoder_layers"][0]
+        cosine_axes.axvline(first - 0.5, color="grey", linestyle=":", linewidth=1)
+        cosine_axes.text(first - 0.4, 0.02, "decoder", transform=cosine_axes.get_xaxis_transform(), color="grey",
+                         fontsize="small")
+    loss_axes.set(title="training loss, one line per seed", xlabel="step")
+    cosine_axes.set(title="token cosine similarity (mean; band: seed range)", xlabel="layer (0 = embeddings)")
+    for axes in (loss_axes, cosine_axes):
+        axes.grid(alpha=0.3)
+        axes.legend(fontsize="small")
+    figure.suptitle(title)
+    figure.savefig(path, dpi=110)
+
+
+def _number(value: float, metric: str, signed: bool = False) -> str:
+    return f"{value:{'+' if signed else ''}.{2 if metric == 'perplexity' else 4}f}"
+
+
+def _spread(stats: dict, metric: str, signed: bool = False) -> str:
+    text = _number(stats["mean"], metric, signed)
+    return text if stats["std"] is None else f"{text} ± {_number(stats['std'], metric)}"
+
+
 def format_table(results: dict) -> str:
-    """The side-by-side table of a results.json: one row per variant."""
+    """The side-by-side table of a results.json, one row per variant, and the lines that explain it."""
     metric = results["metric"]
-    header = ["variant", "attention", metric, "last-layer cosine", "train time", "parameters"]
-    rows = [
-        [
-            name,
-            entry["description"],
-            f"{entry[metric]:.4f}" if metric == "accuracy" else f"{entry[metric]:.2f}",
-            f"{entry['last_layer_cosine']:.4f}",
-            f"{entry['train_seconds']:.1f} s",
-            f"{entry['parameters']:,}",
-        ]
-        for name, entry in results["variants"].items()
-    ]
+    title = metric.replace("_", " ").replace("mean iou", "mean IoU")
+    header = ["variant", "attention", title, "Δ (wins)", "last-layer cosine", "Δ (wins)", "train time"]
+    rows = []
+    for name, entry in results["variants"].items():
+        cells = [name, entry["description"]]
+        for key in (metric, "last_layer_cosine"):
+            cells.append(_spread(entry[key], key if key == metric else "cosine"))
+            difference = entry.get("difference_from_baseline", {}).get(key)
+            cells.append("" if difference is None else f"{_spread(difference, key, signed=True)} "
+                         f"({difference['wins']}/{difference['seeds']})")
+        cells.append(f"{entry['train_seconds']:.1f} s")
+        rows.append(cells)
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     lines = []
     for row in [header, *rows]:
         cells = [cell.ljust(width) if i < 2 else cell.rjust(width) for i, (cell, width) in enumerate(zip(row, widths))]
         lines.append("  ".join(cells).rstrip())
+    seeds = results["seeds"]
+    better = "lower" if not HIGHER_IS_BETTER[metric] else "higher"
+    where = "the encoder's last block" if results["decoder_layers"] else "the last block"
+    notes = [
+        f"Mean ± sample std over {len(seeds)} seeds ({', '.join(map(str, seeds))}); Δ: the paired difference from the "
+        f"baseline (same seed), mean ± std; wins: seeds where the variant is better ({better} {title}, lower cosine).",
+        f"{title.capitalize() if metric != 'mean_iou' else title} on {_scored(results)}; last-layer cosine: mean "
+        f"cosine similarity of all token pairs after {where}, on the first {results['probe_samples']} "
+        f"{_eval_unit(results)}; train time: per seed.",
+    ]
+    lines += [line for note in notes for line in textwrap.wrap(note, width=118)]
     return "\n".join(lines)
+
+
+def _eval_unit(results: dict) -> str:
+    if results["task"] == "causal-lm":
+        return f"blocks of {results['data']['block_size']} {results['eval_split']} tokens"
+    return f"{results['eval_split']} images"
+
+
+def _scored(results: dict) -> str:
+    data = results["data"]
+    if results["task"] == "causal-lm":
+        return f"{data['eval_tokens']} {results['eval_split']} tokens"
+    return f"the {data['eval_images']} {results['eval_split']} images"
 
 
 __all__ = ["LOADERS", "VARIANTS", "CompareSettings", "format_table", "run_comparison"]

@@ -12,7 +12,7 @@ from transformers import PreTrainedModel
 from transformers.utils import logging
 
 from .models.configuration_neutreno_vit import NeuTRENOViTConfig
-from .models.modeling_neutreno_vit import NeuTRENOViTForImageClassification
+from .models.modeling_neutreno_vit import NeuTRENOViTForImageClassification, NeuTRENOViTForSemanticSegmentation
 
 logger = logging.get_logger(__name__)
 
@@ -47,15 +47,30 @@ def _load_source(model_or_path, auto_class):
     raise TypeError(f"Expected a transformers model or a checkpoint path, got {type(model_or_path).__name__}.")
 
 
+# vit_to_neutreno's targets
+TASKS = ("image-classification", "semantic-segmentation")
+# Backbones a Segmenter can start from (the encoder of any of them, as `model.base_model`).
+_SEGMENTER_BACKBONES = ("ViTModel", "DeiTModel", "NeuTRENOViTModel")
+# Fields of a NeuTRENO source that describe its head or labels, not its encoder: a Segmenter sets its own.
+_HEAD_FIELDS = ("id2label", "label2id", "problem_type", "num_labels")
+
+
 def vit_to_neutreno(
-    model_or_path, neutreno_lambda: float = 0.6, **config_overrides
-) -> NeuTRENOViTForImageClassification:
+    model_or_path, neutreno_lambda: float = 0.6, task: str = "image-classification", **config_overrides
+) -> NeuTRENOViTForImageClassification | NeuTRENOViTForSemanticSegmentation:
     """Convert a `ViTForImageClassification` or `DeiTForImageClassification` (in memory, a folder or a Hub id).
 
     `config_overrides` set any other `NeuTRENOViTConfig` field (e.g. `neutreno_layers`, `drop_path_rate`).
     DeiT's distillation token is kept (`use_distillation_token=True`) so the logits are unchanged at λ = 0;
     `DeiTForImageClassificationWithTeacher` (two heads) is not supported.
+
+    `task="semantic-segmentation"` builds a `NeuTRENOViTForSemanticSegmentation` (Segmenter) whose encoder is the
+    source's and whose decoder is freshly initialised: see `vit_to_segmenter`.
     """
+    if task not in TASKS:
+        raise ValueError(f"`task` must be one of {list(TASKS)}, got {task!r}.")
+    if task == "semantic-segmentation":
+        return vit_to_segmenter(model_or_path, neutreno_lambda, **config_overrides)
     from transformers import AutoModelForImageClassification
 
     source = _load_source(model_or_path, AutoModelForImageClassification)
@@ -92,6 +107,100 @@ def vit_to_neutreno(
         )
     dtype = next(source.parameters()).dtype
     return target.to(dtype=dtype).train(source.training)
+
+
+def vit_to_segmenter(
+    model_or_path, neutreno_lambda: float = 0.6, **config_overrides
+) -> NeuTRENOViTForSemanticSegmentation:
+    """A NeuTRENO Segmenter whose encoder starts from a pretrained backbone, as Segmenter starts from ImageNet weights.
+
+    The source (in memory, a folder or a Hub id) is a native `ViTModel` / `DeiTModel` or any model built on one
+    (`ViTForImageClassification`, `DeiTForImageClassification[WithTeacher]`), or a NeuTRENO ViT (`NeuTRENOViTModel`,
+    `NeuTRENOViTForImageClassification`, whose other encoder fields are kept). Every encoder weight is carried over;
+    heads and poolers are dropped; the decoder is initialised afresh (Segmenter's initialisation, from torch's global
+    generator). `config_overrides` set the segmentation fields (`num_labels` or `id2label`/`label2id`, `decoder_*`,
+    `semantic_loss_ignore_index`) and any encoder field that does not change a weight's shape, except `image_size`:
+    a new image size resamples the patch grid of the position embeddings bicubically, as the native ViT's
+    `interpolate_pos_encoding` does, so the encoder computes at the new size what the source computes there with
+    interpolation. `neutreno_lambda` is the encoder's λ (0 keeps the source's function exactly); the decoder's
+    defaults to it (`decoder_neutreno_lambda`).
+    """
+    from transformers import AutoModel
+
+    source = _load_source(model_or_path, AutoModel)
+    backbone = source.base_model
+    kind = type(backbone).__name__
+    if kind not in _SEGMENTER_BACKBONES:
+        raise ValueError(
+            f"vit_to_neutreno(task='semantic-segmentation') takes a ViT, DeiT or NeuTRENO ViT backbone or classifier; "
+            f"{type(source).__name__} has the backbone {kind}."
+        )
+    src_config = backbone.config
+    if kind == "NeuTRENOViTModel":
+        fields = {k: v for k, v in src_config.to_diff_dict().items() if k in NeuTRENOViTConfig.__annotations__
+                  and not k.startswith("decoder_") and k not in _HEAD_FIELDS}  # fmt: skip
+    else:
+        fields = {name: getattr(src_config, name) for name in _VIT_FIELDS
+                  if name not in _HEAD_FIELDS and getattr(src_config, name, None) is not None}  # fmt: skip
+        fields.update(use_distillation_token=kind == "DeiTModel", pooling="cls")
+    fields.update(neutreno_lambda=neutreno_lambda)
+    fields.update(config_overrides)
+    config = NeuTRENOViTConfig(**fields)
+    config._attn_implementation = src_config._attn_implementation
+    if config.patch_size_2d != _pair(src_config.patch_size) or config.num_prefix_tokens != _num_prefix(backbone):
+        raise ValueError(
+            f"`patch_size` {list(config.patch_size_2d)} and `use_distillation_token` must be the source's "
+            f"({list(_pair(src_config.patch_size))}, {_num_prefix(backbone) == 2}): they fix the weights' shapes."
+        )
+    state = {"vit." + k: v for k, v in backbone.state_dict().items() if not k.startswith("pooler.")}
+    position = "vit.embeddings.position_embeddings"
+    source_grid = _grid(src_config.image_size, src_config.patch_size)
+    target_grid = _grid(config.image_size, config.patch_size)
+    if source_grid != target_grid:
+        state[position] = resample_position_embeddings(state[position], source_grid, target_grid,
+                                                       config.num_prefix_tokens)  # fmt: skip
+    target = NeuTRENOViTForSemanticSegmentation(config)
+    try:
+        missing, unexpected = target.load_state_dict(state, strict=False)
+    except RuntimeError as err:  # shape mismatches
+        raise ValueError(f"The {kind} weights do not fit the Segmenter built with {config_overrides}: {err}") from err
+    missing = [name for name in missing if not name.startswith("decoder.")]
+    if missing or unexpected:
+        raise ValueError(
+            f"The {kind} weights do not fit the Segmenter's encoder built with {config_overrides}: missing "
+            f"{missing}, unexpected {unexpected}. Overrides may not change shapes or drop projections (e.g. "
+            "`symmetric_attention`)."
+        )
+    weight = next(source.parameters())
+    return target.to(device=weight.device, dtype=weight.dtype).train(source.training)
+
+
+def resample_position_embeddings(
+    position_embeddings: torch.Tensor, source_grid: tuple[int, int], target_grid: tuple[int, int], num_prefix: int
+) -> torch.Tensor:
+    """(1, prefix + rows·cols, dim) position embeddings resampled to another patch grid: the prefix tokens' kept,
+    the patch grid's bicubic (align_corners=False), as `interpolate_pos_encoding` of the native ViT and this model."""
+    prefix, grid = position_embeddings[:, :num_prefix], position_embeddings[:, num_prefix:]
+    dim = grid.shape[-1]
+    grid = grid.reshape(1, *source_grid, dim).permute(0, 3, 1, 2)
+    grid = torch.nn.functional.interpolate(grid.float(), size=target_grid, mode="bicubic", align_corners=False)
+    grid = grid.to(position_embeddings.dtype).permute(0, 2, 3, 1).reshape(1, -1, dim)
+    return torch.cat((prefix, grid), dim=1)
+
+
+def _pair(size) -> tuple[int, int]:
+    return (size, size) if isinstance(size, int) else tuple(size)
+
+
+def _grid(image_size, patch_size) -> tuple[int, int]:
+    (height, width), (patch_h, patch_w) = _pair(image_size), _pair(patch_size)
+    return height // patch_h, width // patch_w
+
+
+def _num_prefix(backbone) -> int:
+    """CLS (and DeiT's distillation token): the position embeddings beyond the patch grid."""
+    grid = _grid(backbone.config.image_size, backbone.config.patch_size)
+    return backbone.embeddings.position_embeddings.shape[1] - grid[0] * grid[1]
 
 
 # --- NeuTRENO ViT -> ViT / DeiT ---------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ def load_image_dataset(name_or_dir: str | os.PathLike, config_name: str | None =
     """Load every split of an image dataset.
 
     `name_or_dir` is a Hub dataset name (`uoft-cs/cifar10`), a folder of Parquet files named like the Hub's
-    (`train-00000-of-00001.parquet`, as in ../shared/data), an `imagefolder` tree (`train/<label>/*.png`), or
+    (`train-00000-of-00001.parquet`, as the Hub stores them), an `imagefolder` tree (`train/<label>/*.png`), or
     `"digits"`: scikit-learn's bundled 8×8 handwritten digits, which need no download.
     """
     if str(name_or_dir) == BUILTIN_DIGITS:

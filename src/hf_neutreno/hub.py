@@ -12,6 +12,7 @@ to load with `trust_remote_code`, the papers' own numbers marked as such, and bo
 """
 
 import logging
+import math
 import os
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -29,16 +30,19 @@ from .diagnostics.report import OversmoothingReport
 
 logger = logging.getLogger(__name__)
 
-# model_type -> template file in model_cards/. A new model type adds one line here and one template.
+# model_type -> template file in model_cards/. A new model type adds one line here and one template; a task of a
+# model type with a card of its own is keyed (model_type, pipeline tag) and chosen before the model type's.
 CARD_TEMPLATES = {"neutreno_vit": "neutreno_deit_tiny_imagenet.md", "neutreno_gpt": "neutreno_gpt_wikitext103.md",
-                  "eigen_vit": "eigenvit_ti_cifar100.md"}  # fmt: skip
+                  "eigen_vit": "eigenvit_ti_cifar100.md",
+                  ("neutreno_vit", "image-segmentation"): "neutreno_segmenter_ade20k.md"}  # fmt: skip
 CITATIONS_FILE = "citations.bib"
 OVERSMOOTHING_PLOT = "oversmoothing.png"
 # The over-smoothing metrics a card shows (those the report has): the paper's token cosine similarity (Fig. 1) and
 # the poster's HFC/LFC ratio. A report with neither shows all of its metrics.
 CARD_METRICS = ("cosine_similarity", "hfc_lfc_ratio")
 # The Auto class a checkpoint is loaded with -> the Hub's pipeline tag and the task of its eval results.
-PIPELINE_TAGS = {"AutoModelForImageClassification": "image-classification", "AutoModelForCausalLM": "text-generation"}
+PIPELINE_TAGS = {"AutoModelForImageClassification": "image-classification", "AutoModelForCausalLM": "text-generation",
+                 "AutoModelForSemanticSegmentation": "image-segmentation"}  # fmt: skip
 # Trainer metric keys that describe the run rather than the model.
 _NOT_METRICS = ("runtime", "samples_per_second", "steps_per_second", "epoch", "total_flos")
 
@@ -89,8 +93,10 @@ def _metric_items(results: Mapping[str, float]) -> list[tuple[str, float]]:
     prefixes = ("eval_", "test_")
     if any(key.startswith(prefixes) for key in results):
         results = {key.split("_", 1)[1]: value for key, value in results.items() if key.startswith(prefixes)}
+    # NaN is no result (e.g. the IoU of a class neither labelled nor predicted): it is left out.
     return [(name, float(value)) for name, value in results.items()
-            if name not in _NOT_METRICS and isinstance(value, (int, float)) and not isinstance(value, bool)]
+            if name not in _NOT_METRICS and isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value)]
 
 
 def model_card(
@@ -108,12 +114,14 @@ def model_card(
     draws it); `training` lists training settings.
     """
     config = model.config
-    template = template or CARD_TEMPLATES.get(config.model_type)
-    if template is None:
-        raise ValueError(f"No model card template for model_type {config.model_type!r}; known: "
-                         f"{sorted(CARD_TEMPLATES)}. Pass `template=` (a path to a Jinja Markdown template).")
     auto_class = _auto_class(model)
     pipeline_tag = PIPELINE_TAGS.get(auto_class)
+    template = template or CARD_TEMPLATES.get((config.model_type, pipeline_tag)) or CARD_TEMPLATES.get(
+        config.model_type)
+    if template is None:
+        known = sorted(key for key in CARD_TEMPLATES if isinstance(key, str))
+        raise ValueError(f"No model card template for model_type {config.model_type!r}; known: {known}. Pass "
+                         "`template=` (a path to a Jinja Markdown template).")
     model_name = (repo_id or getattr(config, "name_or_path", "") or config.model_type).rstrip("/").split("/")[-1]
 
     local = bool(dataset) and (os.path.exists(dataset) or dataset.startswith((".", "/", "~")))

@@ -29,7 +29,7 @@ def load_wikitext(
 ) -> DatasetDict:
     """Every split of a WikiText dataset: a Hub name (`Salesforce/wikitext` with `config_name`, e.g.
     `wikitext-103-v1`), or a folder of Parquet files with the Hub's schema (one `text` row per line), such as
-    ../shared/data/wikitext-2-v1."""
+    a local copy of `Salesforce/wikitext`'s `wikitext-2-v1`."""
     path = Path(name_or_dir)
     if path.is_dir():
         return load_dataset("parquet", data_dir=str(path))

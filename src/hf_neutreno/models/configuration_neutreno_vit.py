@@ -84,6 +84,12 @@ class NeuTRENOViTConfig(PresetsMixin, NeuTRENOConfigRules, PreTrainedConfig):
             _deit(192, 3), image_size=512, drop_path_rate=0.1, num_labels=150, decoder_type="mask_transformer",
             decoder_num_layers=2, decoder_dropout=0.1,
         ),
+        # The same Segmenter at vit-micro's width and depth for 64 × 64 images, patch 8 (64 patch tokens): the CPU
+        # demo of `hf-neutreno compare` on fashion-scenes. The classes come from the dataset.
+        "segmenter-micro": dict(
+            _deit(64, 4), num_hidden_layers=6, image_size=64, patch_size=8, decoder_type="mask_transformer",
+            decoder_num_layers=2, decoder_dropout=0.1,
+        ),
     }
 
     hidden_size: int = 192

@@ -33,7 +33,13 @@ from transformers.utils.generic import can_return_tuple, merge_with_config_defau
 from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_neutreno_gpt import NeuTRENOGPTConfig
-from .neutreno_common import add_auto_map, eager_attention_forward, neutreno_lambda_for_layer, neutreno_projection
+from .neutreno_common import (
+    ValidatedSaveMixin,
+    add_auto_map,
+    eager_attention_forward,
+    neutreno_lambda_for_layer,
+    neutreno_projection,
+)
 
 
 class NeuTRENOGPTScaledEmbedding(nn.Embedding):
@@ -281,7 +287,7 @@ def adaptive_causal_lm_loss(
     return nll.sum() / num_items_in_batch
 
 
-class NeuTRENOGPTPreTrainedModel(PreTrainedModel):
+class NeuTRENOGPTPreTrainedModel(ValidatedSaveMixin, PreTrainedModel):
     config: NeuTRENOGPTConfig
     base_model_prefix = "model"
     input_modalities = ("text",)

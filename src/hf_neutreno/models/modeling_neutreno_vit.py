@@ -30,7 +30,13 @@ from transformers.utils.generic import can_return_tuple, merge_with_config_defau
 from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_neutreno_vit import NeuTRENOViTConfig
-from .neutreno_common import add_auto_map, eager_attention_forward, neutreno_lambda_for_layer, neutreno_projection
+from .neutreno_common import (
+    ValidatedSaveMixin,
+    add_auto_map,
+    eager_attention_forward,
+    neutreno_lambda_for_layer,
+    neutreno_projection,
+)
 
 
 class NeuTRENOViTPatchEmbeddings(nn.Module):
@@ -288,7 +294,7 @@ class NeuTRENOViTLayer(GradientCheckpointingLayer):
         return hidden_states, values
 
 
-class NeuTRENOViTPreTrainedModel(PreTrainedModel):
+class NeuTRENOViTPreTrainedModel(ValidatedSaveMixin, PreTrainedModel):
     config: NeuTRENOViTConfig
     base_model_prefix = "vit"
     main_input_name = "pixel_values"

@@ -163,13 +163,32 @@ class InvalidConfigError(StrictDataclassError, ValueError):
 def strict_config(cls):
     """``@strict`` (huggingface_hub), as every transformers 5 config: the annotations are checked on each assignment,
     and the ``validate_*`` methods (class validators) run at construction, in ``config.validate()`` and in
-    ``save_pretrained``, so one set of rules serves all three. The models call ``config.validate()`` too, for configs
-    edited after construction. Errors of either kind are raised as `InvalidConfigError`."""
+    ``save_pretrained`` (before anything is written), so one set of rules serves all three. The models call
+    ``config.validate()`` too, for configs edited after construction. Errors of either kind are raised as
+    `InvalidConfigError`."""
     cls = strict(cls)
     # `functools.wraps` keeps `@strict`'s mark on `validate`, which lets a subclass be `@strict` in turn.
     cls.__setattr__ = _raising_invalid_config_error(cls.__setattr__)
     cls.validate = _raising_invalid_config_error(cls.validate)
+    save_pretrained = cls.save_pretrained
+
+    @functools.wraps(save_pretrained)
+    def validated_save_pretrained(self, *args, **kwargs):  # before transformers copies the code into the folder
+        self.validate()
+        return save_pretrained(self, *args, **kwargs)
+
+    cls.save_pretrained = validated_save_pretrained
     return cls
+
+
+class ValidatedSaveMixin:
+    """`save_pretrained` checks the config before it writes anything. transformers copies the remote code into the
+    folder first and validates the config only when it writes config.json, so a config edited into an invalid state
+    would leave a folder with code and no model (or overwrite part of a saved one)."""
+
+    def save_pretrained(self, *args, **kwargs):
+        self.config.validate()
+        return super().save_pretrained(*args, **kwargs)
 
 
 def _raising_invalid_config_error(method):

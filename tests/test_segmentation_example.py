@@ -1,0 +1,178 @@
+"""examples/run_semantic_segmentation.py: Segmenter's recipe as the defaults, and a training pipeline that keeps
+images and labels aligned. References: the recipe's formulas written out, transformers' own label reduction."""
+
+import random
+import sys
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from transformers import HfArgumentParser, SegformerImageProcessorPil, Trainer, TrainingArguments
+
+from examples_loader import load_example
+from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForSemanticSegmentation
+
+example = load_example("run_semantic_segmentation")
+
+
+def parse(argv: list[str]):
+    parser = HfArgumentParser((example.ModelArguments, example.DataArguments, TrainingArguments))
+    parser.set_defaults(**example.SEGMENTER_TRAINING)
+    return parser.parse_args_into_dataclasses(argv)
+
+
+def test_defaults_are_segmenters_ade20k_recipe(tmp_path):
+    """SGD with momentum 0.9 and no weight decay; lr 1e-3 decaying as (lr − 1e-5)(1 − t/T)^0.9 + 1e-5 over 160k
+    iterations; batch 8; 512 crops, resize 0.5-2.0, flips, photometric distortion; λ = 0.6."""
+    model_args, data_args, args = parse(["--output-dir", str(tmp_path), "--max-steps", "100"])
+    assert (args.max_steps, args.per_device_train_batch_size) == (100, 8)
+    assert parse(["--output-dir", str(tmp_path)])[2].max_steps == 160_000
+    assert (data_args.crop_size, data_args.min_scale, data_args.max_scale, data_args.flip,
+            data_args.photometric_distortion, data_args.cat_max_ratio) == (512, 0.5, 2.0, True, True, 0.75)
+    assert (model_args.preset, model_args.neutreno_lambda, model_args.model_name_or_path) == (
+        "segmenter-deit-tiny", 0.6, None)
+    assert args.do_train and data_args.eval_multi_scale
+    model = NeuTRENOViTForSemanticSegmentation(NeuTRENOViTConfig(
+        hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32, image_size=16, patch_size=8,
+        num_labels=3))
+    trainer = Trainer(model=model, args=args)
+    trainer.create_optimizer_and_scheduler(num_training_steps=args.max_steps)
+    optimizer, scheduler = trainer.optimizer, trainer.lr_scheduler
+    assert type(optimizer) is torch.optim.SGD
+    assert all(g["momentum"] == 0.9 and g["weight_decay"] == 0.0 for g in optimizer.param_groups)
+    for step in range(100):
+        expected = (1e-3 - 1e-5) * (1 - step / 100) ** 0.9 + 1e-5
+        assert scheduler.get_last_lr()[0] == pytest.approx(expected, rel=1e-9), step
+        optimizer.step()
+        scheduler.step()
+
+
+def test_reduce_labels_is_the_image_processors():
+    label = np.array([[0, 1, 2], [150, 255, 37]], dtype=np.uint8)
+    expected = SegformerImageProcessorPil().reduce_label(label.astype(np.int64))
+    assert np.array_equal(example.reduce_labels(label), expected)
+    assert example.reduce_labels(label).tolist() == [[255, 0, 1], [149, 255, 36]]
+
+
+def test_training_pipeline_keeps_pixels_and_labels_aligned_and_pads_with_the_ignore_index():
+    """A scene whose pixel value encodes the label (value = 40·label): after random resize, crop, flip and padding
+    (photometric distortion off), every labelled pixel still shows its label's value, and padding is 255 with
+    normalised pixels 0."""
+    random.seed(0)
+    rows, columns = np.mgrid[:64, :64]
+    label = (columns // 16 + rows // 32).astype(np.uint8)  # 4 stripes, shifted by one class in the lower half
+    image = Image.fromarray(np.repeat((label * 40)[..., None], 3, axis=2))
+    processor = SegformerImageProcessorPil(image_mean=[0.0] * 3, image_std=[1.0] * 3)
+    data_args = example.DataArguments(crop_size=48, photometric_distortion=False)
+    transform = example.train_transform(processor, data_args, reduce=False, ignore_index=255)
+    padded = 0
+    for _ in range(20):
+        out = transform({"image": [image], "annotation": [Image.fromarray(label)]})
+        pixels, labels = out["pixel_values"][0], out["labels"][0]
+        assert pixels.shape == (3, 48, 48) and labels.shape == (48, 48)
+        pad = labels == 255
+        padded += int(pad.sum())
+        assert torch.all(pixels[:, pad] == 0)
+        values = (pixels[0] * 255).round()
+        inside = ~pad
+        # Bilinear resizing blends values at block edges only (nearest-neighbour labels stay exact): most pixels are
+        # nearer their own label's value than any other's; a label map flipped against the image would not be.
+        agree = ((values - labels.float() * 40).abs() < 20)[inside].float().mean()
+        flipped = ((values - labels.flip(-1).float() * 40).abs() < 20)[inside & inside.flip(-1)].float().mean()
+        assert agree > 0.85 and flipped < 0.5, (agree, flipped)
+    assert padded > 0  # some draws scaled the 64-pixel scene below the 48-pixel crop
+
+
+def test_photometric_distortion_changes_colours_only():
+    random.seed(1)
+    image = np.random.default_rng(0).integers(0, 256, (16, 16, 3), dtype=np.uint8)
+    outputs = [example.photometric_distortion(image) for _ in range(20)]
+    assert all(o.shape == image.shape and o.dtype == np.uint8 for o in outputs)
+    assert sum(not np.array_equal(o, image) for o in outputs) >= 15  # each step has probability 1/2; 4 steps
+
+
+def test_bad_arguments_are_refused_naming_the_flag(tmp_path):
+    with pytest.raises(ValueError, match=r"--min_scale \(2.0\) and --max_scale \(0.5\)"):
+        example.main(["--output-dir", str(tmp_path), "--min-scale", "2.0", "--max-scale", "0.5"])
+    with pytest.raises(ValueError, match=r"--preset 'nope' is not one of"):
+        example.build_model(example.ModelArguments(preset="nope"), {0: "a", 1: "b"}, 16)
+
+
+def test_the_same_seed_gives_the_same_initial_weights_for_every_lambda():
+    """The NeuTRENO and λ = 0 runs of docs/segmentation-results.md start from the same weights: λ is no parameter."""
+    from transformers import set_seed
+
+    labels = {0: "background", 1: "item"}
+
+    def build(lam: float):
+        set_seed(0)
+        args = example.ModelArguments(neutreno_lambda=lam, config_overrides="num_hidden_layers=2,hidden_size=16,"
+                                      "num_attention_heads=2,intermediate_size=32,patch_size=8")
+        return example.build_model(args, labels, 16)[0]
+
+    neutreno, softmax = build(0.6), build(0.0)
+    assert neutreno.decoder.layers[1].attention.neutreno_lambda == 0.6
+    assert softmax.decoder.layers[1].attention.neutreno_lambda == 0.0 == softmax.vit.layers[1].attention.neutreno_lambda
+    assert neutreno.state_dict().keys() == softmax.state_dict().keys()
+    for name, weight in neutreno.state_dict().items():
+        assert torch.equal(weight, softmax.state_dict()[name]), name
+
+
+def test_metric_backend_choices_and_errors():
+    """Offline (as here) `auto` falls back to the direct computation; `evaluate` says why it cannot run."""
+    assert example.mean_iou_factory("direct", 1) is None
+    assert example.mean_iou_factory("auto", 2) is None  # several processes: confusion matrices summed
+    assert example.mean_iou_factory("auto", 1) is None  # evaluate.load cannot fetch the script: no Hub here
+    with pytest.raises(RuntimeError, match=r"--metric_backend evaluate: evaluate.load\('mean_iou'\) failed"):
+        example.mean_iou_factory("evaluate", 1)
+    with pytest.raises(ValueError, match=r"--metric_backend evaluate runs in one process, not 2"):
+        example.mean_iou_factory("evaluate", 2)
+    with pytest.raises(ValueError, match=r"--metric_backend 'nope' is not one of \('auto', 'evaluate', 'direct'\)"):
+        example.mean_iou_factory("nope", 1)
+
+
+class _EvaluateModule:
+    """Stands in for `evaluate.load("mean_iou")` where the Hub is out of reach: `add` / `compute` as evaluate's,
+    scored by evaluate's definitions (checked against evaluate's documented example in test_segmenter)."""
+
+    made: list["_EvaluateModule"] = []
+
+    def __init__(self, path, experiment_id=None):
+        assert path == "mean_iou"
+        self.predictions, self.references, self.computed_with = [], [], None
+        _EvaluateModule.made.append(self)
+
+    def add(self, predictions, references):
+        self.predictions.append(np.asarray(predictions))
+        self.references.append(np.asarray(references))
+
+    def compute(self, num_labels, ignore_index, reduce_labels):
+        from hf_neutreno.segmentation import mean_iou
+
+        self.computed_with = (num_labels, ignore_index, reduce_labels)
+        return mean_iou(self.predictions, self.references, num_labels=num_labels, ignore_index=ignore_index,
+                        reduce_labels=reduce_labels)
+
+
+def test_evaluate_backend_scores_the_same_predictions_as_the_direct_one(data_dir, tmp_path, monkeypatch):
+    """With `evaluate` loadable, each evaluated image's prediction and label map (original size) reach its mean_iou
+    module, SS and MS separately, and the reported metrics are the module's: equal to the direct computation."""
+    import types
+
+    monkeypatch.setitem(sys.modules, "evaluate", types.SimpleNamespace(load=_EvaluateModule))
+    args = ["--dataset-name", str(data_dir / "fashion-scenes"), "--crop-size", "32", "--max-steps", "1",
+            "--max-train-samples", "4", "--max-eval-samples", "3", "--per-device-train-batch-size", "2",
+            "--config-overrides", "num_hidden_layers=2,hidden_size=16,num_attention_heads=2,intermediate_size=32,"
+            "patch_size=8,decoder_hidden_size=16,decoder_num_attention_heads=2", "--report-to", "none"]
+    metrics = {backend: example.main(args + ["--output-dir", str(tmp_path / backend), "--metric-backend", backend])
+               for backend in ("direct", "evaluate")}
+    ss, ms = _EvaluateModule.made[-2:]  # the evaluate run's modules (the first call of the factory only checked)
+    assert len(ss.predictions) == len(ms.predictions) == 3
+    assert ss.computed_with == ms.computed_with == (11, 255, False)  # fashion-scenes: 11 classes, none reduced
+    for prediction, reference in zip(ss.predictions + ms.predictions, ss.references + ms.references):
+        assert prediction.shape == reference.shape == (64, 64)
+    evaluated = {k: v for k, v in metrics["direct"].items() if k.startswith("eval_") and "runtime" not in k
+                 and "per_second" not in k}
+    assert "eval_mean_iou" in evaluated and "eval_mean_iou_ms" in evaluated
+    assert evaluated == pytest.approx({k: metrics["evaluate"][k] for k in evaluated}, nan_ok=True)
