@@ -79,9 +79,10 @@ class Batches:
             yield {"pixel_values": (x - 0.5) / 0.5}
 
 
-def build_model(size: int, device: str):
+def build_model(size: int, device: str, layers: int | None = None):
     torch.manual_seed(0)
-    config = NeuTRENOViTConfig.from_preset("deit-tiny", image_size=size)
+    depth = {"num_hidden_layers": layers} if layers else {}
+    config = NeuTRENOViTConfig.from_preset("deit-tiny", image_size=size, **depth)
     return NeuTRENOViTModel(config).to(device).eval()
 
 
@@ -107,7 +108,7 @@ def timings(args, images: torch.Tensor) -> dict[str, float]:
     """Seconds per mode over all images. The modes are interleaved batch by batch (in rotating order), so the
     ratios are immune to the drift of a shared machine; each call costs `measure_oversmoothing`'s setup once per
     batch (milliseconds against a forward pass of a batch)."""
-    model = build_model(args.image_size, args.device)
+    model = build_model(args.image_size, args.device, args.num_hidden_layers)
     batches = Batches(images, args.batch_size, args.image_size, args.device)
     warm = Batches(images[: args.batch_size], args.batch_size, args.image_size, args.device)
     modes = args.modes
@@ -132,7 +133,7 @@ def timings(args, images: torch.Tensor) -> dict[str, float]:
 def peak_memory_worker(args) -> None:
     """Run one mode once in this (fresh) process and print its peak memory in MiB as JSON."""
     images = load_images(args.data_dir, args.num_images)
-    model = build_model(args.image_size, args.device)
+    model = build_model(args.image_size, args.device, args.num_hidden_layers)
     batches = Batches(images, args.batch_size, args.image_size, args.device)
     if args.device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
@@ -148,7 +149,8 @@ def peak_memory_worker(args) -> None:
 def peak_memory(args, mode: str, num_images: int) -> float:
     command = [sys.executable, __file__, "--worker", mode, "--num-images", str(num_images),
                "--batch-size", str(args.batch_size), "--image-size", str(args.image_size), "--device", args.device,
-               "--data-dir", str(args.data_dir), "--threads", str(args.threads), "--dtype", args.dtype]  # fmt: skip
+               "--data-dir", str(args.data_dir), "--threads", str(args.threads), "--dtype", args.dtype,
+               *(["--num-hidden-layers", str(args.num_hidden_layers)] if args.num_hidden_layers else [])]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, check=True)
     return json.loads(result.stdout.strip().splitlines()[-1])["peak_mib"]
 
@@ -166,6 +168,8 @@ def main() -> None:
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES),
                         help="modes to time and measure (default: all); inference, the baseline, is always one")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--num-hidden-layers", type=int, default=None,
+                        help="depth of the model (default: DeiT-tiny's 12); a smaller one only checks the code")
     parser.add_argument("--clock", choices=CLOCKS, default="wall",
                         help="wall time, or the process's CPU time (with --threads 1 on a shared CPU machine)")
     parser.add_argument("--data-dir", type=Path, default=default_data_dir())

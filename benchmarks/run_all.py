@@ -138,7 +138,9 @@ SECTIONS = {  # JSON file -> (heading, what it measures)
 
 def run(command: list[str]) -> None:
     print("+ " + " ".join(command), flush=True)
+    start = time.perf_counter()
     subprocess.run(command, check=True)
+    print(f"  ({time.perf_counter() - start:.0f} s)", flush=True)
 
 
 SMOKE_NOTE = ("Scaled-down smoke run (`run_all.py --budget gpu --smoke`): the GPU tier's code path with toy models, "
@@ -155,6 +157,8 @@ def run_everything(args) -> None:
     start = time.perf_counter()
     for name, (script, flags) in BENCHMARKS.items():
         extra = ["--data-dir", args.data] if name == "diagnostics" and args.data else []
+        if args.smoke:  # two layers: the NeuTRENO term (layers 1 on) runs, at a fraction of the models' cost
+            extra += ["--num-hidden-layers", "2"]
         run([sys.executable, str(HERE / script), *flags[args.tier], *extra, "--out", str(out / f"{name}.json")])
     reproduce = [sys.executable, str(HERE / "reproduce.py"), *REPRODUCE[args.tier], "--out", str(out / "reproduce"),
                  "--workers", str(args.workers)] + (["--data", args.data] if args.data else [])
