@@ -15,6 +15,7 @@ on CUDA.
 
     python benchmarks/bench_diagnostics.py --quick          # CPU: 64 and 128 images
     python benchmarks/bench_diagnostics.py                  # 500 and 1000 images (issue 5)
+    python benchmarks/bench_diagnostics.py --dtype bf16 --batch-size 125   # GPU
 """
 
 import argparse
@@ -29,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from common import CLOCKS, machine, report
+from common import CLOCKS, DTYPES, machine, report
 
 from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTModel
 from hf_neutreno.diagnostics import DEFAULT_METRICS, HIDDEN_STATE_METRICS, METRICS, measure_oversmoothing
@@ -78,19 +79,24 @@ class Batches:
             yield {"pixel_values": (x - 0.5) / 0.5}
 
 
-def build_model(size: int, device: str):
+def build_model(size: int, device: str, layers: int | None = None):
     torch.manual_seed(0)
-    config = NeuTRENOViTConfig.from_preset("deit-tiny", image_size=size)
+    depth = {"num_hidden_layers": layers} if layers else {}
+    config = NeuTRENOViTConfig.from_preset("deit-tiny", image_size=size, **depth)
     return NeuTRENOViTModel(config).to(device).eval()
 
 
-def run_mode(mode: str, model, batches) -> None:
-    if mode == "inference":
-        with torch.no_grad():
-            for batch in batches:
-                model(**batch)
-    else:
-        measure_oversmoothing(model, batches, metrics=METRICS_OF[mode], progress=False)
+def run_mode(mode: str, model, batches, dtype: str = "fp32") -> None:
+    """One pass of `mode` over `batches`, under autocast to `dtype` (the metrics themselves are float32 or float64
+    whatever the model's dtype)."""
+    device = next(model.parameters()).device
+    with torch.autocast(device.type, dtype=DTYPES[dtype], enabled=dtype != "fp32"):
+        if mode == "inference":
+            with torch.no_grad():
+                for batch in batches:
+                    model(**batch)
+        else:
+            measure_oversmoothing(model, batches, metrics=METRICS_OF[mode], progress=False)
 
 
 def synchronize(device: str) -> None:
@@ -102,23 +108,24 @@ def timings(args, images: torch.Tensor) -> dict[str, float]:
     """Seconds per mode over all images. The modes are interleaved batch by batch (in rotating order), so the
     ratios are immune to the drift of a shared machine; each call costs `measure_oversmoothing`'s setup once per
     batch (milliseconds against a forward pass of a batch)."""
-    model = build_model(args.image_size, args.device)
+    model = build_model(args.image_size, args.device, args.num_hidden_layers)
     batches = Batches(images, args.batch_size, args.image_size, args.device)
     warm = Batches(images[: args.batch_size], args.batch_size, args.image_size, args.device)
-    for mode in MODES:  # warm-up: kernels, allocator, the probe registration
-        run_mode(mode, model, warm)
-    seconds = {mode: [] for mode in MODES}
+    modes = args.modes
+    for mode in modes:  # warm-up: kernels, allocator, the probe registration
+        run_mode(mode, model, warm, args.dtype)
+    seconds = {mode: [] for mode in modes}
     now = time.perf_counter if args.device.startswith("cuda") else CLOCKS[args.clock]
     for _ in range(args.repeats):
-        total = dict.fromkeys(MODES, 0.0)
+        total = dict.fromkeys(modes, 0.0)
         for index, batch in enumerate(batches):
-            for mode in MODES[index % len(MODES) :] + MODES[: index % len(MODES)]:
+            for mode in modes[index % len(modes) :] + modes[: index % len(modes)]:
                 synchronize(args.device)
                 start = now()
-                run_mode(mode, model, [batch])
+                run_mode(mode, model, [batch], args.dtype)
                 synchronize(args.device)
                 total[mode] += now() - start
-        for mode in MODES:
+        for mode in modes:
             seconds[mode].append(total[mode])
     return {mode: statistics.median(values) for mode, values in seconds.items()}
 
@@ -126,11 +133,11 @@ def timings(args, images: torch.Tensor) -> dict[str, float]:
 def peak_memory_worker(args) -> None:
     """Run one mode once in this (fresh) process and print its peak memory in MiB as JSON."""
     images = load_images(args.data_dir, args.num_images)
-    model = build_model(args.image_size, args.device)
+    model = build_model(args.image_size, args.device, args.num_hidden_layers)
     batches = Batches(images, args.batch_size, args.image_size, args.device)
     if args.device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
-    run_mode(args.worker, model, batches)
+    run_mode(args.worker, model, batches, args.dtype)
     if args.device.startswith("cuda"):
         peak = torch.cuda.max_memory_allocated() / 2**20
     else:
@@ -142,7 +149,8 @@ def peak_memory_worker(args) -> None:
 def peak_memory(args, mode: str, num_images: int) -> float:
     command = [sys.executable, __file__, "--worker", mode, "--num-images", str(num_images),
                "--batch-size", str(args.batch_size), "--image-size", str(args.image_size), "--device", args.device,
-               "--data-dir", str(args.data_dir), "--threads", str(args.threads)]  # fmt: skip
+               "--data-dir", str(args.data_dir), "--threads", str(args.threads), "--dtype", args.dtype,
+               *(["--num-hidden-layers", str(args.num_hidden_layers)] if args.num_hidden_layers else [])]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, check=True)
     return json.loads(result.stdout.strip().splitlines()[-1])["peak_mib"]
 
@@ -156,7 +164,12 @@ def main() -> None:
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--repeats", type=int, default=None, help="timed passes per mode (default 3; quick: 2)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--dtype", choices=DTYPES, default="fp32", help="autocast dtype of every mode (GPU: bf16)")
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES),
+                        help="modes to time and measure (default: all); inference, the baseline, is always one")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--num-hidden-layers", type=int, default=None,
+                        help="depth of the model (default: DeiT-tiny's 12); a smaller one only checks the code")
     parser.add_argument("--clock", choices=CLOCKS, default="wall",
                         help="wall time, or the process's CPU time (with --threads 1 on a shared CPU machine)")
     parser.add_argument("--data-dir", type=Path, default=default_data_dir())
@@ -170,20 +183,21 @@ def main() -> None:
     if args.worker:
         peak_memory_worker(args)
         return
+    args.modes = [mode for mode in MODES if mode in args.modes or mode == "inference"]  # in the table's order
 
     sizes = args.sizes or ((64, 128) if args.quick else (500, 1000))
     args.repeats = args.repeats or (2 if args.quick else 3)
     images = load_images(args.data_dir, sizes[1])
     seconds = timings(args, images)
-    memory = {mode: [peak_memory(args, mode, n) for n in sizes] for mode in MODES}
+    memory = {mode: [peak_memory(args, mode, n) for n in sizes] for mode in args.modes}
 
     rows = [
         {"mode": mode, "seconds": seconds[mode], "× inference": seconds[mode] / seconds["inference"],
          f"peak MiB @ {sizes[0]} images": memory[mode][0], f"peak MiB @ {sizes[1]} images": memory[mode][1]}
-        for mode in MODES
+        for mode in args.modes
     ]
     peak = "CUDA allocated" if args.device.startswith("cuda") else "resident (VmHWM)"
-    meta = machine() | {"clock": args.clock, "batch": args.batch_size,
+    meta = machine() | {"dtype": args.dtype, "clock": args.clock, "batch": args.batch_size,
                         "images": f"{sizes[1]} timed (median of {args.repeats}), {args.image_size} px; peak {peak} of "
                                   f"a fresh process at {sizes[0]} and {sizes[1]}"}
     report("measure_oversmoothing vs plain inference, DeiT-tiny (NeuTRENO, λ = 0.6)", rows, meta, args.out)

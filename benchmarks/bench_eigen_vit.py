@@ -33,8 +33,11 @@ from hf_neutreno import (
 EXPORTED = "EigenViT (ViT⁻) → to_neutreno_vit()"
 
 
-def build_models(preset: str, neutreno_lambda: float, attn: str, device) -> dict[str, torch.nn.Module]:
+def build_models(preset: str, neutreno_lambda: float, attn: str, device, layers: int | None = None
+                 ) -> dict[str, torch.nn.Module]:
     shape = dict(EigenViTConfig.presets[preset], num_labels=1000, attn_implementation=attn)
+    if layers:
+        shape["num_hidden_layers"] = layers
     native = {k: v for k, v in shape.items() if k in ViTConfig.__dataclass_fields__}
     models = {
         "native ViT": ViTForImageClassification(ViTConfig(**native, num_labels=1000, attn_implementation=attn)),
@@ -57,7 +60,7 @@ def main() -> None:
     rounds = args.rounds or (5 if args.quick else 15)
     image_size = EigenViTConfig.presets[args.preset]["image_size"]
 
-    models = build_models(args.preset, args.neutreno_lambda, args.attn, device)
+    models = build_models(args.preset, args.neutreno_lambda, args.attn, device, args.num_hidden_layers)
     native = next(iter(models))
     seconds = {}
     steps = {name: make_step(m, batch, image_size, "train", device, dtype)[0] for name, m in models.items()}

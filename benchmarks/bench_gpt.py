@@ -51,9 +51,12 @@ WT103_VOCAB = 267735
 NATIVE, NEUTRENO = "native", "neutreno"
 
 
-def build_pair(shape: str, neutreno_lambda: float, attn: str, device, context: int) -> dict[str, torch.nn.Module]:
+def build_pair(shape: str, neutreno_lambda: float, attn: str, device, context: int, layers: int | None = None
+               ) -> dict[str, torch.nn.Module]:
     torch.manual_seed(0)
     dims = dict(SHAPES["paper" if shape == "as-trained" else shape])
+    if layers:
+        dims["n_layer"] = layers
     dims["n_positions"] = max(dims["n_positions"], context)
     if shape == "as-trained":
         dims["vocab_size"] = WT103_VOCAB
@@ -62,7 +65,7 @@ def build_pair(shape: str, neutreno_lambda: float, attn: str, device, context: i
     if shape == "as-trained":
         preset = NeuTRENOGPTConfig.from_preset(
             "wikitext103-small", embedding_dropout=0.0, hidden_dropout=0.0, activation_dropout=0.0, output_dropout=0.0,
-            neutreno_lambda=neutreno_lambda, bos_token_id=0, eos_token_id=0,
+            neutreno_lambda=neutreno_lambda, bos_token_id=0, eos_token_id=0, num_hidden_layers=dims["n_layer"],
         )
         neutreno = NeuTRENOGPTForCausalLM._from_config(preset, attn_implementation=attn)
     else:
@@ -178,7 +181,7 @@ def main() -> None:
 
     rows = []
     for shape in args.shapes + (["as-trained"] if args.as_trained else []):
-        models = build_pair(shape, args.neutreno_lambda, args.attn, device, args.context)
+        models = build_pair(shape, args.neutreno_lambda, args.attn, device, args.context, args.num_hidden_layers)
         row = {"shape": shape, "context": args.context, "batch": batch,
                "λ=0 max |Δlogit|": lambda_zero_logit_diff(models, device)}
         row |= training_row(models, batch, args.context, device, dtype, args)
@@ -189,7 +192,8 @@ def main() -> None:
     scaling = []
     if args.scaling_contexts:
         tokens_per_step = max(batch * min(args.scaling_contexts), max(args.scaling_contexts))
-        models = build_pair("paper", args.neutreno_lambda, args.attn, device, max(args.scaling_contexts))
+        models = build_pair("paper", args.neutreno_lambda, args.attn, device, max(args.scaling_contexts),
+                            args.num_hidden_layers)
         for context in args.scaling_contexts:
             scale_batch = max(1, tokens_per_step // context)
             scaling.append({"shape": "paper", "context": context, "batch": scale_batch}

@@ -33,12 +33,14 @@ from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForSemanticSegmentation
 LAMBDAS = {"plain": 0.0, "neutreno": 0.6}
 
 
-def build(name: str, image_size: int, attn: str, device: torch.device) -> NeuTRENOViTForSemanticSegmentation:
+def build(name: str, image_size: int, attn: str, device: torch.device, layers: int | None = None
+          ) -> NeuTRENOViTForSemanticSegmentation:
     torch.manual_seed(0)  # the same initial weights for both (λ has no parameters)
     lam = LAMBDAS[name]
+    depth = {"num_hidden_layers": layers} if layers else {}
     config = NeuTRENOViTConfig.from_preset(
         "segmenter-deit-tiny", image_size=image_size, neutreno_lambda=lam, decoder_neutreno_lambda=lam,
-        attn_implementation=attn,
+        attn_implementation=attn, **depth,
     )
     return NeuTRENOViTForSemanticSegmentation(config).to(device).train()
 
@@ -70,7 +72,7 @@ def main() -> None:
     image_size = 128 if args.quick else args.image_size
     rounds = args.rounds or (3 if args.quick else 10)
 
-    models = {name: build(name, image_size, args.attn, device) for name in LAMBDAS}
+    models = {name: build(name, image_size, args.attn, device, args.num_hidden_layers) for name in LAMBDAS}
     steps = {name: make_step(model, batch, image_size, device, dtype) for name, model in models.items()}
     fns = {name: fn for name, (fn, _) in steps.items()}
     seconds = interleaved_medians(fns, device, rounds=rounds, clock=args.clock)

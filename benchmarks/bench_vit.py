@@ -30,9 +30,11 @@ from common import (
 from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForImageClassification
 
 
-def build(name: str, image_size: int, attn: str, device: torch.device) -> torch.nn.Module:
+def build(name: str, image_size: int, attn: str, device: torch.device, layers: int | None = None) -> torch.nn.Module:
     torch.manual_seed(0)
     shape = NeuTRENOViTConfig.presets["deit-tiny"] | {"image_size": image_size, "num_labels": 1000}
+    if layers:
+        shape["num_hidden_layers"] = layers
     if name == "native":
         model = ViTForImageClassification(ViTConfig(**shape, attn_implementation=attn))
     else:
@@ -77,7 +79,8 @@ def main() -> None:
 
     rows = []
     for image_size in args.image_sizes:
-        models = {name: build(name, image_size, args.attn, device) for name in ("native", "neutreno")}
+        models = {name: build(name, image_size, args.attn, device, args.num_hidden_layers)
+                  for name in ("native", "neutreno")}
         for mode in ("train", "infer"):
             steps = {name: make_step(m, batch, image_size, mode, device, dtype) for name, m in models.items()}
             fns = {name: fn for name, (fn, _) in steps.items()}

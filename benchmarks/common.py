@@ -25,7 +25,7 @@ CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 
 
 def add_common_arguments(parser, batch_size: int | None = None) -> None:
-    """Device, dtype, threads, rounds, --quick and --out: the same flags in every benchmark."""
+    """Device, dtype, threads, rounds, --quick, depth and --out: the same flags in every benchmark."""
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dtype", choices=DTYPES, default="fp32", help="autocast dtype (weights stay fp32)")
     parser.add_argument("--attn", default="sdpa", help="attention kernel of all models: sdpa, eager, flash_attention_2")
@@ -35,6 +35,9 @@ def add_common_arguments(parser, batch_size: int | None = None) -> None:
     parser.add_argument("--clock", choices=CLOCKS, default="wall",
                         help="wall time, or the process's CPU time (with --threads 1 on a shared CPU machine)")
     parser.add_argument("--quick", action="store_true", help="CPU-sized run: small batches, few rounds")
+    parser.add_argument("--num-hidden-layers", type=int, default=None,
+                        help="depth of every model (default: the shape's); a smaller one only checks the code, as "
+                        "run_all.py --budget gpu --smoke does")
     parser.add_argument("--out", default=None, help="also write the results as JSON here")
 
 

@@ -17,7 +17,8 @@ training images, order and augmentation draws):
 
 Budgets: `quick` (every table at a toy size, minutes), `cpu` (the small tier: barely trained models, ~2 h on 2
 cores), `cpu-long` (models that learn, about an hour of one CPU thread each; docs/results.md), `full` (the papers'
-scale, for a GPU; `benchmarks/run_all.py --budget gpu` runs a GPU tier that fits 40 minutes).
+scale, for a GPU), `gpu` (bf16, sdpa: 25 CIFAR epochs and the LMs to early stopping, 3 seeds; with the benchmarks
+about 40 minutes of one H100 through `benchmarks/run_all.py --budget gpu`, pages docs/*-gpu.md).
 
     python benchmarks/reproduce.py --quick --data ../shared/data
     python benchmarks/reproduce.py --budget cpu-long --data ../shared/data --workers 1 --threads 1 \
@@ -46,6 +47,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_model, save_model
 from transformers import TrainerCallback
 import reproduce_report as report  # benchmarks/, beside this script
 
@@ -72,6 +74,8 @@ LM_LAMBDAS = {"softmax": 0.0, "neutreno": 0.4}  # 0.4: the official WikiText-103
 # 1/8) and rounded: the same four clusters covering the same share of the frequency-sorted vocabulary.
 LM_CUTOFFS = [2500, 5000, 25000]
 CORRUPTION_SEED = 0  # one corrupted copy of the test images, shared by every model
+# Kernels every model here supports (flash_attention_2 needs the flash-attn package and a GPU).
+ATTN_IMPLEMENTATIONS = ("sdpa", "eager", "flash_attention_2", "flex_attention")
 
 
 @dataclasses.dataclass
@@ -101,6 +105,11 @@ class Budget:
     main_claim_seeds: list[int] | None = None  # seeds of ViT and NeuTRENO on all the data (None: `seeds`)
     lm_eval_steps: int | None = None  # learning curve: validation perplexity every N steps (None: no curve)
     lm_curve_tokens: int | None = None  # the validation prefix the curve scores with blocks (None: all of it)
+    bf16: bool = False  # bf16 autocast in training (Trainer's `bf16`); evaluation stays in fp32
+    attn_implementation: str | None = None  # every model's attention kernel (None: transformers' default, sdpa)
+    dataloader_workers: int = 0  # CIFAR data-loading processes; the augmentation draws depend on their number
+    lm_patience: int | None = None  # early stopping: stop after this many curve points without a new best
+    # validation perplexity, and evaluate the best point's weights (None: train lm_steps, evaluate the last)
 
 
 # Fields that say which units exist, not how one is computed: a unit stays valid when they change.
@@ -147,6 +156,21 @@ BUDGETS = {
         oversmoothing_samples=1000, spectral_samples=32, lm_steps=10000, lm_batch_size=96, lm_learning_rate=2.5e-4,
         lm_warmup_steps=2000, sliding_tokens=None, block_tokens=None,
     ),
+    # The GPU tier (`benchmarks/run_all.py --budget gpu`, about 40 minutes of one H100 with the benchmarks; the estimate
+    # is in docs/benchmarks.md). Not run yet: no GPU has been lent to this project. Every variant in the poster's
+    # ViT-Ti shape (12 layers, dim 192, 3 heads, patch 4) with its whole recipe (batch 128, lr 1e-3, cosine), 25 epochs
+    # of all 50,000 images instead of 100: what 4 variants x 3 seeds and the data fractions fit beside the LMs.
+    # The LM is the paper's model (FFN 2048) pre-LN, batch 96 (the paper's), lr 1e-3: the cpu-long pilot's
+    # settings, as the post-LN model did not learn there in a short run. Trained to convergence: a cosine over at
+    # most 40 epochs (3,400 steps of 85 per epoch), validation perplexity after every epoch, stopped after 5 epochs
+    # without a new best, and the best epoch's weights evaluated (on the whole validation and test splits).
+    # Corruptions on the first 2,000 test images: corrupting is CPU work, 400,000 images per model at 10,000.
+    "gpu": Budget(
+        seeds=[0, 1, 2], train_samples=None, epochs=25, batch_size=128, test_samples=None, corruption_samples=2000,
+        oversmoothing_samples=1000, spectral_samples=32, lm_steps=3400, lm_batch_size=96, lm_learning_rate=1e-3,
+        lm_warmup_steps=170, sliding_tokens=None, block_tokens=None, lm_norm_position="pre", lm_eval_steps=85,
+        lm_patience=5, bf16=True, attn_implementation="sdpa", dataloader_workers=3,
+    ),
 }
 
 
@@ -168,9 +192,12 @@ def parse_args(argv=None) -> tuple[argparse.Namespace, Budget]:
     p.add_argument("--workers", type=int, default=1, help="Units trained in parallel processes.")
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads per worker (default: 1 with several workers, else torch's choice).")
-    p.add_argument("--bf16", action="store_true", help="bf16 autocast in training (GPU).")
+    p.add_argument("--bf16", action="store_const", const=True, default=None,
+                   help="bf16 autocast in training (GPU; the gpu budget's default).")
     p.add_argument("--render", action="store_true", help="Only re-render the markdown from the JSON in --out.")
     for field in dataclasses.fields(Budget):
+        if field.name == "bf16":  # the switch above
+            continue
         kind = dict(type=int, nargs="+") if field.name in PLAN_FIELDS else None
         if kind is None:
             kind = dict(type=float) if "float" in str(field.type) else dict(type=_optional_int)
@@ -181,6 +208,10 @@ def parse_args(argv=None) -> tuple[argparse.Namespace, Budget]:
     args = p.parse_args(argv)
     overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(Budget) if getattr(args, f.name) is not None}
     budget = dataclasses.replace(BUDGETS[args.budget], **overrides)
+    if budget.attn_implementation not in (None, *ATTN_IMPLEMENTATIONS):
+        p.error(f"--attn-implementation {budget.attn_implementation!r}: choose from {', '.join(ATTN_IMPLEMENTATIONS)}")
+    if budget.lm_patience and not budget.lm_eval_steps:
+        p.error("--lm-patience needs --lm-eval-steps: early stopping reads the validation curve")
     args.out = Path(args.out or ROOT / "runs" / f"reproduce-{args.budget}")
     if args.threads is None and args.workers > 1:
         args.threads = 1  # idle threads spin: several single-threaded workers beat one multi-threaded on a busy CPU
@@ -217,7 +248,7 @@ def unit_name(unit: dict) -> str:
     return f"cifar-{unit['variant']}-{round(unit['fraction'] * 100)}pct-seed{unit['seed']}"
 
 
-def run_unit(unit: dict, budget: Budget, out: Path, data: str | None = None, bf16: bool = False) -> str:
+def run_unit(unit: dict, budget: Budget, out: Path, data: str | None = None) -> str:
     """Train and evaluate one model; write `<out>/units/<name>.json`. Runs in a worker process or inline."""
     name = unit_name(unit)
     print(f"[{time.strftime('%H:%M:%S')}] {name}: start (load {os.getloadavg()[0]:.1f})", flush=True)
@@ -226,8 +257,7 @@ def run_unit(unit: dict, budget: Budget, out: Path, data: str | None = None, bf1
     # its session resumes where it stopped, with the same result as an uninterrupted run; removed when it is done.
     work_dir = out / "checkpoints" / name
     run = run_lm if unit["kind"] == "lm" else run_cifar
-    result = run(**{k: v for k, v in unit.items() if k != "kind"}, budget=budget, work_dir=str(work_dir), data=data,
-                 bf16=bf16)
+    result = run(**{k: v for k, v in unit.items() if k != "kind"}, budget=budget, work_dir=str(work_dir), data=data)
     shutil.rmtree(work_dir, ignore_errors=True)
     seconds = time.perf_counter() - start + result.pop("seconds_before_resume", 0.0)
     result.update(unit=unit, budget=dataclasses.asdict(budget), seconds=seconds,
@@ -278,6 +308,8 @@ def build_vit(variant: str, seed: int, labels: list[str], budget: Budget):
         shape.update(hidden_size=budget.vit_hidden_size, intermediate_size=4 * budget.vit_hidden_size)
     if budget.vit_heads:
         shape["num_attention_heads"] = budget.vit_heads
+    if budget.attn_implementation:
+        shape["attn_implementation"] = budget.attn_implementation
     torch.manual_seed(seed)
     reference = recipes.image_classifier("vit", "vit-tiny", labels, **shape)
     if variant == "vit":
@@ -285,6 +317,14 @@ def build_vit(variant: str, seed: int, labels: list[str], budget: Budget):
     model = recipes.image_classifier(variant, "vit-tiny", labels, neutreno_lambda=VIT_LAMBDA, **shape)
     recipes.copy_shared_weights(model, reference)
     return model
+
+
+def precision(budget: Budget) -> dict:
+    """TrainingArguments for the budget's precision. bf16 autocast also runs on a CPU (the gpu tier's scaled-down
+    check), where Trainer asks for `use_cpu` to allow it."""
+    if not budget.bf16:
+        return {}
+    return {"bf16": True, "use_cpu": not torch.cuda.is_available()}
 
 
 class CurvePoints(TrainerCallback):
@@ -346,8 +386,7 @@ def analyse(model, pixel_values: torch.Tensor, budget: Budget) -> dict:
     return {"oversmoothing": smoothing.to_dict(), "spectral": spectral.to_dict()["overall"]}
 
 
-def run_cifar(variant: str, fraction: float, seed: int, budget: Budget, work_dir: str, data: str | None = None,
-              bf16: bool = False) -> dict:
+def run_cifar(variant: str, fraction: float, seed: int, budget: Budget, work_dir: str, data: str | None = None) -> dict:
     from transformers import Trainer, TrainingArguments
 
     from hf_neutreno.corruptions import CORRUPTIONS, SEVERITIES
@@ -372,8 +411,9 @@ def run_cifar(variant: str, fraction: float, seed: int, budget: Budget, work_dir
     recipe = {**recipes.POSTER_CIFAR_TRAINING, "num_train_epochs": budget.epochs,
               "per_device_train_batch_size": budget.batch_size}
     args = TrainingArguments(
-        output_dir=work_dir, **recipe, seed=seed, bf16=bf16, save_strategy="epoch", save_total_limit=1,
+        output_dir=work_dir, **recipe, seed=seed, **precision(budget), save_strategy="epoch", save_total_limit=1,
         logging_strategy="epoch", report_to=[], remove_unused_columns=False, disable_tqdm=True,
+        dataloader_num_workers=budget.dataloader_workers,
     )
     transform = recipes.image_transform(processor(), "img", "label", augment=True,
                                         crop_padding=recipes.CIFAR_CROP_PADDING)
@@ -413,8 +453,7 @@ def wikitext(data: str | None):
     return tokenizer, group_into_blocks(raw["train"], tokenizer, context), streams, context
 
 
-def run_lm(variant: str, seed: int, budget: Budget, work_dir: str, data: str | None = None,
-           bf16: bool = False) -> dict:
+def run_lm(variant: str, seed: int, budget: Budget, work_dir: str, data: str | None = None) -> dict:
     from transformers import DataCollatorForLanguageModeling, Trainer, TrainingArguments, set_seed
 
     from hf_neutreno.lm_eval import block_eval, sliding_window_eval
@@ -422,7 +461,7 @@ def run_lm(variant: str, seed: int, budget: Budget, work_dir: str, data: str | N
     tokenizer, blocks, streams, context = wikitext(data)
     set_seed(seed)  # the same initial weights for both variants: λ adds no parameter
     overrides = {"num_hidden_layers": budget.lm_layers, "intermediate_size": budget.lm_intermediate_size,
-                 "norm_position": budget.lm_norm_position}
+                 "norm_position": budget.lm_norm_position, "attn_implementation": budget.attn_implementation}
     model = recipes.language_model("wikitext103-small", tokenizer, block_size=context,
                                    neutreno_lambda=LM_LAMBDAS[variant], adaptive_softmax_cutoffs=LM_CUTOFFS,
                                    **{k: v for k, v in overrides.items() if v})
@@ -431,16 +470,21 @@ def run_lm(variant: str, seed: int, budget: Budget, work_dir: str, data: str | N
                 "per_device_train_batch_size": budget.lm_batch_size, "learning_rate": budget.lm_learning_rate,
                 "warmup_steps": budget.lm_warmup_steps}
     every = budget.lm_eval_steps or budget.lm_steps
-    args = TrainingArguments(output_dir=work_dir, **schedule, bf16=bf16, save_strategy="steps", save_steps=every,
-                             save_total_limit=1, logging_steps=every, report_to=[], disable_tqdm=True)
+    args = TrainingArguments(output_dir=work_dir, **schedule, **precision(budget), save_strategy="steps",
+                             save_steps=every, save_total_limit=1, logging_steps=every, report_to=[], disable_tqdm=True)
     # The learning curve: validation block perplexity every `lm_eval_steps` steps.
-    callback = StepPerplexity(streams["validation"][: budget.lm_curve_tokens], context,
-                              budget.lm_eval_steps) if budget.lm_eval_steps else CurvePoints()
+    callback = StepPerplexity(streams["validation"][: budget.lm_curve_tokens], context, budget.lm_eval_steps,
+                              budget.lm_patience) if budget.lm_eval_steps else CurvePoints()
     trainer = Trainer(model=model, args=args, train_dataset=blocks, callbacks=[callback],
                       data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False))
     trained, loss, curve, seconds_before_resume = train_resumably(trainer, work_dir)
     config = model.config
-    result = {"steps": trained.global_step, "train_loss": loss, "parameters": model.num_parameters(),
+    result = {}
+    if budget.lm_patience:  # early stopping: the model evaluated below is the best curve point's
+        best = min(curve, key=lambda point: point["perplexity"])
+        load_model(model, StepPerplexity.best_path(work_dir))
+        result.update(best_step=best["step"], stopped_early=trained.global_step < budget.lm_steps)
+    result |= {"steps": trained.global_step, "train_loss": loss, "parameters": model.num_parameters(),
               "seconds_before_resume": seconds_before_resume,
               "train_tokens": trained.global_step * budget.lm_batch_size * context, "vocab_size": len(tokenizer),
               "train_seconds": trained.metrics["train_runtime"], "context": context,
@@ -458,11 +502,17 @@ def run_lm(variant: str, seed: int, budget: Budget, work_dir: str, data: str | N
 
 class StepPerplexity(CurvePoints):
     """A curve point {step, tokens, perplexity} (non-overlapping blocks of `stream`) every `every` steps and at the
-    last step."""
+    last step. With `patience`, the weights of the best point so far are kept in `<output_dir>/best.safetensors` and
+    training stops once `patience` points in a row are no better. The best is read from the curve in the Trainer's
+    log history, which checkpoints save, so a resumed run stops where an uninterrupted one would."""
 
-    def __init__(self, stream: torch.Tensor, context: int, every: int):
+    def __init__(self, stream: torch.Tensor, context: int, every: int, patience: int | None = None):
         super().__init__()
-        self.stream, self.context, self.every = stream, context, every
+        self.stream, self.context, self.every, self.patience = stream, context, every, patience
+
+    @staticmethod
+    def best_path(output_dir: str) -> str:
+        return os.path.join(output_dir, "best.safetensors")
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         if state.global_step % self.every and state.global_step != state.max_steps:
@@ -471,6 +521,15 @@ class StepPerplexity(CurvePoints):
 
         result = block_eval(model, self.stream, self.context, batch_size=8)  # restores training mode
         self.add(state, {"step": state.global_step, "tokens": result.num_tokens, "perplexity": result.perplexity})
+        if not self.patience:
+            return
+        curve = [entry["curve"]["perplexity"] for entry in state.log_history if "curve" in entry]
+        best = curve.index(min(curve))
+        if best == len(curve) - 1:
+            os.makedirs(args.output_dir, exist_ok=True)
+            save_model(model, self.best_path(args.output_dir))  # handles the tied input/output embeddings
+        elif len(curve) - 1 - best >= self.patience:
+            control.should_training_stop = True
 
 
 def unigram_reference(out: Path, data: str | None) -> None:
@@ -510,7 +569,7 @@ def cached(out: Path, unit: dict, budget: Budget) -> bool:
                for f in dataclasses.fields(Budget) if f.name not in PLAN_FIELDS)
 
 
-def run_all(units: list[dict], budget: Budget, out: Path, workers: int, threads: int | None, bf16: bool,
+def run_all(units: list[dict], budget: Budget, out: Path, workers: int, threads: int | None,
             data: str | None = None) -> list[str]:
     """Run the units (inline, or in `workers` spawned processes); returns the names of those that failed."""
     failed = []
@@ -518,7 +577,7 @@ def run_all(units: list[dict], budget: Budget, out: Path, workers: int, threads:
         _init_worker(threads)
         for unit in units:
             try:
-                run_unit(unit, budget, out, data, bf16)
+                run_unit(unit, budget, out, data)
             except Exception as error:  # the other units still run, as with several workers
                 traceback.print_exc()
                 print(f"{unit_name(unit)} FAILED: {error!r}", flush=True)
@@ -526,7 +585,7 @@ def run_all(units: list[dict], budget: Budget, out: Path, workers: int, threads:
         return failed
     context = multiprocessing.get_context("spawn")  # fresh interpreters: no forked thread pools
     with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker, initargs=(threads,)) as pool:
-        futures = {pool.submit(run_unit, unit, budget, out, data, bf16): unit_name(unit) for unit in units}
+        futures = {pool.submit(run_unit, unit, budget, out, data): unit_name(unit) for unit in units}
         for future in as_completed(futures):
             if future.exception() is not None:
                 print(f"{futures[future]} FAILED: {future.exception()!r}", flush=True)
@@ -551,7 +610,7 @@ def main(argv=None) -> dict:
                                    budget=dataclasses.asdict(budget))
         record(session)
         start = time.perf_counter()
-        failed = run_all(units, budget, out, args.workers, args.threads, args.bf16, args.data)
+        failed = run_all(units, budget, out, args.workers, args.threads, args.data)
         session.update(wall_seconds=time.perf_counter() - start, units_run=len(units), failed=failed,
                        load_average_end=os.getloadavg())
         record(session, replace_last=True)

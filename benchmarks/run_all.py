@@ -2,7 +2,9 @@
 """Rerun every benchmark and reproduction, then render the pages that report them.
 
     python benchmarks/run_all.py --quick                 # everything at a toy size: < 10 min on 2 CPU cores
-    python benchmarks/run_all.py --docs docs             # the full size, for a GPU: bf16, the papers' budgets
+    python benchmarks/run_all.py --docs docs             # the papers' budgets (reproduce.py's `full`), bf16: days
+    python benchmarks/run_all.py --budget gpu --data ../shared/data --docs docs   # the GPU tier: ~40 min, one H100
+    python benchmarks/run_all.py --budget gpu --smoke --data ../shared/data      # its code path on a CPU: minutes
     python benchmarks/run_all.py --render --out benchmarks/results --docs docs   # only re-render the pages
 
 Speed and memory (`bench_vit.py`, `bench_eigen_vit.py`, `bench_gpt.py`, `bench_diagnostics.py`,
@@ -11,6 +13,14 @@ Speed and memory (`bench_vit.py`, `bench_eigen_vit.py`, `bench_gpt.py`, `bench_d
 with its machine and command, each ratio checked against its target) and `results.md` (the reproductions, rendered
 by `reproduce.py`) are written there.
 A hand-written `notes.md` in --out is included in `benchmarks.md` as the reading of those numbers.
+
+The GPU tier (`--budget gpu`) writes into benchmarks/results/gpu and, with --docs, the pages `benchmarks-gpu.md` and
+`results-gpu.md` (the CPU pages stay as they are), each naming the GPU, dtype and library versions. It runs every
+benchmark at GPU batch sizes in bf16 with sdpa attention (flash kernels on an H100 in bf16), and reproduce.py's
+`gpu` budget: the four CIFAR-10 ViT variants for 25 epochs and the WikiText-2 LMs to early stopping, 3 seeds, 4 units
+at a time on the one GPU. docs/benchmarks.md ("The GPU tier") gives the time estimate and how it was made. A run cut
+off resumes where it stopped when rerun. `--smoke` runs the same code path (the same scripts, bf16, sdpa, every table
+and page) on a CPU with toy models, steps and batches: a check of the code, not a measurement.
 """
 
 import argparse
@@ -22,18 +32,58 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 
-# name: (script, flags of --quick, flags of the full size). The quick flags keep every benchmark (and each of its
-# tables) at a size 2 CPU cores run in a few minutes; the full size is what the issues' figures are for: a GPU, bf16.
+# Each benchmark's flags per tier. quick: every table at a size 2 CPU cores run in a few minutes. full: bf16 at the
+# scripts' GPU batch sizes. gpu: bf16 at batch sizes that keep an H100 busy (the ViTs' 197 and 577 tokens fill it at
+# 256 images; the NeuTRENO term is per token, so the ratios need no larger batch). gpu-smoke: the gpu tier's tables on
+# a CPU with toy sizes (`--smoke`).
 BENCHMARKS = {
-    "vit": ("bench_vit.py", ["--quick", "--image-sizes", "224", "--rounds", "3"], ["--dtype", "bf16"]),
-    "eigen_vit": ("bench_eigen_vit.py", ["--quick", "--rounds", "3"], ["--dtype", "bf16"]),
-    "gpt": ("bench_gpt.py", ["--quick", "--shapes", "paper", "--scaling-contexts", "256", "1024", "--rounds", "3"],
-            ["--dtype", "bf16", "--as-trained"]),
-    "diagnostics": ("bench_diagnostics.py", ["--quick"], []),
+    "vit": ("bench_vit.py", {
+        "quick": ["--quick", "--image-sizes", "224", "--rounds", "3"],
+        "full": ["--dtype", "bf16"],
+        "gpu": ["--dtype", "bf16", "--batch-size", "256", "--rounds", "20"],
+        "gpu-smoke": ["--dtype", "bf16", "--image-sizes", "32", "--batch-size", "2", "--rounds", "1"]}),
+    "eigen_vit": ("bench_eigen_vit.py", {
+        "quick": ["--quick", "--rounds", "3"],
+        "full": ["--dtype", "bf16"],
+        "gpu": ["--dtype", "bf16", "--batch-size", "256", "--rounds", "20"],
+        "gpu-smoke": ["--dtype", "bf16", "--preset", "vit-tiny", "--batch-size", "2", "--rounds", "1"]}),
+    "gpt": ("bench_gpt.py", {
+        "quick": ["--quick", "--shapes", "paper", "--scaling-contexts", "256", "1024", "--rounds", "3"],
+        "full": ["--dtype", "bf16", "--as-trained"],
+        "gpu": ["--dtype", "bf16", "--batch-size", "32", "--gen-batch-size", "16", "--rounds", "10", "--as-trained"],
+        "gpu-smoke": ["--dtype", "bf16", "--shapes", "paper", "--context", "32", "--scaling-contexts", "32", "64",
+                      "--batch-size", "1", "--gen-batch-size", "1", "--prompt-len", "4", "--new-tokens", "2",
+                      "--rounds", "1"]}),
+    "diagnostics": ("bench_diagnostics.py", {
+        "quick": ["--quick"],
+        "full": [],
+        "gpu": ["--dtype", "bf16", "--batch-size", "125"],
+        "gpu-smoke": ["--dtype", "bf16", "--sizes", "4", "8", "--batch-size", "4", "--image-size", "32",
+                      "--repeats", "1", "--modes", "inference", "hidden"]}),
     # The issue's setting is a CPU one (512 px, batch 2): one thread and the process's CPU time at both sizes.
-    "segmenter": ("bench_segmenter.py", ["--quick", "--threads", "1", "--clock", "cpu"],
-                  ["--threads", "1", "--clock", "cpu"]),
+    "segmenter": ("bench_segmenter.py", {
+        "quick": ["--quick", "--threads", "1", "--clock", "cpu"],
+        "full": ["--threads", "1", "--clock", "cpu"],
+        "gpu": ["--dtype", "bf16", "--batch-size", "8", "--rounds", "20"],
+        "gpu-smoke": ["--dtype", "bf16", "--quick", "--batch-size", "1", "--rounds", "1"]}),
 }
+# reproduce.py per tier: its budget and flags (`--workers`: below).
+REPRODUCE = {
+    "quick": ["--quick"],
+    "full": ["--budget", "full", "--bf16"],
+    "gpu": ["--budget", "gpu"],
+    # The gpu budget with toy sizes: 1 seed, 2-layer models, a few images and tokens, 2 steps each (bf16 on the CPU).
+    "gpu-smoke": ["--budget", "gpu", "--seeds", "0", "--main-claim-seeds", "0", "--vit-layers", "2", "--lm-layers",
+                  "2", "--train-samples", "16", "--epochs", "1", "--batch-size", "8", "--test-samples", "12",
+                  "--corruption-samples", "4", "--oversmoothing-samples", "6", "--spectral-samples", "3",
+                  "--lm-steps", "4", "--lm-batch-size", "1", "--lm-warmup-steps", "0", "--lm-eval-steps", "2",
+                  "--lm-patience", "1", "--lm-curve-tokens", "520", "--sliding-tokens", "259", "--block-tokens",
+                  "520", "--dataloader-workers", "1"],
+}
+# The pages each tier writes into --docs: (speed and memory, reproductions).
+PAGES = {"gpu": ("benchmarks-gpu.md", "results-gpu.md")}
+DEFAULT_PAGES = ("benchmarks.md", "results.md")
+
 # What each table is checked against (issues 2-5, 13): (row filter, column, comparison, target).
 TARGETS = {
     "vit": [(None, "throughput ratio", ">=", 0.97), (None, "total memory ratio", "<=", 1.03),
@@ -88,18 +138,32 @@ SECTIONS = {  # JSON file -> (heading, what it measures)
 
 def run(command: list[str]) -> None:
     print("+ " + " ".join(command), flush=True)
+    start = time.perf_counter()
     subprocess.run(command, check=True)
+    print(f"  ({time.perf_counter() - start:.0f} s)", flush=True)
+
+
+SMOKE_NOTE = ("Scaled-down smoke run (`run_all.py --budget gpu --smoke`): the GPU tier's code path with toy models, "
+              "steps and batches on whatever device ran it. It checks the code; none of its numbers is a measurement.")
 
 
 def run_everything(args) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.smoke:  # every page of a smoke run says so, as its notes
+        for folder in (out, out / "reproduce"):
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "notes.md").write_text(SMOKE_NOTE + "\n")
     start = time.perf_counter()
-    for name, (script, quick, full) in BENCHMARKS.items():
-        run([sys.executable, str(HERE / script), *(quick if args.quick else full), "--out", str(out / f"{name}.json")])
-    reproduce = [sys.executable, str(HERE / "reproduce.py"), "--out", str(out / "reproduce"), "--workers",
-                 str(args.workers)] + (["--quick"] if args.quick else ["--budget", "full", "--bf16"])
-    run(reproduce + (["--docs", str(Path(args.docs) / "results.md")] if args.docs else []))
+    for name, (script, flags) in BENCHMARKS.items():
+        extra = ["--data-dir", args.data] if name == "diagnostics" and args.data else []
+        if args.smoke:  # two layers: the NeuTRENO term (layers 1 on) runs, at a fraction of the models' cost
+            extra += ["--num-hidden-layers", "2"]
+        run([sys.executable, str(HERE / script), *flags[args.tier], *extra, "--out", str(out / f"{name}.json")])
+    reproduce = [sys.executable, str(HERE / "reproduce.py"), *REPRODUCE[args.tier], "--out", str(out / "reproduce"),
+                 "--workers", str(args.workers)] + (["--data", args.data] if args.data else [])
+    page = PAGES.get(args.budget, DEFAULT_PAGES)[1]
+    run(reproduce + (["--docs", str(Path(args.docs) / page)] if args.docs else []))
     print(f"\nEverything ran in {(time.perf_counter() - start) / 60:.1f} min.")
 
 
@@ -147,21 +211,29 @@ def _machine_line(machine: dict) -> str:
     return f"Machine and settings: {', '.join(parts)}. Command: `{machine.get('command', '?')}`."
 
 
-def render(out: Path, docs: Path) -> str:
-    lines = ["# Speed and memory", "",
+def render(out: Path, docs: Path, budget: str = "full") -> str:
+    """The speed-and-memory page of the tier `budget` (benchmarks.md; the GPU tier's benchmarks-gpu.md) in `docs`."""
+    paths = {name: out / f"{name}.json" for name in SECTIONS}
+    found = {name: json.loads(path.read_text()) for name, path in paths.items() if path.exists()}
+    title = "# Speed and memory on a GPU" if budget == "gpu" else "# Speed and memory"
+    lines = [title, "",
              "Generated by `benchmarks/run_all.py --render` from the JSON in `" + str(out) + "`; do not edit by hand. "
              "Every comparison runs its models side by side in one process, interleaved round by round in rotating "
              "order, and reports medians and ratios to the baseline (ratios above 1 mean faster, or more memory). "
              "Memory on a CPU is read from the profiler's allocation timeline (exact), on a GPU from the allocator.",
              ""]
+    if budget == "gpu" and found:
+        machines = [data["machine"] for data in found.values()]
+        devices = sorted({m["device"] for m in machines})
+        dtypes = sorted({m["dtype"] for m in machines if "dtype" in m})
+        attn = sorted({m["attn"] for m in machines if "attn" in m})
+        lines += [f"**Device**: {', '.join(devices)}; autocast {', '.join(dtypes)}, attention {', '.join(attn)}; "
+                  f"torch {machines[0]['torch']}, transformers {machines[0]['transformers']}.", ""]
     notes = out / "notes.md"
     if notes.exists():
         lines += ["## Reading these numbers", "", notes.read_text().strip(), ""]
-    for name, (heading, description) in SECTIONS.items():
-        path = out / f"{name}.json"
-        if not path.exists():
-            continue
-        data = json.loads(path.read_text())
+    for name, data in found.items():
+        heading, description = SECTIONS[name]
         lines += [f"## {heading}", "", description, "", *table(data["rows"]), "", _machine_line(data["machine"]), ""]
         checks = check_targets(name, data["rows"])
         if checks:
@@ -169,28 +241,47 @@ def render(out: Path, docs: Path) -> str:
     lines += ["## Rerun", "", "```bash",
               "python benchmarks/run_all.py --quick   # every benchmark and reproduction at a toy size (CPU)",
               "python benchmarks/run_all.py --docs docs   # the full size (GPU, bf16) and these pages",
+              "# the GPU tier (~40 min on one H100): benchmarks-gpu.md and results-gpu.md",
+              "python benchmarks/run_all.py --budget gpu --data ../shared/data --docs docs",
               "```", "", "Each benchmark script also runs alone; its docstring gives its options.", ""]
     text = "\n".join(lines)
     docs.mkdir(parents=True, exist_ok=True)
-    (docs / "benchmarks.md").write_text(text)
+    (docs / PAGES.get(budget, DEFAULT_PAGES)[0]).write_text(text)
     return text
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="toy sizes on a CPU: < 10 min on 2 cores")
-    parser.add_argument("--out", default=None, help="results folder (default: runs/all-quick or runs/all-full)")
-    parser.add_argument("--docs", default=None, help="write benchmarks.md and results.md into this folder")
-    parser.add_argument("--workers", type=int, default=2, help="reproduce.py's parallel training processes")
-    parser.add_argument("--render", action="store_true", help="only render benchmarks.md from the JSON in --out")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--budget", choices=("quick", "full", "gpu"), default="full",
+                        help="quick: toy sizes on a CPU (< 10 min on 2 cores); full: the papers' budgets (GPU, bf16); "
+                        "gpu: the GPU tier, about 40 minutes on one H100 (bf16, sdpa), its own pages")
+    parser.add_argument("--quick", action="store_const", const="quick", dest="budget", help="same as --budget quick")
+    parser.add_argument("--smoke", action="store_true",
+                        help="with --budget gpu: the same code path at toy sizes on a CPU (minutes)")
+    parser.add_argument("--data", default=None, metavar="DIR",
+                        help="local datasets (DIR/cifar10, DIR/wikitext-2-v1), for reproduce.py and the diagnostics "
+                        "benchmark (default: the Hub, and ../shared/data or HF_NEUTRENO_DATA)")
+    parser.add_argument("--out", default=None,
+                        help="results folder (default: runs/all-<budget>; gpu: benchmarks/results/gpu)")
+    parser.add_argument("--docs", default=None, help="write the pages into this folder: benchmarks.md and results.md "
+                        "(gpu: benchmarks-gpu.md and results-gpu.md)")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="reproduce.py's parallel training processes (default 2; gpu: 4 on the one GPU; smoke: 1)")
+    parser.add_argument("--render", action="store_true", help="only render the speed-and-memory page from --out")
     args = parser.parse_args(argv)
-    args.out = args.out or f"runs/all-{'quick' if args.quick else 'full'}"
+    if args.smoke and args.budget != "gpu":
+        parser.error(f"--smoke scales down the GPU tier: use it with --budget gpu, not --budget {args.budget}")
+    args.tier = f"{args.budget}-smoke" if args.smoke else args.budget
+    default_out = "benchmarks/results/gpu" if args.tier == "gpu" else f"runs/all-{args.tier}"
+    args.out = args.out or default_out
+    # The GPU tier trains 4 units at a time on the one GPU: a small model leaves it idle while Python launches kernels,
+    # and the other processes fill those gaps (16 cores: 4 units, each with 3 data-loading workers).
+    args.workers = args.workers or {"gpu": 4, "gpu-smoke": 1}.get(args.tier, 2)
     if not args.render:
         run_everything(args)
     if args.docs:
-        render(Path(args.out), Path(args.docs))
-        print(f"Wrote {Path(args.docs) / 'benchmarks.md'}")
+        render(Path(args.out), Path(args.docs), args.budget)
+        print(f"Wrote {Path(args.docs) / PAGES.get(args.budget, DEFAULT_PAGES)[0]}")
 
 
 if __name__ == "__main__":

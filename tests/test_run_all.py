@@ -31,3 +31,32 @@ def test_render_writes_every_table_with_its_machine_and_the_notes(tmp_path):
     assert "device CPU: test" in text and "`python b.py`" in text
     assert "worst 1.250, target <= 1.5: **met**" in text
     assert "NeuTRENO ViT vs the native ViT" not in text  # no JSON, no section
+
+
+def test_gpu_tier_smoke_writes_both_pages_naming_the_device(tmp_path, data_dir):
+    """`--budget gpu --smoke`: the GPU tier's scripts, bf16 and sdpa at toy sizes on this CPU, end to end."""
+    import torch
+
+    from common import machine
+
+    out, docs = tmp_path / "gpu", tmp_path / "docs"
+    run_all.main(["--budget", "gpu", "--smoke", "--data", str(data_dir), "--out", str(out), "--docs", str(docs)])
+    assert not (docs / "benchmarks.md").exists() and not (docs / "results.md").exists()  # the CPU pages stay
+    device = machine()["device"]  # what torch reports: the GPU's name there, "CPU: ..." here
+    speed = (docs / "benchmarks-gpu.md").read_text()
+    assert speed.startswith("# Speed and memory on a GPU")
+    assert f"**Device**: {device}; autocast bf16, attention sdpa" in speed
+    assert f"torch {torch.__version__}" in speed and "Scaled-down smoke run" in speed
+    for heading, _ in run_all.SECTIONS.values():  # every benchmark's table, with its machine line
+        section = speed.split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
+        assert "|---|" in section and f"device {device}" in section, heading
+    results = (docs / "results-gpu.md").read_text()
+    assert results.startswith("# Reproductions on a GPU") and "Training in bf16 autocast".lower() in results.lower()
+    assert "attention `sdpa`" in results and f"torch {torch.__version__}" in results
+    for heading in ("## CIFAR-10", "## Over-smoothing per layer", "## Data efficiency", "## Corruption robustness",
+                    "## Dominating eigenvalue", "## WikiText-2", "## Verdicts"):
+        assert heading in results, heading
+    assert "Early stopping on the validation curve" in results
+    unit = json.loads((out / "reproduce" / "units" / "lm-neutreno-seed0.json").read_text())
+    assert unit["budget"]["bf16"] and unit["budget"]["attn_implementation"] == "sdpa"
+    assert unit["best_step"] in [point["step"] for point in unit["curve"]]
