@@ -465,10 +465,14 @@ def _header(run: dict, units: list[dict], results: dict) -> list[str]:
             lines.append(f"- **Precision**: training {'in bf16 autocast' if budget.get('bf16') else 'in fp32'}, "
                          f"evaluation in fp32; attention `{attention}` (flash kernels where the GPU and dtype allow).")
         for i, s in enumerate(sessions, 1):
-            load = "/".join(f"{x:.1f}" for x in (s["load_average_start"][0], s.get("load_average_end", [math.nan])[0]))
-            lines.append(f"- **Command{f' ({i})' if len(sessions) > 1 else ''}**: `{s['command']}` — started "
-                         f"{s['started']}, {s.get('units_run', 0)} units, wall {s.get('wall_seconds', 0) / 60:.1f} "
-                         f"min, 1-min load average at start/end {load}.")
+            head = f"- **Command{f' ({i})' if len(sessions) > 1 else ''}**: `{s['command']}` — started {s['started']}"
+            if "wall_seconds" not in s:  # killed with its working session: no end record (its units say what ran)
+                lines.append(f"{head}, no end record (still running, or stopped with its working session), "
+                             f"1-min load average at start {s['load_average_start'][0]:.1f}.")
+                continue
+            load = "/".join(f"{x:.1f}" for x in (s["load_average_start"][0], s["load_average_end"][0]))
+            lines.append(f"{head}, {s.get('units_run', 0)} units, wall {s['wall_seconds'] / 60:.1f} min, 1-min load "
+                         f"average at start/end {load}.")
     loads = [x for u in units for x in u.get("load_average", [])]
     if loads:
         cores = sessions[-1]["machine"]["cpu_cores"] if sessions else os.cpu_count()
@@ -485,8 +489,10 @@ def _header(run: dict, units: list[dict], results: dict) -> list[str]:
         missing = [name for name in planned if name not in done]
         lines.append(f"- **Progress**: {len(planned) - len(missing)} of {len(planned)} planned models finished"
                      + (f"; still to run: {', '.join(f'`{m}`' for m in missing)}." if missing else "."))
-    lines += [f"- **Compute**: {worker_minutes / 60:.1f} worker-hours over {len(units)} trained models "
-              f"({total_wall / 60:.1f} h of wall time in {len(sessions)} session(s)).",
+    ended = [s for s in sessions if "wall_seconds" in s]
+    wall = (f"{total_wall / 60:.1f} h of wall time in {len(ended)} command(s) with an end record"
+            + (f"; {len(sessions) - len(ended)} without one" if len(ended) < len(sessions) else ""))
+    lines += [f"- **Compute**: {worker_minutes / 60:.1f} worker-hours over {len(units)} trained models ({wall}).",
               f"- **Budget** ({run.get('budget_name', '?')}): " + ", ".join(f"`{k}={v}`" for k, v in budget.items())
               + ".", ""]
     lines += ["Each model is trained from scratch for every seed in a fixed list; no seed is selected or dropped. "
