@@ -655,11 +655,11 @@ def _oversmoothing_section(smoothing: dict, figures: str) -> list[str]:
         layers = next(iter(curves.values()))["layers"]
         shown = sorted({layers[0], layers[len(layers) // 4], layers[len(layers) // 2], *layers[-3:]})
         columns = [layers.index(layer) for layer in shown]
-        rows = [[VIT_NAMES[v]] + [f"{c['mean'][i]:.3f} ± {c['std'][i]:.3f}" for i in columns]
+        rows = [[VIT_NAMES[v]] + [_pm({"mean": c['mean'][i], "std": c['std'][i]}, digits=3) for i in columns]
                 for v, c in curves.items()]
         ratio = data["hfc_lfc_ratio"]
         for row, variant in zip(rows, curves):
-            row.append(f"{ratio[variant]['mean'][-1]:.3f} ± {ratio[variant]['std'][-1]:.3f}")
+            row.append(_pm({"mean": ratio[variant]['mean'][-1], "std": ratio[variant]['std'][-1]}, digits=3))
         lines += [f"{title}: token cosine similarity by layer, and ‖HFC‖/‖LFC‖ of the last layer (mean ± std over "
                   "seeds)", ""]
         lines += _table(["model"] + [f"layer {layer}" for layer in shown] + [f"‖HFC‖/‖LFC‖, layer {layers[-1]}"], rows)
