@@ -257,6 +257,21 @@ def _write_json(path: Path, data: dict) -> None:
 # Tasks: what differs between image classification and language modelling
 
 
+def _image_splits(task, dataset, transform) -> None:
+    """An image task's capped train and eval splits with `transform`, their sizes and the run's one-line summary."""
+    settings = task.settings
+    task.train = _capped(dataset["train"], settings.max_train_samples, settings.seed)
+    task.eval = _capped(dataset[task.eval_split], settings.max_eval_samples, settings.seed)
+    task.train.set_transform(transform)
+    task.eval.set_transform(transform)
+    task.sizes = {"train_images": len(task.train), "eval_images": len(task.eval)}
+    height, width = task.preset.image_size_2d
+    task.summary = (
+        f"{settings.model} on {settings.dataset} ({len(task.train)} train / {len(task.eval)} {task.eval_split} "
+        f"images, {len(task.labels)} classes, resized to {height}×{width})"
+    )
+
+
 class _ImageTask:
     name, metric = "image-classification", "accuracy"
 
@@ -278,16 +293,7 @@ class _ImageTask:
         self.processing = ViTImageProcessorPil(
             size={"height": height, "width": width}, image_mean=IMAGENET_DEFAULT_MEAN, image_std=IMAGENET_DEFAULT_STD
         )
-        self.train = _capped(dataset["train"], settings.max_train_samples, settings.seed)
-        self.eval = _capped(dataset[self.eval_split], settings.max_eval_samples, settings.seed)
-        transform = image_transform(self.processing, image_column, label_column)
-        self.train.set_transform(transform)
-        self.eval.set_transform(transform)
-        self.sizes = {"train_images": len(self.train), "eval_images": len(self.eval)}
-        self.summary = (
-            f"{settings.model} on {settings.dataset} ({len(self.train)} train / {len(self.eval)} {self.eval_split} "
-            f"images, {len(self.labels)} classes, resized to {height}×{width})"
-        )
+        _image_splits(self, dataset, image_transform(self.processing, image_column, label_column))
 
     def build(self, variant: str) -> torch.nn.Module:
         id2label = dict(enumerate(self.labels))
@@ -384,23 +390,14 @@ class _SegmentationTask:
         self.labels, reduce_labels = _segmentation_labels(settings.dataset)
         self.preset = NeuTRENOViTConfig.from_preset(settings.model)
         self.neutreno_lambda = settings.neutreno_lambda or self.preset.neutreno_lambda
-        height, width = self.preset.image_size_2d
         self.processing = make_image_processor(self.preset, do_reduce_labels=reduce_labels)
-        self.train = _capped(dataset["train"], settings.max_train_samples, settings.seed)
-        self.eval = _capped(dataset[self.eval_split], settings.max_eval_samples, settings.seed)
 
         def transform(batch: dict) -> dict:
             encoded = self.processing(images=[image.convert("RGB") for image in batch[image_column]],
                                       segmentation_maps=list(batch[annotation_column]), return_tensors="pt")
             return {"pixel_values": encoded["pixel_values"], "labels": encoded["labels"]}
 
-        self.train.set_transform(transform)
-        self.eval.set_transform(transform)
-        self.sizes = {"train_images": len(self.train), "eval_images": len(self.eval)}
-        self.summary = (
-            f"{settings.model} on {settings.dataset} ({len(self.train)} train / {len(self.eval)} {self.eval_split} "
-            f"images, {len(self.labels)} classes, resized to {height}×{width})"
-        )
+        _image_splits(self, dataset, transform)
 
     def build(self, variant: str) -> torch.nn.Module:
         id2label = dict(enumerate(self.labels))
