@@ -287,6 +287,13 @@ def uploaded_card(files: dict[str, bytes], tmp_path: Path) -> ModelCard:
     return ModelCard.load(tmp_path / "README.md")
 
 
+def single_upload(fake_hub, repo_id: str) -> dict[str, bytes]:
+    """The files of the one folder upload, which went to `repo_id` (a Trainer pushes nothing during training)."""
+    uploads = [call for call in fake_hub.calls if call[0] == "upload_folder"]
+    assert len(uploads) == 1 and uploads[0][1] == repo_id, uploads
+    return uploads[0][3]
+
+
 def example_args(data_dir: Path, output_dir: Path) -> list[str]:
     return [
         "--model_name_or_path", "deit-tiny",
@@ -300,9 +307,7 @@ def example_args(data_dir: Path, output_dir: Path) -> list[str]:
 
 def test_example_push_to_hub_publishes_model_code_processor_and_card(data_dir, tmp_path, fake_hub):
     metrics, trainer = load_example("run_image_classification").main(example_args(data_dir, tmp_path / "run"))
-    uploads = [call for call in fake_hub.calls if call[0] == "upload_folder"]
-    assert len(uploads) == 1 and uploads[0][1] == REPO_ID  # Trainer pushed nothing during training
-    files = uploads[0][3]
+    files = single_upload(fake_hub, REPO_ID)
     assert {"config.json", "model.safetensors", "modeling_neutreno_vit.py", "preprocessor_config.json",
             "README.md"} <= set(files)
     card = uploaded_card(files, tmp_path)
@@ -328,9 +333,7 @@ def lm_example_args(data_dir: Path, output_dir: Path) -> list[str]:
 
 def test_lm_example_push_to_hub_publishes_model_code_tokenizer_and_card(data_dir, tmp_path, fake_hub):
     metrics = load_example("run_clm_wikitext103").main(lm_example_args(data_dir, tmp_path / "run"))
-    uploads = [call for call in fake_hub.calls if call[0] == "upload_folder"]
-    assert len(uploads) == 1 and uploads[0][1] == "neutreno-tests/tiny-neutreno-gpt"
-    files = uploads[0][3]
+    files = single_upload(fake_hub, "neutreno-tests/tiny-neutreno-gpt")
     assert {"config.json", "model.safetensors", "modeling_neutreno_gpt.py", "configuration_neutreno_gpt.py",
             "neutreno_common.py", "tokenizer.json", "README.md"} <= set(files)
     card = uploaded_card(files, tmp_path)
@@ -495,9 +498,7 @@ def segmentation_example_args(data_dir: Path, output_dir: Path) -> list[str]:
 
 def test_segmentation_example_push_to_hub_publishes_model_code_processor_and_card(data_dir, tmp_path, fake_hub):
     metrics = load_example("run_semantic_segmentation").main(segmentation_example_args(data_dir, tmp_path / "run"))
-    uploads = [call for call in fake_hub.calls if call[0] == "upload_folder"]
-    assert len(uploads) == 1 and uploads[0][1] == "neutreno-tests/tiny-segmenter"
-    files = uploads[0][3]
+    files = single_upload(fake_hub, "neutreno-tests/tiny-segmenter")
     assert {"config.json", "model.safetensors", "modeling_neutreno_vit.py", "preprocessor_config.json",
             "README.md"} <= set(files)
     assert json.loads(files["preprocessor_config.json"])["image_processor_type"] == "SegformerImageProcessor"
