@@ -284,8 +284,10 @@ class SegmenterTrainer(HubTrainer):
         model = self.accelerator.unwrap_model(self.model)
         config = model.config
         scales = {"ss": ((1.0,), False), **({"ms": (MS_SCALES, True)} if multi_scale else {})}
-        meters = {name: MeanIoU(config.num_labels, config.semantic_loss_ignore_index) for name in scales}
+        # evaluate's mean_iou modules (one process), else the direct computation's confusion matrices
         modules = {name: self.mean_iou_factory(name) for name in scales} if self.mean_iou_factory else {}
+        meters = {name: MeanIoU(config.num_labels, config.semantic_loss_ignore_index)
+                  for name in scales if name not in modules}
         short_side = self.data_args.eval_size or self.data_args.crop_size
         batch_size = self.args.per_device_eval_batch_size
         shard = range(self.args.process_index, len(dataset), self.args.world_size)
@@ -300,15 +302,17 @@ class SegmenterTrainer(HubTrainer):
                 probabilities = nn.functional.interpolate(probabilities.float(), size=label.shape, mode="bilinear",
                                                           align_corners=False)
                 prediction = probabilities.argmax(1)[0].cpu()
-                meters[name].update(prediction, label)
                 if name in modules:
                     modules[name].add(predictions=prediction.numpy(), references=label.numpy())
+                else:
+                    meters[name].update(prediction, label)
         metrics = {}
-        for name, meter in meters.items():
-            if name in modules:  # evaluate's mean_iou (one process)
+        for name in scales:
+            if name in modules:
                 result = modules[name].compute(num_labels=config.num_labels,
                                                ignore_index=config.semantic_loss_ignore_index, reduce_labels=False)
             else:
+                meter = meters[name]
                 confusion = meter.confusion.to(self.args.device)
                 meter.confusion = self.accelerator.reduce(confusion, reduction="sum").cpu()
                 result = meter.compute()
