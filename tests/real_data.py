@@ -123,15 +123,17 @@ def resolve(mirror: Path = MIRROR, cache: Path = CACHE, user_offline: str | None
     """(the data folder, "") or (None, the one-line reason the tests skip)."""
     if mirror.is_dir():
         return mirror, ""
-    complete = all((cache / name).is_dir() for name in (*HUB_DATASETS, *DERIVED))
-    if complete:
+    def complete() -> bool:
+        return all((cache / name).is_dir() for name in (*HUB_DATASETS, *DERIVED))
+
+    if complete():
         return cache, ""
     if _offline(user_offline):
         return None, (f"no local datasets in {mirror} and HF_HUB_OFFLINE=1: run the tests without it to fetch them "
                       "from the Hub once, or set HF_NEUTRENO_DATA")
     cache.mkdir(parents=True, exist_ok=True)
     with FileLock(str(cache / ".fetch.lock")):  # parallel test workers (pytest -n): one fetches, the others wait
-        if all((cache / name).is_dir() for name in (*HUB_DATASETS, *DERIVED)):
+        if complete():  # another worker fetched it while this one waited
             return cache, ""
         try:
             (run_fetch or _fetch_in_child)(cache)
