@@ -27,16 +27,7 @@ from pathlib import Path
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from common import (
-    add_common_arguments,
-    autocast,
-    interleaved_medians,
-    machine,
-    peak_bytes,
-    report,
-    resident_bytes,
-    setup,
-)
+from common import add_common_arguments, autocast, machine, report, setup, side_by_side, train_step
 
 from hf_neutreno import NeuTRENOGPTConfig, NeuTRENOGPTForCausalLM
 from hf_neutreno.convert import gpt2_to_neutreno
@@ -49,6 +40,7 @@ SHAPES = {
 }
 WT103_VOCAB = 267735
 NATIVE, NEUTRENO = "native", "neutreno"
+LABELS = {NATIVE: "native", NEUTRENO: "NeuTRENO"}
 
 
 def build_pair(shape: str, neutreno_lambda: float, attn: str, device, context: int, layers: int | None = None
@@ -83,17 +75,8 @@ def zipf_ids(vocab: int, shape: tuple[int, int], device) -> torch.Tensor:
 
 
 def make_train_step(model, ids: torch.Tensor, device, dtype):
-    model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
-
-    def step():
-        with autocast(device, dtype):
-            loss = model(input_ids=ids, labels=ids, use_cache=False).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    return step, optimizer
+    return train_step(model, optimizer, {"input_ids": ids, "labels": ids, "use_cache": False}, device, dtype), optimizer
 
 
 def make_generate(model, prompt: torch.Tensor, new_tokens: int, device, dtype):
@@ -129,35 +112,20 @@ def lambda_zero_logit_diff(models, device) -> float:
 def training_row(models, batch: int, context: int, device, dtype, args) -> dict:
     ids = zipf_ids(models[NATIVE].config.vocab_size, (batch, context), device)
     steps = {name: make_train_step(model, ids, device, dtype) for name, model in models.items()}
-    fns = {name: fn for name, (fn, _) in steps.items()}
-    seconds = interleaved_medians(fns, device, rounds=args.rounds, clock=args.clock)
-    peak = {name: peak_bytes(fn, device) for name, (fn, _) in steps.items()}  # after warm-up: steady state
-    total = {name: peak[name] + resident_bytes(models[name], opt) for name, (_, opt) in steps.items()}
+    row = side_by_side(steps, models, LABELS, batch * context, "train tok/s", device, args,
+                       ratio="train throughput ratio")
     for _, optimizer in steps.values():
-        optimizer.state.clear()
-    tokens = batch * context
-    return {
-        "native train tok/s": tokens / seconds[NATIVE],
-        "NeuTRENO train tok/s": tokens / seconds[NEUTRENO],
-        "train throughput ratio": seconds[NATIVE] / seconds[NEUTRENO],
-        "native step peak MiB": peak[NATIVE] / 2**20,
-        "NeuTRENO step peak MiB": peak[NEUTRENO] / 2**20,
-        "step peak ratio": peak[NEUTRENO] / peak[NATIVE],
-        "total memory ratio": total[NEUTRENO] / total[NATIVE],
-    }
+        optimizer.state.clear()  # the next row builds its own
+    return row
 
 
 def generation_row(models, device, dtype, args) -> dict:
     vocab = models[NATIVE].config.vocab_size
     prompt = torch.randint(1, vocab, (args.gen_batch_size, args.prompt_len), device=device)
-    fns = {name: make_generate(model, prompt, args.new_tokens, device, dtype) for name, model in models.items()}
-    seconds = interleaved_medians(fns, device, rounds=args.rounds, warmup=1, clock=args.clock)
-    tokens = args.gen_batch_size * args.new_tokens
-    return {
-        "native generate tok/s": tokens / seconds[NATIVE],
-        "NeuTRENO generate tok/s": tokens / seconds[NEUTRENO],
-        "generate throughput ratio": seconds[NATIVE] / seconds[NEUTRENO],
-    }
+    steps = {name: (make_generate(model, prompt, args.new_tokens, device, dtype), None)
+             for name, model in models.items()}
+    return side_by_side(steps, None, LABELS, args.gen_batch_size * args.new_tokens, "generate tok/s", device, args,
+                        ratio="generate throughput ratio", warmup=1)
 
 
 def main() -> None:

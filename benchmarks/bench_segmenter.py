@@ -17,16 +17,7 @@ import argparse
 
 import torch
 
-from common import (
-    add_common_arguments,
-    autocast,
-    interleaved_medians,
-    machine,
-    peak_bytes,
-    report,
-    resident_bytes,
-    setup,
-)
+from common import add_common_arguments, machine, report, setup, side_by_side, train_step
 
 from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForSemanticSegmentation
 
@@ -51,15 +42,7 @@ def make_step(model, batch: int, image_size: int, device, dtype):
     pixels = torch.randn(batch, 3, image_size, image_size, generator=generator).to(device)
     labels = torch.randint(0, model.config.num_labels, (batch, image_size, image_size), generator=generator).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
-
-    def train_step():
-        with autocast(device, dtype):
-            loss = model(pixel_values=pixels, labels=labels).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    return train_step, optimizer
+    return train_step(model, optimizer, {"pixel_values": pixels, "labels": labels}, device, dtype), optimizer
 
 
 def main() -> None:
@@ -70,26 +53,13 @@ def main() -> None:
     device, dtype = setup(args)
     batch = args.batch_size or 2
     image_size = 128 if args.quick else args.image_size
-    rounds = args.rounds or (3 if args.quick else 10)
+    args.rounds = args.rounds or (3 if args.quick else 10)
 
     models = {name: build(name, image_size, args.attn, device, args.num_hidden_layers) for name in LAMBDAS}
     steps = {name: make_step(model, batch, image_size, device, dtype) for name, model in models.items()}
-    fns = {name: fn for name, (fn, _) in steps.items()}
-    seconds = interleaved_medians(fns, device, rounds=rounds, clock=args.clock)
-    peak = {name: peak_bytes(fn, device) for name, fn in fns.items()}  # after warm-up: steady state
-    total = {name: peak[name] + resident_bytes(models[name], optimizer) for name, (_, optimizer) in steps.items()}
-    rows = [{
-        "image_size": image_size,
-        "mode": "train",
-        "λ=0 img/s": batch / seconds["plain"],
-        "NeuTRENO img/s": batch / seconds["neutreno"],
-        "throughput ratio": seconds["plain"] / seconds["neutreno"],
-        "λ=0 step peak MiB": peak["plain"] / 2**20,
-        "NeuTRENO step peak MiB": peak["neutreno"] / 2**20,
-        "step peak ratio": peak["neutreno"] / peak["plain"],
-        "total memory ratio": total["neutreno"] / total["plain"],
-    }]
-    meta = machine(args) | {"batch": batch, "rounds": rounds}
+    rows = [{"image_size": image_size, "mode": "train"}
+            | side_by_side(steps, models, {"plain": "λ=0", "neutreno": "NeuTRENO"}, batch, "img/s", device, args)]
+    meta = machine(args) | {"batch": batch, "rounds": args.rounds}
     report("NeuTRENO Segmenter (λ = 0.6, encoder and decoder) vs the λ = 0 Segmenter", rows, meta, args.out)
 
 

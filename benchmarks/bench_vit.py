@@ -19,15 +19,16 @@ from transformers import ViTConfig, ViTForImageClassification
 from common import (
     add_common_arguments,
     autocast,
-    interleaved_medians,
     machine,
-    peak_bytes,
     report,
-    resident_bytes,
     setup,
+    side_by_side,
+    train_step,
 )
 
 from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForImageClassification
+
+LABELS = {"native": "native", "neutreno": "NeuTRENO"}
 
 
 def build(name: str, image_size: int, attn: str, device: torch.device, layers: int | None = None) -> torch.nn.Module:
@@ -46,19 +47,10 @@ def build(name: str, image_size: int, attn: str, device: torch.device, layers: i
 def make_step(model, batch: int, image_size: int, mode: str, device, dtype):
     """(a closure running one training step or one inference forward, the optimizer or None)."""
     pixels = torch.randn(batch, 3, image_size, image_size, device=device)
-    labels = torch.randint(0, 1000, (batch,), device=device)
     if mode == "train":
-        model.train()
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-
-        def train_step():
-            with autocast(device, dtype):
-                loss = model(pixel_values=pixels, labels=labels).loss
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-
-        return train_step, optimizer
+        labels = torch.randint(0, 1000, (batch,), device=device)
+        return train_step(model, optimizer, {"pixel_values": pixels, "labels": labels}, device, dtype), optimizer
     model.eval()
 
     def infer():
@@ -75,30 +67,17 @@ def main() -> None:
     args = parser.parse_args()
     device, dtype = setup(args)
     batch = args.batch_size or (8 if args.quick or device.type == "cpu" else 128)
-    rounds = args.rounds or (5 if args.quick else 15)
+    args.rounds = args.rounds or (5 if args.quick else 15)
 
     rows = []
     for image_size in args.image_sizes:
         models = {name: build(name, image_size, args.attn, device, args.num_hidden_layers)
-                  for name in ("native", "neutreno")}
+                  for name in LABELS}
         for mode in ("train", "infer"):
             steps = {name: make_step(m, batch, image_size, mode, device, dtype) for name, m in models.items()}
-            fns = {name: fn for name, (fn, _) in steps.items()}
-            seconds = interleaved_medians(fns, device, rounds=rounds, clock=args.clock)
-            peak = {name: peak_bytes(fn, device) for name, fn in fns.items()}  # after warm-up: steady state
-            total = {name: peak[name] + resident_bytes(models[name], opt) for name, (_, opt) in steps.items()}
-            rows.append({
-                "image_size": image_size,
-                "mode": mode,
-                "native img/s": batch / seconds["native"],
-                "NeuTRENO img/s": batch / seconds["neutreno"],
-                "throughput ratio": seconds["native"] / seconds["neutreno"],
-                "native step peak MiB": peak["native"] / 2**20,
-                "NeuTRENO step peak MiB": peak["neutreno"] / 2**20,
-                "step peak ratio": peak["neutreno"] / peak["native"],
-                "total memory ratio": total["neutreno"] / total["native"],
-            })
-    meta = machine(args) | {"batch": batch, "rounds": rounds}
+            rows.append({"image_size": image_size, "mode": mode}
+                        | side_by_side(steps, models, LABELS, batch, "img/s", device, args))
+    meta = machine(args) | {"batch": batch, "rounds": args.rounds}
     report("NeuTRENO DeiT-tiny (λ = 0.6) vs native ViT of the same shape", rows, meta, args.out)
 
 

@@ -140,6 +140,48 @@ def peak_bytes(fn: Callable[[], None], device: torch.device) -> int:
     return max(totals) - totals[0]
 
 
+def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, inputs: dict, device: torch.device,
+               dtype: torch.dtype) -> Callable[[], None]:
+    """A closure running one training step on fixed inputs: forward (under autocast), backward, optimizer step."""
+    model.train()
+
+    def step():
+        with autocast(device, dtype):
+            loss = model(**inputs).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+def side_by_side(
+    steps: dict[str, tuple[Callable[[], None], torch.optim.Optimizer | None]],
+    models: dict[str, torch.nn.Module] | None,
+    labels: dict[str, str],
+    per_step: int,
+    unit: str,
+    device: torch.device,
+    args,
+    ratio: str = "throughput ratio",
+    warmup: int = 2,
+) -> dict:
+    """One table row comparing two candidates' steps (name -> (closure, optimizer or None)), the baseline first in
+    `labels` (name -> column label): each one's rate (`per_step` items per median step), the throughput ratio, and
+    with `models` the step peak memory and the total with weights and optimizer state, as ratios to the baseline."""
+    base, other = labels
+    fns = {name: fn for name, (fn, _) in steps.items()}
+    seconds = interleaved_medians(fns, device, rounds=args.rounds, warmup=warmup, clock=args.clock)
+    row = {f"{labels[name]} {unit}": per_step / seconds[name] for name in labels}
+    row[ratio] = seconds[base] / seconds[other]
+    if models is not None:
+        peak = {name: peak_bytes(fn, device) for name, fn in fns.items()}  # after warm-up: steady state
+        total = {name: peak[name] + resident_bytes(models[name], opt) for name, (_, opt) in steps.items()}
+        row |= {f"{labels[name]} step peak MiB": peak[name] / 2**20 for name in labels}
+        row |= {"step peak ratio": peak[other] / peak[base], "total memory ratio": total[other] / total[base]}
+    return row
+
+
 def report(title: str, rows: list[dict], meta: dict, out: str | None = None) -> None:
     """Print a markdown table and the machine; with `out`, write both as JSON."""
     print(f"\n## {title}\n")
