@@ -66,8 +66,8 @@ def test_every_experiment_writes_its_json_and_figures(micro_run):
     assert len(units) == 2 * (4 + 2 * 2 + 2)
     for name in EXPERIMENTS + ("wikitext2_unigram",):
         assert (out / f"{name}.json").is_file(), name
-    for stage in ("init", "trained"):
-        assert (out / f"oversmoothing_{stage}.png").stat().st_size > 0
+    for figure in ("oversmoothing_init", "oversmoothing_trained", "cifar10_curves", "wikitext2_curves"):
+        assert (out / f"{figure}.png").stat().st_size > 0, figure
     run = json.loads((out / "run.json").read_text())
     assert run["budget"]["seeds"] == [0, 1] and run["sessions"][0]["units_run"] == len(units)
 
@@ -116,7 +116,9 @@ def test_markdown_has_every_table_and_resolvable_figures(micro_run):
                     "## Dominating eigenvalue", "## WikiText-2"):
         assert heading in text, heading
     assert "torch 2." in text and "python benchmarks/reproduce.py --quick" in text
-    for path in re.findall(r"!\[[^]]*\]\(([^)]+)\)", text):
+    figures = re.findall(r"!\[[^]]*\]\(([^)]+)\)", text)
+    assert {Path(path).name for path in figures} >= {"cifar10_curves.png", "wikitext2_curves.png"}  # the curves
+    for path in figures:
         assert (docs.parent / path).is_file(), path
     assert (out / "results.md").is_file()
 
