@@ -275,7 +275,7 @@ def test_gradient_checkpointing_gives_the_same_gradients():
     def grads(checkpointing: bool) -> dict[str, torch.Tensor]:
         model = tiny_model(neutreno_lambda=0.4).train()
         if checkpointing:
-            model.gradient_checkpointing_enable()
+            model.activation_checkpointing_enable()
         model(ids, labels=ids).loss.backward()
         return {n: p.grad for n, p in model.named_parameters()}
 

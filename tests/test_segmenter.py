@@ -163,7 +163,7 @@ def test_gradient_checkpointing_gives_the_same_gradients():
     def grads(checkpointing: bool) -> dict[str, torch.Tensor]:
         model = tiny_model(neutreno_lambda=0.6, decoder_neutreno_lambda=0.3).train()
         if checkpointing:
-            model.gradient_checkpointing_enable()
+            model.activation_checkpointing_enable()
             assert all(layer.gradient_checkpointing for layer in model.decoder.layers)
         model(x, labels=labels).loss.backward()
         return {n: p.grad for n, p in model.named_parameters()}
