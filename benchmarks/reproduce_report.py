@@ -94,8 +94,10 @@ def _pm(stats: dict, scale: float = 1.0, digits: int = 2, sign: bool = False) ->
     return text + ("" if math.isnan(std) else f" ± {std:.{digits}f}")
 
 
-def _seeds(stats: dict, scale: float = 1.0, digits: int = 2) -> str:
-    return " / ".join(f"{v * scale:.{digits}f}" for v in stats["per_seed"].values())
+def _seeds(stats: dict, scale: float = 1.0, digits: int = 2, seeds: list[str] | None = None) -> str:
+    """The per-seed values, ' / '-separated; with `seeds`, one slot per seed in that order ('—' where missing)."""
+    values = stats["per_seed"]
+    return " / ".join("—" if seed not in values else f"{values[seed] * scale:.{digits}f}" for seed in seeds or values)
 
 
 def _wins(stats: dict) -> str:
@@ -629,14 +631,15 @@ def _accuracy_section(acc: dict, figures: str) -> list[str]:
         lines += [f"![CIFAR-10 learning curves]({figures}/{acc['figure']})", "",
                   "Test accuracy after every epoch (thin: each seed; bold: their mean). The last point of each curve "
                   "is the accuracy in the table.", ""]
-    seeds = " / ".join(next(iter(acc["accuracy"].values()))["per_seed"])
+    # every variant's seeds: while a run is in progress some variants have more finished seeds than others
+    seeds = sorted({seed for stats in acc["accuracy"].values() for seed in stats["per_seed"]}, key=int)
     rows = []
     for variant, stats in acc["accuracy"].items():
         delta = acc["vs_vit"].get(variant)
-        rows.append([VIT_NAMES[variant], _pm(stats, 100), _seeds(stats, 100),
+        rows.append([VIT_NAMES[variant], _pm(stats, 100), _seeds(stats, 100, seeds=seeds),
                      "—" if delta is None else f"{_pm(delta, 100, sign=True)} ({_wins(delta)})",
                      acc["paper"][variant]])
-    lines += _table(["model", "accuracy", f"per seed ({seeds})", "Δ vs ViT (pp)", "paper"], rows)
+    lines += _table(["model", "accuracy", f"per seed ({' / '.join(seeds)})", "Δ vs ViT (pp)", "paper"], rows)
     return lines + [""]
 
 

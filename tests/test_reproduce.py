@@ -51,6 +51,18 @@ def test_paired_differences_by_hand():
     assert stats.paired({0: 1.0, 5: 2.0}, {0: 0.5})["n"] == 1  # only seeds both have are paired
 
 
+def test_accuracy_table_aligns_seeds_when_variants_have_different_numbers():
+    """Mid-run a variant can have more finished seeds than another: each column slot must be the seed it names."""
+    acc = {"test_images": 10000, "train_images": 50000, "steps": 3910, "shape": None,
+           "paper": {"vit": "", "neutreno": ""},
+           "accuracy": {"vit": stats.summary({0: 0.6215, 1: 0.621}),
+                        "neutreno": stats.summary({0: 0.6124, 1: 0.6036, 2: 0.6041})}}
+    acc["vs_vit"] = {"neutreno": stats.paired({0: 0.6124, 1: 0.6036, 2: 0.6041}, {0: 0.6215, 1: 0.621})}
+    table = [line for line in stats._accuracy_section(acc, ".") if line.startswith("|")]
+    assert "per seed (0 / 1 / 2)" in table[0]
+    assert "| 62.15 / 62.10 / — |" in table[2] and "| 61.24 / 60.36 / 60.41 |" in table[3]
+
+
 @pytest.fixture(scope="module")
 def micro_run(tmp_path_factory, data_dir):
     out = tmp_path_factory.mktemp("reproduce")
