@@ -257,22 +257,24 @@ def _write_json(path: Path, data: dict) -> None:
 # Tasks: what differs between image classification and language modelling
 
 
-def _image_splits(task, dataset, transform) -> None:
-    """An image task's capped train and eval splits with `transform`, their sizes and the run's one-line summary."""
-    settings = task.settings
-    task.train = _capped(dataset["train"], settings.max_train_samples, settings.seed)
-    task.eval = _capped(dataset[task.eval_split], settings.max_eval_samples, settings.seed)
-    task.train.set_transform(transform)
-    task.eval.set_transform(transform)
-    task.sizes = {"train_images": len(task.train), "eval_images": len(task.eval)}
-    height, width = task.preset.image_size_2d
-    task.summary = (
-        f"{settings.model} on {settings.dataset} ({len(task.train)} train / {len(task.eval)} {task.eval_split} "
-        f"images, {len(task.labels)} classes, resized to {height}×{width})"
-    )
+class _ImageSplits:
+    """What the image tasks share: capped train and eval splits, their sizes and the run's one-line summary."""
+
+    def _set_splits(self, dataset, transform) -> None:
+        settings = self.settings
+        self.train = _capped(dataset["train"], settings.max_train_samples, settings.seed)
+        self.eval = _capped(dataset[self.eval_split], settings.max_eval_samples, settings.seed)
+        self.train.set_transform(transform)
+        self.eval.set_transform(transform)
+        self.sizes = {"train_images": len(self.train), "eval_images": len(self.eval)}
+        height, width = self.preset.image_size_2d
+        self.summary = (
+            f"{settings.model} on {settings.dataset} ({len(self.train)} train / {len(self.eval)} {self.eval_split} "
+            f"images, {len(self.labels)} classes, resized to {height}×{width})"
+        )
 
 
-class _ImageTask:
+class _ImageTask(_ImageSplits):
     name, metric = "image-classification", "accuracy"
 
     def __init__(self, settings, dataset):
@@ -293,7 +295,7 @@ class _ImageTask:
         self.processing = ViTImageProcessorPil(
             size={"height": height, "width": width}, image_mean=IMAGENET_DEFAULT_MEAN, image_std=IMAGENET_DEFAULT_STD
         )
-        _image_splits(self, dataset, image_transform(self.processing, image_column, label_column))
+        self._set_splits(dataset, image_transform(self.processing, image_column, label_column))
 
     def build(self, variant: str) -> torch.nn.Module:
         id2label = dict(enumerate(self.labels))
@@ -372,7 +374,7 @@ class _TextTask:
         return [{"input_ids": batch} for batch in blocks.split(self.settings.batch_size)]
 
 
-class _SegmentationTask:
+class _SegmentationTask(_ImageSplits):
     name, metric = "semantic-segmentation", "mean_iou"
 
     def __init__(self, settings, dataset):
@@ -397,7 +399,7 @@ class _SegmentationTask:
                                       segmentation_maps=list(batch[annotation_column]), return_tensors="pt")
             return {"pixel_values": encoded["pixel_values"], "labels": encoded["labels"]}
 
-        _image_splits(self, dataset, transform)
+        self._set_splits(dataset, transform)
 
     def build(self, variant: str) -> torch.nn.Module:
         id2label = dict(enumerate(self.labels))
