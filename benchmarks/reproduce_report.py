@@ -492,8 +492,11 @@ def _header(run: dict, units: list[dict], results: dict) -> list[str]:
         lines.append(f"- **Progress**: {len(planned) - len(missing)} of {len(planned)} planned models finished"
                      + (f"; still to run: {', '.join(f'`{m}`' for m in missing)}." if missing else "."))
     ended = [s for s in sessions if "wall_seconds" in s]
-    wall = (f"{total_wall / 60:.1f} h of wall time in {len(ended)} command(s) with an end record"
-            + (f"; {len(sessions) - len(ended)} without one" if len(ended) < len(sessions) else ""))
+    if ended:
+        wall = (f"{total_wall / 60:.1f} h of wall time in {len(ended)} command(s) with an end record"
+                + (f"; {len(sessions) - len(ended)} without one" if len(ended) < len(sessions) else ""))
+    else:  # every command stopped with its session: the units' own times are the only record
+        wall = f"no command has an end record, so no total wall time; {len(sessions)} command(s) so far"
     lines += [f"- **Compute**: {worker_minutes / 60:.1f} worker-hours over {len(units)} trained models ({wall}).",
               f"- **Budget** ({run.get('budget_name', '?')}): " + ", ".join(f"`{k}={v}`" for k, v in budget.items())
               + ".", ""]
