@@ -329,17 +329,24 @@ def precision(budget: Budget) -> dict:
 
 class CurvePoints(TrainerCallback):
     """Learning-curve points go into `state.log_history`, which every checkpoint saves, as {"curve": point,
-    "seconds": time since the unit started, summed over the sessions that resumed it}."""
+    "seconds": time since the unit started, summed over the sessions that resumed it}. Every log entry carries
+    that clock too: the Trainer logs before it saves, so a checkpoint keeps the time spent even without a curve."""
 
     def __init__(self):
         self.start, self.before = time.perf_counter(), 0.0
 
     def on_train_begin(self, args, state, control, **kwargs):
-        points = [entry for entry in state.log_history if "curve" in entry]  # from the checkpoint, if resumed
-        self.before = points[-1]["seconds"] if points else 0.0
+        clocks = [entry["seconds"] for entry in state.log_history if "seconds" in entry]  # from the checkpoint
+        self.before = clocks[-1] if clocks else 0.0
+
+    def on_log(self, args, state, control, **kwargs):
+        state.log_history[-1]["seconds"] = self.seconds()  # the entry the Trainer has just appended
+
+    def seconds(self) -> float:
+        return self.before + time.perf_counter() - self.start
 
     def add(self, state, point: dict) -> None:
-        state.log_history.append({"curve": point, "seconds": self.before + time.perf_counter() - self.start})
+        state.log_history.append({"curve": point, "seconds": self.seconds()})
 
 
 def train_resumably(trainer, work_dir: str) -> tuple:
