@@ -11,6 +11,7 @@ from torch import nn
 from torch.nn import functional as F
 from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
 from transformers.cache_utils import DynamicCache
+from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from hf_neutreno import NeuTRENOGPTAdaptiveLogSoftmax, NeuTRENOGPTConfig, NeuTRENOGPTForCausalLM, NeuTRENOGPTModel
 from hf_neutreno.convert import gpt2_to_neutreno
@@ -289,22 +290,36 @@ def test_gradient_checkpointing_gives_the_same_gradients():
 # --------------------------------------------------------------------------------------------------------------
 
 
+# transformers 5.24 renamed the cache `past_key_values` -> `cache` (argument and output field); the model takes both.
+OUTPUT_CACHE_FIELD = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
+
+
+@pytest.mark.parametrize("cache_argument", ["cache", "past_key_values"])
 @pytest.mark.parametrize(
     "overrides", [dict(), GPT2_LIKE, dict(adaptive_softmax_cutoffs=[20, 50])], ids=["paper", "gpt2-like", "adaptive"]
 )
-def test_cached_token_by_token_decoding_equals_one_full_forward(overrides):
+def test_cached_token_by_token_decoding_equals_one_full_forward(overrides, cache_argument):
     model = tiny_model(neutreno_lambda=0.4, **overrides)
     ids = token_ids(2, 14)
     with torch.no_grad():
         full = model(ids).logits
         cache = DynamicCache(config=model.config)
-        out = model(ids[:, :5], past_key_values=cache, use_cache=True)
+        out = model(ids[:, :5], use_cache=True, **{cache_argument: cache})
         steps = [out.logits]
         for t in range(5, ids.shape[1]):
-            out = model(ids[:, t : t + 1], attention_mask=torch.ones(2, t + 1), past_key_values=out.past_key_values)
+            cache = getattr(out, OUTPUT_CACHE_FIELD)
+            out = model(ids[:, t : t + 1], attention_mask=torch.ones(2, t + 1), **{cache_argument: cache})
             steps.append(out.logits)
-    assert out.past_key_values.get_seq_length() == ids.shape[1]
+    assert getattr(out, OUTPUT_CACHE_FIELD).get_seq_length() == ids.shape[1]
     assert (torch.cat(steps, dim=1) - full).abs().max().item() <= FP32_TOL
+
+
+def test_the_cache_under_both_names_at_once_is_refused():
+    model = tiny_model()
+    ids = token_ids(1, 4)
+    for forward in (model, model.model):
+        with pytest.raises(ValueError, match="`cache` or as `past_key_values`"):
+            forward(ids, cache=DynamicCache(config=model.config), past_key_values=DynamicCache(config=model.config))
 
 
 @pytest.mark.parametrize(

@@ -120,7 +120,7 @@ class NeuTRENOGPTConfig(PresetsMixin, NeuTRENOConfigRules, PreTrainedConfig):
     """
 
     model_type = "neutreno_gpt"
-    keys_to_ignore_at_inference = ["past_key_values"]
+    keys_to_ignore_at_inference = ["cache", "past_key_values"]  # the cache's names from / before transformers 5.24
     dropout_fields = (
         "embedding_dropout", "attention_dropout", "hidden_dropout", "activation_dropout", "output_dropout"
     )

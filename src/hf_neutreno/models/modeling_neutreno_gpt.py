@@ -41,6 +41,20 @@ from .neutreno_common import (
     neutreno_projection,
 )
 
+# transformers 5.24 renamed the KV cache `past_key_values` -> `cache` (forward arguments, output fields, masks,
+# gradient checkpointing; the old name is deprecated until 5.40), and its `generate` passes only the new name. A
+# checkpoint carries this file to users of either version, so the models take both names and return the cache under
+# the installed version's.
+CACHE_FIELD = "cache" if "cache" in BaseModelOutputWithPast.__dataclass_fields__ else "past_key_values"
+
+
+def the_cache(cache: Cache | None, past_key_values: Cache | None) -> Cache | None:
+    """The KV cache given under either name (`past_key_values`: its name before transformers 5.24)."""
+    if cache is not None and past_key_values is not None:
+        raise ValueError("Pass the KV cache once: as `cache` or as `past_key_values` (its name before transformers "
+                         "5.24), not both.")
+    return past_key_values if cache is None else cache
+
 
 class NeuTRENOGPTScaledEmbedding(nn.Embedding):
     """Token embeddings times `embed_scale` (√hidden_size in the paper's Transformer-XL code, 1 in GPT-2)."""
@@ -74,8 +88,6 @@ class NeuTRENOGPTSinusoidalPositionEmbedding(nn.Module):
         return f"embedding_dim={self.embedding_dim}"
 
 
-
-
 class NeuTRENOGPTAttention(nn.Module):
     """Causal multi-head self-attention with the NeuTRENO term; returns (output, attention maps, this layer's values).
 
@@ -103,7 +115,7 @@ class NeuTRENOGPTAttention(nn.Module):
         hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         first_layer_values: torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
         input_shape = hidden_states.shape[:-1]
@@ -114,8 +126,8 @@ class NeuTRENOGPTAttention(nn.Module):
         values = self.v_proj(hidden_states)
         value_states = values.view(hidden_shape).transpose(1, 2)
 
-        if past_key_values is not None:
-            key_states, value_states = past_key_values.update(key_states, value_states, self.layer_idx)
+        if cache is not None:
+            key_states, value_states = cache.update(key_states, value_states, self.layer_idx)
 
         attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
@@ -169,7 +181,7 @@ class NeuTRENOGPTDecoderLayer(GradientCheckpointingLayer):
         hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         first_layer_values: torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         use_cache: bool | None = False,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -177,7 +189,7 @@ class NeuTRENOGPTDecoderLayer(GradientCheckpointingLayer):
         if self.pre_norm:
             hidden_states = self.self_attn_layer_norm(hidden_states)
         attn_output, _, values = self.self_attn(
-            hidden_states, attention_mask, first_layer_values, past_key_values=past_key_values, **kwargs
+            hidden_states, attention_mask, first_layer_values, cache=cache, **kwargs
         )
         if first_layer_values is not None:
             values = None  # only layer 0's values (V_0) are used later: free the others before the MLP runs
@@ -293,7 +305,7 @@ class NeuTRENOGPTPreTrainedModel(ValidatedSaveMixin, PreTrainedModel):
     input_modalities = ("text",)
     supports_gradient_checkpointing = True
     _no_split_modules = ["NeuTRENOGPTDecoderLayer"]
-    _skip_keys_device_placement = ["past_key_values"]
+    _skip_keys_device_placement = ["cache", "past_key_values"]
     _supports_sdpa = True
     _supports_flash_attn = True
     _supports_flex_attn = True
@@ -337,6 +349,7 @@ class NeuTRENOGPTModel(NeuTRENOGPTPreTrainedModel):
             if config.norm_position == "pre"
             else nn.Identity()
         )
+        self.gradient_checkpointing = False  # set by `activation_checkpointing_enable`; the forward reads it
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Module:
@@ -368,9 +381,10 @@ class NeuTRENOGPTModel(NeuTRENOGPTPreTrainedModel):
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         position_ids: torch.LongTensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
+        past_key_values: Cache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPast:
         r"""
@@ -379,17 +393,21 @@ class NeuTRENOGPTModel(NeuTRENOGPTPreTrainedModel):
         attention_mask (`torch.Tensor` of shape `(batch, past + tokens)`, *optional*): 1 for real tokens, 0 for
             padding; without `position_ids`, positions count only the real tokens (left padding is exact).
         position_ids (`torch.LongTensor` of shape `(batch, tokens)`, *optional*): positions of the tokens.
-        past_key_values (`Cache`, *optional*): the keys and values of earlier tokens (a `DynamicCache`).
+        cache (`Cache`, *optional*): the keys and values of earlier tokens (a `DynamicCache`).
+        past_key_values (`Cache`, *optional*): the same, under its name before transformers 5.24.
         """
         if (input_ids is None) ^ (inputs_embeds is not None):
             raise ValueError("Pass exactly one of `input_ids` and `inputs_embeds`.")
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
-        if use_cache and past_key_values is None:
-            past_key_values = DynamicCache(config=self.config)
+        cache = the_cache(cache, past_key_values)
+        if use_cache and cache is None:
+            cache = DynamicCache(config=self.config)
+        if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
+            cache = None  # the backward replay of a checkpointed layer would write its keys and values a second time
 
         seq_length = inputs_embeds.shape[1]
-        past_seen_tokens = past_key_values.get_seq_length() if past_key_values is not None else 0
+        past_seen_tokens = cache.get_seq_length() if cache is not None else 0
         if past_seen_tokens + seq_length > self.config.max_position_embeddings:
             raise ValueError(
                 f"The sequence has {past_seen_tokens + seq_length} tokens (cache included), more than "
@@ -409,13 +427,8 @@ class NeuTRENOGPTModel(NeuTRENOGPTPreTrainedModel):
                 attention_mask, past_seen_tokens, seq_length, inputs_embeds.device
             )
 
-        causal_mask = create_causal_mask(
-            config=self.config,
-            inputs_embeds=inputs_embeds,
-            attention_mask=attention_mask,
-            past_key_values=past_key_values,
-            position_ids=position_ids,
-        )
+        # The cache is the fourth parameter under either of its names (see CACHE_FIELD).
+        causal_mask = create_causal_mask(self.config, inputs_embeds, attention_mask, cache, position_ids=position_ids)
         position_embeddings = self.embed_positions(position_ids).to(inputs_embeds.dtype)
         hidden_states = self.dropout(inputs_embeds + position_embeddings)
 
@@ -425,7 +438,7 @@ class NeuTRENOGPTModel(NeuTRENOGPTPreTrainedModel):
                 hidden_states,
                 causal_mask,
                 first_layer_values,
-                past_key_values=past_key_values,
+                cache=cache,
                 use_cache=use_cache,
                 position_ids=position_ids,
                 **kwargs,
@@ -433,9 +446,7 @@ class NeuTRENOGPTModel(NeuTRENOGPTPreTrainedModel):
             if first_layer_values is None:
                 first_layer_values = values
         hidden_states = self.norm(hidden_states)
-        return BaseModelOutputWithPast(
-            last_hidden_state=hidden_states, past_key_values=past_key_values if use_cache else None
-        )
+        return BaseModelOutputWithPast(last_hidden_state=hidden_states, **{CACHE_FIELD: cache if use_cache else None})
 
 
 class NeuTRENOGPTForCausalLM(NeuTRENOGPTPreTrainedModel, GenerationMixin):
@@ -474,11 +485,12 @@ class NeuTRENOGPTForCausalLM(NeuTRENOGPTPreTrainedModel, GenerationMixin):
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         position_ids: torch.LongTensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
         logits_to_keep: int | torch.Tensor = 0,
+        past_key_values: Cache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> CausalLMOutputWithPast:
         r"""
@@ -495,7 +507,7 @@ class NeuTRENOGPTForCausalLM(NeuTRENOGPTPreTrainedModel, GenerationMixin):
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
-            past_key_values=past_key_values,
+            cache=the_cache(cache, past_key_values),
             inputs_embeds=inputs_embeds,
             use_cache=use_cache,
             **kwargs,
@@ -513,7 +525,7 @@ class NeuTRENOGPTForCausalLM(NeuTRENOGPTPreTrainedModel, GenerationMixin):
         return CausalLMOutputWithPast(
             loss=loss,
             logits=logits,
-            past_key_values=outputs.past_key_values,
+            **{CACHE_FIELD: getattr(outputs, CACHE_FIELD)},
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )
