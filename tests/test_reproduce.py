@@ -63,6 +63,24 @@ def test_accuracy_table_aligns_seeds_when_variants_have_different_numbers():
     assert "| 62.15 / 62.10 / — |" in table[2] and "| 61.24 / 60.36 / 60.41 |" in table[3]
 
 
+def test_oversmoothing_figure_names_each_variants_own_seed_count(monkeypatch, tmp_path):
+    """ViT and NeuTRENO have 5 seeds, ViT⁻ and ViT⁺ 3: the figure must not label every curve with ViT's count."""
+    captured = {}
+    def plot(self, path, others=(), labels=None, title=None):
+        captured.update(labels=labels, title=title)
+
+    monkeypatch.setattr(stats.OversmoothingReport, "plot", plot)
+    seeds = {"vit": 5, "neutreno": 5, "vit-": 3, "vit+": 3}
+    curves = {"samples": 4, **{metric: {variant: {"layers": [0, 1], "mean": [0.5, 0.4],
+                                                  "per_seed": {str(s): [0.5, 0.4] for s in range(n)}}
+                                        for variant, n in seeds.items()}
+                               for metric in stats.METRICS}}
+    assert stats._plot(curves, tmp_path / "figure.png", "trained") == "figure.png"
+    counts = [int(re.search(r"\(mean of (\d+)\)$", label).group(1)) for label in captured["labels"]]
+    assert counts == [5, 5, 3, 3]
+    assert not re.search(r"\d+ seeds", captured["title"])  # no single count for all curves in the title
+
+
 @pytest.fixture(scope="module")
 def micro_run(tmp_path_factory, data_dir):
     out = tmp_path_factory.mktemp("reproduce")
