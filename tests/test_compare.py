@@ -10,6 +10,7 @@ import json
 import math
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -36,6 +37,19 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 README_START, README_END = "<!-- compare-default-output -->", "<!-- /compare-default-output -->"
 TIME = re.compile(r"\d+(?:\.\d+)? (?:s|min)\b")  # what differs between two runs of the same command
 NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
+# The README's command for exactly its numbers: training amplifies rounding, so it holds PyTorch's CPU kernels to one
+# instruction set with environment variables (`A=x B=y hf-neutreno compare`).
+README_COMMAND = re.compile(r"`((?:[A-Z_]+=\S+ )+hf-neutreno compare)`")
+
+
+def _readme_command_environment() -> dict:
+    """The environment assignments of the README's command, checked to be followed by `hf-neutreno compare` alone."""
+    text = " ".join(README.read_text(encoding="utf-8").split())  # the command may wrap across lines
+    match = README_COMMAND.search(text)
+    assert match, "README.md shows no `VAR=value ... hf-neutreno compare` command for its numbers"
+    *assignments, program, command = shlex.split(match.group(1))
+    assert (program, command) == ("hf-neutreno", "compare")
+    return dict(assignment.split("=", 1) for assignment in assignments)
 
 
 def _table_block(stdout: str) -> list[str]:
@@ -73,8 +87,9 @@ def _pairwise_cosine(hidden: torch.Tensor) -> float:
 def test_default_compare_as_the_readme_runs_it(tmp_path):
     out = tmp_path / "compare"
     src = str(Path(hf_neutreno.__file__).resolve().parents[1])  # the code under test, wherever it is installed
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get(
-        "PYTHONPATH")]))}
+    readme_env = _readme_command_environment()
+    assert readme_env.get("HF_HUB_OFFLINE") == "1" and readme_env.get("ATEN_CPU_CAPABILITY"), readme_env
+    env = {**os.environ, **readme_env, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
     proc = subprocess.run([sys.executable, "-m", "hf_neutreno", "compare", "--output-dir", str(out)], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]
