@@ -507,7 +507,8 @@ class NeuTRENOGPTForCausalLM(NeuTRENOGPTPreTrainedModel, GenerationMixin):
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
-            cache=the_cache(cache, past_key_values),
+            cache=cache,
+            past_key_values=past_key_values,  # the base model takes the cache under either name
             inputs_embeds=inputs_embeds,
             use_cache=use_cache,
             **kwargs,
