@@ -3,8 +3,8 @@
 
     python benchmarks/run_all.py --quick                 # everything at a toy size: < 10 min on 2 CPU cores
     python benchmarks/run_all.py --docs docs             # the papers' budgets (reproduce.py's `full`), bf16: days
-    python benchmarks/run_all.py --budget gpu --data ../shared/data --docs docs   # the GPU tier: ~40 min, one H100
-    python benchmarks/run_all.py --budget gpu --smoke --data ../shared/data      # its code path on a CPU: minutes
+    python benchmarks/run_all.py --budget gpu --docs docs   # the GPU tier: ~40 min, one H100
+    python benchmarks/run_all.py --budget gpu --smoke      # its code path on a CPU: minutes
     python benchmarks/run_all.py --render --out benchmarks/results --docs docs   # only re-render the pages
 
 Speed and memory (`bench_vit.py`, `bench_eigen_vit.py`, `bench_gpt.py`, `bench_diagnostics.py`,
@@ -25,6 +25,7 @@ and page) on a CPU with toy models, steps and batches: a check of the code, not 
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -242,7 +243,7 @@ def render(out: Path, docs: Path, budget: str = "full") -> str:
               "python benchmarks/run_all.py --quick   # every benchmark and reproduction at a toy size (CPU)",
               "python benchmarks/run_all.py --docs docs   # the full size (GPU, bf16) and these pages",
               "# the GPU tier (~40 min on one H100): benchmarks-gpu.md and results-gpu.md",
-              "python benchmarks/run_all.py --budget gpu --data ../shared/data --docs docs",
+              "python benchmarks/run_all.py --budget gpu --docs docs",
               "```", "", "Each benchmark script also runs alone; its docstring gives its options.", ""]
     text = "\n".join(lines)
     docs.mkdir(parents=True, exist_ok=True)
@@ -258,9 +259,9 @@ def main(argv=None) -> None:
     parser.add_argument("--quick", action="store_const", const="quick", dest="budget", help="same as --budget quick")
     parser.add_argument("--smoke", action="store_true",
                         help="with --budget gpu: the same code path at toy sizes on a CPU (minutes)")
-    parser.add_argument("--data", default=None, metavar="DIR",
+    parser.add_argument("--data", default=os.environ.get("HF_NEUTRENO_DATA"), metavar="DIR",
                         help="local datasets (DIR/cifar10, DIR/wikitext-2-v1), for reproduce.py and the diagnostics "
-                        "benchmark (default: the Hub, and ../shared/data or HF_NEUTRENO_DATA)")
+                        "benchmark (default: $HF_NEUTRENO_DATA if set, else the Hub)")
     parser.add_argument("--out", default=None,
                         help="results folder (default: runs/all-<budget>; gpu: benchmarks/results/gpu)")
     parser.add_argument("--docs", default=None, help="write the pages into this folder: benchmarks.md and results.md "

@@ -1,4 +1,8 @@
-"""Shared fixtures: where the real datasets are, and small deterministic settings for every test."""
+"""Shared fixtures: where the real datasets are, small deterministic settings for every test, and the `slow` tier.
+
+Tests marked `@pytest.mark.slow` (whole documented commands, training runs, the GPU tier's smoke run) run only when
+`RUN_SLOW=1` is set, as in `transformers`; `.ci/run` sets it, so CI runs both tiers.
+"""
 
 import os
 
@@ -12,10 +16,30 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach the Hub (a dat
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+RUN_SLOW = _truthy(os.environ.get("RUN_SLOW"))
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: a whole documented command or a training run; runs with RUN_SLOW=1")
+
+
+def pytest_collection_modifyitems(config, items):
+    if RUN_SLOW:
+        return
+    skip = pytest.mark.skip(reason="slow test: set RUN_SLOW=1 to run it")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def data_dir():
-    """The real datasets: the local mirror (`../shared/data`, or HF_NEUTRENO_DATA), else the same datasets fetched
-    from the Hub once (tests/real_data.py), else the test is skipped with the reason."""
+    """The real datasets: the local mirror (`HF_NEUTRENO_DATA`), else the same datasets fetched from the Hub once
+    (tests/real_data.py), else the test is skipped with the reason."""
     folder, reason = real_data.resolve(user_offline=USER_OFFLINE)
     if folder is None:
         pytest.skip(reason)
@@ -31,8 +55,10 @@ def _deterministic():
 
 def pytest_sessionfinish(session, exitstatus):
     # CI sets HF_NEUTRENO_NO_SKIPS=1: there every dataset and extra is installed, so a skip means a broken set-up.
+    # The slow tier skipping itself (RUN_SLOW unset) is not one.
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-    skipped = reporter.stats.get("skipped", []) if reporter else []
+    skipped = [report for report in (reporter.stats.get("skipped", []) if reporter else [])
+               if "RUN_SLOW" not in str(report.longrepr)]
     if os.environ.get("HF_NEUTRENO_NO_SKIPS") == "1" and skipped and session.exitstatus == 0:
         reporter.write_line(f"HF_NEUTRENO_NO_SKIPS=1: {len(skipped)} test(s) skipped; failing the run.", red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

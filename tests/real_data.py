@@ -1,6 +1,6 @@
 """Where the tests find the real datasets: the local mirror, else the same datasets from the Hub, else a skip.
 
-The mirror (`../shared/data`, or `HF_NEUTRENO_DATA`) holds Parquet files laid out as
+The mirror (`HF_NEUTRENO_DATA`, by default a `shared/data` folder beside the repository) holds Parquet files laid out as
 `<folder>/<split>-00000-of-00001.parquet`, with the Hub datasets' columns. A clone without it fetches those datasets
 from the Hub once, by name (and builds `fashion-scenes`, which is not on the Hub, from Fashion-MNIST as the mirror
 did), into the same layout under `HF_NEUTRENO_TEST_DATA` (default `~/.cache/hf-neutreno/test-data`), in a child

@@ -49,6 +49,7 @@ def run_torchrun(script: Path, args: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_ddp_two_processes_match_one_process_with_the_same_global_batch(data_dir, tmp_path):
     """2 ranks × batch 16 under torchrun (gloo) == 1 process × batch 32.
 
@@ -86,6 +87,7 @@ def test_ddp_two_processes_match_one_process_with_the_same_global_batch(data_dir
     assert single_losses[-1] < single_losses[0]  # it trained
 
 
+@pytest.mark.slow
 def test_soft_target_loss_with_gradient_accumulation_equals_the_large_batch(data_dir, tmp_path):
     """`compute_loss_func=soft_target_cross_entropy` (the Mixup/CutMix path) follows Trainer's batch normalisation:
     2 accumulated micro-batches of 8 give the update of one batch of 16. The same `num_items_in_batch` contract makes

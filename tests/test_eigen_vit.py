@@ -551,6 +551,7 @@ def test_exported_model_is_a_neutreno_vit_checkpoint_that_loads_with_remote_code
     torch.testing.assert_close(torch.load(tmp_path / "fresh_logits.pt"), logits, atol=1e-5, rtol=0)
 
 
+@pytest.mark.slow
 def test_trainer_on_cifar10_subset_lowers_the_loss(data_dir, tmp_path):
     from transformers import Trainer, TrainingArguments, ViTImageProcessorPil
 

@@ -15,6 +15,7 @@ import os
 import re
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -155,6 +156,7 @@ def _check_trained(script: str, output_dir: Path) -> None:
         assert type(processor).__name__ == "SegformerImageProcessorPil", type(processor)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("source, command", ALL_COMMANDS, ids=[f"{s}-{i}" for i, (s, _) in enumerate(ALL_COMMANDS)])
 def test_documented_command_trains(source, command, data_dir, tmp_path):
     launcher, script, args = _split(command)
@@ -167,7 +169,9 @@ def test_documented_command_trains(source, command, data_dir, tmp_path):
     gpu = "accelerate" in launcher or (launcher[:1] == ["torchrun"] and "--use-cpu" not in args)
     if launcher[:1] == ["torchrun"] and not gpu:  # the CPU command, as written: two processes joined by gloo
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
-        subprocess.run(launcher + [str(EXAMPLES / f"{script}.py"), *args], cwd=EXAMPLES.parent, env=env, check=True,
+        # `torchrun` is this interpreter's `torch.distributed.run`: the venv's own, activated or not.
+        torchrun = [sys.executable, "-m", "torch.distributed.run", *launcher[1:]]
+        subprocess.run(torchrun + [str(EXAMPLES / f"{script}.py"), *args], cwd=EXAMPLES.parent, env=env, check=True,
                        timeout=600, capture_output=True)
     else:
         if gpu or "--bf16" in args:

@@ -1,4 +1,4 @@
-"""The NeuTRENO GPT against independent references: plain eager math of methods.md §2, transformers' GPT-2,
+"""The NeuTRENO GPT against independent references: plain eager math of the paper's rule, transformers' GPT-2,
 torch's transformer layer and adaptive log-softmax, and hand-written perplexity loops."""
 
 import json
@@ -70,7 +70,7 @@ def token_ids(batch: int = 2, length: int = 12, seed: int = 1) -> torch.Tensor:
 
 
 def reference_logits(model: NeuTRENOGPTForCausalLM, ids: torch.Tensor) -> torch.Tensor:
-    """methods.md §2 in a causal LM, written out with plain tensor math, one head at a time, from the raw weights.
+    """NeuTRENO's rule in a causal LM, written out with plain tensor math, one head at a time, from the raw weights.
 
     For layer ℓ ≥ 1 in the NeuTRENO set, head h: U = softmax(Q Kᵀ/√d + causal mask) V + λ (V_0 − V), added before
     the output projection; layer 0 runs plain attention and provides V_0. LayerNorm before ("pre") or after
@@ -228,20 +228,30 @@ def test_gpt2_to_neutreno_rejects_what_it_cannot_represent(field, value):
         gpt2_to_neutreno(_tiny_gpt2(**{field: value}))
 
 
-@pytest.mark.parametrize("neutreno_lambda", [0.0, 0.4])
-def test_eager_sdpa_and_flex_agree(neutreno_lambda):
+def _backends_agree(neutreno_lambda: float, backends: tuple[str, ...]) -> None:
     model = tiny_model(neutreno_lambda=neutreno_lambda)
     ids = token_ids(3, 16)
     mask = torch.ones_like(ids)
     mask[1, :5] = 0  # left padding in one row
     logits = {}
     with torch.no_grad():  # flex attention on CPU has no backward
-        for impl in ("eager", "sdpa", "flex_attention"):
+        for impl in ("eager", *backends):
             model.set_attn_implementation(impl)
             logits[impl] = (model(ids).logits, model(ids, attention_mask=mask).logits[mask.bool()])
-    for impl in ("sdpa", "flex_attention"):
+    for impl in backends:
         for got, expected in zip(logits[impl], logits["eager"]):
             assert (got - expected).abs().max().item() <= FP32_TOL, impl
+
+
+@pytest.mark.parametrize("neutreno_lambda", [0.0, 0.4])
+def test_eager_and_sdpa_agree(neutreno_lambda):
+    _backends_agree(neutreno_lambda, ("sdpa",))
+
+
+@pytest.mark.slow  # flex attention compiles its kernel first: most of a minute on a CPU
+@pytest.mark.parametrize("neutreno_lambda", [0.0, 0.4])
+def test_eager_and_flex_agree(neutreno_lambda):
+    _backends_agree(neutreno_lambda, ("flex_attention",))
 
 
 def test_output_attentions_and_hidden_states():
@@ -437,6 +447,7 @@ print(json.dumps(dict(step_peak_mb=rss_mb("VmHWM") - before, params=params, loss
 """
 
 
+@pytest.mark.slow
 def test_adaptive_softmax_training_step_memory_is_bounded(tmp_path):
     """The paper's preset with the 267,735-word vocabulary: the peak memory of one training step (forward, backward,
     first Adam step) of 4 × 256 tokens above the resident model is the gradients and Adam's moments plus the
@@ -583,6 +594,7 @@ def test_fresh_process_loads_model_and_tokenizer_without_the_package(tmp_path):
     assert out.startswith("ok the cat ran in the")
 
 
+@pytest.mark.slow
 def test_trainer_on_wikitext2_beats_the_unigram_perplexity(data_dir, tmp_path):
     """The example script (Trainer, warm-up + cosine, clip 0.25, the paper's architecture at toy size with an
     adaptive softmax) on real WikiText-2: validation perplexity ends well below the unigram model's on the same

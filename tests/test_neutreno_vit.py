@@ -1,4 +1,4 @@
-"""The NeuTRENO ViT against independent references: plain eager math of methods.md §2, and transformers' ViT."""
+"""The NeuTRENO ViT against independent references: plain eager math of the paper's rule, and transformers' ViT."""
 
 import math
 
@@ -32,7 +32,7 @@ def pixels(batch: int = 2, size: int = 16) -> torch.Tensor:
 
 
 def reference_logits(model: NeuTRENOViTForImageClassification, x: torch.Tensor) -> torch.Tensor:
-    """methods.md §2 written out with plain tensor math, one head at a time, from the model's raw parameters.
+    """NeuTRENO's rule (paper eq. 26) in plain tensor math, one head at a time, from the raw parameters.
 
     For layer ℓ ≥ 1 in the NeuTRENO set, head h: U = softmax(Q Kᵀ/√d) V + λ (V_0 − V), added before the
     output projection; layer 0 runs plain attention and provides V_0.
@@ -168,17 +168,17 @@ def test_lambda_zero_equals_native_vit_with_the_same_weights():
     assert diff <= 1e-5, diff
 
 
+@pytest.mark.parametrize("backend", ["sdpa", pytest.param("flex_attention", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("neutreno_lambda", [0.0, 0.6])
-def test_eager_sdpa_and_flex_agree(neutreno_lambda):
+def test_eager_and_other_backends_agree(neutreno_lambda, backend):
     model = tiny_model(neutreno_lambda=neutreno_lambda)
     x = pixels()
     logits = {}
-    with torch.no_grad():  # flex attention on CPU has no backward
-        for impl in ("eager", "sdpa", "flex_attention"):
+    with torch.no_grad():  # flex attention on CPU has no backward (and compiles for most of a minute)
+        for impl in ("eager", backend):
             model.set_attn_implementation(impl)
             logits[impl] = model(x).logits
-    for impl in ("sdpa", "flex_attention"):
-        assert (logits[impl] - logits["eager"]).abs().max().item() <= FP32_TOL, impl
+    assert (logits[backend] - logits["eager"]).abs().max().item() <= FP32_TOL
 
 
 def test_output_attentions_and_hidden_states():

@@ -3,6 +3,7 @@
 import random
 
 import numpy as np
+import pytest
 import torch
 from datasets import load_dataset
 from transformers import TrainerCallback, TrainingArguments, ViTImageProcessorPil
@@ -33,6 +34,7 @@ class StopAfter(TrainerCallback):
         return control
 
 
+@pytest.mark.slow
 def test_interrupted_and_resumed_run_equals_the_uninterrupted_run(data_dir, tmp_path):
     """The DeiT recipe's random streams are live: dropout, drop path, Mixup/CutMix (drawn in the training step from
     torch's generator), the shuffled data order, plus AdamW's moments and a warm-up + cosine schedule. Trainer

@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 import run_all  # benchmarks/ is on the tests' path (setup.cfg)
 
 MACHINE = {"device": "CPU: test", "cpu_threads": 2, "torch": "2.x", "transformers": "5.x", "command": "python b.py"}
@@ -33,6 +35,7 @@ def test_render_writes_every_table_with_its_machine_and_the_notes(tmp_path):
     assert "NeuTRENO ViT vs the native ViT" not in text  # no JSON, no section
 
 
+@pytest.mark.slow
 def test_gpu_tier_smoke_writes_both_pages_naming_the_device(tmp_path, data_dir):
     """`--budget gpu --smoke`: the GPU tier's scripts, bf16 and sdpa at toy sizes on this CPU, end to end."""
     import torch

@@ -9,7 +9,7 @@ import pytest
 from examples_loader import load_example
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "segmentation-results.md"
-LOCAL_DATA = "../shared/data/fashion-scenes"  # as written on the page, relative to the repository root
+LOCAL_DATA = "$HF_NEUTRENO_DATA/fashion-scenes"  # as written on the page: the local copy of the dataset
 
 
 def page_commands() -> list[list[str]]:
@@ -55,6 +55,7 @@ def test_the_table_quotes_what_the_commands_printed():
         assert values[:5] == expected, name
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("index", [0, 1], ids=["neutreno", "softmax"])
 def test_documented_command_runs(index, data_dir, tmp_path):
     args = page_commands()[index]

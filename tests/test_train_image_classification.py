@@ -1,10 +1,12 @@
 """`examples/run_image_classification.py` trains on the real Fashion-MNIST with Trainer."""
 
+import pytest
 from examples_loader import load_example
 
 CHANCE = 0.1  # 10 balanced classes
 
 
+@pytest.mark.slow
 def test_trainer_on_fashion_mnist_learns(data_dir, tmp_path):
     example = load_example("run_image_classification")
     out = tmp_path / "run"

@@ -11,6 +11,7 @@ output folder.
 """
 
 import dataclasses
+import hashlib
 import json
 import os
 import shutil
@@ -476,6 +477,15 @@ def _copy_shared_weights(model: torch.nn.Module, reference: dict[str, torch.Tens
     model.load_state_dict(shared, strict=False)
 
 
+def _fingerprint(model: torch.nn.Module) -> str:
+    """SHA-256 of the model's weights (names and values): equal for two models that start from the same weights."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
 def _training_arguments(settings, output_dir: str, seed: int, remove_unused_columns: bool) -> TrainingArguments:
     return TrainingArguments(
         output_dir=output_dir,  # a temporary folder: Trainer itself saves nothing
@@ -575,6 +585,7 @@ def _compare(settings: CompareSettings, task, replace: bool) -> dict:
                 reference = {name: tensor.clone() for name, tensor in model.state_dict().items()}
             else:
                 _copy_shared_weights(model, reference)
+            initial_weights = _fingerprint(model)
             with tempfile.TemporaryDirectory(prefix="hf-neutreno-compare-") as scratch:
                 trainer = Trainer(
                     model=model,
@@ -613,6 +624,7 @@ def _compare(settings: CompareSettings, task, replace: bool) -> dict:
             })
             entry["per_seed"].append({
                 "seed": seed,
+                "initial_weights_sha256": initial_weights,  # what pairs the variants of a seed
                 task.metric: score,
                 "last_layer_cosine": cosine[layers.index(last_layer)],
                 "cosine_similarity": cosine,  # per hidden state in `cosine_layers`: 0 = embeddings, ℓ = block ℓ

@@ -27,7 +27,7 @@ def neutreno_residual(
     first_layer_values: torch.Tensor | None,
     neutreno_lambda: float,
 ) -> torch.Tensor:
-    """``U = A V + λ (V_0 − V)`` (NeuTRENO, methods §2), for merged heads ``(batch, tokens, heads * head_dim)``.
+    """``U = A V + λ (V_0 − V)`` (NeuTRENO, paper eq. 26), for merged heads ``(batch, tokens, heads * head_dim)``.
 
     The term is per token and per head channel, so it is the same whether the heads are merged or not; adding it
     on the merged layout avoids a transpose. ``first_layer_values`` is never detached: the gradient of every later
