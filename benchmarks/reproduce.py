@@ -20,11 +20,12 @@ cores), `cpu-long` (models that learn, about an hour of one CPU thread each; doc
 scale, for a GPU), `gpu` (bf16, sdpa: 25 CIFAR epochs and the LMs to early stopping, 3 seeds; with the benchmarks
 about 40 minutes of one H100 through `benchmarks/run_all.py --budget gpu`, pages docs/*-gpu.md).
 
-    python benchmarks/reproduce.py --quick --data ../shared/data
-    python benchmarks/reproduce.py --budget cpu-long --data ../shared/data --workers 1 --threads 1 \
+    python benchmarks/reproduce.py --quick
+    python benchmarks/reproduce.py --budget cpu-long --workers 1 --threads 1 \
         --out benchmarks/results/reproduce-cpu-long --docs docs/results.md
 
-Without `--data` the datasets come from the Hub (uoft-cs/cifar10, Salesforce/wikitext). Every budget field is also a
+`--data DIR` (default: `$HF_NEUTRENO_DATA`) reads a local copy of the datasets; without either they come from the
+Hub (uoft-cs/cifar10, Salesforce/wikitext). Every budget field is also a
 flag (`--epochs 5 --train-samples 10000 ...`). Each trained model is one "unit" whose result is cached as JSON under
 `<out>/units/`, so an interrupted run resumes where it stopped (units recorded under a different budget are
 recomputed; changing only the seed lists keeps them). A unit in progress checkpoints after every epoch (LM: every
@@ -55,7 +56,7 @@ from hf_neutreno import NeuTRENOGPTConfig, recipes
 
 ROOT = Path(__file__).resolve().parents[1]
 # Where the datasets come from: the Hub by default; `--data DIR` reads a local copy in the same layout
-# (`DIR/cifar10`, `DIR/wikitext-2-v1`, as ../shared/data).
+# (`DIR/cifar10`, `DIR/wikitext-2-v1`, Parquet files with the Hub datasets' columns).
 HUB_DATA = {"cifar10": ("uoft-cs/cifar10", None), "wikitext-2-v1": ("Salesforce/wikitext", "wikitext-2-v1")}
 
 
@@ -74,6 +75,17 @@ LM_LAMBDAS = {"softmax": 0.0, "neutreno": 0.4}  # 0.4: the official WikiText-103
 # 1/8) and rounded: the same four clusters covering the same share of the frequency-sorted vocabulary.
 LM_CUTOFFS = [2500, 5000, 25000]
 CORRUPTION_SEED = 0  # one corrupted copy of the test images, shared by every model
+# Round 2, "which remedy, and when" (the units after the first run's): NeuTRENO's λ chosen on a validation split held
+# out of the training images, kernel attention (NeuTRENO Table 8), NeuTRENO adaptation of trained ViTs (Table 1).
+LAMBDA_GRID = (0.1, 0.2, 0.4, 0.6)
+SWEEP_SEEDS = (0,)
+VALIDATION_IMAGES = 5000  # held out of CIFAR-10's 50,000 training images (split seed 0) for the λ sweep
+VALIDATION_SPLIT_SEED = 0
+KERNEL_VARIANTS = ("vit", "neutreno")  # both with linear (elu + 1) attention
+PARENT_VARIANTS = ("vit", "neutreno")  # trained ViTs whose weights are kept: adaptation and Segmenter start from them
+ADAPTATION_VARIANTS = ("vit", "neutreno")  # continued softmax training / NeuTRENO adaptation
+ADAPTATION_EPOCHS = 1 / 3  # of the training epochs, as the paper's NeuTRENO adaptation of DeiT
+ROUND2_EXPERIMENTS = ("lambda", "adaptation", "kernel")
 # Kernels every model here supports (flash_attention_2 needs the flash-attn package and a GPU).
 ATTN_IMPLEMENTATIONS = ("sdpa", "eager", "flash_attention_2", "flex_attention")
 
@@ -183,8 +195,11 @@ def parse_args(argv=None) -> tuple[argparse.Namespace, Budget]:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--budget", choices=sorted(BUDGETS), default="full")
     p.add_argument("--quick", action="store_const", const="quick", dest="budget", help="Same as --budget quick.")
-    p.add_argument("--experiments", nargs="+", choices=("cifar", "lm"), default=["cifar", "lm"])
-    p.add_argument("--data", default=None, metavar="DIR",
+    p.add_argument("--experiments", nargs="+", choices=("cifar", "lm", *ROUND2_EXPERIMENTS), default=["cifar", "lm"],
+                   help="cifar and lm: the first run (the default); round 2: lambda (λ on a validation split), "
+                   "adaptation (NeuTRENO adaptation of trained ViTs, and the trained NeuTRENO ViTs Segmenter starts "
+                   "from), kernel (linear attention).")
+    p.add_argument("--data", default=os.environ.get("HF_NEUTRENO_DATA"), metavar="DIR",
                    help="A local copy of the datasets (DIR/cifar10, DIR/wikitext-2-v1, Parquet as on the Hub); "
                    "default: uoft-cs/cifar10 and Salesforce/wikitext from the Hub.")
     p.add_argument("--out", default=None, help="Results folder (default: runs/reproduce-<budget>).")
@@ -221,10 +236,12 @@ def parse_args(argv=None) -> tuple[argparse.Namespace, Budget]:
 # ---------------------------------------------------------------------------------------------------- the units
 
 
-def plan(budget: Budget, experiments: list[str]) -> list[dict]:
+def plan(budget: Budget, experiments: list[str], out: Path | None = None) -> list[dict]:
     """Every model to train, in the order the claims need them: ViT and NeuTRENO on all the data (the main claim),
-    the language models, ViT⁻ and ViT⁺, the data fractions, then the main claim's extra seeds. A run stopped early
-    has then answered the most questions it could."""
+    the language models, ViT⁻ and ViT⁺, the data fractions, then the main claim's extra seeds; then round 2: the λ
+    sweep on the validation split, the trained ViTs that adaptation starts from and the adaptation itself, the
+    validated λ on all seeds (once the sweep has chosen one other than 0.6), kernel attention, and the trained
+    NeuTRENO ViTs that Segmenter starts from. A run stopped early has then answered the most questions it could."""
     def cifar(variants, fraction, seeds):
         return [dict(kind="cifar", variant=v, fraction=fraction, seed=s) for s in seeds for v in variants]
 
@@ -239,13 +256,40 @@ def plan(budget: Budget, experiments: list[str]) -> list[dict]:
             units += cifar(EFFICIENCY_VARIANTS, fraction, budget.seeds)
         extra = [s for s in budget.main_claim_seeds or () if s not in budget.seeds]
         units += cifar(("vit", "neutreno"), 1.0, extra)
+    if "lambda" in experiments:
+        units += [dict(kind="sweep", neutreno_lambda=lam, seed=s) for s in SWEEP_SEEDS for lam in LAMBDA_GRID]
+    if "adaptation" in experiments:
+        units += [dict(kind="parent", variant="vit", seed=s) for s in budget.seeds]
+        units += [dict(kind="adapt", variant=v, seed=s) for s in budget.seeds for v in ADAPTATION_VARIANTS]
+    chosen = validated_lambda(out) if out is not None else None
+    if "lambda" in experiments and chosen is not None and chosen != VIT_LAMBDA:
+        seeds = budget.main_claim_seeds or budget.seeds
+        units += [dict(kind="validated", neutreno_lambda=chosen, seed=s) for s in seeds]
+    if "kernel" in experiments:
+        units += [dict(kind="kernel", variant=v, seed=s) for s in budget.seeds for v in KERNEL_VARIANTS]
+    if "adaptation" in experiments:  # Segmenter's NeuTRENO encoders (round 2's unit 5)
+        units += [dict(kind="parent", variant="neutreno", seed=s) for s in budget.seeds]
     return units
 
 
-def unit_name(unit: dict) -> str:
-    if unit["kind"] == "lm":
-        return f"lm-{unit['variant']}-seed{unit['seed']}"
-    return f"cifar-{unit['variant']}-{round(unit['fraction'] * 100)}pct-seed{unit['seed']}"
+unit_name = report.unit_name
+
+
+def validated_lambda(out: Path) -> float | None:
+    """The λ of the sweep with the best validation accuracy (a tie goes to the official 0.6, then to the larger λ),
+    once every sweep unit has finished; None until then. Fixed before the first sweep unit ran."""
+    accuracy = {}
+    for lam in LAMBDA_GRID:
+        path = out / "units" / f"{unit_name(dict(kind='sweep', neutreno_lambda=lam, seed=SWEEP_SEEDS[0]))}.json"
+        if not path.exists():
+            return None
+        accuracy[lam] = json.loads(path.read_text())["accuracy"]
+    return max(LAMBDA_GRID, key=lambda lam: (accuracy[lam], lam == VIT_LAMBDA, lam))
+
+
+def parent_dir(out: Path, variant: str, seed: int) -> Path:
+    """Where a trained parent ViT (round 2) is kept: weights, config, code and image processor."""
+    return out / "models" / f"cifar-{variant}-seed{seed}"
 
 
 def run_unit(unit: dict, budget: Budget, out: Path, data: str | None = None) -> str:
@@ -256,8 +300,7 @@ def run_unit(unit: dict, budget: Budget, out: Path, data: str | None = None) -> 
     # Trainer's output_dir: a checkpoint after every epoch (CIFAR) or curve point (LM), so that a unit cut off with
     # its session resumes where it stopped, with the same result as an uninterrupted run; removed when it is done.
     work_dir = out / "checkpoints" / name
-    run = run_lm if unit["kind"] == "lm" else run_cifar
-    result = run(**{k: v for k, v in unit.items() if k != "kind"}, budget=budget, work_dir=str(work_dir), data=data)
+    result = _run(unit, budget, out, str(work_dir), data)
     shutil.rmtree(work_dir, ignore_errors=True)
     seconds = time.perf_counter() - start + result.pop("seconds_before_resume", 0.0)
     result.update(unit=unit, budget=dataclasses.asdict(budget), seconds=seconds,
@@ -268,6 +311,36 @@ def run_unit(unit: dict, budget: Budget, out: Path, data: str | None = None) -> 
     path.with_suffix(".tmp").replace(path)  # atomic: a killed run never leaves half a result
     print(f"[{time.strftime('%H:%M:%S')}] {name}: done in {seconds / 60:.1f} min", flush=True)
     return name
+
+
+def _run(unit: dict, budget: Budget, out: Path, work_dir: str, data: str | None) -> dict:
+    """The unit's training and evaluation: the first run's kinds (`cifar`, `lm`) and round 2's, which are CIFAR-10
+    ViTs trained with the same recipe and differ in data, attention, starting weights or what is kept."""
+    kind, seed = unit["kind"], unit["seed"]
+    common = dict(seed=seed, budget=budget, work_dir=work_dir, data=data)
+    if kind == "lm":
+        return run_lm(unit["variant"], **common)
+    if kind == "cifar":
+        return run_cifar(unit["variant"], unit["fraction"], **common)
+    if kind == "sweep":
+        return run_cifar("neutreno", 1.0, **common, neutreno_lambda=unit["neutreno_lambda"], validation=True)
+    if kind == "validated":
+        return run_cifar("neutreno", 1.0, **common, neutreno_lambda=unit["neutreno_lambda"], robustness=False)
+    if kind == "kernel":
+        return run_cifar(unit["variant"], 1.0, **common, kernel="linear", robustness=False)
+    if kind == "parent":
+        return run_cifar(unit["variant"], 1.0, **common, robustness=False,
+                         keep=parent_dir(out, unit["variant"], seed))
+    if kind == "adapt":
+        parent = parent_dir(out, "vit", seed)
+        if not (parent / "model.safetensors").is_file():
+            raise FileNotFoundError(f"{unit_name(unit)} starts from the trained ViT {parent}, which is not there yet.")
+        lam = validated_lambda(out)
+        if lam is None:
+            raise FileNotFoundError(f"{unit_name(unit)} uses the λ the sweep chooses; the sweep has not finished.")
+        return run_cifar(unit["variant"], 1.0, **common, neutreno_lambda=lam, robustness=False, start_from=parent,
+                         epochs=budget.epochs * ADAPTATION_EPOCHS)
+    raise ValueError(f"Unknown unit kind {kind!r}")
 
 
 # ---------------------------------------------------------------------------------------------------- CIFAR-10
@@ -297,7 +370,18 @@ def test_images(data: str | None, count: int | None) -> tuple[list, torch.Tensor
     return images, processor()(images, return_tensors="pt")["pixel_values"], torch.tensor(test["label"])
 
 
-def build_vit(variant: str, seed: int, labels: list[str], budget: Budget):
+@functools.cache
+def validation_split(data: str | None, count: int | None) -> tuple:
+    """The λ sweep's split of CIFAR-10's training images: (training rows, held-out pixel values, held-out labels),
+    the held-out images cut to the first `count` (the budget's `test_samples`; None: all 5,000)."""
+    split = cifar10(data)["train"].train_test_split(test_size=VALIDATION_IMAGES, seed=VALIDATION_SPLIT_SEED)
+    held_out = split["test"].select(range(min(count or VALIDATION_IMAGES, VALIDATION_IMAGES)))
+    images = [image.convert("RGB") for image in held_out["img"]]
+    return split["train"], processor()(images, return_tensors="pt")["pixel_values"], torch.tensor(held_out["label"])
+
+
+def build_vit(variant: str, seed: int, labels: list[str], budget: Budget, neutreno_lambda: float = VIT_LAMBDA,
+              kernel: str | None = None):
     """The variant's model, in the poster's ViT-Ti shape with the budget's overrides. Every variant starts from the
     seed's ViT initialisation wherever a parameter has the same name and shape (all of NeuTRENO's; all but the
     eigen-parameterised value/output maps of ViT⁻ and ViT⁺)."""
@@ -310,11 +394,13 @@ def build_vit(variant: str, seed: int, labels: list[str], budget: Budget):
         shape["num_attention_heads"] = budget.vit_heads
     if budget.attn_implementation:
         shape["attn_implementation"] = budget.attn_implementation
+    if kernel:
+        shape["attention_kernel"] = kernel
     torch.manual_seed(seed)
     reference = recipes.image_classifier("vit", "vit-tiny", labels, **shape)
     if variant == "vit":
         return reference
-    model = recipes.image_classifier(variant, "vit-tiny", labels, neutreno_lambda=VIT_LAMBDA, **shape)
+    model = recipes.image_classifier(variant, "vit-tiny", labels, neutreno_lambda=neutreno_lambda, **shape)
     recipes.copy_shared_weights(model, reference)
     return model
 
@@ -382,40 +468,62 @@ class EpochAccuracy(CurvePoints):
 
 
 def analyse(model, pixel_values: torch.Tensor, budget: Budget) -> dict:
-    """Per-layer over-smoothing (hidden state 0 = embeddings) and the dominating-eigenvalue shares."""
+    """Per-layer over-smoothing (hidden state 0 = embeddings) and the dominating-eigenvalue shares (softmax attention
+    only: kernel attention forms no attention matrix)."""
     from hf_neutreno.diagnostics import measure_oversmoothing, spectral_dominance
 
     batches = [{"pixel_values": chunk} for chunk in pixel_values[: budget.oversmoothing_samples].split(250)]
     smoothing = measure_oversmoothing(model, batches, metrics=["cosine_similarity", "hfc_lfc_ratio"], progress=False)
+    if getattr(model.config, "attention_kernel", "softmax") != "softmax":
+        return {"oversmoothing": smoothing.to_dict()}
     device = next(model.parameters()).device
     spectral = spectral_dominance(model.cpu(), pixel_values[: budget.spectral_samples])
     model.to(device)
     return {"oversmoothing": smoothing.to_dict(), "spectral": spectral.to_dict()["overall"]}
 
 
-def run_cifar(variant: str, fraction: float, seed: int, budget: Budget, work_dir: str, data: str | None = None) -> dict:
+def run_cifar(variant: str, fraction: float, seed: int, budget: Budget, work_dir: str, data: str | None = None, *,
+              neutreno_lambda: float = VIT_LAMBDA, kernel: str | None = None, validation: bool = False,
+              start_from: Path | None = None, epochs: float | None = None, keep: Path | None = None,
+              robustness: bool = True) -> dict:
+    """One ViT of `variant` trained with the poster's CIFAR recipe and scored on the test images. Round 2's options:
+    `validation` trains on the training images less the held-out split and scores on that split (the test images
+    are not touched); `kernel` sets the attention kernel; `start_from` loads a trained model's weights (every one)
+    and `epochs` sets the length; `keep` saves the trained model with its image processor; `robustness` scores
+    the corruptions (ViT and ViT⁻ of the first run)."""
     from transformers import Trainer, TrainingArguments
 
     from hf_neutreno.corruptions import CORRUPTIONS, SEVERITIES
     from hf_neutreno.data import subset
 
     dataset = cifar10(data)
-    # The seed's training subset (the same for every variant); a fraction keeps a nested, seeded part of it.
-    train = subset(dataset["train"], budget.train_samples, seed=seed)
-    train = subset(train, fraction if fraction < 1 else None, seed=seed)
     labels = dataset["train"].features["label"].names
-    model = build_vit(variant, seed, labels, budget)
-    images, pixel_values, targets = test_images(data, budget.test_samples)
+    if validation:
+        train, pixel_values, targets = validation_split(data, budget.test_samples)
+        images = None
+    else:
+        train = dataset["train"]
+        images, pixel_values, targets = test_images(data, budget.test_samples)
+    # The seed's training subset (the same for every variant); a fraction keeps a nested, seeded part of it.
+    train = subset(train, budget.train_samples, seed=seed)
+    train = subset(train, fraction if fraction < 1 else None, seed=seed)
+    model = build_vit(variant, seed, labels, budget, neutreno_lambda, kernel)
+    if start_from is not None:
+        load_model(model, Path(start_from) / "model.safetensors")  # strict: every weight comes from the parent
     config = model.config
     result = {"train_images": len(train), "parameters": model.num_parameters(),
+              "scored_on": "validation" if validation else "test", "neutreno_lambda": config.neutreno_lambda,
+              "attention_kernel": config.attention_kernel,
               "shape": {k: getattr(config, k) for k in ("hidden_size", "num_hidden_layers", "num_attention_heads",
                                                           "intermediate_size", "image_size", "patch_size")}}
-    if fraction == 1.0:
+    if start_from is not None:
+        result["start_from"] = Path(start_from).name
+    if fraction == 1.0 and not validation:
         result["init"] = analyse(model, pixel_values, budget)
 
     # The poster's CIFAR recipe (AdamW lr 1e-3, wd 0.05, 5 % warm-up then cosine, label smoothing 0.1, drop path 0.1,
     # random crop + flip); only epochs and batch size from the budget.
-    recipe = {**recipes.POSTER_CIFAR_TRAINING, "num_train_epochs": budget.epochs,
+    recipe = {**recipes.POSTER_CIFAR_TRAINING, "num_train_epochs": budget.epochs if epochs is None else epochs,
               "per_device_train_batch_size": budget.batch_size}
     args = TrainingArguments(
         output_dir=work_dir, **recipe, seed=seed, **precision(budget), save_strategy="epoch", save_total_limit=1,
@@ -437,10 +545,18 @@ def run_cifar(variant: str, fraction: float, seed: int, budget: Budget, work_dir
         result["accuracy"] = recipes.accuracy(model, pixel_values, targets)
     if fraction == 1.0:
         result["trained"] = analyse(model, pixel_values, budget)
-        if variant in EFFICIENCY_VARIANTS and seed in budget.seeds:  # paired: ViT⁻ runs only these seeds
+        if robustness and variant in EFFICIENCY_VARIANTS and seed in budget.seeds:  # paired: ViT⁻ runs these seeds
             n = budget.corruption_samples
             result["corruptions"] = recipes.corruption_accuracy(
                 model, processor(), images[:n], targets[:n], CORRUPTIONS, (0, *SEVERITIES), seed=CORRUPTION_SEED)
+    if keep is not None:  # complete or absent: written beside, then renamed
+        partial = Path(keep).with_name(Path(keep).name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        model.save_pretrained(partial)
+        processor().save_pretrained(partial)
+        shutil.rmtree(keep, ignore_errors=True)
+        partial.rename(keep)
+        result["model_dir"] = str(Path(keep).relative_to(Path(keep).parents[1]))
     return result
 
 
@@ -576,28 +692,53 @@ def cached(out: Path, unit: dict, budget: Budget) -> bool:
                for f in dataclasses.fields(Budget) if f.name not in PLAN_FIELDS)
 
 
-def run_all(units: list[dict], budget: Budget, out: Path, workers: int, threads: int | None,
-            data: str | None = None) -> list[str]:
-    """Run the units (inline, or in `workers` spawned processes); returns the names of those that failed."""
-    failed = []
+def ready(unit: dict, out: Path) -> bool:
+    """Whether what the unit starts from exists: an adaptation needs its trained ViT and the λ the sweep chose."""
+    if unit["kind"] != "adapt":
+        return True
+    parent = unit_name(dict(kind="parent", variant="vit", seed=unit["seed"]))
+    return (out / "units" / f"{parent}.json").exists() and validated_lambda(out) is not None
+
+
+def run_all(experiments: list[str], budget: Budget, out: Path, workers: int, threads: int | None,
+            data: str | None = None) -> tuple[list[str], list[str]]:
+    """Run the planned units that are not cached (inline, or in `workers` spawned processes), each once its inputs
+    exist, re-planning as units finish (the sweep's choice adds units); returns (names run, names that failed)."""
+    done, failed, running = [], [], {}
+
+    def pending() -> list[dict]:
+        names = {*done, *failed, *running.values()}
+        return [u for u in plan(budget, experiments, out) if unit_name(u) not in names and not cached(out, u, budget)]
+
+    def finished(name: str, error: BaseException | None) -> None:
+        (failed if error is not None else done).append(name)
+        if error is not None:
+            print(f"{name} FAILED: {error!r}", flush=True)
+
     if workers <= 1:
         _init_worker(threads)
-        for unit in units:
+        while units := [u for u in pending() if ready(u, out)]:
             try:
-                run_unit(unit, budget, out, data)
+                run_unit(units[0], budget, out, data)
+                finished(unit_name(units[0]), None)
             except Exception as error:  # the other units still run, as with several workers
                 traceback.print_exc()
-                print(f"{unit_name(unit)} FAILED: {error!r}", flush=True)
-                failed.append(unit_name(unit))
-        return failed
-    context = multiprocessing.get_context("spawn")  # fresh interpreters: no forked thread pools
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker, initargs=(threads,)) as pool:
-        futures = {pool.submit(run_unit, unit, budget, out, data): unit_name(unit) for unit in units}
-        for future in as_completed(futures):
-            if future.exception() is not None:
-                print(f"{futures[future]} FAILED: {future.exception()!r}", flush=True)
-                failed.append(futures[future])
-    return failed
+                finished(unit_name(units[0]), error)
+        blocked = [unit_name(u) for u in pending()]
+    else:
+        context = multiprocessing.get_context("spawn")  # fresh interpreters: no forked thread pools
+        with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker, initargs=(threads,)) as pool:
+            while True:
+                for unit in [u for u in pending() if ready(u, out)][: workers - len(running)]:
+                    running[pool.submit(run_unit, unit, budget, out, data)] = unit_name(unit)
+                if not running:
+                    break
+                future = next(as_completed(running))
+                finished(running.pop(future), future.exception())
+        blocked = [unit_name(u) for u in pending()]
+    for name in blocked:  # an input failed to appear (its unit failed)
+        finished(name, RuntimeError("what it starts from was not made"))
+    return done, failed
 
 
 def main(argv=None) -> dict:
@@ -608,7 +749,7 @@ def main(argv=None) -> dict:
                "started": time.strftime("%Y-%m-%d %H:%M:%S"), "load_average_start": os.getloadavg()}
     failed = []
     if not args.render:
-        planned = plan(budget, args.experiments)
+        planned = plan(budget, args.experiments, out)
         units = [u for u in planned if not cached(out, u, budget)]
         print(f"{len(units)} units to run, budget {args.budget}: {budget}", flush=True)
         # Recorded now and again at the end: a session that is killed (runs can span days) still leaves its plan.
@@ -617,8 +758,9 @@ def main(argv=None) -> dict:
                                    budget=dataclasses.asdict(budget))
         record(session)
         start = time.perf_counter()
-        failed = run_all(units, budget, out, args.workers, args.threads, args.data)
-        session.update(wall_seconds=time.perf_counter() - start, units_run=len(units), failed=failed,
+        done, failed = run_all(args.experiments, budget, out, args.workers, args.threads, args.data)
+        session.update(wall_seconds=time.perf_counter() - start, units_run=len(done) + len(failed), failed=failed,
+                       planned=[unit_name(u) for u in plan(budget, args.experiments, out)],
                        load_average_end=os.getloadavg())
         record(session, replace_last=True)
     unigram_reference(out, args.data)

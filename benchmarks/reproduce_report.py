@@ -16,7 +16,7 @@ VIT_NAMES = {"vit": "ViT", "neutreno": "NeuTRENO ViT (λ 0.6)", "vit-": "ViT⁻"
 LM_NAMES = {"softmax": "softmax (λ 0)", "neutreno": "NeuTRENO (λ 0.4)"}
 METRICS = ("cosine_similarity", "hfc_lfc_ratio")
 
-# The papers' numbers (../shared/docs/methods.md §3-4). Top-1 accuracy, %.
+# The papers' numbers (NeuTRENO Tables 1, 2, 8; the poster's Tables 1-3). Top-1 accuracy, %.
 PAPER_ACCURACY = {
     "vit": "DeiT-tiny 72.17 (ImageNet); ViT-Ti 66.78 (CIFAR-100)",
     "neutreno": "73.01 (ImageNet, +0.84 over DeiT-tiny); CIFAR-10 kernel attention 75.89 → 76.75",
@@ -113,6 +113,20 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------------- aggregation
+
+
+def unit_name(unit: dict) -> str:
+    """A unit's name: its JSON file's stem, and its checkpoint folder's."""
+    kind, seed = unit["kind"], unit["seed"]
+    if kind == "lm":
+        return f"lm-{unit['variant']}-seed{seed}"
+    if kind == "sweep":
+        return f"sweep-neutreno-lambda{unit['neutreno_lambda']:g}-seed{seed}"
+    if kind == "validated":
+        return f"cifar-neutreno-lambda{unit['neutreno_lambda']:g}-100pct-seed{seed}"
+    if kind in ("kernel", "parent", "adapt"):
+        return f"{kind}-{unit['variant']}-seed{seed}"
+    return f"cifar-{unit['variant']}-{round(unit['fraction'] * 100)}pct-seed{seed}"
 
 
 def load_units(out: Path) -> list[dict]:
@@ -429,17 +443,17 @@ RERUN = [
     "## Rerun", "",
     "```bash",
     "# every experiment and table at a toy budget (minutes; its numbers mean nothing)",
-    "python benchmarks/reproduce.py --quick --data ../shared/data --workers 2",
+    "python benchmarks/reproduce.py --quick --workers 2",
     "# the models that learn (docs/results.md): about an hour of one CPU thread per model; a killed run resumes from",
     "# the units already in --out, and changing only --seeds / --main-claim-seeds keeps them",
-    "python benchmarks/reproduce.py --budget cpu-long --data ../shared/data --workers 1 --threads 1 \\",
+    "python benchmarks/reproduce.py --budget cpu-long --workers 1 --threads 1 \\",
     "    --out benchmarks/results/reproduce-cpu-long --docs docs/results.md",
     "# the small tier (barely trained models, about 2 h on 2 CPU cores): benchmarks/results/reproduce/results.md",
-    "python benchmarks/reproduce.py --budget cpu --data ../shared/data --workers 2 --out benchmarks/results/reproduce",
+    "python benchmarks/reproduce.py --budget cpu --workers 2 --out benchmarks/results/reproduce",
     "# the papers' scale (100 CIFAR epochs on 50,000 images, 10k LM steps of batch 96, whole-split evaluation): GPU",
     "python benchmarks/reproduce.py --budget full --bf16 --out runs/reproduce-full",
     "# the GPU tier (bf16, sdpa; 25 CIFAR epochs, the LMs to early stopping): with the benchmarks ~40 min on one H100",
-    "python benchmarks/run_all.py --budget gpu --data ../shared/data --docs docs",
+    "python benchmarks/run_all.py --budget gpu --docs docs",
     "```", "",
     "Without `--data` the datasets come from the Hub. Any budget field is a flag (`--epochs 5 --train-samples 10000`). "
     "Sources: `benchmarks/reproduce.py` (training and evaluation through `hf_neutreno.recipes`, the same recipes the "
@@ -485,9 +499,7 @@ def _header(run: dict, units: list[dict], results: dict) -> list[str]:
     total_wall = sum(s.get("wall_seconds", 0) for s in sessions) / 60
     planned = run.get("planned") or []
     if planned:
-        done = {f"{u['unit']['kind']}-{u['unit']['variant']}" + (f"-{round(u['unit']['fraction'] * 100)}pct"
-                                                                 if u["unit"]["kind"] == "cifar" else "")
-                + f"-seed{u['unit']['seed']}" for u in units}
+        done = {unit_name(u["unit"]) for u in units}
         missing = [name for name in planned if name not in done]
         lines.append(f"- **Progress**: {len(planned) - len(missing)} of {len(planned)} planned models finished"
                      + (f"; still to run: {', '.join(f'`{m}`' for m in missing)}." if missing else "."))

@@ -89,6 +89,7 @@ def micro_run(tmp_path_factory, data_dir):
     return out, docs
 
 
+@pytest.mark.slow
 def test_every_experiment_writes_its_json_and_figures(micro_run):
     out, _ = micro_run
     units = sorted(p.stem for p in (out / "units").glob("*.json"))
@@ -102,6 +103,7 @@ def test_every_experiment_writes_its_json_and_figures(micro_run):
     assert run["budget"]["seeds"] == [0, 1] and run["sessions"][0]["units_run"] == len(units)
 
 
+@pytest.mark.slow
 def test_tables_hold_the_unit_values_and_their_statistics(micro_run):
     out, _ = micro_run
     unit = lambda name: json.loads((out / "units" / f"{name}.json").read_text())  # noqa: E731
@@ -122,6 +124,7 @@ def test_tables_hold_the_unit_values_and_their_statistics(micro_run):
     assert lm["scored_tokens"]["validation"] == {"sliding": 258, "blocks": 519}
 
 
+@pytest.mark.slow
 def test_variants_share_the_seeds_initialisation(micro_run):
     out, _ = micro_run
     smoothing = json.loads((out / "oversmoothing.json").read_text())["init"]["cosine_similarity"]
@@ -130,6 +133,7 @@ def test_variants_share_the_seeds_initialisation(micro_run):
     assert smoothing["neutreno"]["per_seed"]["0"][2] != smoothing["vit"]["per_seed"]["0"][2]  # the term acts
 
 
+@pytest.mark.slow
 def test_eigen_spectra_fix_the_dominating_eigenvalue(micro_run):
     """ViT⁺ (Λ > 0) always pairs with A's eigenvalue 1; ViT⁻ (Λ < 0) never does (Dovonon et al.)."""
     out, _ = micro_run
@@ -139,6 +143,7 @@ def test_eigen_spectra_fix_the_dominating_eigenvalue(micro_run):
         assert spectral[stage]["vit-"]["smoothing"]["mean"] == 0.0
 
 
+@pytest.mark.slow
 def test_markdown_has_every_table_and_resolvable_figures(micro_run):
     out, docs = micro_run
     text = docs.read_text()
@@ -153,6 +158,7 @@ def test_markdown_has_every_table_and_resolvable_figures(micro_run):
     assert (out / "results.md").is_file()
 
 
+@pytest.mark.slow
 def test_a_second_run_reuses_the_cached_units(micro_run, data_dir, capsys):
     out, docs = micro_run
     before = {p: p.stat().st_mtime_ns for p in (out / "units").glob("*.json")}
@@ -161,6 +167,7 @@ def test_a_second_run_reuses_the_cached_units(micro_run, data_dir, capsys):
     assert {p: p.stat().st_mtime_ns for p in (out / "units").glob("*.json")} == before
 
 
+@pytest.mark.slow
 def test_hand_written_notes_are_kept_with_the_run(micro_run):
     out, _ = micro_run
     (out / "notes.md").write_text("Nothing here is evidence.")
@@ -172,6 +179,7 @@ class _CutOff(Exception):
     pass
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("unit", [{"kind": "cifar", "variant": "neutreno", "fraction": 1.0, "seed": 0},
                                   {"kind": "cifar", "variant": "vit-", "fraction": 0.5, "seed": 0},
                                   {"kind": "lm", "variant": "neutreno", "seed": 0}], ids=["cifar", "fraction", "lm"])
@@ -206,3 +214,43 @@ def test_a_unit_cut_off_after_a_checkpoint_resumes_to_the_uninterrupted_result(u
     # The mean training loss, from the logs the checkpoint kept and the resumed session's: equal up to rounding.
     assert resumed.pop("train_loss") == pytest.approx(whole.pop("train_loss"), rel=1e-6)
     assert resumed == whole
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("grid", [(0.1, 0.6), (0.1, 0.2)], ids=["official-lambda-chosen", "other-lambda-chosen"])
+def test_round_two_units_run_end_to_end(grid, data_dir, tmp_path, monkeypatch):
+    """Round 2 at a microscopic budget: the λ sweep on the held-out split, the trained ViTs kept as loadable models,
+    adaptation from them, the validated λ (only when the sweep chose another than 0.6) and kernel attention."""
+    from transformers import AutoImageProcessor, AutoModelForImageClassification
+
+    monkeypatch.setattr(reproduce, "LAMBDA_GRID", grid)
+    monkeypatch.setattr(reproduce, "VALIDATION_IMAGES", 50)  # of 50,000: the sweep's held-out split
+    out = tmp_path / "round2"
+    one_seed = ["--quick", "--seeds", "0", *MICRO[4:]]  # MICRO with seed 0 alone
+    reproduce.main(one_seed + ["--data", str(data_dir), "--out", str(out), "--experiments", "lambda", "adaptation",
+                               "kernel"])
+    unit = lambda name: json.loads((out / "units" / f"{name}.json").read_text())  # noqa: E731
+
+    sweep = {lam: unit(f"sweep-neutreno-lambda{lam:g}-seed0") for lam in grid}
+    assert all(u["scored_on"] == "validation" and u["neutreno_lambda"] == lam for lam, u in sweep.items())
+    chosen = reproduce.validated_lambda(out)
+    best = max(u["accuracy"] for u in sweep.values())
+    assert sweep[chosen]["accuracy"] == best
+    validated = sorted((out / "units").glob("cifar-neutreno-lambda*-100pct-seed*.json"))
+    assert len(validated) == (0 if chosen == 0.6 else 1)
+    for variant in ("vit", "neutreno"):
+        folder = out / "models" / f"cifar-{variant}-seed0"
+        model = AutoModelForImageClassification.from_pretrained(folder, trust_remote_code=True)
+        assert model.config.neutreno_lambda == (0.6 if variant == "neutreno" else 0.0)
+        assert AutoImageProcessor.from_pretrained(folder).size == {"height": 32, "width": 32}
+        assert unit(f"parent-{variant}-seed0")["model_dir"] == f"models/cifar-{variant}-seed0"
+    parent = unit("parent-vit-seed0")
+    for variant in ("vit", "neutreno"):
+        adapted = unit(f"adapt-{variant}-seed0")
+        assert adapted["start_from"] == "cifar-vit-seed0" and adapted["scored_on"] == "test"
+        assert adapted["neutreno_lambda"] == (chosen if variant == "neutreno" else 0.0)
+    # Continued training starts exactly where the trained ViT ended: the same weights give the same cosines.
+    assert unit("adapt-vit-seed0")["init"]["oversmoothing"] == parent["trained"]["oversmoothing"]
+    for variant in ("vit", "neutreno"):
+        kernel = unit(f"kernel-{variant}-seed0")
+        assert kernel["attention_kernel"] == "linear" and 0 <= kernel["accuracy"] <= 1
