@@ -53,6 +53,10 @@ from transformers import TrainerCallback
 import reproduce_report as report  # benchmarks/, beside this script
 
 from hf_neutreno import NeuTRENOGPTConfig, recipes
+from hf_neutreno.experiment import paired_model
+from hf_neutreno.image_transforms import collate_images, image_transform
+from hf_neutreno.metrics import accuracy
+from hf_neutreno.model_factories import image_classifier, language_model
 
 ROOT = Path(__file__).resolve().parents[1]
 # Where the datasets come from: the Hub by default; `--data DIR` reads a local copy in the same layout
@@ -396,13 +400,11 @@ def build_vit(variant: str, seed: int, labels: list[str], budget: Budget, neutre
         shape["attn_implementation"] = budget.attn_implementation
     if kernel:
         shape["attention_kernel"] = kernel
-    torch.manual_seed(seed)
-    reference = recipes.image_classifier("vit", "vit-tiny", labels, **shape)
-    if variant == "vit":
-        return reference
-    model = recipes.image_classifier(variant, "vit-tiny", labels, neutreno_lambda=neutreno_lambda, **shape)
-    recipes.copy_shared_weights(model, reference)
-    return model
+
+    def build(name: str):
+        return image_classifier(name, "vit-tiny", labels, neutreno_lambda=neutreno_lambda, **shape)
+
+    return paired_model(build, variant, seed, reference="vit")
 
 
 def precision(budget: Budget) -> dict:
@@ -463,7 +465,7 @@ class EpochAccuracy(CurvePoints):
 
     def on_epoch_end(self, args, state, control, model=None, **kwargs):
         self.add(state, {"epoch": round(state.epoch, 4), "step": state.global_step,
-                         "accuracy": recipes.accuracy(model, self.pixel_values, self.labels)})
+                         "accuracy": accuracy(model, self.pixel_values, self.labels)})
         model.train()
 
 
@@ -493,7 +495,7 @@ def run_cifar(variant: str, fraction: float, seed: int, budget: Budget, work_dir
     the corruptions (ViT and ViT⁻ of the first run)."""
     from transformers import Trainer, TrainingArguments
 
-    from hf_neutreno.corruptions import CORRUPTIONS, SEVERITIES
+    from hf_neutreno.corruptions import CORRUPTIONS, SEVERITIES, corruption_accuracy
     from hf_neutreno.data import subset
 
     dataset = cifar10(data)
@@ -530,24 +532,23 @@ def run_cifar(variant: str, fraction: float, seed: int, budget: Budget, work_dir
         logging_strategy="epoch", report_to=[], remove_unused_columns=False, disable_tqdm=True,
         dataloader_num_workers=budget.dataloader_workers,
     )
-    transform = recipes.image_transform(processor(), "img", "label", augment=True,
-                                        crop_padding=recipes.CIFAR_CROP_PADDING)
+    transform = image_transform(processor(), "img", "label", augment=True, crop_padding=recipes.CIFAR_CROP_PADDING)
     # The learning curve (models on all the data): test accuracy after every epoch; the last point is the result.
     callback = EpochAccuracy(pixel_values, targets) if fraction == 1.0 else CurvePoints()
     trainer = Trainer(model=model, args=args, train_dataset=train.with_transform(transform),
-                      data_collator=recipes.collate_images, callbacks=[callback])
+                      data_collator=collate_images, callbacks=[callback])
     trained, loss, curve, result["seconds_before_resume"] = train_resumably(trainer, work_dir)
     result.update(steps=trained.global_step, train_loss=loss,
                   train_seconds=trained.metrics["train_runtime"])
     if curve and curve[-1]["step"] == trained.global_step:
         result["accuracy"], result["curve"] = curve[-1]["accuracy"], curve
     else:
-        result["accuracy"] = recipes.accuracy(model, pixel_values, targets)
+        result["accuracy"] = accuracy(model, pixel_values, targets)
     if fraction == 1.0:
         result["trained"] = analyse(model, pixel_values, budget)
         if robustness and variant in EFFICIENCY_VARIANTS and seed in budget.seeds:  # paired: ViT⁻ runs these seeds
             n = budget.corruption_samples
-            result["corruptions"] = recipes.corruption_accuracy(
+            result["corruptions"] = corruption_accuracy(
                 model, processor(), images[:n], targets[:n], CORRUPTIONS, (0, *SEVERITIES), seed=CORRUPTION_SEED)
     if keep is not None:  # complete or absent: written beside, then renamed
         partial = Path(keep).with_name(Path(keep).name + ".partial")
@@ -585,7 +586,7 @@ def run_lm(variant: str, seed: int, budget: Budget, work_dir: str, data: str | N
     set_seed(seed)  # the same initial weights for both variants: λ adds no parameter
     overrides = {"num_hidden_layers": budget.lm_layers, "intermediate_size": budget.lm_intermediate_size,
                  "norm_position": budget.lm_norm_position, "attn_implementation": budget.attn_implementation}
-    model = recipes.language_model("wikitext103-small", tokenizer, block_size=context,
+    model = language_model("wikitext103-small", tokenizer, block_size=context,
                                    neutreno_lambda=LM_LAMBDAS[variant], adaptive_softmax_cutoffs=LM_CUTOFFS,
                                    **{k: v for k, v in overrides.items() if v})
     # The paper's schedule (Adam, cosine to 0, clip 0.25) with the budget's length, batch, warm-up and learning rate.

@@ -11,6 +11,7 @@ import statistics
 from pathlib import Path
 
 from hf_neutreno.diagnostics import OversmoothingReport
+from hf_neutreno.experiment import mean_std, paired, summary
 
 VIT_NAMES = {"vit": "ViT", "neutreno": "NeuTRENO ViT (λ 0.6)", "vit-": "ViT⁻", "vit+": "ViT⁺"}
 LM_NAMES = {"softmax": "softmax (λ 0)", "neutreno": "NeuTRENO (λ 0.4)"}
@@ -41,25 +42,7 @@ PAPER_SMOOTHING = {  # share of cases where 1 + λ^H λ_n^A dominates, %
 
 # ---------------------------------------------------------------------------------------------------- statistics
 
-
-def mean_std(values) -> tuple[float, float]:
-    """Mean and sample standard deviation (NaN for fewer than two values)."""
-    values = [float(v) for v in values]
-    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else math.nan
-
-
-def summary(per_seed: dict) -> dict:
-    mean, std = mean_std(per_seed.values())
-    return {"per_seed": {str(k): v for k, v in per_seed.items()}, "mean": mean, "std": std, "n": len(per_seed)}
-
-
-def paired(variant: dict, baseline: dict, higher_is_better: bool = True) -> dict:
-    """`variant − baseline` per seed (seeds both have), with how many seeds the variant is better."""
-    seeds = [s for s in variant if s in baseline]
-    differences = {s: variant[s] - baseline[s] for s in seeds}
-    wins = sum((d > 0) if higher_is_better else (d < 0) for d in differences.values())
-    return {**summary(differences), "wins": wins, "higher_is_better": higher_is_better}
-
+# mean_std, summary and paired (per seed, as `variant − baseline`) are the package's paired-experiment statistics.
 
 # Two-sided 95 % quantiles of Student's t by degrees of freedom (n − 1 seeds), for the paired-difference intervals.
 T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}

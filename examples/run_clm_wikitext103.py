@@ -18,7 +18,9 @@ with the paper's sliding window and with non-overlapping blocks (`hf_neutreno.lm
         --adaptive-softmax-cutoffs 2000 10000 --block-size 64 --max-steps 200 --warmup-steps 20 \
         --per-device-train-batch-size 32 --learning-rate 3e-3 --max-eval-tokens 20000
 
-A checkpoint as `--model-name-or-path` continues from it: a NeuTRENO GPT, or a native GPT-2 converted with
+An `--output-dir` that already holds a run is refused unless `--overwrite-output-dir` is given;
+`--resume-from-checkpoint` continues an interrupted run from its last checkpoint there (or from the checkpoint folder
+it names). A model checkpoint as `--model-name-or-path` starts from it: a NeuTRENO GPT, or a native GPT-2 converted with
 `hf_neutreno.convert.gpt2_to_neutreno` (the paper's "NeuTRENO adaptation"), then trained on WikiText with the
 checkpoint's own tokenizer. The tokenizer is saved with the model, so `AutoTokenizer` and
 `AutoModelForCausalLM(..., trust_remote_code=True)` load the output folder without this package.
@@ -29,20 +31,15 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-from transformers import (
-    AutoConfig,
-    AutoModelForCausalLM,
-    AutoTokenizer,
-    DataCollatorForLanguageModeling,
-    HfArgumentParser,
-    TrainingArguments,
-)
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, DataCollatorForLanguageModeling
 
 import hf_neutreno  # noqa: F401  (registers the NeuTRENO classes with the Auto API)
 from hf_neutreno import NeuTRENOGPTConfig, NeuTRENOGPTForCausalLM, recipes
 from hf_neutreno.convert import gpt2_to_neutreno
 from hf_neutreno.hub import HubTrainer, prepare_trainer_push
 from hf_neutreno.lm_eval import PROTOCOLS, evaluate_lm
+from hf_neutreno.model_factories import language_model
+from hf_neutreno.training_scripts import checkpoint_to_resume, parse_config_overrides, script_parser
 from hf_neutreno.text_data import group_into_blocks, load_wikitext, token_stream, train_word_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -121,10 +118,10 @@ def build_model(model_args: ModelArguments, tokenizer, block_size: int | None) -
     if model_args.neutreno_layers is not None:
         neutreno["neutreno_layers"] = model_args.neutreno_layers
     if name in NeuTRENOGPTConfig.presets:
-        overrides = dict(**neutreno, **recipes.parse_config_overrides(model_args.config_overrides, NeuTRENOGPTConfig))
+        overrides = dict(**neutreno, **parse_config_overrides(model_args.config_overrides, NeuTRENOGPTConfig))
         if model_args.adaptive_softmax_cutoffs is not None:
             overrides["adaptive_softmax_cutoffs"] = model_args.adaptive_softmax_cutoffs or None
-        return recipes.language_model(name, tokenizer, block_size=block_size, **overrides)
+        return language_model(name, tokenizer, block_size=block_size, **overrides)
     if model_args.config_overrides or model_args.adaptive_softmax_cutoffs:
         raise ValueError("`--config_overrides`/`--adaptive_softmax_cutoffs` apply to a preset, not to a checkpoint.")
     config = AutoConfig.from_pretrained(name, trust_remote_code=model_args.trust_remote_code)
@@ -134,10 +131,12 @@ def build_model(model_args: ModelArguments, tokenizer, block_size: int | None) -
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = HfArgumentParser((ModelArguments, DataArguments, TrainingArguments))
+    parser = script_parser(ModelArguments, DataArguments)
     parser.set_defaults(**recipes.PAPER_LM_TRAINING)
-    model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    model_args, data_args, script_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    # Never overwrite an earlier run by accident; --resume-from-checkpoint (no path: the last one) continues one.
+    checkpoint = checkpoint_to_resume(training_args, script_args.overwrite_output_dir)
     # --push_to_hub: fail now, not after training, if the Hub cannot take the push; we push once at the end.
     push = prepare_trainer_push(training_args)
 
@@ -167,7 +166,7 @@ def main(argv: list[str] | None = None) -> dict:
         data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False),
         processing_class=tokenizer,  # saved with every checkpoint
     )
-    train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    train_result = trainer.train(resume_from_checkpoint=checkpoint)
     trainer.save_model()
     metrics = dict(train_result.metrics)
 

@@ -14,12 +14,19 @@ Results go to `<output_dir>/results.json` and `results.md`.
     # a couple of minutes on a CPU: tiny subsets, few steps, 2 layers
     python examples/run_eigen_vit.py --dataset uoft-cs/cifar10 --quick --output-dir runs/eigen_quick
 
+Every variant of the seed starts from the same initial weights (the plain ViT's, wherever the shapes coincide) and
+sees the same batches in the same order (`hf_neutreno.experiment`). `results.json` is rewritten after every run; an
+`--output-dir` that already holds results is refused unless `--overwrite-output-dir` is given, and
+`--resume-from-checkpoint` continues an interrupted run: its finished runs are kept, and the run it stopped in
+continues from its last checkpoint (one per epoch, in the run's folder).
+
 `--push-to-hub --hub-model-id me/eigenvit-cifar10` publishes each variant trained on the largest fraction (weights,
 code, image processor, a model card with its clean and corrupted accuracies) as me/eigenvit-cifar10-vit-minus, ...
 """
 
 import argparse
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -27,12 +34,20 @@ import torch
 from transformers import TrainingArguments, ViTImageProcessorPil
 
 from hf_neutreno import recipes
-from hf_neutreno.corruptions import CORRUPTIONS, check_corruption
+from hf_neutreno.corruptions import CORRUPTIONS, check_corruption, corruption_accuracy
 from hf_neutreno.data import get_split, image_and_label_columns, load_image_dataset, subset
 from hf_neutreno.diagnostics import spectral_dominance
+from hf_neutreno.experiment import paired_model, pairing_arguments
 from hf_neutreno.hub import HubTrainer, create_repo
+from hf_neutreno.image_transforms import collate_images, image_transform
+from hf_neutreno.metrics import accuracy
+from hf_neutreno.model_factories import IMAGE_PRESETS, image_classifier
+from hf_neutreno.training_scripts import LAST_CHECKPOINT, refuse_to_overwrite, resolve_checkpoint, resume_requested
 
 VARIANTS = ("vit", "vit+", "vit-")
+# Arguments that a resumed run may change: where it pushes, and the flags that ask for resuming or overwriting.
+UNCOMPARED_ARGS = ("resume_from_checkpoint", "overwrite_output_dir", "push_to_hub", "hub_model_id",
+                   "hub_private_repo", "hub_token")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -50,7 +65,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--fractions", nargs="+", type=float, default=[1.0, 0.5, 0.1])
     p.add_argument("--corruptions", nargs="+", default=list(CORRUPTIONS), choices=CORRUPTIONS)
     p.add_argument("--severities", nargs="+", type=int, default=[0, 1, 2, 3, 4, 5])
-    p.add_argument("--preset", default="vit-tiny", choices=recipes.IMAGE_PRESETS)
+    p.add_argument("--preset", default="vit-tiny", choices=IMAGE_PRESETS)
     p.add_argument("--num-hidden-layers", type=int, default=None, help="Override the preset's depth.")
     p.add_argument("--eigenvalue-range", nargs=2, type=float, default=None, metavar=("LOW", "HIGH"),
                    help="Clip ViT⁻'s eigenvalues, e.g. -1 0 (ViT⁺ gets the mirrored range).")
@@ -77,6 +92,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                    "folder's name).")
     p.add_argument("--hub-private-repo", action="store_true")
     p.add_argument("--hub-token", default=None)
+    p.add_argument("--overwrite-output-dir", action="store_true",
+                   help="Run into --output-dir even if it holds results (they are replaced).")
+    p.add_argument("--resume-from-checkpoint", nargs="?", const=LAST_CHECKPOINT, default=None, metavar="last",
+                   help="Continue the interrupted run in --output-dir: its finished runs are kept, the run it stopped "
+                   "in resumes from its last checkpoint.")
     p.add_argument("--quick", action="store_true",
                    help="CPU smoke run: 2 layers, 512 training / 64 test images, 10 steps, severities 0, 3, 5.")
     args = p.parse_args(argv)
@@ -108,9 +128,33 @@ def hub_repo_ids(args) -> dict[str, str]:
     return repo_ids
 
 
+def start_or_resume(args) -> dict:
+    """The results so far: those of the interrupted run in --output-dir with --resume-from-checkpoint (with the same
+    arguments), else empty ones, after checking that no earlier results get overwritten by accident."""
+    path = Path(args.output_dir) / "results.json"
+    recorded = {k: v for k, v in vars(args).items() if k not in UNCOMPARED_ARGS}
+    if not resume_requested(args.resume_from_checkpoint):
+        refuse_to_overwrite(args.output_dir, args.overwrite_output_dir)
+        return {"args": recorded, "complete": False, "data_efficiency": [], "robustness": [], "spectral": {}}
+    if str(args.resume_from_checkpoint).lower() not in (LAST_CHECKPOINT, "true"):
+        raise ValueError(f"--resume-from-checkpoint {args.resume_from_checkpoint!r}: this script takes no path; each "
+                         "run resumes from the last checkpoint in its own folder of --output-dir.")
+    if not path.is_file():
+        raise ValueError(f"--resume-from-checkpoint: --output-dir {args.output_dir!r} holds no interrupted run "
+                         "(no results.json); run without the flag.")
+    results = json.loads(path.read_text())
+    changed = [f"--{k.replace('_', '-')} {results['args'].get(k)} (now {v})" for k, v in recorded.items()
+               if results["args"].get(k) != json.loads(json.dumps(v))]
+    if changed:
+        raise ValueError(f"--resume-from-checkpoint: the run in --output-dir {args.output_dir!r} had other arguments: "
+                         f"{'; '.join(changed)}. Resume with the same ones, or pass --overwrite-output-dir instead.")
+    return results
+
+
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    repo_ids = hub_repo_ids(args)  # fail before training, not after it
+    results = start_or_resume(args)  # fail before training, not after it
+    repo_ids = hub_repo_ids(args)
     output_dir = Path(args.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
 
@@ -123,66 +167,82 @@ def main(argv=None) -> dict:
     test_images = [image.convert("RGB") for image in test[image_col]]
     test_labels = torch.tensor(test[label_col])
 
-    size = recipes.image_classifier("vit", args.preset, names).config.image_size_2d
-    processor = ViTImageProcessorPil(size={"height": size[0], "width": size[1]})
-    train_transform = recipes.image_transform(processor, image_col, label_col, augment=not args.no_augment,
-                                              crop_padding=recipes.CIFAR_CROP_PADDING)
     model_config = dict(drop_path_rate=args.drop_path_rate)
     if args.num_hidden_layers:
         model_config["num_hidden_layers"] = args.num_hidden_layers
 
-    results = {"args": vars(args), "data_efficiency": [], "robustness": [], "spectral": {}}
+    def build(variant: str) -> torch.nn.Module:
+        return image_classifier(variant, args.preset, names, eigenvalue_range=args.eigenvalue_range, **model_config)
+
+    size = build("vit").config.image_size_2d
+    processor = ViTImageProcessorPil(size={"height": size[0], "width": size[1]})
+    train_transform = image_transform(processor, image_col, label_col, augment=not args.no_augment,
+                                      crop_padding=recipes.CIFAR_CROP_PADDING)
+
+    def save_results() -> None:
+        (output_dir / "results.json").write_text(json.dumps(results, indent=2))
+
+    save_results()
     largest = max(args.fractions)
     for variant in args.variants:
         for fraction in args.fractions:
+            if any(r["variant"] == variant and r["fraction"] == fraction for r in results["data_efficiency"]):
+                continue  # finished before the run was interrupted
             train = subset(train_full, fraction if fraction < 1 else None, seed=args.seed)
-            torch.manual_seed(args.seed)
-            model = recipes.image_classifier(variant, args.preset, names, eigenvalue_range=args.eigenvalue_range,
-                                             **model_config)
+            # The plain ViT's initial weights of the seed, wherever the shapes coincide: the variants differ by design.
+            model = paired_model(build, variant, args.seed, reference="vit")
             run_dir = output_dir / f"{variant}_{int(round(fraction * 100))}pct"
+            checkpoint = resolve_checkpoint(run_dir, LAST_CHECKPOINT) if resume_requested(
+                args.resume_from_checkpoint) and run_dir.is_dir() and any(run_dir.glob("checkpoint-*")) else None
+            if checkpoint is None:
+                refuse_to_overwrite(run_dir, overwrite_output_dir=True)  # an earlier run's checkpoints
             training_args = TrainingArguments(
                 output_dir=str(run_dir), num_train_epochs=args.epochs, max_steps=args.max_steps,
                 per_device_train_batch_size=args.batch_size, per_device_eval_batch_size=2 * args.batch_size,
                 learning_rate=args.learning_rate, weight_decay=args.weight_decay,
                 warmup_steps=args.warmup if args.warmup < 1 else int(args.warmup),
                 lr_scheduler_type="cosine", label_smoothing_factor=args.label_smoothing, bf16=args.bf16,
-                logging_steps=max(1, args.max_steps // 10) if args.max_steps > 0 else 50, save_strategy="no",
-                report_to=[], remove_unused_columns=False, dataloader_num_workers=args.num_workers, seed=args.seed,
+                logging_steps=max(1, args.max_steps // 10) if args.max_steps > 0 else 50,
+                save_strategy="epoch", save_total_limit=1,  # what --resume-from-checkpoint continues from
+                report_to=[], remove_unused_columns=False, dataloader_num_workers=args.num_workers,
+                **pairing_arguments(args.seed),
                 hub_model_id=repo_ids.get(variant), hub_private_repo=args.hub_private_repo,
                 hub_token=args.hub_token,  # read by trainer.push_to_hub
             )
             trainer = HubTrainer(model=model, args=training_args, train_dataset=train.with_transform(train_transform),
-                                 data_collator=recipes.collate_images, processing_class=processor)
-            trainer.train()
+                                 data_collator=collate_images, processing_class=processor)
+            trainer.train(resume_from_checkpoint=checkpoint)
             if fraction != largest:
-                clean = recipes.accuracy(model, processor(test_images, return_tensors="pt")["pixel_values"],
-                                         test_labels)
+                clean = accuracy(model, processor(test_images, return_tensors="pt")["pixel_values"], test_labels)
             else:  # the clean accuracy is severity 0 of the robustness evaluation, on the same images
-                by_severity = recipes.corruption_accuracy(model, processor, test_images, test_labels,
-                                                          args.corruptions, args.severities, seed=args.seed)
+                by_severity = corruption_accuracy(model, processor, test_images, test_labels, args.corruptions,
+                                                  args.severities, seed=args.seed)
                 for severity, per_corruption in by_severity.items():
                     mean = float(np.mean(list(per_corruption.values())))
                     results["robustness"].append({"variant": variant, "severity": int(severity), "accuracy": mean,
                                                   "per_corruption": per_corruption})
                     print(f"[{variant}] severity {severity}: mean accuracy {mean:.4f}")
-                clean = by_severity["0"]["none"] if "0" in by_severity else recipes.accuracy(
+                clean = by_severity["0"]["none"] if "0" in by_severity else accuracy(
                     model, processor(test_images, return_tensors="pt")["pixel_values"], test_labels)
-            results["data_efficiency"].append({"variant": variant, "fraction": fraction, "accuracy": clean})
             print(f"[{variant} {fraction:.0%}] clean test accuracy {clean:.4f}")
-            if fraction != largest:
-                continue
-            pixel_values = processor(test_images[: args.spectral_samples], return_tensors="pt")["pixel_values"]
-            spectral = spectral_dominance(model.to("cpu").float(), pixel_values)
-            results["spectral"][variant] = spectral.to_dict()["overall"]
-            print(f"[{variant}] dominating eigenvalue on test images:\n{spectral}")
-            if variant in repo_ids:
-                robustness = {f"accuracy_severity_{r['severity']}": r["accuracy"] for r in results["robustness"]
-                              if r["variant"] == variant and r["severity"] > 0}
-                trainer.push_to_hub(dataset=args.dataset, dataset_config=args.dataset_config,
-                                    dataset_split=args.eval_split, results={"accuracy": clean, **robustness},
-                                    training={"training images": len(train), "variant": variant})
+            if fraction == largest:
+                pixel_values = processor(test_images[: args.spectral_samples], return_tensors="pt")["pixel_values"]
+                spectral = spectral_dominance(model.to("cpu").float(), pixel_values)
+                results["spectral"][variant] = spectral.to_dict()["overall"]
+                print(f"[{variant}] dominating eigenvalue on test images:\n{spectral}")
+                if variant in repo_ids:
+                    robustness = {f"accuracy_severity_{r['severity']}": r["accuracy"] for r in results["robustness"]
+                                  if r["variant"] == variant and r["severity"] > 0}
+                    trainer.push_to_hub(dataset=args.dataset, dataset_config=args.dataset_config,
+                                        dataset_split=args.eval_split, results={"accuracy": clean, **robustness},
+                                        training={"training images": len(train), "variant": variant})
+            results["data_efficiency"].append({"variant": variant, "fraction": fraction, "accuracy": clean})
+            save_results()  # this run is finished: a resumed run skips it
+            for stale in run_dir.glob("checkpoint-*"):
+                shutil.rmtree(stale)
 
-    (output_dir / "results.json").write_text(json.dumps(results, indent=2))
+    results["complete"] = True
+    save_results()
     (output_dir / "results.md").write_text(markdown(results, args))
     print((output_dir / "results.md").read_text())
     return results

@@ -12,8 +12,10 @@ From scratch (a preset), a NeuTRENO checkpoint, or a native ViT/DeiT checkpoint 
         --lr-scheduler-type cosine --num-train-epochs 100 --per-device-train-batch-size 128 \
         --eval-strategy epoch --save-strategy epoch --bf16   # on a GPU; add --push-to-hub to publish
 
-It trains, then evaluates (`--do-train false` only evaluates the given model). A local copy of the dataset (a folder
-of Parquet files with the Hub's columns) works as `--dataset-name`. Flags are written with dashes here; the
+It trains, then evaluates (`--do-train false` only evaluates the given model). An `--output-dir` that already holds a
+run is refused unless `--overwrite-output-dir` is given; `--resume-from-checkpoint` continues an interrupted run
+from its last checkpoint there (or from the checkpoint folder it names). A local copy of the dataset (a folder of
+Parquet files with the Hub's columns) works as `--dataset-name`. Flags are written with dashes here; the
 underscore spellings of `TrainingArguments` work too. Runs unchanged under `accelerate launch` / `torchrun` for
 multi-GPU or multi-node training (see examples/accelerate_configs/).
 """
@@ -27,26 +29,25 @@ import torch
 from transformers import (
     AutoConfig,
     AutoImageProcessor,
-    HfArgumentParser,
     Trainer,
-    TrainingArguments,
     ViTImageProcessorPil,
     set_seed,
 )
 from transformers.image_utils import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
-from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForImageClassification, recipes
+from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForImageClassification
 from hf_neutreno.convert import vit_to_neutreno
 from hf_neutreno.data import get_split, image_and_label_columns, label_names, load_image_dataset, subset
 from hf_neutreno.hub import HubTrainer, ModelCardMixin, prepare_trainer_push
-from hf_neutreno.recipes import (
-    MixupCutmix,
-    MixupTrainer,
-    accuracy_metrics,
+from hf_neutreno.image_transforms import collate_images, image_transform
+from hf_neutreno.metrics import accuracy_metrics
+from hf_neutreno.mixup import MixupCutmix, MixupTrainer, soft_target_cross_entropy
+from hf_neutreno.model_factories import IMAGE_PRESETS, image_classifier
+from hf_neutreno.training_scripts import (
     check_distributed_launch,
-    collate_images,
-    image_transform,
-    soft_target_cross_entropy,
+    checkpoint_to_resume,
+    parse_config_overrides,
+    script_parser,
 )
 
 logger = logging.getLogger(__name__)
@@ -60,7 +61,7 @@ class MixupHubTrainer(ModelCardMixin, MixupTrainer):
 class ModelArguments:
     model_name_or_path: str = field(
         default="deit-tiny",
-        metadata={"help": f"A preset {recipes.IMAGE_PRESETS} to train from scratch, or a NeuTRENO, "
+        metadata={"help": f"A preset {IMAGE_PRESETS} to train from scratch, or a NeuTRENO, "
                   "ViT or DeiT checkpoint (folder or Hub id) to fine-tune."},
     )
     neutreno_lambda: float = field(default=0.6, metadata={"help": "λ of the NeuTRENO term; 0 = softmax baseline."})
@@ -99,10 +100,10 @@ class DataArguments:
 def build_model(args: ModelArguments, labels: list[str]) -> tuple[torch.nn.Module, object]:
     """The model to train and its image processor."""
     id2label = dict(enumerate(labels))
-    if args.model_name_or_path in recipes.IMAGE_PRESETS:
+    if args.model_name_or_path in IMAGE_PRESETS:
         overrides = {k: v for k, v in (("image_size", args.image_size), ("patch_size", args.patch_size)) if v}
-        overrides.update(recipes.parse_config_overrides(args.config_overrides, NeuTRENOViTConfig))
-        model = recipes.image_classifier(
+        overrides.update(parse_config_overrides(args.config_overrides, NeuTRENOViTConfig))
+        model = image_classifier(
             "neutreno", args.model_name_or_path, labels, neutreno_lambda=args.neutreno_lambda,
             neutreno_layers=args.neutreno_layers, drop_path_rate=args.drop_path_rate, **overrides,
         )
@@ -139,15 +140,17 @@ def build_model(args: ModelArguments, labels: list[str]) -> tuple[torch.nn.Modul
 
 
 def main(argv: list[str] | None = None) -> tuple[dict, Trainer]:
-    parser = HfArgumentParser((ModelArguments, DataArguments, TrainingArguments))
+    parser = script_parser(ModelArguments, DataArguments)
     parser.set_defaults(do_train=True)  # the script trains unless told `--do-train false`
     if argv is None and len(sys.argv) == 2 and sys.argv[1].endswith(".json"):
-        model_args, data_args, training_args = parser.parse_json_file(os.path.abspath(sys.argv[1]))
+        model_args, data_args, script_args, training_args = parser.parse_json_file(os.path.abspath(sys.argv[1]))
     else:
-        model_args, data_args, training_args = parser.parse_args_into_dataclasses(argv)
+        model_args, data_args, script_args, training_args = parser.parse_args_into_dataclasses(argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     training_args.remove_unused_columns = False  # the transform needs the raw image column
     check_distributed_launch(training_args)
+    # Never overwrite an earlier run by accident; --resume-from-checkpoint (no path: the last one) continues one.
+    checkpoint = checkpoint_to_resume(training_args, script_args.overwrite_output_dir)
     # --push_to_hub: fail now, not after training, if the Hub cannot take the push; we push once at the end.
     push = prepare_trainer_push(training_args)
 
@@ -185,7 +188,7 @@ def main(argv: list[str] | None = None) -> tuple[dict, Trainer]:
 
     metrics = {}
     if training_args.do_train:
-        result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+        result = trainer.train(resume_from_checkpoint=checkpoint)
         trainer.save_model()
         metrics.update(result.metrics)
     eval_metrics = trainer.evaluate()
@@ -202,7 +205,7 @@ def main(argv: list[str] | None = None) -> tuple[dict, Trainer]:
 
 def _base_model(model_name_or_path: str) -> str | None:
     """The Hub id of a fine-tuned checkpoint, for the card's `base_model` (None for presets and local folders)."""
-    if model_name_or_path in recipes.IMAGE_PRESETS or os.path.exists(model_name_or_path):
+    if model_name_or_path in IMAGE_PRESETS or os.path.exists(model_name_or_path):
         return None
     return model_name_or_path
 

@@ -21,7 +21,9 @@ without it the model is trained from scratch in the shape of `--preset`. `--neut
 Segmenter. `--dataset-name` is a Hub dataset with `image` and `annotation` columns or a local folder of Parquet files
 with them; the label names come from `--id2label-file`, an `id2label.json` in the folder, or, for `scene_parse_150`,
 the Hub's `huggingface/label-files`. ADE20K's label 0 ("other") is ignored (`--do-reduce-labels`, on by default for
-`scene_parse_150`). The image processor is saved with the model, so `AutoImageProcessor` and
+`scene_parse_150`). An `--output-dir` that already holds a run is refused unless `--overwrite-output-dir` is given;
+`--resume-from-checkpoint` continues an interrupted run from its last checkpoint there (or from the checkpoint folder
+it names). The image processor is saved with the model, so `AutoImageProcessor` and
 `pipeline("image-segmentation", model=output_dir, trust_remote_code=True)` load the output folder without this
 package. Flags are written with dashes here; the underscore spellings of `TrainingArguments` work too.
 """
@@ -38,18 +40,26 @@ import numpy as np
 import torch
 from PIL import Image
 from torch import nn
-from transformers import AutoConfig, AutoImageProcessor, HfArgumentParser, TrainingArguments, set_seed
+from transformers import AutoConfig, AutoImageProcessor, set_seed
 
-from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForSemanticSegmentation, recipes
+from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForSemanticSegmentation
 from hf_neutreno.convert import vit_to_neutreno
-from hf_neutreno.data import get_split, load_image_dataset, subset
+from hf_neutreno.data import LABELS_FILE, get_split, load_image_dataset, read_id2label, subset
 from hf_neutreno.hub import HubTrainer, prepare_trainer_push
+from hf_neutreno.metrics import BACKENDS as METRIC_BACKENDS
+from hf_neutreno.metrics import evaluate_metric
+from hf_neutreno.model_factories import segmenter
 from hf_neutreno.segmentation import MS_SCALES, MeanIoU, make_image_processor, multi_scale_probabilities
+from hf_neutreno.training_scripts import (
+    check_distributed_launch,
+    checkpoint_to_resume,
+    parse_config_overrides,
+    script_parser,
+)
 
 logger = logging.getLogger(__name__)
 
 ADE20K = "scene_parse_150"
-METRIC_BACKENDS = ("auto", "evaluate", "direct")
 # Segmenter's ADE20K recipe (its train.py and config.yml): SGD, momentum 0.9, no weight decay, lr 1e-3 decaying
 # polynomially (power 0.9) to 1e-5 over 160k iterations (64 epochs) at batch 8.
 SEGMENTER_TRAINING = dict(
@@ -130,17 +140,16 @@ class DataArguments:
 
 def load_id2label(data_args: DataArguments) -> dict[int, str]:
     if data_args.id2label_file:
-        path = Path(data_args.id2label_file)
-    elif Path(data_args.dataset_name, "id2label.json").is_file():
-        path = Path(data_args.dataset_name, "id2label.json")
-    elif data_args.dataset_name == ADE20K:
+        return read_id2label(data_args.id2label_file, flag="--id2label-file")
+    if Path(data_args.dataset_name, LABELS_FILE).is_file():
+        return read_id2label(Path(data_args.dataset_name, LABELS_FILE), flag="--dataset-name")
+    if data_args.dataset_name == ADE20K:
         from huggingface_hub import hf_hub_download
 
         path = Path(hf_hub_download("huggingface/label-files", "ade20k-id2label.json", repo_type="dataset"))
-    else:
-        raise ValueError(f"--id2label_file is needed: {data_args.dataset_name!r} has no id2label.json and is not "
-                         f"{ADE20K!r}.")
-    return {int(k): v for k, v in json.loads(path.read_text()).items()}
+        return {int(k): v for k, v in json.loads(path.read_text()).items()}
+    raise ValueError(f"--id2label-file is needed: --dataset-name {data_args.dataset_name!r} has no {LABELS_FILE} and "
+                     f"is not {ADE20K!r}.")
 
 
 def reduce_labels(label: np.ndarray) -> np.ndarray:
@@ -246,26 +255,23 @@ def eval_pixels(processor, image: Image.Image, short_side: int) -> torch.Tensor:
 
 
 def mean_iou_factory(backend: str, world_size: int):
-    """A function making a fresh `evaluate` mean_iou module, or None for the direct computation (`MeanIoU`).
-    `evaluate.load` fetches the metric's script from the Hub; here it is tried once, before training."""
+    """A function making a fresh `evaluate` mean_iou module, or None for the direct computation (`MeanIoU`), as
+    `hf_neutreno.metrics.evaluate_metric` decides: here it is tried once, before training."""
     if backend not in METRIC_BACKENDS:
         raise ValueError(f"--metric_backend {backend!r} is not one of {METRIC_BACKENDS}.")
-    if backend == "direct":
-        return None
     if world_size > 1:  # each process scores its own shard; the confusion matrices are summed across processes
         if backend == "evaluate":
             raise ValueError(f"--metric_backend evaluate runs in one process, not {world_size}: use direct or auto.")
         return None
     try:
-        import evaluate
-
-        evaluate.load("mean_iou")
-    except Exception as error:  # not installed, or no Hub: what `auto` is for
-        if backend == "evaluate":
-            raise RuntimeError(f"--metric_backend evaluate: evaluate.load('mean_iou') failed ({error}). Use "
-                               "--metric_backend direct (the same definitions, computed here) offline.") from error
-        logger.info("evaluate.load('mean_iou') failed (%s): mean IoU computed directly (the same definitions)", error)
+        metric = evaluate_metric("mean_iou", backend)
+    except Exception as error:  # not installed, or no Hub
+        raise RuntimeError(f"--metric_backend evaluate: evaluate.load('mean_iou') failed ({error}). Use "
+                           "--metric_backend direct (the same definitions, computed here) offline.") from error
+    if metric is None:
         return None
+    import evaluate
+
     return lambda name: evaluate.load("mean_iou", experiment_id=f"segmenter-{name}-{os.getpid()}")
 
 
@@ -339,14 +345,14 @@ def segmentation_metrics(result: dict, id2label: dict[int, str], suffix: str = "
 def build_model(args: ModelArguments, id2label: dict[int, str], crop_size: int):
     """The Segmenter to train and the image-processor settings of its source (mean and std)."""
     labels = dict(num_labels=len(id2label), id2label=id2label, label2id={v: k for k, v in id2label.items()})
-    overrides = recipes.parse_config_overrides(args.config_overrides, NeuTRENOViTConfig)
+    overrides = parse_config_overrides(args.config_overrides, NeuTRENOViTConfig)
     lambdas = dict(neutreno_lambda=args.neutreno_lambda, decoder_neutreno_lambda=args.decoder_neutreno_lambda)
     if args.preset not in NeuTRENOViTConfig.presets:
         raise ValueError(f"--preset {args.preset!r} is not one of {sorted(NeuTRENOViTConfig.presets)}.")
     preset = NeuTRENOViTConfig.presets[args.preset]
     if args.model_name_or_path is None:
-        config = NeuTRENOViTConfig.from_preset(args.preset, image_size=crop_size, **lambdas, **labels, **overrides)
-        return NeuTRENOViTForSemanticSegmentation(config), {}
+        names = [id2label[i] for i in sorted(id2label)]
+        return segmenter(args.preset, names, image_size=crop_size, **lambdas, **overrides), {}
 
     path = args.model_name_or_path
     source = AutoConfig.from_pretrained(path, trust_remote_code=args.trust_remote_code)
@@ -375,18 +381,20 @@ def collate(examples: list[dict]) -> dict[str, torch.Tensor]:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = HfArgumentParser((ModelArguments, DataArguments, TrainingArguments))
+    parser = script_parser(ModelArguments, DataArguments)
     parser.set_defaults(**SEGMENTER_TRAINING)
     if argv is None and len(sys.argv) == 2 and sys.argv[1].endswith(".json"):
-        model_args, data_args, training_args = parser.parse_json_file(os.path.abspath(sys.argv[1]))
+        model_args, data_args, script_args, training_args = parser.parse_json_file(os.path.abspath(sys.argv[1]))
     else:
-        model_args, data_args, training_args = parser.parse_args_into_dataclasses(argv)
+        model_args, data_args, script_args, training_args = parser.parse_args_into_dataclasses(argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     training_args.remove_unused_columns = False  # the transform needs the raw image and annotation columns
-    recipes.check_distributed_launch(training_args)
+    check_distributed_launch(training_args)
     if not 0 < data_args.min_scale <= data_args.max_scale:
         raise ValueError(f"--min_scale ({data_args.min_scale}) and --max_scale ({data_args.max_scale}) must satisfy "
                          "0 < min_scale <= max_scale.")
+    # Never overwrite an earlier run by accident; --resume-from-checkpoint (no path: the last one) continues one.
+    checkpoint = checkpoint_to_resume(training_args, script_args.overwrite_output_dir)
     push = prepare_trainer_push(training_args)  # --push_to_hub: fail now, not after training
     metric_factory = mean_iou_factory(data_args.metric_backend, training_args.world_size)
 
@@ -415,7 +423,7 @@ def main(argv: list[str] | None = None) -> dict:
                                mean_iou_factory=metric_factory)
     metrics = {}
     if training_args.do_train:
-        result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+        result = trainer.train(resume_from_checkpoint=checkpoint)
         trainer.save_model()  # weights, code and the image processor
         metrics.update(result.metrics)
     eval_metrics = trainer.evaluate(multi_scale=data_args.eval_multi_scale)

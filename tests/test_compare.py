@@ -1,5 +1,5 @@
 """`hf-neutreno compare`: the README's default run end to end, paired seeds with ViT⁻, a WikiText-2 run, a Segmenter
-on fashion-scenes, Ctrl-C, and bad input.
+on fashion-scenes, Ctrl-C and --resume, a killed run, and bad input.
 
 Training amplifies rounding, so the digits a run prints differ between CPUs: nothing here compares printed numbers
 with numbers written down elsewhere. Expected values are recomputed from what the run saved, with plain formulas
@@ -52,7 +52,7 @@ def _table_rows(stdout: str) -> dict[str, list[str]]:
     rows = {}
     for line in _table_block(stdout)[1:]:
         cells = re.split(r"\s{2,}", line.strip())
-        if cells[0] in ("baseline", "neutreno", "vit-minus"):
+        if cells[0] in ("softmax", "neutreno", "vit-minus"):
             rows[cells[0]] = cells
     return rows
 
@@ -96,8 +96,9 @@ def test_default_compare_as_the_readme_runs_it(tmp_path):
     assert proc.returncode == 0, proc.stderr[-4000:]
 
     results = json.loads((out / "results.json").read_text())
-    assert results["complete"] and list(results["variants"]) == ["baseline", "neutreno"]
+    assert results["complete"] and list(results["variants"]) == ["softmax", "neutreno"]
     assert results["settings"]["model"] == "vit-micro" and results["settings"]["dataset"] == "digits"
+    assert results["format_version"] == 3 and results["baseline"] == "softmax"
     assert results["seeds"] == [0, 1, 2] and results["models_from_seed"] == 0
 
     # The table: its columns and rows, as the README shows them (numbers aside).
@@ -112,7 +113,7 @@ def test_default_compare_as_the_readme_runs_it(tmp_path):
 
     # Mean ± sample std over the seeds, the paired difference and wins: recomputed from the per-seed values.
     rows = _table_rows(proc.stdout)
-    assert set(rows) == {"baseline", "neutreno"}
+    assert set(rows) == {"softmax", "neutreno"}
     for variant, runs in per_seed.items():
         assert [run["seed"] for run in runs] == [0, 1, 2]
         for run in runs:
@@ -120,15 +121,16 @@ def test_default_compare_as_the_readme_runs_it(tmp_path):
             assert len(run["learning_curve"]) == 10 and run["learning_curve"][-1]["loss"] < run["learning_curve"][0][
                 "loss"], run["learning_curve"]
         assert rows[variant][2] == _mean_std([run["accuracy"] for run in runs])
-        assert rows[variant][3 if variant == "baseline" else 4] == _mean_std(
+        assert rows[variant][3 if variant == "softmax" else 4] == _mean_std(
             [run["last_layer_cosine"] for run in runs])
     for key, column, better in (("accuracy", 3, 1), ("last_layer_cosine", 5, -1)):
-        difference = np.array([n[key] - b[key] for n, b in zip(per_seed["neutreno"], per_seed["baseline"])])
+        difference = np.array([n[key] - b[key] for n, b in zip(per_seed["neutreno"], per_seed["softmax"])])
         wins = int((better * difference > 0).sum())
         assert rows["neutreno"][column] == f"{difference.mean():+.4f} ± {difference.std(ddof=1):.4f} ({wins}/3)"
     with Image.open(out / "comparison.png") as plot:
         assert plot.format == "PNG" and plot.width > 200 and plot.height > 200
-    assert sorted(p.name for p in out.iterdir()) == ["baseline", "comparison.png", "neutreno", "results.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["comparison.png", "neutreno", "results.json", "softmax"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["compare"]  # nothing left beside it
 
     # What the table says is what the saved models (the first seed's) do, recomputed here on the digits test split.
     test = load_image_dataset("digits")["test"]
@@ -169,7 +171,7 @@ def test_default_compare_as_the_readme_runs_it(tmp_path):
                                bool((got.argmax(-1) == logits.argmax(-1)).all())]
         print(json.dumps(report))
     """, tmp_path).strip().splitlines()[-1])
-    for variant in ("baseline", "neutreno"):
+    for variant in ("softmax", "neutreno"):
         module, difference, same_predictions = report[variant]
         assert module.startswith("transformers_modules") and difference == 0.0 and same_predictions, report
 
@@ -195,15 +197,17 @@ def test_each_seed_pairs_the_variants_vit_minus_included(tmp_path, monkeypatch):
     monkeypatch.setattr(transformers.Trainer, "train", recording_train)
     monkeypatch.setattr(transformers.Trainer, "training_step", recording_step)
     out = tmp_path / "run"
-    assert cli.main(["compare", "--vit-minus", "--seed", "5", "--seeds", "2", "--output-dir", str(out), *TINY]) == 0
+    # vit-minus listed first: softmax, the baseline every variant starts from, still trains first in every seed
+    argv = ["compare", "--variants", "vit-minus,neutreno,softmax", "--seed", "5", "--seeds", "2"]
+    assert cli.main([*argv, "--output-dir", str(out), *TINY]) == 0
 
     results = json.loads((out / "results.json").read_text())
-    assert list(results["variants"]) == ["baseline", "neutreno", "vit-minus"] and results["seeds"] == [5, 6]
+    assert list(results["variants"]) == ["softmax", "vit-minus", "neutreno"] and results["seeds"] == [5, 6]
     for entry in results["variants"].values():
         assert [run["seed"] for run in entry["per_seed"]] == [5, 6]
         assert all(math.isfinite(run["accuracy"]) and math.isfinite(run["last_layer_cosine"])
                    for run in entry["per_seed"])
-        assert entry.get("difference_from_baseline", {"accuracy": {"seeds": 2}})["accuracy"]["seeds"] == 2
+        assert entry.get("difference_from_baseline", {"accuracy": {"n": 2}})["accuracy"]["n"] == 2
     assert sorted(starts) == sorted(labels) == [(seed, variant) for seed in (5, 6) for variant in (
         "eigen_vit λ=0.0", "neutreno_vit λ=0.0", "neutreno_vit λ=0.6")]
     for seed in (5, 6):
@@ -223,7 +227,7 @@ def test_each_seed_pairs_the_variants_vit_minus_included(tmp_path, monkeypatch):
 
     # The saved ViT⁻ has the baseline's shape and a negative spectrum: every W_V W_O of every head is ≤ 0.
     config = json.loads((out / "vit-minus" / "config.json").read_text())
-    reference = json.loads((out / "baseline" / "config.json").read_text())
+    reference = json.loads((out / "softmax" / "config.json").read_text())
     assert (config["model_type"], config["spectrum_sign"]) == ("eigen_vit", "negative")
     fields = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "image_size")
     assert all(config[f] == reference[f] for f in fields)
@@ -243,14 +247,15 @@ def test_text_compare_on_wikitext2_gives_the_perplexity_of_the_saved_models(data
             "--no-progress", "--seeds", "1"]
     assert cli.main(argv) == 0
     results = json.loads((out / "results.json").read_text())
-    assert list(results["variants"]) == ["baseline", "neutreno"] and results["metric"] == "perplexity"
+    assert list(results["variants"]) == ["softmax", "neutreno"] and results["metric"] == "perplexity"
     assert results["variants"]["neutreno"]["neutreno_lambda"] == 0.4  # the GPT preset's λ
     # One seed: no spread to show; the difference is that seed's, a win when the perplexity is lower.
     rows = _table_rows(capsys.readouterr().out)
-    baseline, neutreno = (results["variants"][v]["per_seed"] for v in ("baseline", "neutreno"))
+    baseline, neutreno = (results["variants"][v]["per_seed"] for v in ("softmax", "neutreno"))
     assert [run["seed"] for run in baseline + neutreno] == [0, 0]
     difference = neutreno[0]["perplexity"] - baseline[0]["perplexity"]
-    assert rows["baseline"][2] == f"{baseline[0]['perplexity']:.2f}"
+    assert rows["softmax"][2] == f"{baseline[0]['perplexity']:.2f}"
+    assert results["variants"]["softmax"]["perplexity"]["std"] is None  # strict JSON: one seed has no spread
     assert rows["neutreno"][3] == f"{difference:+.2f} ({int(difference < 0)}/1)"
 
     # Independently: the first 8 blocks of 64 tokens of the test split, each line + <eos>, every token but the first
@@ -281,7 +286,7 @@ def test_text_compare_on_wikitext2_gives_the_perplexity_of_the_saved_models(data
 
 
 def test_segmenter_compare_on_fashion_scenes_scores_the_saved_models_by_mean_iou(data_dir, tmp_path):
-    """A tiny run of baseline and NeuTRENO Segmenters (λ in encoder and decoder) over two paired seeds: mean IoU in
+    """A tiny run of softmax and NeuTRENO Segmenters (λ in encoder and decoder) over two paired seeds: mean IoU in
     [0, 1] per seed, and the first seed's saved models give that mIoU, recomputed from a confusion matrix on the raw
     annotation PNGs with transformers' own post-processing."""
     from datasets import load_dataset
@@ -296,7 +301,7 @@ def test_segmenter_compare_on_fashion_scenes_scores_the_saved_models_by_mean_iou
     results = json.loads((out / "results.json").read_text())
     assert (results["task"], results["metric"], results["eval_split"]) == ("semantic-segmentation", "mean_iou",
                                                                            "validation")
-    assert list(results["variants"]) == ["baseline", "neutreno"] and results["complete"]
+    assert list(results["variants"]) == ["softmax", "neutreno"] and results["complete"]
     # the encoder's 6 blocks after the embeddings, then the mask transformer's 2; the table's cosine is block 6's
     assert results["cosine_layers"] == list(range(9)) and results["decoder_layers"] == [7, 8]
     assert results["last_layer"] == 6
@@ -305,7 +310,7 @@ def test_segmenter_compare_on_fashion_scenes_scores_the_saved_models_by_mean_iou
         for run in entry["per_seed"]:
             assert 0.0 <= run["mean_iou"] <= 1.0 and math.isfinite(run["last_layer_cosine"])
             assert run["last_layer_cosine"] == run["cosine_similarity"][6]
-    assert results["variants"]["neutreno"]["difference_from_baseline"]["mean_iou"]["seeds"] == 2
+    assert results["variants"]["neutreno"]["difference_from_baseline"]["mean_iou"]["n"] == 2
 
     id2label = {int(k): v for k, v in json.loads((scenes / "id2label.json").read_text()).items()}
     validation = load_dataset("parquet", data_dir=str(scenes))["validation"].shuffle(seed=0).select(range(16))
@@ -350,9 +355,20 @@ def test_library_entry_point_returns_what_it_writes_and_the_cli_shares_its_defau
     assert not (tmp_path / "bad").exists()
 
 
+NUMBERS = ("initial_weights_sha256", "accuracy", "last_layer_cosine", "cosine_similarity", "train_loss",
+           "learning_curve")  # what a run computes (not how long it took)
+
+
+def _numbers(results: dict) -> dict:
+    return {variant: [{key: run[key] for key in NUMBERS} for run in entry["per_seed"]]
+            for variant, entry in results["variants"].items()}
+
+
 @pytest.mark.parametrize("where", ["training", "saving"])
-def test_ctrl_c_leaves_only_complete_models_and_a_rerun_replaces_them(tmp_path, monkeypatch, capsys, where):
-    """Ctrl-C in the neutreno variant: the finished baseline stays usable, nothing half-written remains."""
+def test_ctrl_c_keeps_finished_runs_and_resume_ends_as_an_uninterrupted_run(tmp_path, monkeypatch, capsys, where):
+    """Ctrl-C in the first seed's neutreno run: the finished softmax run stays usable beside --output-dir and nothing
+    half-written remains; a rerun without --resume refuses to drop it; --resume trains only what is left, with the
+    numbers of an uninterrupted run."""
     def interrupt(original):
         def wrapper(self, *args, **kwargs):
             model = getattr(self, "model", self)
@@ -372,20 +388,65 @@ def test_ctrl_c_leaves_only_complete_models_and_a_rerun_replaces_them(tmp_path, 
                 raise KeyboardInterrupt
 
         monkeypatch.setattr(NeuTRENOViTForImageClassification, "save_pretrained", save_then_interrupt)
-    out = tmp_path / "run"
-    argv = ["compare", "--output-dir", str(out), *TINY]
+    out, work = tmp_path / "run", tmp_path / "run.incomplete"
+    argv = ["compare", "--output-dir", str(out), "--seeds", "2", *TINY]
     assert cli.main(argv) == 130
-    assert "Interrupted" in capsys.readouterr().err
-    assert sorted(p.name for p in out.iterdir()) == ["baseline", "results.json"]
-    results = json.loads((out / "results.json").read_text())
-    assert not results["complete"] and list(results["variants"]) == ["baseline"]
-    assert AutoModelForImageClassification.from_pretrained(out / "baseline").config.neutreno_lambda == 0.0
-    AutoImageProcessor.from_pretrained(out / "baseline")
-
+    message = capsys.readouterr().err
+    assert "Interrupted" in message and "--resume" in message and str(work / "results.json") in message
+    assert not out.exists() and sorted(p.name for p in work.iterdir()) == ["results.json", "softmax"]
+    results = json.loads((work / "results.json").read_text())
+    assert not results["complete"] and list(results["variants"]) == ["softmax"]
+    assert AutoModelForImageClassification.from_pretrained(work / "softmax").config.neutreno_lambda == 0.0
+    AutoImageProcessor.from_pretrained(work / "softmax")
     monkeypatch.undo()
-    assert cli.main(argv) == 0  # the interrupted run's folder is a compare run: it is replaced
-    results = json.loads((out / "results.json").read_text())
-    assert results["complete"] and list(results["variants"]) == ["baseline", "neutreno"]
+
+    trained, original_train = [], transformers.Trainer.train
+
+    def recording_train(self, *args, **kwargs):
+        trained.append((self.args.seed, self.model.config.neutreno_lambda))
+        return original_train(self, *args, **kwargs)
+
+    monkeypatch.setattr(transformers.Trainer, "train", recording_train)
+    assert cli.main(argv) == 2  # without --resume the finished run is not dropped
+    message = capsys.readouterr().err
+    assert "--resume" in message and str(work) in message and "1 runs finished" in message
+    assert not trained and not out.exists() and json.loads((work / "results.json").read_text()) == results
+
+    assert cli.main([*argv, "--resume"]) == 0
+    assert trained == [(0, 0.6), (1, 0.0), (1, 0.6)]  # only what was left
+    assert not work.exists() and sorted(p.name for p in out.iterdir()) == [
+        "comparison.png", "neutreno", "results.json", "softmax"]
+    resumed = json.loads((out / "results.json").read_text())
+    assert resumed["complete"] and list(resumed["variants"]) == ["softmax", "neutreno"]
+    if where == "training":  # the same numbers as a run that was never interrupted
+        assert cli.main([*argv[:2], str(tmp_path / "full"), *argv[3:]]) == 0
+        assert _numbers(resumed) == _numbers(json.loads((tmp_path / "full" / "results.json").read_text()))
+
+
+def test_a_rerun_keeps_the_earlier_run_until_it_is_complete(tmp_path, monkeypatch, capsys):
+    """A second run into the same --output-dir, stopped in its last training: the first run is there, complete and
+    untouched; the second replaces it only once it completes."""
+    out = tmp_path / "run"
+    argv = ["compare", "--output-dir", str(out), "--seeds", "1", *TINY]
+    assert cli.main(argv) == 0
+    first = (out / "results.json").read_text()
+    weights = (out / "neutreno" / "model.safetensors").read_bytes()
+    step = transformers.Trainer.training_step
+
+    def interrupt_neutreno(self, model, *args, **kwargs):
+        if model.config.neutreno_lambda > 0:
+            raise KeyboardInterrupt
+        return step(self, model, *args, **kwargs)
+
+    monkeypatch.setattr(transformers.Trainer, "training_step", interrupt_neutreno)
+    assert cli.main([*argv[:-len(TINY)], "--max-steps", "5", *TINY[2:]]) == 130
+    assert (out / "results.json").read_text() == first
+    assert (out / "neutreno" / "model.safetensors").read_bytes() == weights
+    monkeypatch.undo()
+    assert cli.main([*argv[:-len(TINY)], "--max-steps", "5", *TINY[2:], "--resume"]) == 0
+    second = json.loads((out / "results.json").read_text())
+    assert second["complete"] and second["settings"]["max_steps"] == 5
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
 
 
 def _parquet_folder(folder: Path) -> Path:
@@ -415,7 +476,11 @@ def _saved_model(folder: Path) -> Path:
         ("text preset, image data", ["--model", "gpt-micro"], ["--model gpt-micro is a language model",
                                                                "--dataset 'digits' has no `text` column"]),
         ("wrong columns", ["--dataset", "{parquet}"], ["--dataset", "no Image column", "'pixels'", "'y'"]),
-        ("vit-minus for text", ["--model", "gpt-micro", "--vit-minus"], ["--vit-minus needs an image preset"]),
+        ("vit-minus for text", ["--model", "gpt-micro", "--variants", "softmax,vit-minus"], [
+            "--variants vit-minus needs an image classifier preset", "gpt-micro is a language model"]),
+        ("unknown variant", ["--variants", "softmax,neutreno,linear"], ["--variants 'softmax,neutreno,linear'",
+                                                                        "'vit-minus'", "unknown: ['linear']"]),
+        ("no baseline", ["--variants", "neutreno"], ["--variants 'neutreno'", "softmax (the baseline"]),
         ("output dir with a model", ["--output-dir", "{model}"], ["--output-dir", "a model (config.json)",
                                                                    "nothing was written"]),
         ("output dir with files", ["--output-dir", "{files}"], ["--output-dir", "notes.txt", "not an earlier"]),
@@ -430,7 +495,7 @@ def _saved_model(folder: Path) -> Path:
         ("segmentation preset, text data", ["--model", "segmenter-micro", "--dataset", "{data}/wikitext-2-v1"], [
             "--model segmenter-micro is a segmentation preset", "'text'", "scene_parse_150"]),
         ("vit-minus for a segmenter", ["--model", "segmenter-micro", "--vit-minus"], [
-            "--vit-minus needs an image preset", "segmentation preset"]),
+            "--variants vit-minus needs an image classifier preset", "segmentation preset"]),
     ],
 )
 def test_bad_input_is_refused_before_training(case, options, expected, tmp_path, data_dir, monkeypatch, capsys):

@@ -15,7 +15,8 @@ from transformers import Trainer, TrainingArguments
 
 from examples_loader import EXAMPLES, load_example
 from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForImageClassification
-from hf_neutreno.recipes import check_distributed_launch, soft_target_cross_entropy
+from hf_neutreno.mixup import soft_target_cross_entropy
+from hf_neutreno.training_scripts import check_distributed_launch
 
 TESTS = Path(__file__).resolve().parent
 PER_DEVICE_BATCH = 16
@@ -96,7 +97,7 @@ def test_soft_target_loss_with_gradient_accumulation_equals_the_large_batch(data
     from datasets import load_dataset
     from transformers import ViTImageProcessorPil
 
-    from hf_neutreno.recipes import collate_images, image_transform
+    from hf_neutreno.image_transforms import collate_images, image_transform
 
     data = load_dataset("parquet", data_dir=str(data_dir / "fashion_mnist"), split="test").select(range(64))
     data.set_transform(image_transform(ViTImageProcessorPil(size={"height": 28, "width": 28}), "image", "label"))

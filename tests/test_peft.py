@@ -13,7 +13,7 @@ from transformers import AutoModelForCausalLM, AutoModelForImageClassification, 
 
 from hf_neutreno import NeuTRENOGPTConfig, NeuTRENOGPTForCausalLM, NeuTRENOViTConfig, NeuTRENOViTForImageClassification
 from hf_neutreno.text_data import load_wikitext, token_stream, train_word_tokenizer
-from hf_neutreno.recipes import image_transform
+from hf_neutreno.image_transforms import image_transform
 
 
 @dataclass

@@ -9,13 +9,8 @@ from datasets import load_dataset
 from transformers import TrainerCallback, TrainingArguments, ViTImageProcessorPil
 
 from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForImageClassification
-from hf_neutreno.recipes import (
-    MixupCutmix,
-    MixupTrainer,
-    collate_images,
-    image_transform,
-    soft_target_cross_entropy,
-)
+from hf_neutreno.image_transforms import collate_images, image_transform
+from hf_neutreno.mixup import MixupCutmix, MixupTrainer, soft_target_cross_entropy
 
 STEPS_PER_EPOCH = 4  # 64 images / batch 16
 TOTAL_STEPS = 2 * STEPS_PER_EPOCH

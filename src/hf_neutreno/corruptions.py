@@ -7,6 +7,8 @@ same pixels; pass e.g. ``seed=(base_seed, index)`` to give every image of a data
 
     >>> from hf_neutreno.corruptions import corrupt
     >>> noisy = corrupt(image, "gaussian_noise", severity=3, seed=(0, 17))
+
+`corruption_accuracy` scores an image classifier on corrupted copies of a set of images (the poster's Table 3).
 """
 
 import io
@@ -119,4 +121,25 @@ def corrupt(image: Image.Image, name: str, severity: int, seed: int | Sequence[i
     return _FUNCTIONS[name](image, PARAMETERS[name][severity - 1], rng)
 
 
-__all__ = ["CORRUPTIONS", "PARAMETERS", "SEVERITIES", "check_corruption", "corrupt"]
+def corruption_accuracy(model, processor, images: list[Image.Image], labels, corruptions: Sequence[str],
+                        severities: Sequence[int], seed: int = 0) -> dict[str, dict[str, float]]:
+    """{severity: {corruption: accuracy}} of an image classifier on `images` corrupted by `corrupt` (image i drawn
+    with seed (seed, i), so every model sees the same pixels); severity 0 is the clean accuracy of the same images,
+    under the name "none". `processor` turns PIL images into `pixel_values`; `labels` is a tensor of class ids."""
+    from .metrics import accuracy
+
+    def pixels(batch):
+        return processor(batch, return_tensors="pt")["pixel_values"]
+
+    results = {}
+    for severity in severities:
+        names = corruptions if severity else ["none"]
+        results[str(severity)] = {
+            name: accuracy(model, pixels(images if not severity else [
+                corrupt(image, name, severity, seed=(seed, i)) for i, image in enumerate(images)]), labels)
+            for name in names
+        }
+    return results
+
+
+__all__ = ["CORRUPTIONS", "PARAMETERS", "SEVERITIES", "check_corruption", "corrupt", "corruption_accuracy"]

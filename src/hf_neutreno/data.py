@@ -1,20 +1,27 @@
-"""Image datasets: one loader for Hub names, local Parquet folders (same schema as the Hub) and image folders."""
+"""Datasets: one loader that resolves where a dataset comes from, and the image-classification helpers.
 
+`load_dataset_splits` is the one place that tells a Hub dataset name from a local folder of Parquet files (named as
+on the Hub), an `imagefolder` tree and the built-in `digits`; `load_image_dataset` (images) and
+`hf_neutreno.text_data.load_wikitext` (text) load through it.
+"""
+
+import json
 import os
 from pathlib import Path
 
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Image, load_dataset
 
-
 BUILTIN_DIGITS = "digits"
+LABELS_FILE = "id2label.json"  # a local dataset folder's class names: {label id: name}
 
 
-def load_image_dataset(name_or_dir: str | os.PathLike, config_name: str | None = None) -> DatasetDict:
-    """Load every split of an image dataset.
+def load_dataset_splits(name_or_dir: str | os.PathLike, config_name: str | None = None) -> DatasetDict:
+    """Every split of a dataset of any kind.
 
-    `name_or_dir` is a Hub dataset name (`uoft-cs/cifar10`), a folder of Parquet files named like the Hub's
-    (`train-00000-of-00001.parquet`, as the Hub stores them), an `imagefolder` tree (`train/<label>/*.png`), or
-    `"digits"`: scikit-learn's bundled 8×8 handwritten digits, which need no download.
+    `name_or_dir` is `"digits"` (scikit-learn's bundled 8×8 handwritten digits, no download), a local folder of
+    Parquet files named like the Hub's (`train-00000-of-00001.parquet`, at the top or one level down), a local
+    `imagefolder` tree (`train/<label>/*.png`), or a Hub dataset name (with `config_name`). A path that looks like
+    a folder (starts with `.` or `/`, or has a suffix) but does not exist raises `ValueError`.
     """
     if str(name_or_dir) == BUILTIN_DIGITS:
         return load_digits()
@@ -23,9 +30,34 @@ def load_image_dataset(name_or_dir: str | os.PathLike, config_name: str | None =
         if any(path.glob("*.parquet")) or any(path.glob("*/*.parquet")):
             return load_dataset("parquet", data_dir=str(path))
         return load_dataset("imagefolder", data_dir=str(path))
-    if path.suffix or str(name_or_dir).startswith((".", "/")):
+    if is_local_path(name_or_dir):
         raise ValueError(f"Dataset folder {str(name_or_dir)!r} does not exist.")
     return load_dataset(str(name_or_dir), config_name)
+
+
+def is_local_path(name_or_dir: str | os.PathLike) -> bool:
+    """Whether `name_or_dir` names a local folder (existing or not) rather than a Hub dataset."""
+    text = str(name_or_dir)
+    return Path(text).is_dir() or bool(Path(text).suffix) or text.startswith((".", "/", "~"))
+
+
+def load_image_dataset(name_or_dir: str | os.PathLike, config_name: str | None = None) -> DatasetDict:
+    """Every split of an image dataset (classification or segmentation): a Hub name (`uoft-cs/cifar10`), a folder of
+    Parquet files with the Hub's columns, an `imagefolder` tree, or `"digits"` (see `load_dataset_splits`)."""
+    return load_dataset_splits(name_or_dir, config_name)
+
+
+def read_id2label(path: str | os.PathLike, flag: str = "--id2label-file") -> dict[int, str]:
+    """A segmentation dataset's class names, {label id: name} for ids 0, 1, ..., K − 1 (K >= 2), from a JSON file;
+    a malformed one raises `ValueError` naming `flag` and the path."""
+    try:
+        id2label = {int(k): str(v) for k, v in json.loads(Path(path).read_text(encoding="utf-8")).items()}
+    except (OSError, ValueError, AttributeError) as error:
+        raise ValueError(f"{flag} {str(path)!r} is not a readable JSON object of label id -> name ({error}).") from None
+    if sorted(id2label) != list(range(len(id2label))) or len(id2label) < 2:
+        raise ValueError(f"{flag} {str(path)!r} must name the classes 0, 1, ..., K - 1 (K >= 2); it has keys "
+                         f"{sorted(id2label)[:12]}.")
+    return id2label
 
 
 def get_split(dataset: DatasetDict, split: str) -> Dataset:

@@ -4,11 +4,9 @@ inference and the metrics (mean IoU, pixel accuracy, per-class IoU).
 Single-scale evaluation (the paper's SS) is the model's own `sliding_window_logits`; `multi_scale_probabilities` is
 its multi-scale evaluation with flips (MS). The metrics follow `evaluate`'s `mean_iou` (the mmsegmentation
 definitions): `MeanIoU` accumulates them over batches, `mean_iou` takes whole lists of maps and uses
-`evaluate.load("mean_iou")` where the Hub can be reached, else the same computation done here.
+`evaluate.load("mean_iou")` where it loads, else the same computation done here (`hf_neutreno.metrics`).
 """
 
-import logging
-import os
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -17,11 +15,10 @@ import torch
 from torch import nn
 from transformers import SegformerImageProcessorPil
 
-logger = logging.getLogger(__name__)
+from .metrics import evaluate_metric
 
 # Segmenter's multi-scale evaluation (mmsegmentation's ADE20K ratios), each also flipped horizontally.
 MS_SCALES = (0.5, 0.75, 1.0, 1.25, 1.5, 1.75)
-BACKENDS = ("auto", "evaluate", "direct")
 
 
 def make_image_processor(config, **kwargs) -> SegformerImageProcessorPil:
@@ -199,32 +196,17 @@ def mean_iou(
     """`evaluate.load("mean_iou").compute(...)`, with the same arguments and result keys (see `MeanIoU`).
 
     `backend`: `"evaluate"` loads the metric from the Hub (or its cache); `"direct"` computes it here (`MeanIoU`,
-    the same definitions); `"auto"` (default) tries `evaluate` unless the Hub is switched off (`HF_HUB_OFFLINE` or
-    `HF_EVALUATE_OFFLINE`) and falls back to the direct computation when it cannot be loaded (logged at INFO).
+    the same definitions); `"auto"` (default) uses evaluate's where it loads and the direct computation otherwise
+    (`hf_neutreno.metrics.evaluate_metric`).
     """
-    if backend not in BACKENDS:
-        raise ValueError(f"`backend` must be one of {list(BACKENDS)}, got {backend!r}.")
     arguments = dict(num_labels=num_labels, ignore_index=ignore_index, nan_to_num=nan_to_num, label_map=label_map,
                      reduce_labels=reduce_labels)
-    if backend == "evaluate" or (backend == "auto" and not _hub_offline()):
-        try:
-            import evaluate
-
-            metric = evaluate.load("mean_iou")
-        except (OSError, ConnectionError, ImportError) as error:  # unreachable Hub, no cache, no package
-            if backend == "evaluate":
-                raise
-            logger.info("evaluate's mean_iou could not be loaded (%s); computing it directly.", error)
-        else:
-            return metric.compute(predictions=list(predictions), references=list(references), **arguments)
+    metric = evaluate_metric("mean_iou", backend)
+    if metric is not None:
+        return metric.compute(predictions=list(predictions), references=list(references), **arguments)
     accumulator = MeanIoU(num_labels, ignore_index, label_map, reduce_labels)
     accumulator.update(predictions, references)
     return accumulator.compute(nan_to_num)
-
-
-def _hub_offline() -> bool:
-    truthy = ("1", "on", "yes", "true")
-    return any(os.environ.get(name, "").strip().lower() in truthy for name in ("HF_HUB_OFFLINE", "HF_EVALUATE_OFFLINE"))
 
 
 __all__ = ["MS_SCALES", "MeanIoU", "make_image_processor", "mean_iou", "multi_scale_probabilities"]

@@ -9,14 +9,15 @@ its end, empty lines included; the token counts then equal the published ones (W
 
 import os
 from collections.abc import Iterable, Iterator
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import torch
-from datasets import Dataset, DatasetDict, load_dataset
+from datasets import Dataset, DatasetDict
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
+
+from .data import load_dataset_splits
 
 WIKITEXT_HUB_NAME = "Salesforce/wikitext"
 WIKITEXT103_CONFIG = "wikitext-103-v1"
@@ -29,13 +30,8 @@ def load_wikitext(
 ) -> DatasetDict:
     """Every split of a WikiText dataset: a Hub name (`Salesforce/wikitext` with `config_name`, e.g.
     `wikitext-103-v1`), or a folder of Parquet files with the Hub's schema (one `text` row per line), such as
-    a local copy of `Salesforce/wikitext`'s `wikitext-2-v1`."""
-    path = Path(name_or_dir)
-    if path.is_dir():
-        return load_dataset("parquet", data_dir=str(path))
-    if path.suffix or str(name_or_dir).startswith((".", "/")):
-        raise ValueError(f"Dataset folder {str(name_or_dir)!r} does not exist.")
-    return load_dataset(str(name_or_dir), config_name)
+    a local copy of `Salesforce/wikitext`'s `wikitext-2-v1` (`hf_neutreno.data.load_dataset_splits`)."""
+    return load_dataset_splits(name_or_dir, config_name)
 
 
 def _lines(texts: Dataset | Iterable[str], text_column: str = TEXT_COLUMN, batch_size: int = 10_000) -> Iterator[str]:

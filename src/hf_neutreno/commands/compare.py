@@ -1,36 +1,40 @@
-r"""Train a baseline and a NeuTRENO model (optionally ViT⁻) on the same data and budget, paired over several seeds;
-compare them.
+r"""Train attention variants side by side on the same data and budget, paired over several seeds; compare them.
 
     hf-neutreno compare                                  # vit-micro on digits, 3 paired seeds, offline, a few minutes
-    hf-neutreno compare --vit-minus                      # also ViT⁻ (EigenViT, negative spectrum) of the same shape
+    hf-neutreno compare --variants softmax,neutreno,vit-minus    # also ViT⁻ (EigenViT, negative spectrum)
     hf-neutreno compare --dataset uoft-cs/cifar10 --model vit-tiny --epochs 1 --max-train-samples 5000
     hf-neutreno compare --dataset Salesforce/wikitext --dataset-config wikitext-2-v1 --model gpt-micro \
         --max-steps 300 --max-eval-samples 200
     hf-neutreno compare --model segmenter-micro --dataset path/to/segmentation-parquet --max-steps 300
 
-Variants: `baseline` (softmax attention, λ = 0), `neutreno` (λ = --neutreno-lambda) and, with --vit-minus,
-`vit-minus`. They train once per seed (--seeds of them: --seed, --seed + 1, ...), paired: within a seed each starts
-from the same initial weights (the baseline's, wherever the shapes coincide), sees the same batches in the same order
-and trains for the same budget with `Trainer`. Each is then scored on the test split (else validation): accuracy for
-an image classifier preset, perplexity for a language-model preset (non-overlapping blocks of the context length,
-`hf_neutreno.lm_eval`), mean IoU for a Segmenter preset (`segmenter-*`; on the validation split, else test, resized to
-the preset's image size). The mean pairwise token cosine similarity of every layer is measured on one probe set for
-all variants: the first --probe-samples evaluation samples.
+Variants (--variants, comma-separated): `softmax` (softmax attention, λ = 0: the baseline, always trained),
+`neutreno` (λ = --neutreno-lambda) and, for image classifier presets, `vit-minus` (the eigen-parameterised ViT⁻ of
+the same shape). They train once per seed (--seeds of them: --seed, --seed + 1, ...), paired: within a seed each
+starts from the same initial weights (softmax's, wherever the shapes coincide), sees the same batches in the same
+order and trains for the same budget with `Trainer`. Each is then scored on the test split (else validation):
+accuracy for an image classifier preset, perplexity for a language-model preset (non-overlapping blocks of the
+context length, `hf_neutreno.lm_eval`), mean IoU for a Segmenter preset (`segmenter-*`; on the validation split,
+else test, resized to the preset's image size). The mean pairwise token cosine similarity of every layer is measured
+on one probe set for all variants: the first --probe-samples evaluation samples.
 
-Segmentation data has scene_parse_150's columns, `image` and `annotation` (a label map). A local folder's
-`id2label.json` names its classes as the label maps number them (fashion-scenes: 0 = background); without one the
-label maps follow scene_parse_150 (ADE20K): 0 = "other", ignored, and 1-150 are the 150 classes.
+Segmentation data has scene_parse_150's columns, `image` and `annotation` (a label map). A local folder must name
+its classes in an `id2label.json`, as the label maps number them (fashion-scenes: 0 = background); the classes are
+not guessed. scene_parse_150 (ADE20K) itself: 0 = "other", ignored, and 1-150 are the 150 classes.
 
 Prints one row per variant: the score and the last-layer cosine as mean ± sample std over the seeds, each with its
-paired difference from the baseline (mean ± std over seeds) and the seeds where the variant is better ("wins"), and
-the training time per seed. Writes to --output-dir: `results.json` (every number of every seed, learning curves, the
+paired difference from softmax (mean ± std over seeds) and the seeds where the variant is better ("wins"), and the
+training time per seed. Writes to --output-dir: `results.json` (every number of every seed, learning curves, the
 summaries), `comparison.png` (training loss of every seed; cosine per layer, mean and seed range) and one folder per
 variant with the model of the FIRST seed and its image processor or tokenizer, which
 `AutoModelForImageClassification` / `AutoModelForSemanticSegmentation` / `AutoModelForCausalLM.from_pretrained(folder,
-trust_remote_code=True)` loads without this package. A model folder appears only once complete (it is written under
-a temporary name, then renamed) and results.json is rewritten after each run, so Ctrl-C leaves the finished runs and
-models usable. An earlier compare run in --output-dir is replaced; a folder holding anything else is refused before
-anything is trained. The same from Python: `hf_neutreno.compare.run_comparison`.
+trust_remote_code=True)` loads without this package.
+
+Nothing finished is lost. The run in progress is written to `<output-dir>.incomplete` (results.json rewritten after
+each finished run, each model folder complete or absent) and replaces --output-dir only when it is complete, so an
+earlier run there stays until then. A run stopped at any moment (Ctrl-C, a killed process) continues with
+--resume: the seeds and variants it finished are kept and the others trained, with the numbers an uninterrupted run
+gives. Without --resume an interrupted run is refused rather than overwritten; a folder holding anything but a
+compare run is refused before anything is trained. The same from Python: `hf_neutreno.compare.run_comparison`.
 """
 
 import argparse
@@ -38,8 +42,9 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from ..compare import IMAGE_MODELS, LOADERS, PLOT_FILE, RESULTS_FILE, SEGMENTATION_MODELS, TEXT_MODELS, CompareSettings
-from ..compare import format_table, run_comparison
+from ..compare import LOADERS, VARIANTS, CompareSettings, format_table, run_comparison
+from ..compare_output import INCOMPLETE, PLOT_FILE, RESULTS_FILE
+from ..compare_tasks import IMAGE_MODELS, SEGMENTATION_MODELS, TEXT_MODELS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -51,14 +56,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "local folder (Parquet files named as on the Hub, or an imagefolder tree); its kind must "
                         "match --model's")
     parser.add_argument("--dataset-config", help="configuration name of a Hub dataset")
+    parser.add_argument("--variants", type=_variants, metavar="NAME,NAME",
+                        help=f"the variants to train, comma-separated, of {list(VARIANTS)}; softmax (the baseline) "
+                        "is always among them; vit-minus for image classifier presets (default: softmax,neutreno)")
     parser.add_argument("--vit-minus", action="store_true",
-                        help="also train ViT⁻ (EigenViT with a negative spectrum) of the same shape (image presets)")
+                        help="deprecated: the same as adding vit-minus to --variants (--variants "
+                        "softmax,neutreno,vit-minus)")
     parser.add_argument("--neutreno-lambda", type=float,
                         help="λ of the neutreno variant, also in a Segmenter's decoder (default: the preset's, 0.6 "
                         "for images, 0.4 for text)")
     parser.add_argument("--output-dir",
                         help="results, plot and the first seed's models (default: %(default)s); an earlier compare "
-                        "run there is replaced, any other content is refused")
+                        "run there is replaced once this one is complete, any other content is refused")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the interrupted run of the same command (in <output-dir>.incomplete) with "
+                        "the seeds and variants it has not finished")
     parser.add_argument("--epochs", type=float, help="training epochs (default: %(default)s)")
     parser.add_argument("--max-steps", type=int, help="train for this many steps instead of --epochs")
     parser.add_argument("--batch-size", type=int, help="training batch size (default: %(default)s)")
@@ -85,7 +97,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(**dataclasses.asdict(CompareSettings()))  # one set of defaults: the library's
 
 
+def _variants(text: str) -> tuple[str, ...]:
+    return tuple(name.strip() for name in text.split(",") if name.strip())
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.vit_minus:  # the deprecated spelling of adding vit-minus to --variants
+        args.variants = (*args.variants, "vit-minus")
     settings = CompareSettings(**{f.name: getattr(args, f.name) for f in dataclasses.fields(CompareSettings)})
     if settings.no_progress:  # also the bars of datasets (tokenizing) and transformers (saving)
         import datasets
@@ -96,8 +114,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         results = run_comparison(settings)
     except KeyboardInterrupt:
-        print(f"\nStopped: {settings.output_dir}/{RESULTS_FILE} lists the variants that finished; their models are "
-              "complete.", file=sys.stderr)
+        output_dir = Path(settings.output_dir)
+        work = output_dir.with_name(output_dir.name + INCOMPLETE)
+        print(f"\nStopped: {work / RESULTS_FILE} lists the runs that finished (their models are complete); rerun "
+              "the command with --resume to continue.", file=sys.stderr)
         raise  # the CLI exits with 130
     print()
     print(format_table(results))
@@ -106,7 +126,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_usage(output_dir: Path, results: dict) -> None:
-    folder = str(output_dir / "neutreno")
+    shown = "neutreno" if "neutreno" in results["variants"] else list(results["variants"])[-1]
+    folder = str(output_dir / shown)
     auto_class, processing_auto_class = LOADERS[results["task"]]
     is_image = results["task"] != "causal-lm"
     name, remote = ("processor", "") if is_image else ("tokenizer", ", trust_remote_code=True")

@@ -1,0 +1,99 @@
+"""What `hf-neutreno compare` shows of a results.json: the side-by-side table (`format_table`) and the figure
+(`plot`: the training loss of every seed, and the token cosine similarity per layer)."""
+
+import textwrap
+from pathlib import Path
+
+# Whether a larger value is better, for the paired wins: lower cosine is less over-smoothing (the papers' claim).
+HIGHER_IS_BETTER = {"accuracy": True, "mean_iou": True, "perplexity": False, "last_layer_cosine": False}
+
+
+def plot(path: Path, results: dict, title: str) -> None:
+    """Two panels: the training loss of every seed (thin lines), and the token cosine similarity per layer (mean
+    over seeds, band from the lowest to the highest seed)."""
+    from matplotlib.figure import Figure  # no pyplot: nothing global changes
+
+    figure = Figure(figsize=(10, 3.8), layout="constrained")
+    loss_axes, cosine_axes = figure.subplots(1, 2)
+    layers = results["cosine_layers"]
+    for index, (variant, entry) in enumerate(results["variants"].items()):
+        color = f"C{index}"
+        for number, run in enumerate(entry["per_seed"]):
+            curve = run["learning_curve"]
+            loss_axes.plot([p["step"] for p in curve], [p["loss"] for p in curve], color=color, linewidth=0.8,
+                           alpha=0.8, label=variant if number == 0 else None)
+        cosine = entry["cosine_similarity"]
+        cosine_axes.plot(layers, cosine["mean"], color=color, marker="o", markersize=3, label=variant)
+        cosine_axes.fill_between(layers, cosine["min"], cosine["max"], color=color, alpha=0.2, linewidth=0)
+    if results["decoder_layers"]:
+        first = results["decoder_layers"][0]
+        cosine_axes.axvline(first - 0.5, color="grey", linestyle=":", linewidth=1)
+        cosine_axes.text(first - 0.4, 0.02, "decoder", transform=cosine_axes.get_xaxis_transform(), color="grey",
+                         fontsize="small")
+    loss_axes.set(title="training loss, one line per seed", xlabel="step")
+    cosine_axes.set(title="token cosine similarity (mean; band: seed range)", xlabel="layer (0 = embeddings)")
+    for axes in (loss_axes, cosine_axes):
+        axes.grid(alpha=0.3)
+        axes.legend(fontsize="small")
+    figure.suptitle(title)
+    figure.savefig(path, dpi=110)
+
+
+def _number(value: float, metric: str, signed: bool = False) -> str:
+    return f"{value:{'+' if signed else ''}.{2 if metric == 'perplexity' else 4}f}"
+
+
+def _spread(stats: dict, metric: str, signed: bool = False) -> str:
+    text = _number(stats["mean"], metric, signed)
+    return text if stats["std"] is None else f"{text} ± {_number(stats['std'], metric)}"
+
+
+def format_table(results: dict) -> str:
+    """The side-by-side table of a results.json, one row per variant, and the lines that explain it."""
+    metric = results["metric"]
+    title = metric.replace("_", " ").replace("mean iou", "mean IoU")
+    header = ["variant", "attention", title, "Δ (wins)", "last-layer cosine", "Δ (wins)", "train time"]
+    rows = []
+    for name, entry in results["variants"].items():
+        cells = [name, entry["description"]]
+        for key in (metric, "last_layer_cosine"):
+            cells.append(_spread(entry[key], key if key == metric else "cosine"))
+            difference = entry.get("difference_from_baseline", {}).get(key)
+            cells.append("" if difference is None else f"{_spread(difference, key, signed=True)} "
+                         f"({difference['wins']}/{difference['n']})")
+        cells.append(f"{entry['train_seconds']:.1f} s")
+        rows.append(cells)
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    lines = []
+    for row in [header, *rows]:
+        cells = [cell.ljust(width) if i < 2 else cell.rjust(width) for i, (cell, width) in enumerate(zip(row, widths))]
+        lines.append("  ".join(cells).rstrip())
+    seeds = results["seeds"]
+    better = "lower" if not HIGHER_IS_BETTER[metric] else "higher"
+    where = "the encoder's last block" if results["decoder_layers"] else "the last block"
+    notes = [
+        f"Mean ± sample std over {len(seeds)} seeds ({', '.join(map(str, seeds))}); Δ: the paired difference from "
+        f"{results['baseline']} (same seed), mean ± std; wins: seeds where the variant is better ({better} {title}, "
+        "lower cosine).",
+        f"{title.capitalize() if metric != 'mean_iou' else title} on {_scored(results)}; last-layer cosine: mean "
+        f"cosine similarity of all token pairs after {where}, on the first {results['probe_samples']} "
+        f"{_eval_unit(results)}; train time: per seed.",
+    ]
+    lines += [line for note in notes for line in textwrap.wrap(note, width=118)]
+    return "\n".join(lines)
+
+
+def _eval_unit(results: dict) -> str:
+    if results["task"] == "causal-lm":
+        return f"blocks of {results['data']['block_size']} {results['eval_split']} tokens"
+    return f"{results['eval_split']} images"
+
+
+def _scored(results: dict) -> str:
+    data = results["data"]
+    if results["task"] == "causal-lm":
+        return f"{data['eval_tokens']} {results['eval_split']} tokens"
+    return f"the {data['eval_images']} {results['eval_split']} images"
+
+
+__all__ = ["HIGHER_IS_BETTER", "format_table", "plot"]

@@ -1,0 +1,90 @@
+"""Paired experiments: the variants of one seed start from the same weights and train on the same batches, and their
+results are summarised over seeds as mean ± sample standard deviation with paired differences.
+
+`hf-neutreno compare`, `benchmarks/reproduce.py` and `examples/run_eigen_vit.py` all pair their variants this way:
+
+    model = paired_model(build, "neutreno", seed, reference="softmax")  # softmax's initial weights, λ > 0
+    args = TrainingArguments(output_dir, **pairing_arguments(seed), ...)  # the seed's batches, in the seed's order
+    summary({0: 0.71, 1: 0.74, 2: 0.69})                                   # mean ± std over the seeds
+    paired({0: 0.73, 1: 0.75}, {0: 0.71, 1: 0.74})                         # variant − baseline, seed by seed
+
+A variant's initial weights depend on its seed alone (not on which variants ran before it), so a run that stops and
+later continues with the seeds it has not finished gets the numbers an uninterrupted run gets.
+"""
+
+import hashlib
+import math
+import statistics
+from collections.abc import Callable, Iterable, Mapping
+
+import torch
+
+
+def copy_shared_weights(model: torch.nn.Module, reference: torch.nn.Module | Mapping[str, torch.Tensor]) -> None:
+    """Start `model` from `reference`'s weights wherever the names and shapes coincide (all of them for a NeuTRENO
+    variant of a softmax model, whose λ is no parameter; all but the value/output maps for ViT⁻/ViT⁺), so that paired
+    variants differ only where their designs do."""
+    state = reference if isinstance(reference, Mapping) else reference.state_dict()
+    own = model.state_dict()
+    model.load_state_dict({k: v for k, v in state.items() if k in own and own[k].shape == v.shape}, strict=False)
+
+
+def paired_model(build: Callable[[str], torch.nn.Module], variant: str, seed: int, reference: str) -> torch.nn.Module:
+    """`build(variant)`, initialised as `build(reference)` is under `seed` wherever the two share a parameter.
+
+    torch's generator is seeded with `seed`, the reference is built, then the variant (its own parameters drawn
+    next), which takes every shared weight from the reference.
+    """
+    torch.manual_seed(seed)
+    base = build(reference)
+    if variant == reference:
+        return base
+    model = build(variant)
+    copy_shared_weights(model, base)
+    return model
+
+
+def pairing_arguments(seed: int) -> dict:
+    """`TrainingArguments` fields that make every variant of a seed see the same batches in the same order (and the
+    same dropout and augmentation draws where the models consume them alike)."""
+    return {"seed": seed, "data_seed": seed}
+
+
+def weights_fingerprint(model: torch.nn.Module) -> str:
+    """SHA-256 of the model's weights (names and values): equal for two models that start from the same weights."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def mean_std(values: Iterable[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (n − 1 in the denominator; NaN for fewer than two values)."""
+    values = [float(v) for v in values]
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else math.nan
+
+
+def summary(per_seed: Mapping) -> dict:
+    """{"per_seed": {seed: value}, "mean", "std", "n"} of one quantity over seeds (seeds as strings, as in JSON)."""
+    mean, std = mean_std(per_seed.values())
+    return {"per_seed": {str(k): v for k, v in per_seed.items()}, "mean": mean, "std": std, "n": len(per_seed)}
+
+
+def paired(variant: Mapping, baseline: Mapping, higher_is_better: bool = True) -> dict:
+    """`variant − baseline` per seed (the seeds both have) as a `summary`, with `wins`: the seeds where the variant is
+    better (higher, or lower with `higher_is_better=False`)."""
+    differences = {seed: variant[seed] - baseline[seed] for seed in variant if seed in baseline}
+    wins = sum((d > 0) if higher_is_better else (d < 0) for d in differences.values())
+    return {**summary(differences), "wins": wins, "higher_is_better": higher_is_better}
+
+
+__all__ = [
+    "copy_shared_weights",
+    "mean_std",
+    "paired",
+    "paired_model",
+    "pairing_arguments",
+    "summary",
+    "weights_fingerprint",
+]

@@ -1,0 +1,150 @@
+"""What the example training scripts (examples/run_*.py) share, as transformers' own run_*.py examples do it:
+the output folder is never overwritten by accident, an interrupted run resumes from its last checkpoint, config
+overrides are parsed from one flag, and a multi-process launch that Trainer would not join is refused.
+
+    parser = script_parser(ModelArguments, DataArguments)     # + --overwrite-output-dir, bare --resume-from-checkpoint
+    model_args, data_args, script_args, training_args = parser.parse_args_into_dataclasses()
+    checkpoint = checkpoint_to_resume(training_args, script_args.overwrite_output_dir)
+    trainer.train(resume_from_checkpoint=checkpoint)
+"""
+
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from transformers import HfArgumentParser, TrainingArguments
+from transformers.trainer import TRAINER_STATE_NAME
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
+
+LAST_CHECKPOINT = "last"  # `--resume-from-checkpoint` without a path (also `true`): the output folder's last one
+
+
+@dataclass
+class ScriptArguments:
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={"help": "Train into --output-dir even if it holds a trained model, results or checkpoints (its "
+                  "checkpoint-* folders are removed first). Without it such a folder is refused."},
+    )
+
+
+def script_parser(*dataclass_types) -> HfArgumentParser:
+    """`HfArgumentParser` over `dataclass_types`, `ScriptArguments` and `TrainingArguments` (parsed in that order),
+    whose `--resume-from-checkpoint` also works without a path: then it resumes from the output folder's last
+    checkpoint."""
+    parser = HfArgumentParser((*dataclass_types, ScriptArguments, TrainingArguments))
+    for action in parser._actions:  # argparse offers no public way to change an option once added
+        if action.dest == "resume_from_checkpoint":
+            action.nargs, action.const = "?", LAST_CHECKPOINT
+            action.help = ("A checkpoint folder to resume training from; without a path, the last checkpoint-* in "
+                           "--output-dir.")
+    return parser
+
+
+def resume_requested(value: str | bool | None) -> bool:
+    return value is not None and str(value).strip().lower() not in ("false", "none", "")
+
+
+def resolve_checkpoint(output_dir: str | os.PathLike, resume_from_checkpoint: str | bool | None) -> str | None:
+    """The checkpoint folder `--resume-from-checkpoint` names: a path as given, `last` (or `true`) the last
+    `checkpoint-*` in `output_dir`; None if no resumption was asked for. Raises naming the flag if there is none."""
+    if not resume_requested(resume_from_checkpoint):
+        return None
+    value = str(resume_from_checkpoint).strip()
+    if value.lower() in (LAST_CHECKPOINT, "true"):
+        last = get_last_checkpoint(str(output_dir)) if Path(output_dir).is_dir() else None
+        if last is None:
+            raise ValueError(f"--resume-from-checkpoint: --output-dir {str(output_dir)!r} holds no "
+                             f"{PREFIX_CHECKPOINT_DIR}-* folder to resume from; pass a checkpoint's path, or train "
+                             "without the flag.")
+        return last
+    if not (Path(value) / TRAINER_STATE_NAME).is_file():
+        raise ValueError(f"--resume-from-checkpoint {value!r} is not a checkpoint folder (it has no "
+                         f"{TRAINER_STATE_NAME}); give a {PREFIX_CHECKPOINT_DIR}-* folder, or no path for the last "
+                         "one in --output-dir.")
+    return value
+
+
+def refuse_to_overwrite(output_dir: str | os.PathLike, overwrite_output_dir: bool, main_process: bool = True) -> None:
+    """Raise if `output_dir` holds anything (a trained model, results, checkpoints) unless `overwrite_output_dir`;
+    then its `checkpoint-*` folders are removed (by the main process), so that a later resumption cannot pick up
+    the replaced run's."""
+    folder = Path(output_dir)
+    entries = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+    if not entries:
+        return
+    if not overwrite_output_dir:
+        checkpoints = [name for name in entries if name.startswith(f"{PREFIX_CHECKPOINT_DIR}-")]
+        what = ("a trained model" if "config.json" in entries else "results" if any(
+            name.endswith("results.json") for name in entries) else "checkpoints" if checkpoints else "files")
+        shown = ", ".join(entries[:6]) + (", ..." if len(entries) > 6 else "")
+        raise ValueError(
+            f"--output-dir {str(folder)!r} already holds {what} ({shown}). Pass --resume-from-checkpoint to continue "
+            "an interrupted run from its last checkpoint, --overwrite-output-dir to train afresh into it, or choose "
+            "another --output-dir; nothing was written."
+        )
+    if main_process:
+        for name in entries:
+            if name.startswith(f"{PREFIX_CHECKPOINT_DIR}-") and (folder / name).is_dir():
+                shutil.rmtree(folder / name)
+
+
+def checkpoint_to_resume(training_args: TrainingArguments, overwrite_output_dir: bool) -> str | None:
+    """Before training: the checkpoint to resume from (`--resume-from-checkpoint`), else None after checking that
+    training will not overwrite an earlier run's output (`refuse_to_overwrite`). An evaluation-only run
+    (`--do-train false`) writes no model and is never refused."""
+    checkpoint = resolve_checkpoint(training_args.output_dir, training_args.resume_from_checkpoint)
+    if checkpoint is None and training_args.do_train:
+        refuse_to_overwrite(training_args.output_dir, overwrite_output_dir, training_args.process_index == 0)
+    return checkpoint
+
+
+def parse_config_overrides(text: str | None, config_class) -> dict:
+    """'num_hidden_layers=6,hidden_act=relu' -> {'num_hidden_layers': 6, 'hidden_act': 'relu'}: each value typed like
+    the `config_class` field it sets (the `--config_overrides` flag of the examples)."""
+    overrides, defaults = {}, config_class()
+    for item in filter(None, (text or "").split(",")):
+        key, sep, value = item.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not hasattr(defaults, key):
+            raise ValueError(f"--config_overrides: {item!r} is not `field=value` for a {config_class.__name__} field.")
+        current = getattr(defaults, key)
+        if isinstance(current, bool):
+            overrides[key] = value.lower() in ("1", "true", "yes")
+        elif isinstance(current, (int, float)):
+            overrides[key] = type(current)(value)
+        else:  # lists and None as JSON ('[2000, 10000]', 'null'), anything else as the string
+            try:
+                overrides[key] = json.loads(value)
+            except json.JSONDecodeError:
+                overrides[key] = value
+    return overrides
+
+
+def check_distributed_launch(args: TrainingArguments) -> None:
+    """Raise if the script runs as several processes (torchrun, accelerate launch) that Trainer does not join.
+
+    On a machine without GPUs, Trainer only forms the process group (gloo) with `--use_cpu`; without it every
+    process would silently train its own copy of the model on its own data.
+    """
+    launched = int(os.environ.get("WORLD_SIZE", "1"))
+    if launched > 1 and args.world_size != launched:
+        raise ValueError(
+            f"The script was launched as {launched} processes, but Trainer trains in {args.world_size}: each process "
+            "would train its own copy. On a machine without GPUs pass --use_cpu (Trainer then joins the processes "
+            "with gloo)."
+        )
+
+
+__all__ = [
+    "LAST_CHECKPOINT",
+    "ScriptArguments",
+    "check_distributed_launch",
+    "checkpoint_to_resume",
+    "parse_config_overrides",
+    "refuse_to_overwrite",
+    "resolve_checkpoint",
+    "script_parser",
+]
