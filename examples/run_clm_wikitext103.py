@@ -132,7 +132,7 @@ def build_model(model_args: ModelArguments, tokenizer, block_size: int | None) -
 
 def main(argv: list[str] | None = None) -> dict:
     parser = script_parser(ModelArguments, DataArguments)
-    parser.set_defaults(**recipes.PAPER_LM_TRAINING)
+    parser.set_defaults(**recipes.PAPER_LM_TRAINING, do_train=True)  # the script always trains
     model_args, data_args, script_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     # Never overwrite an earlier run by accident; --resume-from-checkpoint (no path: the last one) continues one.

@@ -228,3 +228,135 @@ def test_generate_grows_a_left_padded_mask_and_matches_greedy_full_forwards(use_
             expected = torch.cat([expected, next_token], dim=1)
             grown = torch.cat([grown, torch.ones_like(next_token)], dim=1)
     assert torch.equal(generated, expected)
+
+
+# ======================================================================================================================
+# Output folders, resumption and dataset checks of `hf-neutreno compare` and the example scripts: each bad input is
+# refused before anything trains or is written, with a message naming the flag or path.
+
+import shutil  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import transformers  # noqa: E402
+from examples_loader import load_example  # noqa: E402
+
+from hf_neutreno import cli  # noqa: E402
+
+EXAMPLE_SCRIPTS = ("run_image_classification", "run_clm_wikitext103", "run_semantic_segmentation", "run_eigen_vit")
+COMPARE_TINY = ["--max-steps", "2", "--max-train-samples", "16", "--max-eval-samples", "8", "--probe-samples", "4",
+                "--batch-size", "8", "--no-progress"]
+
+
+@pytest.fixture
+def no_training(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("training started")
+
+    monkeypatch.setattr(transformers.Trainer, "train", refuse)
+
+
+def _compare_error(argv: list[str], capsys) -> str:
+    """Run `hf-neutreno compare` as the console script does; return its one-line error (exit status 2)."""
+    capsys.readouterr()
+    assert cli.main(["compare", *argv]) == 2
+    message = capsys.readouterr().err
+    assert message.count("\n") == 1 and message.startswith("hf-neutreno compare: error: "), message
+    return message
+
+
+def _finished_model(folder: Path) -> Path:
+    """What a finished run leaves in its output folder: a saved model (and its results)."""
+    small("neutreno_vit").save_pretrained(folder)  # any model: the scripts only look at what the folder holds
+    (folder / "all_results.json").write_text("{}")
+    return folder
+
+
+def test_compare_refuses_a_segmentation_folder_without_id2label(data_dir, tmp_path, capsys, no_training):
+    folder = tmp_path / "scenes"
+    folder.mkdir()
+    for split in ("train", "validation"):
+        shutil.copy(data_dir / "fashion-scenes" / f"{split}-00000-of-00001.parquet", folder)
+    message = _compare_error(["--model", "segmenter-micro", "--dataset", str(folder), "--output-dir",
+                              str(tmp_path / "out"), *COMPARE_TINY], capsys)
+    assert f"--dataset {str(folder)!r} has no id2label.json" in message and str(folder / "id2label.json") in message
+    assert "not guessed" in message and not (tmp_path / "out").exists()
+
+
+def test_compare_resume_refuses_other_settings_naming_them(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "run"
+    step = transformers.Trainer.training_step
+
+    def interrupt_neutreno(self, model, *args, **kwargs):
+        if model.config.neutreno_lambda > 0:
+            raise KeyboardInterrupt
+        return step(self, model, *args, **kwargs)
+
+    monkeypatch.setattr(transformers.Trainer, "training_step", interrupt_neutreno)
+    assert cli.main(["compare", "--output-dir", str(out), "--seeds", "1", *COMPARE_TINY]) == 130
+    monkeypatch.undo()
+    work = tmp_path / "run.incomplete"
+    before = (work / "results.json").read_text()
+    message = _compare_error(["--output-dir", str(out), "--seeds", "1", *COMPARE_TINY[:-1], "--batch-size", "4",
+                              "--no-progress", "--resume"], capsys)
+    assert "--resume" in message and str(work) in message and "--batch-size 8 (now 4)" in message
+    assert (work / "results.json").read_text() == before and not out.exists()
+
+
+def test_compare_refuses_a_folder_beside_the_output_that_is_not_a_compare_run(tmp_path, capsys, no_training):
+    (tmp_path / "run.incomplete").mkdir()
+    (tmp_path / "run.incomplete" / "notes.txt").write_text("mine")
+    message = _compare_error(["--output-dir", str(tmp_path / "run"), *COMPARE_TINY], capsys)
+    assert str(tmp_path / "run.incomplete") in message and "notes.txt" in message
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.incomplete"]
+
+
+def _example_args(script: str, data_dir: Path, output_dir: Path) -> list[str]:
+    if script == "run_clm_wikitext103":
+        return ["--dataset-name", str(data_dir / "wikitext-2-v1"), "--output-dir", str(output_dir)]
+    if script == "run_semantic_segmentation":
+        return ["--dataset-name", str(data_dir / "fashion-scenes"), "--output-dir", str(output_dir)]
+    if script == "run_eigen_vit":
+        return ["--dataset", str(data_dir / "cifar10"), "--output-dir", str(output_dir), "--quick"]
+    return ["--dataset-name", str(data_dir / "fashion_mnist"), "--output-dir", str(output_dir)]
+
+
+@pytest.mark.parametrize("script", EXAMPLE_SCRIPTS)
+def test_each_example_refuses_to_overwrite_a_finished_run(script, data_dir, tmp_path, no_training):
+    output_dir = _finished_model(tmp_path / "run")
+    before = sorted(p.name for p in output_dir.iterdir())
+    with pytest.raises(ValueError, match=r"--output-dir .* already holds .*--resume-from-checkpoint.*"
+                       r"--overwrite-output-dir") as error:
+        load_example(script).main(_example_args(script, data_dir, output_dir))
+    assert str(output_dir) in str(error.value)
+    assert sorted(p.name for p in output_dir.iterdir()) == before
+
+
+@pytest.mark.parametrize("script", EXAMPLE_SCRIPTS[:3])
+@pytest.mark.parametrize("spelling", [[], ["true"]], ids=["no path", "true"])
+def test_resuming_without_a_checkpoint_names_the_flag_and_the_folder(script, spelling, data_dir, tmp_path,
+                                                                      no_training):
+    output_dir = tmp_path / "run"
+    argv = _example_args(script, data_dir, output_dir) + ["--resume-from-checkpoint", *spelling]
+    with pytest.raises(ValueError, match=r"--resume-from-checkpoint: --output-dir .* holds no checkpoint-\* folder"):
+        load_example(script).main(argv)
+    assert not output_dir.exists()
+
+
+@pytest.mark.parametrize("script", EXAMPLE_SCRIPTS[:3])
+def test_resuming_from_a_folder_that_is_no_checkpoint_names_it(script, data_dir, tmp_path, no_training):
+    folder = _finished_model(tmp_path / "model")  # a saved model, not a Trainer checkpoint
+    argv = _example_args(script, data_dir, tmp_path / "run") + ["--resume-from-checkpoint", str(folder)]
+    with pytest.raises(ValueError, match=rf"--resume-from-checkpoint '{folder}' is not a checkpoint folder"):
+        load_example(script).main(argv)
+
+
+def test_eigen_example_resumes_only_its_own_interrupted_run(data_dir, tmp_path, no_training):
+    example = load_example("run_eigen_vit")
+    with pytest.raises(ValueError, match=r"--resume-from-checkpoint '.*ckpt': this script takes no path"):
+        example.main(_example_args("run_eigen_vit", data_dir, tmp_path / "run") + ["--resume-from-checkpoint",
+                                                                                  str(tmp_path / "ckpt")])
+    with pytest.raises(ValueError, match=r"--resume-from-checkpoint: --output-dir .* holds no interrupted run"):
+        example.main(_example_args("run_eigen_vit", data_dir, tmp_path / "run") + ["--resume-from-checkpoint"])
+    assert not (tmp_path / "run").exists()
+
+# ======================================================================================================================

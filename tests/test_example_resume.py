@@ -1,0 +1,99 @@
+"""The example scripts continue an interrupted run from its last checkpoint, as transformers' run_*.py do:
+`--resume-from-checkpoint` with no path (or `true`) picks the last `checkpoint-*` of `--output-dir`, and the resumed
+run ends with the weights of the uninterrupted one. `--overwrite-output-dir` trains afresh into a finished run's
+folder. (Refusals of bad input: tests/test_validation.py.)"""
+
+import shutil
+
+import pytest
+import torch
+from examples_loader import load_example
+from safetensors.torch import load_file
+
+TINY = ["--config-overrides", "num_hidden_layers=2,hidden_size=16,num_attention_heads=2,intermediate_size=32",
+        "--image-size", "28", "--patch-size", "7", "--max-train-samples", "32", "--max-eval-samples", "8",
+        "--per-device-train-batch-size", "8", "--max-steps", "4", "--save-strategy", "steps", "--save-steps", "2",
+        "--logging-steps", "1", "--report-to", "none", "--learning-rate", "3e-3"]
+
+
+def _run(data_dir, output_dir, *extra):
+    return load_example("run_image_classification").main(
+        ["--dataset-name", str(data_dir / "fashion_mnist"), "--output-dir", str(output_dir), *TINY, *extra])
+
+
+def _weights(folder) -> dict[str, torch.Tensor]:
+    return load_file(folder / "model.safetensors")
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(data_dir, tmp_path_factory):
+    torch.set_num_threads(1)  # as the tests' own runs (conftest): the thread count changes the rounding
+    output_dir = tmp_path_factory.mktemp("examples") / "full"
+    _run(data_dir, output_dir)
+    assert sorted(p.name for p in output_dir.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
+    return output_dir
+
+
+@pytest.mark.parametrize("spelling", [[], ["true"]], ids=["no path", "true"])
+def test_resume_from_the_last_checkpoint_ends_as_the_uninterrupted_run(spelling, uninterrupted, data_dir, tmp_path):
+    interrupted = tmp_path / "run"  # what a run killed after its step-2 checkpoint leaves
+    shutil.copytree(uninterrupted / "checkpoint-2", interrupted / "checkpoint-2")
+    metrics, trainer = _run(data_dir, interrupted, "--resume-from-checkpoint", *spelling)
+    assert trainer.state.global_step == 4
+    steps = [entry["step"] for entry in trainer.state.log_history if "loss" in entry]
+    assert steps == [1, 2, 3, 4]  # steps 1-2 come from the checkpoint's log, 3-4 were trained now
+    expected, got = _weights(uninterrupted), _weights(interrupted)
+    assert expected.keys() == got.keys() and all(torch.equal(expected[k], got[k]) for k in expected)
+
+
+def test_overwrite_output_dir_trains_afresh_into_a_finished_run(uninterrupted, data_dir, tmp_path):
+    folder = tmp_path / "run"
+    shutil.copytree(uninterrupted, folder)
+    (folder / "checkpoint-6").mkdir()  # a later checkpoint of the replaced run: it must not survive
+    shutil.copytree(uninterrupted / "checkpoint-4", folder / "checkpoint-6", dirs_exist_ok=True)
+    _run(data_dir, folder, "--overwrite-output-dir")
+    assert sorted(p.name for p in folder.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
+    expected, got = _weights(uninterrupted), _weights(folder)
+    assert all(torch.equal(expected[k], got[k]) for k in expected)
+
+
+@pytest.mark.slow
+def test_eigen_example_resumes_an_interrupted_run_with_the_uninterrupted_results(data_dir, tmp_path, monkeypatch):
+    """run_eigen_vit.py trains one model per variant and fraction. Stopped while scoring its second run (after that
+    run's checkpoint), it resumes with the first run kept, the second continued from its checkpoint, the rest
+    trained: results.json as an uninterrupted run's."""
+    import transformers
+
+    argv = ["--dataset", str(data_dir / "cifar10"), "--quick", "--variants", "vit", "vit-", "--fractions", "1.0",
+            "0.5", "--corruptions", "gaussian_noise", "--severities", "0", "5", "--max-train-samples", "16",
+            "--max-eval-samples", "8", "--batch-size", "8", "--max-steps", "2", "--spectral-samples", "2",
+            "--no-augment"]
+    example = load_example("run_eigen_vit")
+    full = example.main([*argv, "--output-dir", str(tmp_path / "full")])
+
+    scored, accuracy = [], example.accuracy
+
+    def stop_at_the_second_score(*args, **kwargs):
+        scored.append(1)
+        if len(scored) == 1:  # vit at 50 %, after its training (the 100 % runs are scored by corruption_accuracy)
+            raise KeyboardInterrupt
+        return accuracy(*args, **kwargs)
+
+    monkeypatch.setattr(example, "accuracy", stop_at_the_second_score)
+    out = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        example.main([*argv, "--output-dir", str(out)])
+    assert [p.name for p in (out / "vit_50pct").glob("checkpoint-*")] == ["checkpoint-2"]
+    trained, train = [], transformers.Trainer.train
+
+    def recording_train(self, *args, **kwargs):
+        trained.append((self.args.output_dir, kwargs.get("resume_from_checkpoint")))
+        return train(self, *args, **kwargs)
+
+    monkeypatch.setattr(transformers.Trainer, "train", recording_train)
+    resumed = example.main([*argv, "--output-dir", str(out), "--resume-from-checkpoint"])
+    assert trained == [(str(out / "vit_50pct"), str(out / "vit_50pct" / "checkpoint-2")),
+                       (str(out / "vit-_100pct"), None), (str(out / "vit-_50pct"), None)]
+    for key in ("data_efficiency", "robustness", "spectral", "complete"):
+        assert resumed[key] == full[key], key
+    assert not any(out.glob("*/checkpoint-*"))  # a finished run's checkpoints are removed
