@@ -11,8 +11,11 @@ import json
 import math
 import os
 import re
+import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -364,8 +367,18 @@ def _numbers(results: dict) -> dict:
             for variant, entry in results["variants"].items()}
 
 
+@pytest.fixture(scope="module")
+def complete_run(tmp_path_factory) -> Path:
+    """An uninterrupted tiny run of two seeds."""
+    torch.set_num_threads(1)  # as every test's (conftest): the thread count changes the rounding
+    out = tmp_path_factory.mktemp("compare") / "complete"
+    assert cli.main(["compare", "--output-dir", str(out), "--seeds", "2", *TINY]) == 0
+    return out
+
+
 @pytest.mark.parametrize("where", ["training", "saving"])
-def test_ctrl_c_keeps_finished_runs_and_resume_ends_as_an_uninterrupted_run(tmp_path, monkeypatch, capsys, where):
+def test_ctrl_c_keeps_finished_runs_and_resume_ends_as_an_uninterrupted_run(tmp_path, monkeypatch, capsys, where,
+                                                                            complete_run):
     """Ctrl-C in the first seed's neutreno run: the finished softmax run stays usable beside --output-dir and nothing
     half-written remains; a rerun without --resume refuses to drop it; --resume trains only what is left, with the
     numbers of an uninterrupted run."""
@@ -389,7 +402,8 @@ def test_ctrl_c_keeps_finished_runs_and_resume_ends_as_an_uninterrupted_run(tmp_
 
         monkeypatch.setattr(NeuTRENOViTForImageClassification, "save_pretrained", save_then_interrupt)
     out, work = tmp_path / "run", tmp_path / "run.incomplete"
-    argv = ["compare", "--output-dir", str(out), "--seeds", "2", *TINY]
+    seeds = 2 if where == "training" else 1
+    argv = ["compare", "--output-dir", str(out), "--seeds", str(seeds), *TINY]
     assert cli.main(argv) == 130
     message = capsys.readouterr().err
     assert "Interrupted" in message and "--resume" in message and str(work / "results.json") in message
@@ -413,22 +427,21 @@ def test_ctrl_c_keeps_finished_runs_and_resume_ends_as_an_uninterrupted_run(tmp_
     assert not trained and not out.exists() and json.loads((work / "results.json").read_text()) == results
 
     assert cli.main([*argv, "--resume"]) == 0
-    assert trained == [(0, 0.6), (1, 0.0), (1, 0.6)]  # only what was left
+    assert trained == [(0, 0.6), (1, 0.0), (1, 0.6)][:2 * seeds - 1]  # only what was left
     assert not work.exists() and sorted(p.name for p in out.iterdir()) == [
         "comparison.png", "neutreno", "results.json", "softmax"]
     resumed = json.loads((out / "results.json").read_text())
     assert resumed["complete"] and list(resumed["variants"]) == ["softmax", "neutreno"]
     if where == "training":  # the same numbers as a run that was never interrupted
-        assert cli.main([*argv[:2], str(tmp_path / "full"), *argv[3:]]) == 0
-        assert _numbers(resumed) == _numbers(json.loads((tmp_path / "full" / "results.json").read_text()))
+        assert _numbers(resumed) == _numbers(json.loads((complete_run / "results.json").read_text()))
 
 
-def test_a_rerun_keeps_the_earlier_run_until_it_is_complete(tmp_path, monkeypatch, capsys):
+def test_a_rerun_keeps_the_earlier_run_until_it_is_complete(tmp_path, monkeypatch, capsys, complete_run):
     """A second run into the same --output-dir, stopped in its last training: the first run is there, complete and
     untouched; the second replaces it only once it completes."""
     out = tmp_path / "run"
+    shutil.copytree(complete_run, out)
     argv = ["compare", "--output-dir", str(out), "--seeds", "1", *TINY]
-    assert cli.main(argv) == 0
     first = (out / "results.json").read_text()
     weights = (out / "neutreno" / "model.safetensors").read_bytes()
     step = transformers.Trainer.training_step
@@ -443,10 +456,76 @@ def test_a_rerun_keeps_the_earlier_run_until_it_is_complete(tmp_path, monkeypatc
     assert (out / "results.json").read_text() == first
     assert (out / "neutreno" / "model.safetensors").read_bytes() == weights
     monkeypatch.undo()
-    assert cli.main([*argv[:-len(TINY)], "--max-steps", "5", *TINY[2:], "--resume"]) == 0
-    second = json.loads((out / "results.json").read_text())
-    assert second["complete"] and second["settings"]["max_steps"] == 5
+    second_argv = [*argv[:-len(TINY)], "--max-steps", "5", *TINY[2:], "--resume"]
+    assert cli.main(second_argv) == 0
+    second = (out / "results.json").read_text()
+    assert json.loads(second)["complete"] and json.loads(second)["settings"]["max_steps"] == 5
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+    # Killed between the two renames of the final swap: the earlier run is in run.replaced, the complete new one
+    # still in run.incomplete, and no run/. The next command finishes the swap (here, nothing is left to train).
+    shutil.copytree(out, tmp_path / "run.incomplete")
+    out.rename(tmp_path / "run.replaced")
+    (tmp_path / "run.replaced" / "results.json").write_text(first)
+    monkeypatch.setattr(transformers.Trainer, "train", lambda *args, **kwargs: pytest.fail("training started"))
+    capsys.readouterr()
+    assert cli.main(second_argv) == 0
+    assert "nothing to resume" in capsys.readouterr().out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"] and (out / "results.json").read_text() == second
+
+
+@pytest.mark.slow
+def test_a_killed_run_resumes_to_the_numbers_of_an_uninterrupted_one(tmp_path):
+    """SIGKILL, no clean-up at all, as a user's run meets it (the CLI in a subprocess): killed during its second
+    seed, `--resume` ends with the results.json numbers of an uninterrupted run; and a rerun killed at any moment
+    leaves no fewer finished runs on disk than there were before it started."""
+    src = str(Path(hf_neutreno.__file__).resolve().parents[1])
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": src}
+    command = [sys.executable, "-m", "hf_neutreno", "compare", "--seeds", "3", *TINY]
+
+    def finished(folder: Path) -> int:
+        try:
+            results = json.loads((folder / "results.json").read_text())
+        except (OSError, ValueError):
+            return 0
+        return sum(len(entry["per_seed"]) for entry in results["variants"].values())
+
+    def on_disk(out: Path) -> int:  # every finished run: the complete one, the interrupted one, one being swapped
+        return sum(finished(out.with_name(out.name + suffix)) for suffix in ("", ".incomplete", ".replaced"))
+
+    def run(out: Path, *extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*command, "--output-dir", str(out), *extra], env=env, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=600)
+
+    def killed(out: Path, when, *extra: str) -> None:
+        """Start a run and SIGKILL it once `when(seconds since start)` holds."""
+        process = subprocess.Popen([*command, "--output-dir", str(out), *extra], env=env, cwd=tmp_path,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        start = time.monotonic()
+        while process.poll() is None and not when(time.monotonic() - start):
+            time.sleep(0.02)
+        process.send_signal(signal.SIGKILL)
+        assert process.wait() == -signal.SIGKILL  # killed while running, not after it ended
+
+    full = tmp_path / "full"
+    assert run(full).returncode == 0
+    out, work = tmp_path / "run", tmp_path / "run.incomplete"
+    killed(out, lambda _: finished(work) >= 2)  # seed 0's two runs are recorded: the second seed has begun
+    done = finished(work)
+    assert 2 <= done < 6 and not out.exists()
+    refused = run(out)  # without --resume the finished runs are kept, not overwritten
+    assert refused.returncode == 2 and "--resume" in refused.stderr and finished(work) == done
+    assert run(out, "--resume").returncode == 0 and not work.exists()
+    numbers = _numbers(json.loads((out / "results.json").read_text()))
+    assert numbers == _numbers(json.loads((full / "results.json").read_text()))
+
+    # Reruns with other settings (the complete run above stays until one completes), killed at several moments.
+    for when in (lambda seconds: seconds > 1.0, lambda _: finished(work) >= 1, lambda _: finished(work) >= 5):
+        before = on_disk(out)
+        killed(out, when, "--seed", "7", "--resume")  # each continues what the one before it finished
+        assert on_disk(out) >= before and _numbers(json.loads((out / "results.json").read_text())) == numbers
+    assert run(out, "--seed", "7", "--resume").returncode == 0
+    assert json.loads((out / "results.json").read_text())["seeds"] == [7, 8, 9] and not work.exists()
 
 
 def _parquet_folder(folder: Path) -> Path:

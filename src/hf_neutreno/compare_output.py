@@ -54,8 +54,8 @@ class OutputFolders:
     """`final` (`--output-dir`), `work` (the run in progress beside it) and `replaced` (the earlier run during the
     swap). On construction, before anything is written: finishes a swap a killed run left halfway, checks that
     neither folder holds anything but a compare run, and that an interrupted run is continued (`settings.resume`,
-    with the same settings: `resumed` is its results) or refused, never silently dropped. `finished` is the results
-    of a complete run with these settings when `resume` finds nothing left to do."""
+    with the same settings: `resumed` is its results) or refused, never silently dropped (unless it finished no
+    run). `finished` is the results of a complete run with these settings when `resume` finds nothing left to do."""
 
     def __init__(self, settings, model_dirs):
         self.final = Path(settings.output_dir).absolute()
@@ -66,8 +66,10 @@ class OutputFolders:
         self._finish_swap()
         final = self._check(self.final, "--output-dir")
         work = self._check(self.work, f"--output-dir {settings.output_dir!r}: the folder beside it,")
-        if work is not None:
-            done = sum(len(entry["per_seed"]) for entry in work.get("variants", {}).values())
+        done = sum(len(entry["per_seed"]) for entry in (work or {}).get("variants", {}).values())
+        if work is not None and not done and not settings.resume:  # stopped before any run finished: nothing to keep
+            remove(self.work)
+        elif work is not None:
             where = f"{settings.output_dir!r}: the interrupted run in {str(self.work)!r} ({done} runs finished)"
             if not settings.resume:
                 raise ValueError(f"--output-dir {where} would be lost. Pass --resume to continue it, or remove that "
