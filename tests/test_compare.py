@@ -243,6 +243,39 @@ def test_each_seed_pairs_the_variants_vit_minus_included(tmp_path, monkeypatch):
         assert torch.linalg.eigvalsh(product).max() <= 1e-9
 
 
+def test_a_variant_added_to_the_table_is_a_softmax_model_converted_from_the_seeds_weights(tmp_path, monkeypatch):
+    """The variant table's extension point (a rule put on the softmax model, as a value-path rule would be): one
+    entry makes a --variants name whose model is the softmax one converted, starting from the seed's softmax
+    weights (its own new parameters aside), trained, scored and saved like the others."""
+    from hf_neutreno import compare
+
+    def add_learnable_scale(model, neutreno_lambda):
+        for layer in model.vit.layers:  # a new parameter per layer, as a learnable coefficient would be
+            layer.attention.register_parameter("scale", torch.nn.Parameter(torch.full((), neutreno_lambda)))
+        return model
+
+    monkeypatch.setitem(compare.VARIANTS, "scaled", compare.Variant("scaled, λ={lam:g}", "softmax",
+                                                                    add_learnable_scale))
+    starts, train = {}, transformers.Trainer.train
+
+    def recording_train(self, *args, **kwargs):
+        starts[len(starts)] = {k: v.clone() for k, v in self.model.state_dict().items()}
+        return train(self, *args, **kwargs)
+
+    monkeypatch.setattr(transformers.Trainer, "train", recording_train)
+    out = tmp_path / "run"
+    assert cli.main(["compare", "--variants", "softmax,scaled", "--seeds", "1", "--output-dir", str(out), *TINY]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert list(results["variants"]) == ["softmax", "scaled"] and results["variants"]["scaled"]["description"] == (
+        "scaled, λ=0.6")
+    softmax, scaled = starts[0], starts[1]
+    assert {k for k in scaled.keys() - softmax.keys()} == {f"vit.layers.{i}.attention.scale" for i in range(6)}
+    assert all(torch.equal(softmax[k], scaled[k]) for k in softmax)
+    assert all(scaled[f"vit.layers.{i}.attention.scale"].item() == pytest.approx(0.6) for i in range(6))
+    assert results["variants"]["scaled"]["difference_from_baseline"]["accuracy"]["n"] == 1
+    assert sorted(p.name for p in out.iterdir()) == ["comparison.png", "results.json", "scaled", "softmax"]
+
+
 def test_text_compare_on_wikitext2_gives_the_perplexity_of_the_saved_models(data_dir, tmp_path, capsys):
     out = tmp_path / "text"
     argv = ["compare", "--model", "gpt-micro", "--dataset", str(data_dir / "wikitext-2-v1"), "--max-steps", "6",

@@ -23,11 +23,10 @@ from transformers import Trainer, TrainingArguments
 from .compare_output import COMMAND, FORMAT_VERSION, PLOT_FILE, RESULTS_FILE, OutputFolders, no_nan, write_complete
 from .compare_output import settings_record, write_json
 from .compare_report import HIGHER_IS_BETTER, format_table, plot
-from .compare_tasks import IMAGE_MODELS, SEGMENTATION_MODELS, TEXT_MODELS, ImageTask, TextTask, task_for
+from .compare_tasks import EVAL_SPLITS, IMAGE_MODELS, SEGMENTATION_MODELS, TEXT_MODELS, ImageTask, TextTask, task_for
 from .data import BUILTIN_DIGITS, load_dataset_splits
 from .experiment import pairing_arguments, paired, paired_model, summary, weights_fingerprint
 
-EVAL_SPLITS = ("test", "validation")
 # results["task"] -> the Auto classes that load a variant's model and its image processor or tokenizer
 LOADERS = {
     "image-classification": ("AutoModelForImageClassification", "AutoImageProcessor"),
@@ -48,6 +47,8 @@ class Variant:
 
 
 BASELINE = "softmax"  # what every other variant is compared with, seed by seed
+# --variants names. A rule put on the softmax model of any task is one entry with a `convert`, e.g.
+#   "value-residual": Variant("value residual", "softmax", lambda model, lam: <the rule applied to model>),
 VARIANTS = {
     "softmax": Variant("softmax, λ=0", "softmax"),
     "neutreno": Variant("NeuTRENO, λ={lam:g}", "neutreno"),
