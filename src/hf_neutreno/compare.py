@@ -23,7 +23,7 @@ from transformers import Trainer, TrainingArguments
 from .compare_output import COMMAND, FORMAT_VERSION, PLOT_FILE, RESULTS_FILE, OutputFolders, no_nan, write_complete
 from .compare_output import settings_record, write_json
 from .compare_report import HIGHER_IS_BETTER, format_table, plot
-from .compare_tasks import EVAL_SPLITS, IMAGE_MODELS, SEGMENTATION_MODELS, TEXT_MODELS, ImageTask, TextTask, task_for
+from .compare_tasks import EVAL_SPLITS, IMAGE_MODELS, ImageTask, task_class, task_for
 from .data import BUILTIN_DIGITS, load_dataset_splits
 from .experiment import pairing_arguments, paired, paired_model, summary, weights_fingerprint
 
@@ -130,12 +130,11 @@ def _checked(settings: CompareSettings) -> CompareSettings:
         raise ValueError(f"--variants {','.join(settings.variants)!r}: choose two or more of {list(VARIANTS)}, "
                          f"{BASELINE} (the baseline the others are compared with) among them"
                          + (f"; unknown: {unknown}." if unknown else "."))
-    task = TextTask if settings.model in TEXT_MODELS else ImageTask if settings.model in IMAGE_MODELS else None
+    task = task_class(settings.model)
     for name in names:
-        if task is not ImageTask and VARIANTS[name].architecture not in ("softmax", "neutreno"):
-            kind = "a language model" if task is TextTask else f"a segmentation preset {SEGMENTATION_MODELS}"
+        if VARIANTS[name].architecture not in task.architectures:  # ViT⁻: image classifiers only
             raise ValueError(f"--variants {name} needs an image classifier preset {IMAGE_MODELS}; --model "
-                             f"{settings.model} is {kind}.")
+                             f"{settings.model} is {task.kind}.")
     settings.variants = tuple([BASELINE] + [name for name in names if name != BASELINE])  # the baseline first
     if settings.learning_rate is None:
         settings.learning_rate = 3e-3 if task is ImageTask else 1e-3

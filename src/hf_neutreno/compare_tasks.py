@@ -35,13 +35,16 @@ ANNOTATION_COLUMN = "annotation"  # scene_parse_150's label maps
 ADE20K, ADE20K_CLASSES = "scene_parse_150", 150  # label 0 is "other" (ignored), 1-150 the classes
 
 
+def task_class(model: str):
+    """The task a preset trains on: `TextTask`, `SegmentationTask` or `ImageTask`."""
+    if model in TEXT_MODELS:
+        return TextTask
+    return SegmentationTask if model in SEGMENTATION_MODELS else ImageTask
+
+
 def task_for(settings, dataset):
     """The task of `settings.model` on `dataset`; `ValueError` naming the flags if the data does not fit it."""
-    if settings.model in TEXT_MODELS:
-        return TextTask(settings, dataset)
-    if settings.model in SEGMENTATION_MODELS:
-        return SegmentationTask(settings, dataset)
-    return ImageTask(settings, dataset)
+    return task_class(settings.model)(settings, dataset)
 
 
 def _columns(dataset) -> dict[str, str]:
@@ -99,7 +102,7 @@ class _ImageTask:
 
 
 class ImageTask(_ImageTask):
-    name, metric = "image-classification", "accuracy"
+    name, metric, kind = "image-classification", "accuracy", "an image classifier"
     architectures = ARCHITECTURES
 
     def __init__(self, settings, dataset):
@@ -135,7 +138,7 @@ class ImageTask(_ImageTask):
 
 
 class TextTask:
-    name, metric = "causal-lm", "perplexity"
+    name, metric, kind = "causal-lm", "perplexity", "a language model"
     architectures = ("softmax", "neutreno")
 
     def __init__(self, settings, dataset):
@@ -180,7 +183,7 @@ class TextTask:
 
 
 class SegmentationTask(_ImageTask):
-    name, metric = "semantic-segmentation", "mean_iou"
+    name, metric, kind = "semantic-segmentation", "mean_iou", f"a segmentation preset {SEGMENTATION_MODELS}"
     architectures = ("softmax", "neutreno")
 
     def __init__(self, settings, dataset):
