@@ -216,3 +216,159 @@ def test_generate_grows_a_left_padded_mask_and_matches_greedy_full_forwards(use_
             expected = torch.cat([expected, next_token], dim=1)
             grown = torch.cat([grown, torch.ones_like(next_token)], dim=1)
     assert torch.equal(generated, expected)
+
+
+# ====================================================================================================================
+# Model-level "nothing silent": live edits, the segmentation ignore index, missing folders, GPT ids and labels, and
+# input checks that never wait for a device.
+# ====================================================================================================================
+
+SEGMENTER = dict(VIT, num_labels=11, decoder_hidden_size=16, decoder_num_attention_heads=2, decoder_dropout=0.0)
+
+
+def _assert_edit_is_live(model_class, config_class, fields: dict, edit: dict, inputs, tmp_path) -> None:
+    """Edit `model.config` of a built model: the model must compute what a model built from the edited config (same
+    weights) computes, and so must the model saved after the edit and loaded back."""
+    torch.manual_seed(0)
+    model = model_class(config_class(**fields)).eval()
+    with torch.no_grad():
+        for param in model.parameters():  # away from the initialisation (all eigenvalues equal, zero biases)
+            param.add_(0.2 * torch.randn_like(param))
+        before = model(inputs).logits
+        for name, value in edit.items():
+            setattr(model.config, name, value)
+        edited = model(inputs).logits
+        built = model_class(config_class(**{**fields, **edit})).eval()
+        built.load_state_dict(model.state_dict())
+        model.save_pretrained(tmp_path)
+        reloaded = model_class.from_pretrained(tmp_path).eval()
+        assert not torch.allclose(edited, before), "the edit must change the function, or the test proves nothing"
+        torch.testing.assert_close(edited, built(inputs).logits, atol=0, rtol=0)
+        torch.testing.assert_close(reloaded(inputs).logits, edited, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize(
+    "name, edit",
+    [
+        ("neutreno_vit", dict(neutreno_lambda=0)),
+        ("neutreno_vit", dict(neutreno_layers=[2])),
+        ("eigen_vit", dict(neutreno_lambda=0.5)),
+        ("eigen_vit", dict(spectrum_sign="positive")),
+        ("eigen_vit", dict(eigenvalue_range=[-0.3, -0.05])),
+        ("neutreno_gpt", dict(neutreno_lambda=0)),
+        ("neutreno_gpt", dict(neutreno_layers=[1])),
+    ],
+    ids=str,
+)
+def test_an_edited_setting_applies_at_once_and_is_what_the_saved_model_computes(name, edit, tmp_path):
+    config_class, model_class, fields = MODELS[name]
+    inputs = torch.randn(2, 3, 16, 16) if "vit" in name else token_ids(2, 6)
+    _assert_edit_is_live(model_class, config_class, {**fields, "neutreno_lambda": 0.6}, edit, inputs, tmp_path)
+
+
+@pytest.mark.parametrize(
+    "edit", [dict(decoder_neutreno_lambda=0.9), dict(neutreno_lambda=0.1)], ids=["decoder λ", "λ the decoder follows"]
+)
+def test_an_edited_decoder_lambda_applies_at_once_and_is_what_the_saved_segmenter_computes(edit, tmp_path):
+    _assert_edit_is_live(hf_neutreno.NeuTRENOViTForSemanticSegmentation, hf_neutreno.NeuTRENOViTConfig,
+                         {**SEGMENTER, "neutreno_lambda": 0.6}, edit, torch.randn(2, 3, 16, 16), tmp_path)
+
+
+@pytest.mark.parametrize(
+    "name, field, value, message",
+    [
+        ("neutreno_vit", "neutreno_lambda", float("nan"), "`neutreno_lambda` must be a finite float >= 0"),
+        ("neutreno_vit", "neutreno_layers", [0, 2], "`neutreno_layers` cannot contain 0"),
+        ("neutreno_vit", "decoder_neutreno_lambda", float("nan"), "`decoder_neutreno_lambda` must be a finite float"),
+        ("eigen_vit", "spectrum_sign", "sideways", "'spectrum_sign' expected one of \\('negative', 'positive'\\)"),
+        ("eigen_vit", "eigenvalue_range", [0.0, float("nan")], "`eigenvalue_range` must be a list \\[low, high\\]"),
+        ("neutreno_gpt", "neutreno_lambda", float("inf"), "`neutreno_lambda` must be a finite float >= 0"),
+    ],
+)
+def test_a_bad_edit_of_a_setting_on_a_built_model_raises_naming_the_field(name, field, value, message):
+    _, model_class, fields = MODELS[name]
+    model = model_class(small(name))
+    before = getattr(model.config, field)
+    with pytest.raises(StrictDataclassError, match=message):
+        setattr(model.config, field, value)
+    assert getattr(model.config, field) == before
+
+
+def test_an_ignore_index_inside_the_classes_is_refused_naming_the_field_and_the_classes():
+    config = hf_neutreno.NeuTRENOViTConfig(**SEGMENTER, semantic_loss_ignore_index=3)
+    message = r"`semantic_loss_ignore_index` \(3\) is one of the classes \[0, 10\] \(`num_labels`=11\)"
+    with pytest.raises(ValueError, match=message):
+        hf_neutreno.NeuTRENOViTForSemanticSegmentation(config)
+    # The loss reads it at each forward: an edit on a built model is refused there.
+    model = hf_neutreno.NeuTRENOViTForSemanticSegmentation(hf_neutreno.NeuTRENOViTConfig(**SEGMENTER))
+    model.config.semantic_loss_ignore_index = 3
+    with pytest.raises(ValueError, match=message):
+        model(torch.randn(1, 3, 16, 16), labels=torch.zeros(1, 16, 16, dtype=torch.long))
+    for outside in (255, -100, 11):
+        model.config.semantic_loss_ignore_index = outside
+        assert model(torch.randn(1, 3, 16, 16), labels=torch.zeros(1, 16, 16, dtype=torch.long)).loss.isfinite()
+
+
+@pytest.mark.parametrize("convert", ["gpt2_to_neutreno", "vit_to_neutreno", "vit_to_segmenter"])
+@pytest.mark.parametrize("missing", ["/a/missing/folder", "./no-such-checkpoint", "path"], ids=str)
+def test_a_missing_checkpoint_folder_is_named_as_a_folder_that_does_not_exist(convert, missing, tmp_path):
+    from hf_neutreno import convert as module
+
+    path = tmp_path / "no-such-checkpoint" if missing == "path" else missing
+    with pytest.raises(ValueError, match=re.escape(f"The checkpoint folder '{path}' does not exist.")):
+        getattr(module, convert)(path)
+
+
+def test_gpt_token_ids_outside_the_vocabulary_are_named_with_the_vocabulary_size():
+    model = gpt()
+    for bad in (GPT["vocab_size"], GPT["vocab_size"] + 5, -1):
+        ids = token_ids(2, 5)
+        ids[1, 2] = bad
+        with pytest.raises(ValueError, match=re.escape(f"`input_ids` hold [{bad}], outside the vocabulary [0, 96] "
+                                                       "(`vocab_size`=97)")):
+            model(ids)
+    ids = token_ids(2, 5)
+    labels = ids.clone()
+    labels[0, 0] = 400
+    with pytest.raises(ValueError, match=re.escape("`labels` hold [400], outside the vocabulary [0, 96]")):
+        model(ids, labels=labels)
+    labels[0, 0] = -100  # ignored: allowed
+    assert model(ids, labels=labels).loss.isfinite()
+
+
+@pytest.mark.parametrize("shape", [(2, 4), (1, 5), (2, 5, 1), (10,)], ids=str)
+def test_gpt_labels_that_do_not_match_the_ids_are_named_with_both_shapes(shape):
+    model = gpt()
+    expected = re.escape(f"`labels` must have the shape of `input_ids`, (batch, tokens) = (2, 5); got {shape}")
+    with pytest.raises(ValueError, match=expected):
+        model(token_ids(2, 5), labels=torch.zeros(shape, dtype=torch.long))
+
+
+def test_out_of_range_segmentation_labels_are_still_named_on_the_cpu():
+    model = hf_neutreno.NeuTRENOViTForSemanticSegmentation(hf_neutreno.NeuTRENOViTConfig(**SEGMENTER)).eval()
+    labels = torch.zeros(2, 16, 16, dtype=torch.long)
+    labels[1, 3, 4] = 11
+    with pytest.raises(ValueError, match=r"`labels` hold \[11\], outside the classes \[0, 10\] \(`num_labels`=11\)"):
+        model(torch.randn(2, 3, 16, 16), labels=labels)
+
+
+def test_input_checks_never_read_device_values_into_python():
+    """On an accelerator the value checks would wait for the device at every step (`.any()`, `.item()`, `unique`,
+    `tolist` copy to the host). Tensors on the meta device have no values: every such op raises there, as the first
+    assertion shows, so a whole forward with labels on the meta device proves the checks leave device tensors alone.
+    (The meta device stands for any non-CPU device: the checks only look at `device.type`.)"""
+    labels = torch.zeros(2, 16, 16, dtype=torch.long, device="meta")
+    with pytest.raises(RuntimeError, match="meta"):
+        bool((labels >= 11).any())  # what the CPU check does: it would be caught here
+    with torch.device("meta"):
+        segmenter = hf_neutreno.NeuTRENOViTForSemanticSegmentation(hf_neutreno.NeuTRENOViTConfig(**SEGMENTER))
+        language_model = hf_neutreno.NeuTRENOGPTForCausalLM(small("neutreno_gpt"))
+    out = segmenter(torch.randn(2, 3, 16, 16, device="meta"), labels=labels)
+    assert out.loss.device.type == "meta"
+    ids = torch.zeros(2, 5, dtype=torch.long, device="meta")
+    assert language_model(ids, labels=ids).loss.device.type == "meta"
+    # Shapes are metadata: still checked on any device.
+    with pytest.raises(ValueError, match="`labels` must have the shape of `input_ids`"):
+        language_model(ids, labels=ids[:, :4])
+    with pytest.raises(ValueError, match=r"`labels` must be \(batch, height, width\)"):
+        segmenter(torch.randn(2, 3, 16, 16, device="meta"), labels=labels[:, :8])
