@@ -372,3 +372,38 @@ def test_input_checks_never_read_device_values_into_python():
         language_model(ids, labels=ids[:, :4])
     with pytest.raises(ValueError, match=r"`labels` must be \(batch, height, width\)"):
         segmenter(torch.randn(2, 3, 16, 16, device="meta"), labels=labels[:, :8])
+
+
+@pytest.mark.parametrize(
+    "name, field, value",
+    [
+        ("neutreno_vit", "attention_kernel", "linear"),  # no parameter to tell: a reloaded model would differ silently
+        ("neutreno_vit", "symmetric_attention", True),
+        ("neutreno_vit", "num_attention_heads", 4),
+        ("neutreno_vit", "hidden_dropout_prob", 0.1),
+        ("eigen_vit", "eigen_layers", [0]),
+        ("neutreno_gpt", "norm_position", "pre"),
+        ("neutreno_gpt", "scale_embeddings", False),
+    ],
+    ids=str,
+)
+def test_an_edited_architecture_field_makes_the_built_model_refuse_to_run_naming_it(name, field, value):
+    """Fields that fix the parameters, attention classes or dropout rates cannot be followed by a built model."""
+    _, model_class, _ = MODELS[name]
+    model = model_class(small(name)).eval()
+    inputs = torch.randn(1, 3, 16, 16) if "vit" in name else token_ids(1, 4)
+    before = model(inputs).logits
+    original = getattr(model.config, field)
+    setattr(model.config, field, value)
+    with pytest.raises(ValueError, match=re.escape(f"`{field}` was set to {value!r} on the config of a model built "
+                                                   f"with {original!r}")):
+        model(inputs)
+    setattr(model.config, field, original)  # set back: the model runs as before
+    torch.testing.assert_close(model(inputs).logits, before, atol=0, rtol=0)
+
+
+def test_an_edited_decoder_field_makes_the_segmenter_refuse_to_run_naming_it():
+    model = hf_neutreno.NeuTRENOViTForSemanticSegmentation(hf_neutreno.NeuTRENOViTConfig(**SEGMENTER)).eval()
+    model.config.decoder_num_attention_heads = 4
+    with pytest.raises(ValueError, match="`decoder_num_attention_heads` was set to 4 on the config of a model built"):
+        model(torch.randn(1, 3, 16, 16))

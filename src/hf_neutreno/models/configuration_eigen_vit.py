@@ -68,6 +68,7 @@ class EigenViTConfig(NeuTRENOViTConfig):
     """
 
     model_type = "eigen_vit"
+    architecture_fields = (*NeuTRENOViTConfig.architecture_fields, "eigen_layers")
     presets = {
         **NeuTRENOViTConfig.presets,
         "vit-tiny": _vit_tiny(32, 4),

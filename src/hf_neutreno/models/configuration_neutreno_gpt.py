@@ -1,7 +1,7 @@
 """Configuration of the NeuTRENO GPT causal language model (the paper's WikiText-103 model and GPT-2 shapes)."""
 
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
@@ -129,10 +129,20 @@ class NeuTRENOGPTConfig(PresetsMixin, PreTrainedConfig):
 
     Settings a built model reads at each forward, so editing them on `model.config` takes effect at once:
     `neutreno_lambda`, `neutreno_layers`, `max_position_embeddings` (sinusoidal positions). The other fields fix the
-    model's parameters and blocks when it is built.
+    model's parameters and blocks when it is built (`architecture_fields`): a model refuses to run once one of them
+    was edited on its config (pass them to the constructor or to `from_pretrained` instead).
     """
 
     model_type = "neutreno_gpt"
+    # Fixed when a model is built (its parameters, blocks, dropout rates): the models refuse to run once one was
+    # edited on their config. The other fields are read at each forward, kept in step by transformers
+    # (`vocab_size` by `resize_token_embeddings`), or only initialise the weights.
+    architecture_fields: ClassVar[tuple[str, ...]] = (
+        "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act",
+        "position_embedding_type", "norm_position", "layer_norm_eps", "attention_bias", "scale_embeddings",
+        "lm_head_bias", "adaptive_softmax_cutoffs", "embedding_dropout", "attention_dropout", "hidden_dropout",
+        "activation_dropout", "output_dropout",
+    )
     keys_to_ignore_at_inference = ["cache", "past_key_values"]  # the cache's names from / before transformers 5.24
     presets = {"wikitext103-small": _wikitext103_small(), "gpt2-small": _gpt2_small(), "gpt-micro": _gpt_micro()}
 

@@ -2,7 +2,7 @@
 
 
 import copy
-from typing import Literal
+from typing import ClassVar, Literal
 
 from huggingface_hub.dataclasses import strict, validated_field
 from transformers import PreTrainedConfig
@@ -88,10 +88,23 @@ class NeuTRENOViTConfig(PresetsMixin, PreTrainedConfig):
 
     Settings a built model reads at each forward, so editing them on `model.config` takes effect at once:
     `neutreno_lambda`, `neutreno_layers`, `decoder_neutreno_lambda`, `pooling`, `semantic_loss_ignore_index`. The
-    other fields fix the model's parameters and attention classes when it is built.
+    fields in `architecture_fields` (and `decoder_architecture_fields` for a Segmenter) fix the model's parameters,
+    attention classes and dropout rates when it is built: a model refuses to run once one of them was edited on its
+    config (pass them to the constructor or to `from_pretrained` instead).
     """
 
     model_type = "neutreno_vit"
+    # Fixed when a model is built (its parameters, attention classes, dropout rates): the models refuse to run once
+    # one was edited on their config. The other fields are read at each forward, or only initialise the weights.
+    architecture_fields: ClassVar[tuple[str, ...]] = (
+        "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act",
+        "hidden_dropout_prob", "attention_probs_dropout_prob", "drop_path_rate", "layer_norm_eps", "image_size",
+        "patch_size", "num_channels", "qkv_bias", "use_distillation_token", "symmetric_attention", "featscale",
+        "attention_kernel",
+    )
+    decoder_architecture_fields: ClassVar[tuple[str, ...]] = (
+        "decoder_type", "decoder_num_layers", "decoder_hidden_size", "decoder_num_attention_heads", "decoder_dropout",
+    )
     dropout_fields = ("hidden_dropout_prob", "attention_probs_dropout_prob", "drop_path_rate", "decoder_dropout")
     presets = {
         "deit-tiny": _deit(192, 3),

@@ -43,7 +43,14 @@ from .modeling_neutreno_vit import (
     NeuTRENOViTMLP,
     NeuTRENOViTModel,
 )
-from .neutreno_common import add_auto_map, eager_attention_forward, neutreno_lambda_for_layer, neutreno_linear
+from .neutreno_common import (
+    add_auto_map,
+    built_fields,
+    check_built_fields,
+    eager_attention_forward,
+    neutreno_lambda_for_layer,
+    neutreno_linear,
+)
 
 
 def orthonormal_basis(theta: torch.Tensor) -> torch.Tensor:
@@ -283,6 +290,7 @@ class EigenViTModel(EigenViTPreTrainedModel):
     def __init__(self, config: EigenViTConfig):
         super().__init__(config)
         config.validate()  # the config may have been edited after construction
+        self.built_fields = built_fields(config, config.architecture_fields)
         self.embeddings = NeuTRENOViTEmbeddings(config)
         self.layers = nn.ModuleList([EigenViTLayer(config, i) for i in range(config.num_hidden_layers)])
         self.layernorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
@@ -311,6 +319,7 @@ class EigenViTModel(EigenViTPreTrainedModel):
         interpolate_pos_encoding (`bool`, *optional*): resample the position embeddings to the input size.
         attention_mask (`torch.Tensor` of shape `(batch, tokens)`, *optional*): 1 for tokens to attend to.
         """
+        check_built_fields(self.config, self.built_fields)
         if pixel_values is None:
             raise ValueError("`pixel_values` is required.")
         if pixel_values.ndim != 4:

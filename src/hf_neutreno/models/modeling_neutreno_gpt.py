@@ -34,14 +34,25 @@ from transformers.utils.generic import can_return_tuple, merge_with_config_defau
 from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_neutreno_gpt import NeuTRENOGPTConfig
-from .neutreno_common import add_auto_map, eager_attention_forward, neutreno_lambda_for_layer, neutreno_projection
+from .neutreno_common import (
+    add_auto_map,
+    built_fields,
+    check_built_fields,
+    eager_attention_forward,
+    neutreno_lambda_for_layer,
+    neutreno_projection,
+)
 
 # transformers 5.24 renamed the KV cache `past_key_values` -> `cache` (forward arguments, output fields, masks; the
 # old name is deprecated until 5.40) and its `generate` passes only the new name. A checkpoint carries this file to
 # users of either version: the forwards take `cache` and, through transformers' `deprecate_kwarg`, the old name, and
 # the outputs hold the cache under the installed version's field name.
 CACHE_FIELD = "cache" if "cache" in BaseModelOutputWithPast.__dataclass_fields__ else "past_key_values"
-accepts_past_key_values = deprecate_kwarg("past_key_values", "5.40.0", new_name="cache", raise_if_both_names=True)
+# From 5.24 the old name warns until 5.40, as in transformers' own models; before 5.24 it is the current name (the one
+# `generate` passes), so it is renamed without a warning (a version already reached turns the warning off).
+accepts_past_key_values = deprecate_kwarg(
+    "past_key_values", "5.40.0" if CACHE_FIELD == "cache" else "5.0.0", new_name="cache", raise_if_both_names=True
+)
 
 
 class NeuTRENOGPTScaledEmbedding(nn.Embedding):
@@ -367,6 +378,7 @@ class NeuTRENOGPTModel(NeuTRENOGPTPreTrainedModel):
     def __init__(self, config: NeuTRENOGPTConfig):
         super().__init__(config)
         config.validate()  # the config may have been edited after construction
+        self.built_fields = built_fields(config, config.architecture_fields)
         embed_scale = config.hidden_size**0.5 if config.scale_embeddings else 1.0
         self.embed_tokens = NeuTRENOGPTScaledEmbedding(config.vocab_size, config.hidden_size, embed_scale)
         if config.position_embedding_type == "learned":
@@ -430,6 +442,7 @@ class NeuTRENOGPTModel(NeuTRENOGPTPreTrainedModel):
         cache (`Cache`, *optional*): the keys and values of earlier tokens (a `DynamicCache`); also taken as
             `past_key_values`, its name before transformers 5.24.
         """
+        check_built_fields(self.config, self.built_fields)
         if (input_ids is None) ^ (inputs_embeds is not None):
             raise ValueError("Pass exactly one of `input_ids` and `inputs_embeds`.")
         if inputs_embeds is None:

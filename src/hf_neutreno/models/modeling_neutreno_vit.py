@@ -32,6 +32,8 @@ from transformers.utils.output_capturing import capture_outputs
 from .configuration_neutreno_vit import NeuTRENOViTConfig
 from .neutreno_common import (
     add_auto_map,
+    built_fields,
+    check_built_fields,
     eager_attention_forward,
     neutreno_lambda_for_layer,
     neutreno_projection,
@@ -403,6 +405,7 @@ class NeuTRENOViTModel(NeuTRENOViTPreTrainedModel):
     def __init__(self, config: NeuTRENOViTConfig):
         super().__init__(config)
         config.validate()  # the config may have been edited after construction
+        self.built_fields = built_fields(config, config.architecture_fields)
         self.embeddings = NeuTRENOViTEmbeddings(config)
         self.layers = nn.ModuleList([NeuTRENOViTLayer(config, i) for i in range(config.num_hidden_layers)])
         self.layernorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
@@ -431,6 +434,7 @@ class NeuTRENOViTModel(NeuTRENOViTPreTrainedModel):
         interpolate_pos_encoding (`bool`, *optional*): resample the position embeddings to the input size.
         attention_mask (`torch.Tensor` of shape `(batch, tokens)`, *optional*): 1 for tokens to attend to.
         """
+        check_built_fields(self.config, self.built_fields)
         if pixel_values is None:
             raise ValueError("`pixel_values` is required.")
         if pixel_values.ndim != 4:
@@ -623,6 +627,7 @@ class NeuTRENOViTForSemanticSegmentation(NeuTRENOViTPreTrainedModel):
                 f"{config.num_labels}."
             )
         check_ignore_index(config)
+        self.built_decoder_fields = built_fields(config, config.decoder_architecture_fields)
         self.num_labels = config.num_labels
         self.vit = NeuTRENOViTModel(config)
         if config.decoder_type == "linear":
@@ -645,6 +650,7 @@ class NeuTRENOViTForSemanticSegmentation(NeuTRENOViTPreTrainedModel):
         interpolate_pos_encoding (`bool`, *optional*): resample the position embeddings, for any image size that
             is a multiple of the patch size.
         """
+        check_built_fields(self.config, self.built_decoder_fields)
         # The decoder follows the same output flags as the encoder, also when they are set in the config.
         for name in ("output_hidden_states", "output_attentions"):
             kwargs.setdefault(name, getattr(self.config, name, False))
@@ -781,7 +787,6 @@ def _window_starts(size: int, window: int, stride: int) -> list[int]:
 __all__ = [
     "NeuTRENOViTForImageClassification",
     "NeuTRENOViTForSemanticSegmentation",
-    "check_segmentation_labels",
     "NeuTRENOViTMaskTransformer",
     "NeuTRENOViTModel",
     "NeuTRENOViTPreTrainedModel",

@@ -243,6 +243,27 @@ def check_heads(hidden_size: int, num_attention_heads: int, names=("hidden_size"
         )
 
 
+def built_fields(config, names: Iterable[str]) -> dict[str, Any]:
+    """Copies of the config fields that fix a model's parameters, attention classes or dropout rates when it is
+    built (the config's `architecture_fields`): what `check_built_fields` compares with at each forward."""
+    return {name: copy.deepcopy(getattr(config, name)) for name in names}
+
+
+def check_built_fields(config, built: dict[str, Any]) -> None:
+    """Refuse to run once such a field was edited on the model's config: the model cannot follow the edit, and a
+    model saved now would be rebuilt from the edited value and compute something else. Plain Python comparisons."""
+    fields = vars(config)  # the dataclass fields, without the config's attribute-alias lookup (this runs per forward)
+    changed = [name for name, value in built.items() if fields[name] != value]
+    if changed:
+        name = changed[0]
+        raise ValueError(
+            f"`{name}` was set to {getattr(config, name)!r} on the config of a model built with {built[name]!r} "
+            f"(edited fields: {changed}). It fixes the model's parameters or blocks when the model is built, so the "
+            "model cannot follow the edit, and a model saved now would not compute what this one computes. Set it "
+            f"back, or build a new model with it (e.g. `from_pretrained(folder, {name}=...)`)."
+        )
+
+
 class PresetsMixin:
     """``Config.from_preset(name, **overrides)``; subclasses set ``presets = {name: {field: value}}``."""
 
