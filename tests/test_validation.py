@@ -1,5 +1,6 @@
-"""Config and input validation (issue 13): the inputs that used to pass silently, and one set of config rules that
-runs at construction, in `config.validate()`, in `save_pretrained`, in `from_pretrained` and when a model is built."""
+"""Config and input validation: the inputs that used to pass silently, and one set of config rules that runs at
+construction, in `config.validate()`, in `save_pretrained` (before anything is written), in `from_pretrained` and when
+a model is built."""
 
 import json
 import math
@@ -16,6 +17,7 @@ VIT = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=2, intermedi
 GPT = dict(vocab_size=97, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64,
            max_position_embeddings=64, embedding_dropout=0.0, hidden_dropout=0.0, activation_dropout=0.0,
            output_dropout=0.0, pad_token_id=0)
+SEGMENTER = dict(VIT, num_labels=11, decoder_hidden_size=16, decoder_num_attention_heads=2, decoder_dropout=0.0)
 # model type: (config class, model class, small fields)
 MODELS = {
     "neutreno_vit": (hf_neutreno.NeuTRENOViTConfig, hf_neutreno.NeuTRENOViTForImageClassification, VIT),
@@ -95,23 +97,58 @@ def test_a_model_saved_after_a_refused_edit_reloads_to_the_same_outputs(name, tm
         torch.testing.assert_close(reloaded(inputs).logits, model(inputs).logits, atol=0, rtol=0)
 
 
-@pytest.mark.parametrize("name", MODELS)
-def test_a_layer_list_edited_in_place_is_caught_by_validate_and_by_save_before_config_and_weights(name, tmp_path):
-    """An in-place edit of a list passes no assignment: `validate()`, building a model and `save_pretrained` run the
-    rules. transformers copies a model's code files before it validates the config, so a refused save leaves at most
-    those (the same files a saved model already holds): never a config.json or weights."""
+def files(folder) -> dict:
+    """Every file under `folder` (relative path: bytes): a refused save must leave this unchanged."""
+    return {path.relative_to(folder): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+def earlier_save_and_empty_folder(model_class, config, tmp_path):
+    """A folder holding an earlier save of the same kind of model, and an empty folder."""
+    earlier, empty = tmp_path / "earlier", tmp_path / "empty"
+    model_class(config).save_pretrained(earlier)
+    empty.mkdir()
+    return earlier, empty
+
+
+@pytest.mark.parametrize(
+    "name, edit, message",
+    [
+        ("neutreno_vit", lambda config: config.neutreno_layers.append(0), "`neutreno_layers` cannot contain 0"),
+        ("neutreno_vit", lambda config: setattr(config, "neutreno_layers", [1, 3]),
+         r"`neutreno_layers` entries must be integers in \[0, 2\] \(num_hidden_layers=3\), got \[3\]"),
+        ("eigen_vit", lambda config: config.neutreno_layers.append(0), "`neutreno_layers` cannot contain 0"),
+        ("eigen_vit", lambda config: setattr(config, "neutreno_layers", [1, 3]),
+         r"`neutreno_layers` entries must be integers in \[0, 2\] \(num_hidden_layers=3\), got \[3\]"),
+        ("neutreno_gpt", lambda config: config.neutreno_layers.append(0), "`neutreno_layers` cannot contain 0"),
+        ("neutreno_gpt", lambda config: setattr(config, "neutreno_layers", [1, 3]),
+         r"`neutreno_layers` entries must be integers in \[0, 2\] \(num_hidden_layers=3\), got \[3\]"),
+    ],
+    ids=["vit in place", "vit beyond the layers", "eigen in place", "eigen beyond the layers", "gpt in place",
+         "gpt beyond the layers"],
+)
+def test_an_edit_breaking_a_rule_across_fields_is_refused_by_validate_build_and_save_writing_nothing(
+    name, edit, message, tmp_path
+):
+    """A rule across fields (a layer list against `num_hidden_layers`) cannot run on one assignment, and an in-place
+    edit of a list passes none: `validate()`, building a model and `save_pretrained` (the model's and the config's)
+    run the rules, and a refused save writes nothing, not even the code files transformers copies first."""
     _, model_class, _ = MODELS[name]
-    model_class(small(name)).save_pretrained(tmp_path)
-    before = {p: p.read_bytes() for p in tmp_path.iterdir()}
-    model = model_class(small(name, neutreno_layers=[1, 2]))
-    model.config.neutreno_layers.append(0)
-    with pytest.raises(StrictDataclassError, match="`neutreno_layers` cannot contain 0"):
+    config = small(name, neutreno_layers=[1, 2])
+    earlier, empty = earlier_save_and_empty_folder(model_class, config, tmp_path)
+    before = files(earlier)
+    model = model_class(config)
+    edit(model.config)
+    with pytest.raises(StrictDataclassError, match=message):
         model.config.validate()
-    with pytest.raises(StrictDataclassError, match="`neutreno_layers` cannot contain 0"):
+    with pytest.raises(StrictDataclassError, match=message):
         model_class(model.config)
-    with pytest.raises(StrictDataclassError, match="`neutreno_layers` cannot contain 0"):
-        model.save_pretrained(tmp_path)
-    assert {p: p.read_bytes() for p in tmp_path.iterdir()} == before
+    for folder in (earlier, empty):
+        with pytest.raises(StrictDataclassError, match=message):
+            model.save_pretrained(folder)
+        with pytest.raises(StrictDataclassError, match=message):
+            model.config.save_pretrained(folder)
+    assert files(earlier) == before
+    assert files(empty) == {}
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -222,9 +259,6 @@ def test_generate_grows_a_left_padded_mask_and_matches_greedy_full_forwards(use_
 # Model-level "nothing silent": live edits, the segmentation ignore index, missing folders, GPT ids and labels, and
 # input checks that never wait for a device.
 # ====================================================================================================================
-
-SEGMENTER = dict(VIT, num_labels=11, decoder_hidden_size=16, decoder_num_attention_heads=2, decoder_dropout=0.0)
-
 
 def _assert_edit_is_live(model_class, config_class, fields: dict, edit: dict, inputs, tmp_path) -> None:
     """Edit `model.config` of a built model: the model must compute what a model built from the edited config (same
@@ -407,3 +441,57 @@ def test_an_edited_decoder_field_makes_the_segmenter_refuse_to_run_naming_it():
     model.config.decoder_num_attention_heads = 4
     with pytest.raises(ValueError, match="`decoder_num_attention_heads` was set to 4 on the config of a model built"):
         model(torch.randn(1, 3, 16, 16))
+
+
+@pytest.mark.parametrize(
+    "model_class, config_class, fields, field, value",
+    [
+        (hf_neutreno.NeuTRENOViTForImageClassification, hf_neutreno.NeuTRENOViTConfig, VIT, "num_hidden_layers", 4),
+        (hf_neutreno.EigenViTForImageClassification, hf_neutreno.EigenViTConfig, VIT, "num_hidden_layers", 4),
+        (hf_neutreno.NeuTRENOGPTForCausalLM, hf_neutreno.NeuTRENOGPTConfig, GPT, "num_hidden_layers", 4),
+        (hf_neutreno.NeuTRENOViTModel, hf_neutreno.NeuTRENOViTConfig, VIT, "attention_kernel", "linear"),
+        (hf_neutreno.NeuTRENOViTForSemanticSegmentation, hf_neutreno.NeuTRENOViTConfig, SEGMENTER,
+         "num_hidden_layers", 4),
+        (hf_neutreno.NeuTRENOViTForSemanticSegmentation, hf_neutreno.NeuTRENOViTConfig, SEGMENTER,
+         "decoder_num_layers", 3),
+        (hf_neutreno.NeuTRENOViTForSemanticSegmentation, hf_neutreno.NeuTRENOViTConfig, SEGMENTER,
+         "decoder_hidden_size", 32),
+    ],
+    ids=["vit layers", "eigen layers", "gpt layers", "vit kernel", "segmenter layers", "segmenter decoder layers",
+         "segmenter decoder size"],
+)
+def test_an_edited_architecture_field_is_refused_by_save_pretrained_writing_nothing(
+    model_class, config_class, fields, field, value, tmp_path
+):
+    """The weights of a model built with one value do not fit another: saved with it, they would make a checkpoint
+    that loads with missing or unexpected weights or, where no weight tells (the kernel), computes something else."""
+    earlier, empty = earlier_save_and_empty_folder(model_class, config_class(**fields), tmp_path)
+    before = files(earlier)
+    model = model_class(config_class(**fields))
+    original = getattr(model.config, field)
+    setattr(model.config, field, value)
+    model.config.validate()  # a valid config: only the built model tells that it does not describe it
+    message = re.escape(f"`{field}` was set to {value!r} on the config of a model built with {original!r}")
+    for folder in (earlier, empty):
+        with pytest.raises(ValueError, match=message):
+            model.save_pretrained(folder)
+    assert files(earlier) == before
+    assert files(empty) == {}
+    setattr(model.config, field, original)  # set back: it saves, and loads without missing or unexpected weights
+    model.save_pretrained(empty)
+    _, info = model_class.from_pretrained(empty, output_loading_info=True)
+    assert not any(info.values()), info
+
+
+def test_a_segmenter_whose_ignore_index_was_edited_into_the_classes_is_not_saved(tmp_path):
+    """No Segmenter can be built from such a config: saved, it would be a checkpoint that does not load."""
+    model_class = hf_neutreno.NeuTRENOViTForSemanticSegmentation
+    earlier, empty = earlier_save_and_empty_folder(model_class, hf_neutreno.NeuTRENOViTConfig(**SEGMENTER), tmp_path)
+    before = files(earlier)
+    model = model_class(hf_neutreno.NeuTRENOViTConfig(**SEGMENTER))
+    model.config.semantic_loss_ignore_index = 3
+    for folder in (earlier, empty):
+        with pytest.raises(ValueError, match=r"`semantic_loss_ignore_index` \(3\) is one of the classes \[0, 10\]"):
+            model.save_pretrained(folder)
+    assert files(earlier) == before
+    assert files(empty) == {}

@@ -1,6 +1,7 @@
 """Configuration of the NeuTRENO GPT causal language model (the paper's WikiText-103 model and GPT-2 shapes)."""
 
 
+import os
 from typing import ClassVar, Literal
 
 from huggingface_hub.dataclasses import strict
@@ -125,17 +126,18 @@ class NeuTRENOGPTConfig(PresetsMixin, PreTrainedConfig):
 
     Validation (`@strict`, as every transformers config): each field's type and its own rule (e.g. λ finite and
     >= 0) are checked on every assignment, so a bad value is refused where it is written; the rules across fields
-    are the `validate_*` methods, run at construction, by `config.validate()`, `save_pretrained` and the models.
+    are the `validate_*` methods, run at construction, by `config.validate()`, by the models and, before anything
+    is written, by `save_pretrained`.
 
     Settings a built model reads at each forward, so editing them on `model.config` takes effect at once:
     `neutreno_lambda`, `neutreno_layers`, `max_position_embeddings` (sinusoidal positions). The other fields fix the
-    model's parameters and blocks when it is built (`architecture_fields`): a model refuses to run once one of them
-    was edited on its config (pass them to the constructor or to `from_pretrained` instead).
+    model's parameters and blocks when it is built (`architecture_fields`): a model refuses to run or be saved once
+    one of them was edited on its config (pass them to the constructor or to `from_pretrained` instead).
     """
 
     model_type = "neutreno_gpt"
-    # Fixed when a model is built (its parameters, blocks, dropout rates): the models refuse to run once one was
-    # edited on their config. The other fields are read at each forward, kept in step by transformers
+    # Fixed when a model is built (its parameters, blocks, dropout rates): the models refuse to run or be saved once
+    # one was edited on their config. The other fields are read at each forward, kept in step by transformers
     # (`vocab_size` by `resize_token_embeddings`), or only initialise the weights.
     architecture_fields: ClassVar[tuple[str, ...]] = (
         "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act",
@@ -192,6 +194,11 @@ class NeuTRENOGPTConfig(PresetsMixin, PreTrainedConfig):
         check_layer_indices("neutreno_layers", self.neutreno_layers, self.num_hidden_layers)
         if self.neutreno_layers is not None and 0 in self.neutreno_layers:  # an in-place edit skips the field rule
             raise ValueError("`neutreno_layers` cannot contain 0: layer 0 provides the first-layer values V_0.")
+
+    def save_pretrained(self, save_directory: str | os.PathLike, push_to_hub: bool = False, **kwargs):
+        # transformers validates only after copying the code files: check first, so that a refused save writes nothing.
+        self.validate()
+        return super().save_pretrained(save_directory, push_to_hub=push_to_hub, **kwargs)
 
 
 __all__ = ["NeuTRENOGPTConfig"]

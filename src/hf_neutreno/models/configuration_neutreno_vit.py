@@ -2,6 +2,7 @@
 
 
 import copy
+import os
 from typing import ClassVar, Literal
 
 from huggingface_hub.dataclasses import strict, validated_field
@@ -84,18 +85,20 @@ class NeuTRENOViTConfig(PresetsMixin, PreTrainedConfig):
 
     Validation (`@strict`, as every transformers config): each field's type and its own rule (e.g. λ finite and
     >= 0) are checked on every assignment, so a bad value is refused where it is written; the rules across fields
-    are the `validate_*` methods, run at construction, by `config.validate()`, `save_pretrained` and the models.
+    are the `validate_*` methods, run at construction, by `config.validate()`, by the models and, before anything
+    is written, by `save_pretrained`.
 
     Settings a built model reads at each forward, so editing them on `model.config` takes effect at once:
     `neutreno_lambda`, `neutreno_layers`, `decoder_neutreno_lambda`, `pooling`, `semantic_loss_ignore_index`. The
     fields in `architecture_fields` (and `decoder_architecture_fields` for a Segmenter) fix the model's parameters,
-    attention classes and dropout rates when it is built: a model refuses to run once one of them was edited on its
-    config (pass them to the constructor or to `from_pretrained` instead).
+    attention classes and dropout rates when it is built: a model refuses to run or be saved once one of them was
+    edited on its config (pass them to the constructor or to `from_pretrained` instead).
     """
 
     model_type = "neutreno_vit"
-    # Fixed when a model is built (its parameters, attention classes, dropout rates): the models refuse to run once
-    # one was edited on their config. The other fields are read at each forward, or only initialise the weights.
+    # Fixed when a model is built (its parameters, attention classes, dropout rates): the models refuse to run or be
+    # saved once one was edited on their config. The other fields are read at each forward, or only initialise the
+    # weights.
     architecture_fields: ClassVar[tuple[str, ...]] = (
         "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act",
         "hidden_dropout_prob", "attention_probs_dropout_prob", "drop_path_rate", "layer_norm_eps", "image_size",
@@ -177,6 +180,11 @@ class NeuTRENOViTConfig(PresetsMixin, PreTrainedConfig):
     def validate_decoder(self) -> None:
         hidden, heads = self.decoder_shape
         check_heads(hidden, heads, names=("decoder_hidden_size", "decoder_num_attention_heads"))
+
+    def save_pretrained(self, save_directory: str | os.PathLike, push_to_hub: bool = False, **kwargs):
+        # transformers validates only after copying the code files: check first, so that a refused save writes nothing.
+        self.validate()
+        return super().save_pretrained(save_directory, push_to_hub=push_to_hub, **kwargs)
 
     @property
     def image_size_2d(self) -> tuple[int, int]:

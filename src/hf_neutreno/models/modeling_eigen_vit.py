@@ -17,6 +17,7 @@ This file travels with every checkpoint (``trust_remote_code``): it imports only
 
 
 import math
+import os
 from collections.abc import Callable
 
 import torch
@@ -46,6 +47,7 @@ from .modeling_neutreno_vit import (
 from .neutreno_common import (
     add_auto_map,
     built_fields,
+    check_before_save,
     check_built_fields,
     eager_attention_forward,
     neutreno_lambda_for_layer,
@@ -231,6 +233,12 @@ class EigenViTPreTrainedModel(PreTrainedModel):
     def __init__(self, config: EigenViTConfig, *inputs, **kwargs):
         super().__init__(config, *inputs, **kwargs)
         add_auto_map(config, self, self._auto_classes)
+
+    def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs):
+        """`PreTrainedModel.save_pretrained`, after checking, before any file is written, that the config still
+        describes this model (no architecture field edited) and keeps its rules across fields."""
+        check_before_save(self)
+        return super().save_pretrained(save_directory, *args, **kwargs)
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:

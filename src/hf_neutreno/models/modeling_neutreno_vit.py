@@ -11,6 +11,7 @@ This file travels with every checkpoint (``trust_remote_code``): it imports only
 """
 
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -33,6 +34,7 @@ from .configuration_neutreno_vit import NeuTRENOViTConfig
 from .neutreno_common import (
     add_auto_map,
     built_fields,
+    check_before_save,
     check_built_fields,
     eager_attention_forward,
     neutreno_lambda_for_layer,
@@ -387,6 +389,12 @@ class NeuTRENOViTPreTrainedModel(PreTrainedModel):
         super().__init__(config, *inputs, **kwargs)
         add_auto_map(config, self, self._auto_classes)
 
+    def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs):
+        """`PreTrainedModel.save_pretrained`, after checking, before any file is written, that the config still
+        describes this model (no architecture field edited) and keeps its rules across fields."""
+        check_before_save(self)
+        return super().save_pretrained(save_directory, *args, **kwargs)
+
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
         super()._init_weights(module)
@@ -627,7 +635,7 @@ class NeuTRENOViTForSemanticSegmentation(NeuTRENOViTPreTrainedModel):
                 f"{config.num_labels}."
             )
         check_ignore_index(config)
-        self.built_decoder_fields = built_fields(config, config.decoder_architecture_fields)
+        self.built_fields = built_fields(config, config.decoder_architecture_fields)
         self.num_labels = config.num_labels
         self.vit = NeuTRENOViTModel(config)
         if config.decoder_type == "linear":
@@ -635,6 +643,11 @@ class NeuTRENOViTForSemanticSegmentation(NeuTRENOViTPreTrainedModel):
         else:
             self.decoder = NeuTRENOViTMaskTransformer(config.decoder_config(), encoder_hidden_size=config.hidden_size)
         self.post_init()
+
+    def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs):
+        # The loss reads `semantic_loss_ignore_index` live; saved inside the classes, no model could be built from it.
+        check_ignore_index(self.config)
+        return super().save_pretrained(save_directory, *args, **kwargs)
 
     @can_return_tuple
     def forward(
@@ -650,7 +663,7 @@ class NeuTRENOViTForSemanticSegmentation(NeuTRENOViTPreTrainedModel):
         interpolate_pos_encoding (`bool`, *optional*): resample the position embeddings, for any image size that
             is a multiple of the patch size.
         """
-        check_built_fields(self.config, self.built_decoder_fields)
+        check_built_fields(self.config, self.built_fields)
         # The decoder follows the same output flags as the encoder, also when they are set in the config.
         for name in ("output_hidden_states", "output_attentions"):
             kwargs.setdefault(name, getattr(self.config, name, False))

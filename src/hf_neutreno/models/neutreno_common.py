@@ -264,6 +264,19 @@ def check_built_fields(config, built: dict[str, Any]) -> None:
         )
 
 
+def check_before_save(model: nn.Module) -> None:
+    """What a model's `save_pretrained` checks before anything is written: no field in `built_fields` edited on the
+    config of the model or of any of its submodels, and the config's rules across fields. transformers copies the code
+    files before it validates the config, and never compares the config with the built model, so a refused save would
+    otherwise leave files behind (replacing an earlier save's), and an edited architecture field would be saved with
+    weights that do not fit it."""
+    for module in model.modules():
+        built = getattr(module, "built_fields", None)
+        if built is not None:
+            check_built_fields(module.config, built)
+    model.config.validate()
+
+
 class PresetsMixin:
     """``Config.from_preset(name, **overrides)``; subclasses set ``presets = {name: {field: value}}``."""
 
