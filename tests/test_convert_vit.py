@@ -7,6 +7,7 @@ run the same operations, 1e-5 against the NeuTRENO model (other kernels may orde
 
 import pytest
 import torch
+from huggingface_hub.errors import StrictDataclassError
 from transformers import (
     DeiTConfig,
     DeiTForImageClassification,
@@ -302,7 +303,7 @@ def test_segmenter_conversion_errors_are_clear():
         vit_to_neutreno(native, task="semantic-segmentation", use_distillation_token=True)
     with pytest.raises(ValueError, match="do not fit"):
         vit_to_neutreno(native, task="semantic-segmentation", intermediate_size=96)
-    with pytest.raises(ValueError, match="`decoder_type`"):
+    with pytest.raises(StrictDataclassError, match="'decoder_type' expected one of"):
         vit_to_neutreno(native, task="semantic-segmentation", decoder_type="deeplab")
     eigen = EigenViTForImageClassification(EigenViTConfig(**SHAPE))
     with pytest.raises(ValueError, match="EigenViTModel"):

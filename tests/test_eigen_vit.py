@@ -10,6 +10,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from huggingface_hub.errors import StrictDataclassError
 
 import hf_neutreno
 from hf_neutreno import (
@@ -117,15 +118,18 @@ def test_presets_give_the_poster_shapes():
         (dict(neutreno_lambda=-0.1), "neutreno_lambda"),
     ],
 )
-def test_bad_config_raises_value_error_naming_the_field(overrides, field):
-    with pytest.raises(ValueError, match=field):
+def test_bad_config_raises_naming_the_field(overrides, field):
+    with pytest.raises(StrictDataclassError, match=field):
         tiny_config(**overrides)
 
 
-def test_config_edited_after_construction_is_rejected_by_the_model():
+def test_config_edited_after_construction_is_rejected():
     config = tiny_config()
-    config.spectrum_sign = "sideways"
-    with pytest.raises(ValueError, match="spectrum_sign"):
+    with pytest.raises(StrictDataclassError, match="spectrum_sign"):
+        config.spectrum_sign = "sideways"  # refused where it is written
+    config.eigen_layers = [0]
+    config.eigen_layers.append(5)  # an in-place edit passes no check: building a model runs them all
+    with pytest.raises(StrictDataclassError, match="eigen_layers"):
         EigenViTModel(config)
 
 

@@ -6,6 +6,8 @@ import pytest
 import torch
 from transformers import ViTConfig, ViTForImageClassification
 
+from huggingface_hub.errors import StrictDataclassError
+
 from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForImageClassification, NeuTRENOViTModel
 
 TINY = dict(
@@ -289,8 +291,8 @@ def test_presets():
         (dict(image_size=18), "patch_size"),
     ],
 )
-def test_bad_configs_raise_value_errors_naming_the_field(overrides, field):
-    with pytest.raises(ValueError, match=field):
+def test_bad_configs_raise_naming_the_field(overrides, field):
+    with pytest.raises(StrictDataclassError, match=field):
         NeuTRENOViTConfig(**{**TINY, **overrides})
 
 
@@ -303,8 +305,11 @@ def test_bad_inputs_raise_clear_errors():
     with pytest.raises(ValueError, match="attn_implementation|attention"):
         model.set_attn_implementation("not_a_kernel")
     config = NeuTRENOViTConfig(**TINY)
-    config.neutreno_lambda = -1.0  # edited after construction: the model re-validates
-    with pytest.raises(ValueError, match="neutreno_lambda"):
+    with pytest.raises(StrictDataclassError, match="neutreno_lambda"):
+        config.neutreno_lambda = -1.0  # refused where it is written
+    config.neutreno_layers = [1, 2]
+    config.neutreno_layers.append(9)  # an in-place edit passes no check: building a model runs them all
+    with pytest.raises(StrictDataclassError, match="neutreno_layers"):
         NeuTRENOViTModel(config)
 
 

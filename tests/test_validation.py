@@ -1,22 +1,28 @@
-"""Config and input validation (issue 13): the inputs that used to pass silently, and one set of config rules that
-runs at construction, in `config.validate()`, in `save_pretrained`, in `from_pretrained` and when a model is built."""
+"""Config and input validation: the inputs that used to pass silently, and one set of config rules that runs at
+construction, in `config.validate()`, in `save_pretrained` (before anything is written), in `from_pretrained` and when
+a model is built."""
 
 import json
 import math
 import re
+import shutil
+from pathlib import Path
 
 import pytest
 import torch
+import transformers
+from examples_loader import load_example
 from huggingface_hub.errors import StrictDataclassError
 
 import hf_neutreno
-from hf_neutreno.models import neutreno_common
+from hf_neutreno import cli
 
 VIT = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=2, intermediate_size=64, image_size=16,
            patch_size=4, num_labels=3)
 GPT = dict(vocab_size=97, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64,
            max_position_embeddings=64, embedding_dropout=0.0, hidden_dropout=0.0, activation_dropout=0.0,
            output_dropout=0.0, pad_token_id=0)
+SEGMENTER = dict(VIT, num_labels=11, decoder_hidden_size=16, decoder_num_attention_heads=2, decoder_dropout=0.0)
 # model type: (config class, model class, small fields)
 MODELS = {
     "neutreno_vit": (hf_neutreno.NeuTRENOViTConfig, hf_neutreno.NeuTRENOViTForImageClassification, VIT),
@@ -37,7 +43,7 @@ def small(name: str, **overrides):
 @pytest.mark.parametrize("name", MODELS)
 @pytest.mark.parametrize("value", NON_FINITE, ids=str)
 def test_non_finite_neutreno_lambda_is_rejected_naming_the_field(name, value):
-    with pytest.raises(ValueError, match=r"`neutreno_lambda` must be a finite float >= 0"):
+    with pytest.raises(StrictDataclassError, match=r"`neutreno_lambda` must be a finite float >= 0"):
         small(name, neutreno_lambda=value)
 
 
@@ -53,59 +59,101 @@ def test_non_finite_neutreno_lambda_is_rejected_naming_the_field(name, value):
     ids=str,
 )
 def test_non_finite_eigenvalue_range_is_rejected_naming_the_field(overrides):
-    with pytest.raises(ValueError, match=r"`eigenvalue_range` must be a list \[low, high\] of two finite floats"):
+    with pytest.raises(StrictDataclassError, match=r"`eigenvalue_range` must be a list \[low, high\] of two finite"):
         small("eigen_vit", **overrides)
 
 
 @pytest.mark.parametrize("value", NON_FINITE, ids=str)
 def test_non_finite_eigenvalue_init_is_rejected_naming_the_field(value):
-    with pytest.raises(ValueError, match=r"`eigenvalue_init` must be a finite float > 0"):
+    with pytest.raises(StrictDataclassError, match=r"`eigenvalue_init` must be a finite float > 0"):
         small("eigen_vit", eigenvalue_init=value)
 
 
-# --- configs: one set of rules, wherever it runs --------------------------------------------------------------------
+# --- configs: a bad value is refused where it is written ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("value", [-1, float("nan")], ids=str)
+@pytest.mark.parametrize("value", [-1, float("nan"), float("inf")], ids=str)
 @pytest.mark.parametrize("name", MODELS)
-def test_a_config_edited_after_construction_is_caught_everywhere_with_the_same_message(name, value, tmp_path):
+def test_a_bad_value_assigned_after_construction_is_refused_and_nothing_is_written(name, value, tmp_path):
+    """The field's rule runs on the assignment itself (`@strict`), so neither the config nor a model built from it
+    ever holds the value, and nothing can save it."""
     _, model_class, _ = MODELS[name]
     config = small(name)
-    config.neutreno_lambda = value  # the annotation allows any int or float: the value rule is `validate_neutreno`
-    with pytest.raises(ValueError, match="neutreno_lambda") as by_validate:
-        config.validate()
-    with pytest.raises(ValueError) as by_save:
-        config.save_pretrained(tmp_path / "config")
-    with pytest.raises(ValueError) as by_model:
-        model_class(config)
+    with pytest.raises(StrictDataclassError, match="`neutreno_lambda` must be a finite float >= 0") as on_config:
+        config.neutreno_lambda = value
     model = model_class(small(name))
-    model.config.neutreno_lambda = value
-    with pytest.raises(ValueError) as by_model_save:
-        model.save_pretrained(tmp_path / "model")
-    messages = {str(error.value) for error in (by_validate, by_save, by_model_save, by_model)}
-    assert messages == {str(by_validate.value)}
-    # Nothing written at all: the models check the config before transformers copies their code into the folder.
-    assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == []
+    with pytest.raises(StrictDataclassError) as on_model_config:
+        model.config.neutreno_lambda = value
+    assert str(on_config.value) == str(on_model_config.value)
+    assert config.neutreno_lambda == model.config.neutreno_lambda == small(name).neutreno_lambda  # left as it was
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
 
 
 @pytest.mark.parametrize("name", MODELS)
-def test_an_invalid_config_leaves_a_saved_model_as_it_was(name, tmp_path):
+def test_a_model_saved_after_a_refused_edit_reloads_to_the_same_outputs(name, tmp_path):
     _, model_class, _ = MODELS[name]
-    model_class(small(name)).save_pretrained(tmp_path)
-    before = {p: p.read_bytes() for p in tmp_path.iterdir()}
-    model = model_class(small(name))
-    model.config.neutreno_lambda = float("inf")
-    with pytest.raises(ValueError, match="neutreno_lambda"):
-        model.save_pretrained(tmp_path)
-    assert {p: p.read_bytes() for p in tmp_path.iterdir()} == before
+    model = model_class(small(name)).eval()
+    with pytest.raises(StrictDataclassError):
+        model.config.neutreno_lambda = float("inf")
+    model.save_pretrained(tmp_path)
+    reloaded = model_class.from_pretrained(tmp_path).eval()
+    inputs = torch.randn(2, 3, 16, 16) if "vit" in name else token_ids(2, 5)
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(inputs).logits, model(inputs).logits, atol=0, rtol=0)
 
 
-@pytest.mark.parametrize("name", MODELS)
-def test_a_layer_list_edited_in_place_is_caught_by_validate(name):
+def files(folder) -> dict:
+    """Every file under `folder` (relative path: bytes): a refused save must leave this unchanged."""
+    return {path.relative_to(folder): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+def earlier_save_and_empty_folder(model_class, config, tmp_path):
+    """A folder holding an earlier save of the same kind of model, and an empty folder."""
+    earlier, empty = tmp_path / "earlier", tmp_path / "empty"
+    model_class(config).save_pretrained(earlier)
+    empty.mkdir()
+    return earlier, empty
+
+
+@pytest.mark.parametrize(
+    "name, edit, message",
+    [
+        ("neutreno_vit", lambda config: config.neutreno_layers.append(0), "`neutreno_layers` cannot contain 0"),
+        ("neutreno_vit", lambda config: setattr(config, "neutreno_layers", [1, 3]),
+         r"`neutreno_layers` entries must be integers in \[0, 2\] \(num_hidden_layers=3\), got \[3\]"),
+        ("eigen_vit", lambda config: config.neutreno_layers.append(0), "`neutreno_layers` cannot contain 0"),
+        ("eigen_vit", lambda config: setattr(config, "neutreno_layers", [1, 3]),
+         r"`neutreno_layers` entries must be integers in \[0, 2\] \(num_hidden_layers=3\), got \[3\]"),
+        ("neutreno_gpt", lambda config: config.neutreno_layers.append(0), "`neutreno_layers` cannot contain 0"),
+        ("neutreno_gpt", lambda config: setattr(config, "neutreno_layers", [1, 3]),
+         r"`neutreno_layers` entries must be integers in \[0, 2\] \(num_hidden_layers=3\), got \[3\]"),
+    ],
+    ids=["vit in place", "vit beyond the layers", "eigen in place", "eigen beyond the layers", "gpt in place",
+         "gpt beyond the layers"],
+)
+def test_an_edit_breaking_a_rule_across_fields_is_refused_by_validate_build_and_save_writing_nothing(
+    name, edit, message, tmp_path
+):
+    """A rule across fields (a layer list against `num_hidden_layers`) cannot run on one assignment, and an in-place
+    edit of a list passes none: `validate()`, building a model and `save_pretrained` (the model's and the config's)
+    run the rules, and a refused save writes nothing, not even the code files transformers copies first."""
+    _, model_class, _ = MODELS[name]
     config = small(name, neutreno_layers=[1, 2])
-    config.neutreno_layers.append(0)  # no assignment, so no type check: the class validator still sees it
-    with pytest.raises(ValueError, match="`neutreno_layers` cannot contain 0"):
-        config.validate()
+    earlier, empty = earlier_save_and_empty_folder(model_class, config, tmp_path)
+    before = files(earlier)
+    model = model_class(config)
+    edit(model.config)
+    with pytest.raises(StrictDataclassError, match=message):
+        model.config.validate()
+    with pytest.raises(StrictDataclassError, match=message):
+        model_class(model.config)
+    for folder in (earlier, empty):
+        with pytest.raises(StrictDataclassError, match=message):
+            model.save_pretrained(folder)
+        with pytest.raises(StrictDataclassError, match=message):
+            model.config.save_pretrained(folder)
+    assert files(earlier) == before
+    assert files(empty) == {}
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -116,34 +164,16 @@ def test_a_bad_value_in_config_json_is_rejected_by_from_pretrained(name, tmp_pat
     fields = json.loads(path.read_text())
     fields["neutreno_lambda"] = math.inf  # written as `Infinity`, which Python's json reads back
     path.write_text(json.dumps(fields))
-    with pytest.raises(ValueError, match="`neutreno_lambda` must be a finite float >= 0"):
+    with pytest.raises(StrictDataclassError, match="`neutreno_lambda` must be a finite float >= 0"):
         config_class.from_pretrained(tmp_path)
-
-
-@pytest.mark.parametrize("name", MODELS)
-def test_each_rule_runs_once_at_construction_and_once_when_a_model_is_built(name, monkeypatch):
-    """`validate_neutreno` ends by checking `neutreno_layers`: count those checks."""
-    _, model_class, _ = MODELS[name]
-    calls, check = [], neutreno_common.check_layer_indices
-
-    def counting_check(field, *args, **kwargs):
-        calls.append(field)
-        check(field, *args, **kwargs)
-
-    monkeypatch.setattr(neutreno_common, "check_layer_indices", counting_check)
-    config = small(name)
-    assert calls.count("neutreno_layers") == 1
-    model_class(config)
-    assert calls.count("neutreno_layers") == 2
 
 
 @pytest.mark.parametrize("name", MODELS)
 def test_a_wrong_type_is_rejected_on_assignment_naming_the_field(name):
     config = small(name)
-    with pytest.raises(ValueError, match="neutreno_lambda") as error:
+    with pytest.raises(StrictDataclassError, match="neutreno_lambda"):
         config.neutreno_lambda = "0.5"
-    assert isinstance(error.value, StrictDataclassError)  # what transformers 5 callers catch
-    with pytest.raises(ValueError, match="neutreno_layers"):
+    with pytest.raises(StrictDataclassError, match="neutreno_layers"):
         small(name, neutreno_layers=[1.5])
     assert config.neutreno_lambda == MODELS[name][0]().neutreno_lambda  # the bad assignment left nothing behind
 
@@ -234,13 +264,8 @@ def test_generate_grows_a_left_padded_mask_and_matches_greedy_full_forwards(use_
 # Output folders, resumption and dataset checks of `hf-neutreno compare` and the example scripts: each bad input is
 # refused before anything trains or is written, with a message naming the flag or path.
 
-import shutil  # noqa: E402
-from pathlib import Path  # noqa: E402
 
-import transformers  # noqa: E402
-from examples_loader import load_example  # noqa: E402
 
-from hf_neutreno import cli  # noqa: E402
 
 EXAMPLE_SCRIPTS = ("run_image_classification", "run_clm_wikitext103", "run_semantic_segmentation", "run_eigen_vit")
 COMPARE_TINY = ["--max-steps", "2", "--max-train-samples", "16", "--max-eval-samples", "8", "--probe-samples", "4",
@@ -359,4 +384,243 @@ def test_eigen_example_resumes_only_its_own_interrupted_run(data_dir, tmp_path, 
         example.main(_example_args("run_eigen_vit", data_dir, tmp_path / "run") + ["--resume-from-checkpoint"])
     assert not (tmp_path / "run").exists()
 
-# ======================================================================================================================
+# ====================================================================================================================
+# Model-level "nothing silent": live edits, the segmentation ignore index, missing folders, GPT ids and labels, and
+# input checks that never wait for a device.
+# ====================================================================================================================
+
+def _assert_edit_is_live(model_class, config_class, fields: dict, edit: dict, inputs, tmp_path) -> None:
+    """Edit `model.config` of a built model: the model must compute what a model built from the edited config (same
+    weights) computes, and so must the model saved after the edit and loaded back."""
+    torch.manual_seed(0)
+    model = model_class(config_class(**fields)).eval()
+    with torch.no_grad():
+        for param in model.parameters():  # away from the initialisation (all eigenvalues equal, zero biases)
+            param.add_(0.2 * torch.randn_like(param))
+        before = model(inputs).logits
+        for name, value in edit.items():
+            setattr(model.config, name, value)
+        edited = model(inputs).logits
+        built = model_class(config_class(**{**fields, **edit})).eval()
+        built.load_state_dict(model.state_dict())
+        model.save_pretrained(tmp_path)
+        reloaded = model_class.from_pretrained(tmp_path).eval()
+        assert not torch.allclose(edited, before), "the edit must change the function, or the test proves nothing"
+        torch.testing.assert_close(edited, built(inputs).logits, atol=0, rtol=0)
+        torch.testing.assert_close(reloaded(inputs).logits, edited, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize(
+    "name, edit",
+    [
+        ("neutreno_vit", dict(neutreno_lambda=0)),
+        ("neutreno_vit", dict(neutreno_layers=[2])),
+        ("eigen_vit", dict(neutreno_lambda=0.5)),
+        ("eigen_vit", dict(spectrum_sign="positive")),
+        ("eigen_vit", dict(eigenvalue_range=[-0.3, -0.05])),
+        ("neutreno_gpt", dict(neutreno_lambda=0)),
+        ("neutreno_gpt", dict(neutreno_layers=[1])),
+    ],
+    ids=str,
+)
+def test_an_edited_setting_applies_at_once_and_is_what_the_saved_model_computes(name, edit, tmp_path):
+    config_class, model_class, fields = MODELS[name]
+    inputs = torch.randn(2, 3, 16, 16) if "vit" in name else token_ids(2, 6)
+    _assert_edit_is_live(model_class, config_class, {**fields, "neutreno_lambda": 0.6}, edit, inputs, tmp_path)
+
+
+@pytest.mark.parametrize(
+    "edit", [dict(decoder_neutreno_lambda=0.9), dict(neutreno_lambda=0.1)], ids=["decoder λ", "λ the decoder follows"]
+)
+def test_an_edited_decoder_lambda_applies_at_once_and_is_what_the_saved_segmenter_computes(edit, tmp_path):
+    _assert_edit_is_live(hf_neutreno.NeuTRENOViTForSemanticSegmentation, hf_neutreno.NeuTRENOViTConfig,
+                         {**SEGMENTER, "neutreno_lambda": 0.6}, edit, torch.randn(2, 3, 16, 16), tmp_path)
+
+
+@pytest.mark.parametrize(
+    "name, field, value, message",
+    [
+        ("neutreno_vit", "neutreno_lambda", float("nan"), "`neutreno_lambda` must be a finite float >= 0"),
+        ("neutreno_vit", "neutreno_layers", [0, 2], "`neutreno_layers` cannot contain 0"),
+        ("neutreno_vit", "decoder_neutreno_lambda", float("nan"), "`decoder_neutreno_lambda` must be a finite float"),
+        ("eigen_vit", "spectrum_sign", "sideways", "'spectrum_sign' expected one of \\('negative', 'positive'\\)"),
+        ("eigen_vit", "eigenvalue_range", [0.0, float("nan")], "`eigenvalue_range` must be a list \\[low, high\\]"),
+        ("neutreno_gpt", "neutreno_lambda", float("inf"), "`neutreno_lambda` must be a finite float >= 0"),
+    ],
+)
+def test_a_bad_edit_of_a_setting_on_a_built_model_raises_naming_the_field(name, field, value, message):
+    _, model_class, fields = MODELS[name]
+    model = model_class(small(name))
+    before = getattr(model.config, field)
+    with pytest.raises(StrictDataclassError, match=message):
+        setattr(model.config, field, value)
+    assert getattr(model.config, field) == before
+
+
+def test_an_ignore_index_inside_the_classes_is_refused_naming_the_field_and_the_classes():
+    config = hf_neutreno.NeuTRENOViTConfig(**SEGMENTER, semantic_loss_ignore_index=3)
+    message = r"`semantic_loss_ignore_index` \(3\) is one of the classes \[0, 10\] \(`num_labels`=11\)"
+    with pytest.raises(ValueError, match=message):
+        hf_neutreno.NeuTRENOViTForSemanticSegmentation(config)
+    # The loss reads it at each forward: an edit on a built model is refused there.
+    model = hf_neutreno.NeuTRENOViTForSemanticSegmentation(hf_neutreno.NeuTRENOViTConfig(**SEGMENTER))
+    model.config.semantic_loss_ignore_index = 3
+    with pytest.raises(ValueError, match=message):
+        model(torch.randn(1, 3, 16, 16), labels=torch.zeros(1, 16, 16, dtype=torch.long))
+    for outside in (255, -100, 11):
+        model.config.semantic_loss_ignore_index = outside
+        assert model(torch.randn(1, 3, 16, 16), labels=torch.zeros(1, 16, 16, dtype=torch.long)).loss.isfinite()
+
+
+@pytest.mark.parametrize("convert", ["gpt2_to_neutreno", "vit_to_neutreno", "vit_to_segmenter"])
+@pytest.mark.parametrize("missing", ["/a/missing/folder", "./no-such-checkpoint", "path"], ids=str)
+def test_a_missing_checkpoint_folder_is_named_as_a_folder_that_does_not_exist(convert, missing, tmp_path):
+    from hf_neutreno import convert as module
+
+    path = tmp_path / "no-such-checkpoint" if missing == "path" else missing
+    with pytest.raises(ValueError, match=re.escape(f"The checkpoint folder '{path}' does not exist.")):
+        getattr(module, convert)(path)
+
+
+def test_gpt_token_ids_outside_the_vocabulary_are_named_with_the_vocabulary_size():
+    model = gpt()
+    for bad in (GPT["vocab_size"], GPT["vocab_size"] + 5, -1):
+        ids = token_ids(2, 5)
+        ids[1, 2] = bad
+        with pytest.raises(ValueError, match=re.escape(f"`input_ids` hold [{bad}], outside the vocabulary [0, 96] "
+                                                       "(`vocab_size`=97)")):
+            model(ids)
+    ids = token_ids(2, 5)
+    labels = ids.clone()
+    labels[0, 0] = 400
+    with pytest.raises(ValueError, match=re.escape("`labels` hold [400], outside the vocabulary [0, 96]")):
+        model(ids, labels=labels)
+    labels[0, 0] = -100  # ignored: allowed
+    assert model(ids, labels=labels).loss.isfinite()
+
+
+@pytest.mark.parametrize("shape", [(2, 4), (1, 5), (2, 5, 1), (10,)], ids=str)
+def test_gpt_labels_that_do_not_match_the_ids_are_named_with_both_shapes(shape):
+    model = gpt()
+    expected = re.escape(f"`labels` must have the shape of `input_ids`, (batch, tokens) = (2, 5); got {shape}")
+    with pytest.raises(ValueError, match=expected):
+        model(token_ids(2, 5), labels=torch.zeros(shape, dtype=torch.long))
+
+
+def test_out_of_range_segmentation_labels_are_still_named_on_the_cpu():
+    model = hf_neutreno.NeuTRENOViTForSemanticSegmentation(hf_neutreno.NeuTRENOViTConfig(**SEGMENTER)).eval()
+    labels = torch.zeros(2, 16, 16, dtype=torch.long)
+    labels[1, 3, 4] = 11
+    with pytest.raises(ValueError, match=r"`labels` hold \[11\], outside the classes \[0, 10\] \(`num_labels`=11\)"):
+        model(torch.randn(2, 3, 16, 16), labels=labels)
+
+
+def test_input_checks_never_read_device_values_into_python():
+    """On an accelerator the value checks would wait for the device at every step (`.any()`, `.item()`, `unique`,
+    `tolist` copy to the host). Tensors on the meta device have no values: every such op raises there, as the first
+    assertion shows, so a whole forward with labels on the meta device proves the checks leave device tensors alone.
+    (The meta device stands for any non-CPU device: the checks only look at `device.type`.)"""
+    labels = torch.zeros(2, 16, 16, dtype=torch.long, device="meta")
+    with pytest.raises(RuntimeError, match="meta"):
+        bool((labels >= 11).any())  # what the CPU check does: it would be caught here
+    with torch.device("meta"):
+        segmenter = hf_neutreno.NeuTRENOViTForSemanticSegmentation(hf_neutreno.NeuTRENOViTConfig(**SEGMENTER))
+        language_model = hf_neutreno.NeuTRENOGPTForCausalLM(small("neutreno_gpt"))
+    out = segmenter(torch.randn(2, 3, 16, 16, device="meta"), labels=labels)
+    assert out.loss.device.type == "meta"
+    ids = torch.zeros(2, 5, dtype=torch.long, device="meta")
+    assert language_model(ids, labels=ids).loss.device.type == "meta"
+    # Shapes are metadata: still checked on any device.
+    with pytest.raises(ValueError, match="`labels` must have the shape of `input_ids`"):
+        language_model(ids, labels=ids[:, :4])
+    with pytest.raises(ValueError, match=r"`labels` must be \(batch, height, width\)"):
+        segmenter(torch.randn(2, 3, 16, 16, device="meta"), labels=labels[:, :8])
+
+
+@pytest.mark.parametrize(
+    "name, field, value",
+    [
+        ("neutreno_vit", "attention_kernel", "linear"),  # no parameter to tell: a reloaded model would differ silently
+        ("neutreno_vit", "symmetric_attention", True),
+        ("neutreno_vit", "num_attention_heads", 4),
+        ("neutreno_vit", "hidden_dropout_prob", 0.1),
+        ("eigen_vit", "eigen_layers", [0]),
+        ("neutreno_gpt", "norm_position", "pre"),
+        ("neutreno_gpt", "scale_embeddings", False),
+    ],
+    ids=str,
+)
+def test_an_edited_architecture_field_makes_the_built_model_refuse_to_run_naming_it(name, field, value):
+    """Fields that fix the parameters, attention classes or dropout rates cannot be followed by a built model."""
+    _, model_class, _ = MODELS[name]
+    model = model_class(small(name)).eval()
+    inputs = torch.randn(1, 3, 16, 16) if "vit" in name else token_ids(1, 4)
+    before = model(inputs).logits
+    original = getattr(model.config, field)
+    setattr(model.config, field, value)
+    with pytest.raises(ValueError, match=re.escape(f"`{field}` was set to {value!r} on the config of a model built "
+                                                   f"with {original!r}")):
+        model(inputs)
+    setattr(model.config, field, original)  # set back: the model runs as before
+    torch.testing.assert_close(model(inputs).logits, before, atol=0, rtol=0)
+
+
+def test_an_edited_decoder_field_makes_the_segmenter_refuse_to_run_naming_it():
+    model = hf_neutreno.NeuTRENOViTForSemanticSegmentation(hf_neutreno.NeuTRENOViTConfig(**SEGMENTER)).eval()
+    model.config.decoder_num_attention_heads = 4
+    with pytest.raises(ValueError, match="`decoder_num_attention_heads` was set to 4 on the config of a model built"):
+        model(torch.randn(1, 3, 16, 16))
+
+
+@pytest.mark.parametrize(
+    "model_class, config_class, fields, field, value",
+    [
+        (hf_neutreno.NeuTRENOViTForImageClassification, hf_neutreno.NeuTRENOViTConfig, VIT, "num_hidden_layers", 4),
+        (hf_neutreno.EigenViTForImageClassification, hf_neutreno.EigenViTConfig, VIT, "num_hidden_layers", 4),
+        (hf_neutreno.NeuTRENOGPTForCausalLM, hf_neutreno.NeuTRENOGPTConfig, GPT, "num_hidden_layers", 4),
+        (hf_neutreno.NeuTRENOViTModel, hf_neutreno.NeuTRENOViTConfig, VIT, "attention_kernel", "linear"),
+        (hf_neutreno.NeuTRENOViTForSemanticSegmentation, hf_neutreno.NeuTRENOViTConfig, SEGMENTER,
+         "num_hidden_layers", 4),
+        (hf_neutreno.NeuTRENOViTForSemanticSegmentation, hf_neutreno.NeuTRENOViTConfig, SEGMENTER,
+         "decoder_num_layers", 3),
+        (hf_neutreno.NeuTRENOViTForSemanticSegmentation, hf_neutreno.NeuTRENOViTConfig, SEGMENTER,
+         "decoder_hidden_size", 32),
+    ],
+    ids=["vit layers", "eigen layers", "gpt layers", "vit kernel", "segmenter layers", "segmenter decoder layers",
+         "segmenter decoder size"],
+)
+def test_an_edited_architecture_field_is_refused_by_save_pretrained_writing_nothing(
+    model_class, config_class, fields, field, value, tmp_path
+):
+    """The weights of a model built with one value do not fit another: saved with it, they would make a checkpoint
+    that loads with missing or unexpected weights or, where no weight tells (the kernel), computes something else."""
+    earlier, empty = earlier_save_and_empty_folder(model_class, config_class(**fields), tmp_path)
+    before = files(earlier)
+    model = model_class(config_class(**fields))
+    original = getattr(model.config, field)
+    setattr(model.config, field, value)
+    model.config.validate()  # a valid config: only the built model tells that it does not describe it
+    message = re.escape(f"`{field}` was set to {value!r} on the config of a model built with {original!r}")
+    for folder in (earlier, empty):
+        with pytest.raises(ValueError, match=message):
+            model.save_pretrained(folder)
+    assert files(earlier) == before
+    assert files(empty) == {}
+    setattr(model.config, field, original)  # set back: it saves, and loads without missing or unexpected weights
+    model.save_pretrained(empty)
+    _, info = model_class.from_pretrained(empty, output_loading_info=True)
+    assert not any(info.values()), info
+
+
+def test_a_segmenter_whose_ignore_index_was_edited_into_the_classes_is_not_saved(tmp_path):
+    """No Segmenter can be built from such a config: saved, it would be a checkpoint that does not load."""
+    model_class = hf_neutreno.NeuTRENOViTForSemanticSegmentation
+    earlier, empty = earlier_save_and_empty_folder(model_class, hf_neutreno.NeuTRENOViTConfig(**SEGMENTER), tmp_path)
+    before = files(earlier)
+    model = model_class(hf_neutreno.NeuTRENOViTConfig(**SEGMENTER))
+    model.config.semantic_loss_ignore_index = 3
+    for folder in (earlier, empty):
+        with pytest.raises(ValueError, match=r"`semantic_loss_ignore_index` \(3\) is one of the classes \[0, 10\]"):
+            model.save_pretrained(folder)
+    assert files(earlier) == before
+    assert files(empty) == {}

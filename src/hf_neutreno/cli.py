@@ -7,7 +7,8 @@ The entry point of the command line: one subcommand per module of `hf_neutreno.c
 Errors are handled here, once. A user's mistake (a bad flag or value, a missing file or folder, an unknown model or
 dataset, offline mode, a Hub refusal) ends the command with one line, `hf-neutreno COMMAND: error: ...`, and exit
 status 2. Those are the exceptions the package and the libraries raise for bad input: `ValueError` (every check in
-this package raises it, naming the flag or field), `OSError` (files, and huggingface_hub's HTTP, token and offline
+this package raises it, naming the flag or field), huggingface_hub's `StrictDataclassError` (a config field's rule,
+as for every transformers config), `OSError` (files, and huggingface_hub's HTTP, token and offline
 errors) and `ImportError` (an optional extra that is not installed; the message says which). Anything else is a bug
 and keeps its traceback. Ctrl-C exits with 130.
 """
@@ -15,6 +16,8 @@ and keeps its traceback. Ctrl-C exits with 130.
 import argparse
 import importlib
 import sys
+
+from huggingface_hub.errors import StrictDataclassError
 
 # name: (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -26,7 +29,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
                     "Perplexity of a causal LM: the paper's sliding window and blocks."),
     "diagnose": ("hf_neutreno.commands.diagnose", "Measure over-smoothing of a model, per layer, on a dataset."),
 }  # fmt: skip
-USER_ERRORS = (ValueError, OSError, ImportError)
+USER_ERRORS = (ValueError, StrictDataclassError, OSError, ImportError)
 
 
 class _Parser(argparse.ArgumentParser):

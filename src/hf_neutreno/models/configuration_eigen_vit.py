@@ -2,11 +2,12 @@
 
 
 import math
+from typing import Literal
+
+from huggingface_hub.dataclasses import strict, validated_field
 
 from .configuration_neutreno_vit import NeuTRENOViTConfig
-from .neutreno_common import check_choice, check_layer_indices, strict_config
-
-SPECTRUM_SIGNS = ("negative", "positive")
+from .neutreno_common import check_layer_indices, neutreno_lambda_field
 
 
 def _vit_tiny(image_size: int, patch_size: int) -> dict:
@@ -24,7 +25,22 @@ def _vit_tiny(image_size: int, patch_size: int) -> dict:
     )
 
 
-@strict_config
+def _eigenvalue_range_rule(value) -> None:
+    if value is None:
+        return
+    bounds = list(value)
+    if len(bounds) != 2 or not all(math.isfinite(b) for b in bounds) or not bounds[0] < bounds[1]:
+        raise ValueError(
+            f"`eigenvalue_range` must be a list [low, high] of two finite floats with low < high, got {bounds!r}."
+        )
+
+
+def _eigenvalue_init_rule(value) -> None:
+    if not 0 < value < math.inf:  # also false for NaN
+        raise ValueError(f"`eigenvalue_init` must be a finite float > 0 (|Λ| at initialisation), got {value!r}.")
+
+
+@strict
 class EigenViTConfig(NeuTRENOViTConfig):
     r"""
     Configuration of [`EigenViTModel`] and [`EigenViTForImageClassification`]: the NeuTRENO ViT's fields (same
@@ -44,22 +60,28 @@ class EigenViTConfig(NeuTRENOViTConfig):
             ViT-Ti (initializer_range² × hidden_size ≈ 0.08). Must lie inside `eigenvalue_range` when that is set.
         neutreno_lambda (`float`, defaults to 0): the NeuTRENO term ``λ (V_0 − V)`` can be combined; off by default.
 
+    A built model reads `spectrum_sign` and `eigenvalue_range` (with the NeuTRENO ViT's settings) at each forward,
+    so editing them on `model.config` takes effect at once; `eigenvalue_init` only sets the initial weights.
+
     Presets: `vit-tiny` (the poster's ViT-Ti for CIFAR: 32×32 images, patch 4), `vit-tiny-224` (patch 16, 224 px),
     and the NeuTRENO ViT's `deit-tiny`, `deit-small`, `deit-base`.
     """
 
     model_type = "eigen_vit"
+    architecture_fields = (*NeuTRENOViTConfig.architecture_fields, "eigen_layers")
     presets = {
         **NeuTRENOViTConfig.presets,
         "vit-tiny": _vit_tiny(32, 4),
         "vit-tiny-224": _vit_tiny(224, 16),
     }
 
-    neutreno_lambda: float | int = 0.0
-    spectrum_sign: str = "negative"
-    eigenvalue_range: list[float | int] | tuple[float | int, ...] | None = None
+    neutreno_lambda: float | int = neutreno_lambda_field(0.0)
+    spectrum_sign: Literal["negative", "positive"] = "negative"
+    eigenvalue_range: list[float | int] | tuple[float | int, ...] | None = validated_field(
+        _eigenvalue_range_rule, default=None
+    )
     eigen_layers: list[int] | None = None
-    eigenvalue_init: float | int = 0.1
+    eigenvalue_init: float | int = validated_field(_eigenvalue_init_rule, default=0.1)
 
     def __post_init__(self, **kwargs):
         if isinstance(self.eigenvalue_range, tuple):
@@ -67,31 +89,28 @@ class EigenViTConfig(NeuTRENOViTConfig):
         super().__post_init__(**kwargs)
 
     def validate_eigen_parameterisation(self) -> None:
-        check_choice("spectrum_sign", self.spectrum_sign, SPECTRUM_SIGNS)
         check_layer_indices("eigen_layers", self.eigen_layers, self.num_hidden_layers)
-        init = self.eigenvalue_init
-        if not 0 < init < math.inf:  # also false for NaN
-            raise ValueError(f"`eigenvalue_init` must be a finite float > 0 (|Λ| at initialisation), got {init!r}.")
+        ablations = [name for name in ("symmetric_attention", "featscale") if getattr(self, name)]
+        ablations += ["attention_kernel"] if self.attention_kernel != "softmax" else []
+        if ablations:
+            raise ValueError(
+                f"EigenViT does not take the NeuTRENO ViT's attention ablations: set {ablations} to their defaults "
+                "(symmetric_attention=False, featscale=False, attention_kernel='softmax'), or use NeuTRENOViTConfig."
+            )
         if self.eigenvalue_range is None:
             return
-        side = "high <= 0" if self.spectrum_sign == "negative" else "low >= 0"
-        allowed = (
-            f"a list [low, high] of two finite floats with low < high and {side} "
-            f"(spectrum_sign={self.spectrum_sign!r})"
-        )
-        bounds = list(self.eigenvalue_range)
-        if len(bounds) != 2 or not all(math.isfinite(b) for b in bounds):
-            raise ValueError(f"`eigenvalue_range` must be {allowed}, got {bounds!r}.")
-        low, high = bounds
-        if not low < high:
-            raise ValueError(f"`eigenvalue_range` is empty or inverted: must be {allowed}, got {bounds!r}.")
+        low, high = self.eigenvalue_range
         if (self.spectrum_sign == "negative" and high > 0) or (self.spectrum_sign == "positive" and low < 0):
-            raise ValueError(f"`eigenvalue_range` crosses 0 against the sign: must be {allowed}, got {bounds!r}.")
-        signed_init = init if self.spectrum_sign == "positive" else -init
+            side = "high <= 0" if self.spectrum_sign == "negative" else "low >= 0"
+            raise ValueError(
+                f"`eigenvalue_range` crosses 0 against the sign: it must have {side} for "
+                f"spectrum_sign={self.spectrum_sign!r}, got {list(self.eigenvalue_range)!r}."
+            )
+        signed_init = self.eigenvalue_init if self.spectrum_sign == "positive" else -self.eigenvalue_init
         if not low <= signed_init <= high:
             raise ValueError(
-                f"`eigenvalue_init` ({init}) puts the initial eigenvalues at {signed_init}, outside "
-                f"`eigenvalue_range` {bounds}; choose |Λ| inside the range."
+                f"`eigenvalue_init` ({self.eigenvalue_init}) puts the initial eigenvalues at {signed_init}, outside "
+                f"`eigenvalue_range` {list(self.eigenvalue_range)}; choose |Λ| inside the range."
             )
 
     def is_eigen_layer(self, layer_idx: int) -> bool:

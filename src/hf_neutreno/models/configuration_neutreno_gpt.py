@@ -1,13 +1,22 @@
 """Configuration of the NeuTRENO GPT causal language model (the paper's WikiText-103 model and GPT-2 shapes)."""
 
 
+import os
+from typing import ClassVar, Literal
+
+from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
-from transformers.activations import ACT2FN
 
-from .neutreno_common import NeuTRENOConfigRules, PresetsMixin, check_choice, check_heads, check_positive, strict_config
-
-NORM_POSITIONS = ("pre", "post")
-POSITION_EMBEDDING_TYPES = ("learned", "sinusoidal")
+from .neutreno_common import (
+    PresetsMixin,
+    activation_field,
+    check_heads,
+    check_layer_indices,
+    dropout_field,
+    neutreno_lambda_field,
+    neutreno_layers_field,
+    positive_int_field,
+)
 
 
 def _wikitext103_small() -> dict:
@@ -79,8 +88,8 @@ def _gpt_micro() -> dict:
     )
 
 
-@strict_config
-class NeuTRENOGPTConfig(PresetsMixin, NeuTRENOConfigRules, PreTrainedConfig):
+@strict
+class NeuTRENOGPTConfig(PresetsMixin, PreTrainedConfig):
     r"""
     Configuration of [`NeuTRENOGPTModel`] and [`NeuTRENOGPTForCausalLM`]. The defaults are the paper's WikiText-103
     model (16 layers, dim 128, 8 heads, FFN 2048 ReLU, context 256, post-LN, sinusoidal positions, dropout 0.1,
@@ -115,39 +124,52 @@ class NeuTRENOGPTConfig(PresetsMixin, NeuTRENOConfigRules, PreTrainedConfig):
     `activation_dropout` (inside the MLP, after the activation), `output_dropout` (the final hidden states before
     the LM head, as Transformer-XL).
 
-    Validation: the annotations fix each field's type (checked on every assignment); the `validate_*` methods hold
-    the rules on values, run at construction, by `config.validate()`, by `save_pretrained` and by the models.
+    Validation (`@strict`, as every transformers config): each field's type and its own rule (e.g. λ finite and
+    >= 0) are checked on every assignment, so a bad value is refused where it is written; the rules across fields
+    are the `validate_*` methods, run at construction, by `config.validate()`, by the models and, before anything
+    is written, by `save_pretrained`.
+
+    Settings a built model reads at each forward, so editing them on `model.config` takes effect at once:
+    `neutreno_lambda`, `neutreno_layers`, `max_position_embeddings` (sinusoidal positions). The other fields fix the
+    model's parameters and blocks when it is built (`architecture_fields`): a model refuses to run or be saved once
+    one of them was edited on its config (pass them to the constructor or to `from_pretrained` instead).
     """
 
     model_type = "neutreno_gpt"
-    keys_to_ignore_at_inference = ["cache", "past_key_values"]  # the cache's names from / before transformers 5.24
-    dropout_fields = (
-        "embedding_dropout", "attention_dropout", "hidden_dropout", "activation_dropout", "output_dropout"
+    # Fixed when a model is built (its parameters, blocks, dropout rates): the models refuse to run or be saved once
+    # one was edited on their config. The other fields are read at each forward, kept in step by transformers
+    # (`vocab_size` by `resize_token_embeddings`), or only initialise the weights.
+    architecture_fields: ClassVar[tuple[str, ...]] = (
+        "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act",
+        "position_embedding_type", "norm_position", "layer_norm_eps", "attention_bias", "scale_embeddings",
+        "lm_head_bias", "adaptive_softmax_cutoffs", "embedding_dropout", "attention_dropout", "hidden_dropout",
+        "activation_dropout", "output_dropout",
     )
+    keys_to_ignore_at_inference = ["cache", "past_key_values"]  # the cache's names from / before transformers 5.24
     presets = {"wikitext103-small": _wikitext103_small(), "gpt2-small": _gpt2_small(), "gpt-micro": _gpt_micro()}
 
-    vocab_size: int = 267735
-    hidden_size: int = 128
-    num_hidden_layers: int = 16
-    num_attention_heads: int = 8
-    intermediate_size: int = 2048
-    hidden_act: str = "relu"
-    max_position_embeddings: int = 256
-    position_embedding_type: str = "sinusoidal"
-    norm_position: str = "post"
+    vocab_size: int = positive_int_field("vocab_size", 267735)
+    hidden_size: int = positive_int_field("hidden_size", 128)
+    num_hidden_layers: int = positive_int_field("num_hidden_layers", 16)
+    num_attention_heads: int = positive_int_field("num_attention_heads", 8)
+    intermediate_size: int = positive_int_field("intermediate_size", 2048)
+    hidden_act: str = activation_field("relu")
+    max_position_embeddings: int = positive_int_field("max_position_embeddings", 256)
+    position_embedding_type: Literal["learned", "sinusoidal"] = "sinusoidal"
+    norm_position: Literal["pre", "post"] = "post"
     layer_norm_eps: float = 1e-5
     attention_bias: bool = False
     scale_embeddings: bool = True
     lm_head_bias: bool = True
     adaptive_softmax_cutoffs: list[int] | None = None
-    embedding_dropout: float | int = 0.1
-    attention_dropout: float | int = 0.0
-    hidden_dropout: float | int = 0.1
-    activation_dropout: float | int = 0.1
-    output_dropout: float | int = 0.1
+    embedding_dropout: float | int = dropout_field("embedding_dropout", 0.1)
+    attention_dropout: float | int = dropout_field("attention_dropout", 0.0)
+    hidden_dropout: float | int = dropout_field("hidden_dropout", 0.1)
+    activation_dropout: float | int = dropout_field("activation_dropout", 0.1)
+    output_dropout: float | int = dropout_field("output_dropout", 0.1)
     initializer_range: float = 0.02
-    neutreno_lambda: float | int = 0.4
-    neutreno_layers: list[int] | None = None
+    neutreno_lambda: float | int = neutreno_lambda_field(0.4)
+    neutreno_layers: list[int] | None = neutreno_layers_field()
     use_cache: bool = True
     tie_word_embeddings: bool = True
     pad_token_id: int | None = None
@@ -156,11 +178,7 @@ class NeuTRENOGPTConfig(PresetsMixin, NeuTRENOConfigRules, PreTrainedConfig):
 
     def validate_architecture(self) -> None:
         super().validate_architecture()
-        check_positive(self, ("vocab_size", "num_hidden_layers", "intermediate_size", "max_position_embeddings"))
         check_heads(self.hidden_size, self.num_attention_heads)
-        check_choice("norm_position", self.norm_position, NORM_POSITIONS)
-        check_choice("position_embedding_type", self.position_embedding_type, POSITION_EMBEDDING_TYPES)
-        check_choice("hidden_act", self.hidden_act, sorted(ACT2FN))
         if self.position_embedding_type == "sinusoidal" and self.hidden_size % 2:
             raise ValueError(f"Sinusoidal positions need an even `hidden_size`, got {self.hidden_size}.")
         cutoffs = self.adaptive_softmax_cutoffs
@@ -171,6 +189,16 @@ class NeuTRENOGPTConfig(PresetsMixin, NeuTRENOConfigRules, PreTrainedConfig):
                 "`adaptive_softmax_cutoffs` must be a non-empty, strictly increasing list of integers in "
                 f"[1, vocab_size - 1] = [1, {self.vocab_size - 1}] (or None for a full softmax), got {cutoffs!r}."
             )
+
+    def validate_neutreno_layers(self) -> None:
+        check_layer_indices("neutreno_layers", self.neutreno_layers, self.num_hidden_layers)
+        if self.neutreno_layers is not None and 0 in self.neutreno_layers:  # an in-place edit skips the field rule
+            raise ValueError("`neutreno_layers` cannot contain 0: layer 0 provides the first-layer values V_0.")
+
+    def save_pretrained(self, save_directory: str | os.PathLike, push_to_hub: bool = False, **kwargs):
+        # transformers validates only after copying the code files: check first, so that a refused save writes nothing.
+        self.validate()
+        return super().save_pretrained(save_directory, push_to_hub=push_to_hub, **kwargs)
 
 
 __all__ = ["NeuTRENOGPTConfig"]

@@ -2,16 +2,23 @@
 
 
 import copy
-import math
+import os
+from typing import ClassVar, Literal
 
+from huggingface_hub.dataclasses import strict, validated_field
 from transformers import PreTrainedConfig
-from transformers.activations import ACT2FN
 
-from .neutreno_common import NeuTRENOConfigRules, PresetsMixin, check_choice, check_heads, check_positive, strict_config
-
-ATTENTION_KERNELS = ("softmax", "linear")
-POOLINGS = ("cls", "mean")
-DECODER_TYPES = ("mask_transformer", "linear")
+from .neutreno_common import (
+    PresetsMixin,
+    activation_field,
+    check_heads,
+    check_layer_indices,
+    dropout_field,
+    neutreno_lambda_field,
+    neutreno_layers_field,
+    optional_positive_int_field,
+    positive_int_field,
+)
 
 
 def _deit(hidden_size: int, heads: int) -> dict:
@@ -29,8 +36,19 @@ def _deit(hidden_size: int, heads: int) -> dict:
     )
 
 
-@strict_config
-class NeuTRENOViTConfig(PresetsMixin, NeuTRENOConfigRules, PreTrainedConfig):
+def _size_field(name: str, default: int):
+    """An integer >= 1 or [height, width]."""
+
+    def rule(value):
+        size = [value] if isinstance(value, int) else list(value)
+        if len(size) not in (1, 2) or min(size) < 1 or (len(size) == 1 and not isinstance(value, int)):
+            raise ValueError(f"`{name}` must be an integer >= 1 or [height, width], got {value!r}.")
+
+    return validated_field(rule, default=default)
+
+
+@strict
+class NeuTRENOViTConfig(PresetsMixin, PreTrainedConfig):
     r"""
     Configuration of [`NeuTRENOViTModel`], [`NeuTRENOViTForImageClassification`] and
     [`NeuTRENOViTForSemanticSegmentation`]. The defaults are DeiT-tiny (the paper's main model): dim 192, 12 layers,
@@ -62,13 +80,34 @@ class NeuTRENOViTConfig(PresetsMixin, NeuTRENOConfigRules, PreTrainedConfig):
             decoder's own V_0 (default: `neutreno_lambda`).
         decoder_dropout (`float`, defaults to 0.1): dropout of the mask transformer (Segmenter's), on its attention
             probabilities and on both residual branches of each block.
-        semantic_loss_ignore_index (`int`, defaults to 255): the label value the loss and the metrics ignore.
+        semantic_loss_ignore_index (`int`, defaults to 255): the label value the loss and the metrics ignore; it
+            must lie outside the classes [0, num_labels - 1] (the segmentation model checks it).
 
-    Validation: the annotations fix each field's type (checked on every assignment); the `validate_*` methods hold
-    the rules on values, run at construction, by `config.validate()`, by `save_pretrained` and by the models.
+    Validation (`@strict`, as every transformers config): each field's type and its own rule (e.g. λ finite and
+    >= 0) are checked on every assignment, so a bad value is refused where it is written; the rules across fields
+    are the `validate_*` methods, run at construction, by `config.validate()`, by the models and, before anything
+    is written, by `save_pretrained`.
+
+    Settings a built model reads at each forward, so editing them on `model.config` takes effect at once:
+    `neutreno_lambda`, `neutreno_layers`, `decoder_neutreno_lambda`, `pooling`, `semantic_loss_ignore_index`. The
+    fields in `architecture_fields` (and `decoder_architecture_fields` for a Segmenter) fix the model's parameters,
+    attention classes and dropout rates when it is built: a model refuses to run or be saved once one of them was
+    edited on its config (pass them to the constructor or to `from_pretrained` instead).
     """
 
     model_type = "neutreno_vit"
+    # Fixed when a model is built (its parameters, attention classes, dropout rates): the models refuse to run or be
+    # saved once one was edited on their config. The other fields are read at each forward, or only initialise the
+    # weights.
+    architecture_fields: ClassVar[tuple[str, ...]] = (
+        "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act",
+        "hidden_dropout_prob", "attention_probs_dropout_prob", "drop_path_rate", "layer_norm_eps", "image_size",
+        "patch_size", "num_channels", "qkv_bias", "use_distillation_token", "symmetric_attention", "featscale",
+        "attention_kernel",
+    )
+    decoder_architecture_fields: ClassVar[tuple[str, ...]] = (
+        "decoder_type", "decoder_num_layers", "decoder_hidden_size", "decoder_num_attention_heads", "decoder_dropout",
+    )
     dropout_fields = ("hidden_dropout_prob", "attention_probs_dropout_prob", "drop_path_rate", "decoder_dropout")
     presets = {
         "deit-tiny": _deit(192, 3),
@@ -92,69 +131,60 @@ class NeuTRENOViTConfig(PresetsMixin, NeuTRENOConfigRules, PreTrainedConfig):
         ),
     }
 
-    hidden_size: int = 192
-    num_hidden_layers: int = 12
-    num_attention_heads: int = 3
-    intermediate_size: int = 768
-    hidden_act: str = "gelu"
-    hidden_dropout_prob: float | int = 0.0
-    attention_probs_dropout_prob: float | int = 0.0
-    drop_path_rate: float | int = 0.0
+    hidden_size: int = positive_int_field("hidden_size", 192)
+    num_hidden_layers: int = positive_int_field("num_hidden_layers", 12)
+    num_attention_heads: int = positive_int_field("num_attention_heads", 3)
+    intermediate_size: int = positive_int_field("intermediate_size", 768)
+    hidden_act: str = activation_field("gelu")
+    hidden_dropout_prob: float | int = dropout_field("hidden_dropout_prob", 0.0)
+    attention_probs_dropout_prob: float | int = dropout_field("attention_probs_dropout_prob", 0.0)
+    drop_path_rate: float | int = dropout_field("drop_path_rate", 0.0)
     initializer_range: float = 0.02
     layer_norm_eps: float = 1e-6
-    image_size: int | list[int] | tuple[int, int] = 224
-    patch_size: int | list[int] | tuple[int, int] = 16
-    num_channels: int = 3
+    image_size: int | list[int] | tuple[int, int] = _size_field("image_size", 224)
+    patch_size: int | list[int] | tuple[int, int] = _size_field("patch_size", 16)
+    num_channels: int = positive_int_field("num_channels", 3)
     qkv_bias: bool = True
-    pooling: str = "cls"
+    pooling: Literal["cls", "mean"] = "cls"
     use_distillation_token: bool = False
-    neutreno_lambda: float | int = 0.6
-    neutreno_layers: list[int] | None = None
+    neutreno_lambda: float | int = neutreno_lambda_field(0.6)
+    neutreno_layers: list[int] | None = neutreno_layers_field()
     symmetric_attention: bool = False
     featscale: bool = False
-    attention_kernel: str = "softmax"
-    decoder_type: str = "mask_transformer"
-    decoder_num_layers: int = 2
-    decoder_hidden_size: int | None = None
-    decoder_num_attention_heads: int | None = None
-    decoder_neutreno_lambda: float | int | None = None
-    decoder_dropout: float | int = 0.1
+    attention_kernel: Literal["softmax", "linear"] = "softmax"
+    decoder_type: Literal["mask_transformer", "linear"] = "mask_transformer"
+    decoder_num_layers: int = positive_int_field("decoder_num_layers", 2)
+    decoder_hidden_size: int | None = optional_positive_int_field("decoder_hidden_size", None, "the encoder's value")
+    decoder_num_attention_heads: int | None = optional_positive_int_field(
+        "decoder_num_attention_heads", None, "the encoder's value"
+    )
+    decoder_neutreno_lambda: float | int | None = neutreno_lambda_field(
+        None, name="decoder_neutreno_lambda", none_means="`neutreno_lambda`"
+    )
+    decoder_dropout: float | int = dropout_field("decoder_dropout", 0.1)
     semantic_loss_ignore_index: int = 255
 
     def validate_architecture(self) -> None:
         super().validate_architecture()
-        check_positive(self, ("num_hidden_layers", "num_channels", "intermediate_size"))
         check_heads(self.hidden_size, self.num_attention_heads)
-        check_choice("attention_kernel", self.attention_kernel, ATTENTION_KERNELS)
-        check_choice("pooling", self.pooling, POOLINGS)
-        check_choice("hidden_act", self.hidden_act, sorted(ACT2FN))
-        image_size, patch_size = self.image_size_2d, self.patch_size_2d
-        for name, size in (("image_size", image_size), ("patch_size", patch_size)):
-            if len(size) != 2 or min(size) < 1:
-                raise ValueError(f"`{name}` must be an integer >= 1 or [height, width], got {getattr(self, name)!r}.")
-        if any(s % p for s, p in zip(image_size, patch_size)):
-            raise ValueError(f"`image_size` {list(image_size)} must be divisible by `patch_size` {list(patch_size)}.")
+        if any(s % p for s, p in zip(self.image_size_2d, self.patch_size_2d)):
+            raise ValueError(
+                f"`image_size` {list(self.image_size_2d)} must be divisible by `patch_size` {list(self.patch_size_2d)}."
+            )
+
+    def validate_neutreno_layers(self) -> None:
+        check_layer_indices("neutreno_layers", self.neutreno_layers, self.num_hidden_layers)
+        if self.neutreno_layers is not None and 0 in self.neutreno_layers:  # an in-place edit skips the field rule
+            raise ValueError("`neutreno_layers` cannot contain 0: layer 0 provides the first-layer values V_0.")
 
     def validate_decoder(self) -> None:
-        check_choice("decoder_type", self.decoder_type, DECODER_TYPES)
-        check_positive(self, ("decoder_num_layers",))
-        for name in ("decoder_hidden_size", "decoder_num_attention_heads"):
-            if getattr(self, name) is not None and getattr(self, name) < 1:
-                raise ValueError(
-                    f"`{name}` must be an integer >= 1, or None for the encoder's value; got {getattr(self, name)!r}."
-                )
         hidden, heads = self.decoder_shape
-        if hidden % heads:
-            raise ValueError(
-                f"`decoder_hidden_size` ({hidden}) must be divisible by `decoder_num_attention_heads` ({heads}); "
-                "None takes the encoder's `hidden_size` / `num_attention_heads`."
-            )
-        lam = self.decoder_neutreno_lambda
-        if lam is not None and not (math.isfinite(lam) and lam >= 0):
-            raise ValueError(
-                "`decoder_neutreno_lambda` must be a finite float >= 0 (0 gives Segmenter's plain mask transformer), "
-                f"or None for `neutreno_lambda`; got {lam!r}."
-            )
+        check_heads(hidden, heads, names=("decoder_hidden_size", "decoder_num_attention_heads"))
+
+    def save_pretrained(self, save_directory: str | os.PathLike, push_to_hub: bool = False, **kwargs):
+        # transformers validates only after copying the code files: check first, so that a refused save writes nothing.
+        self.validate()
+        return super().save_pretrained(save_directory, push_to_hub=push_to_hub, **kwargs)
 
     @property
     def image_size_2d(self) -> tuple[int, int]:
@@ -177,21 +207,27 @@ class NeuTRENOViTConfig(PresetsMixin, NeuTRENOConfigRules, PreTrainedConfig):
         heads = self.decoder_num_attention_heads
         return hidden, heads if heads is not None else self.num_attention_heads
 
+    @property
+    def decoder_lambda(self) -> float:
+        """λ of the mask transformer's blocks after the first: `decoder_neutreno_lambda`, else `neutreno_lambda`."""
+        lam = self.decoder_neutreno_lambda
+        return float(lam if lam is not None else self.neutreno_lambda)
+
     def decoder_config(self) -> "NeuTRENOViTConfig":
         """The config of the mask transformer's blocks, which are this model's blocks at the decoder's shape.
 
         Segmenter's decoder blocks: pre-LN, MLP ratio 4, softmax attention with qkv bias, dropout `decoder_dropout`,
-        no drop path; λ = `decoder_neutreno_lambda` in every block after the first, which provides the decoder's own
-        V_0. The attention implementation, activation and LayerNorm eps are the encoder's.
+        no drop path. The attention implementation, activation and LayerNorm eps are the encoder's. Its
+        `neutreno_lambda` is `decoder_lambda` at construction; the segmentation model reads `decoder_lambda` again at
+        each forward and hands it to the blocks, so an edit of the decoder's λ applies at once.
         """
         hidden, heads = self.decoder_shape
-        lam = self.decoder_neutreno_lambda if self.decoder_neutreno_lambda is not None else self.neutreno_lambda
         config = copy.deepcopy(self)  # keeps the attention implementation chosen for the encoder
         fields = dict(
             hidden_size=hidden, num_attention_heads=heads, num_hidden_layers=self.decoder_num_layers,
             intermediate_size=4 * hidden, hidden_dropout_prob=self.decoder_dropout,
             attention_probs_dropout_prob=self.decoder_dropout, drop_path_rate=0.0, qkv_bias=True,
-            neutreno_lambda=lam, neutreno_layers=None, symmetric_attention=False, featscale=False,
+            neutreno_lambda=self.decoder_lambda, neutreno_layers=None, symmetric_attention=False, featscale=False,
             attention_kernel="softmax", use_distillation_token=False, pooling="cls",
         )
         for name, value in fields.items():

@@ -8,7 +8,7 @@ whether the layer smooths or sharpens. Here each head's H_h is a symmetric eigen
     Λ_h = −ψ_h²  or  +ψ_h²      ("negative": ViT⁻, sharpening; "positive": ViT⁺, smoothing), optionally clipped
     W_V^h = V_h,  W_O^h = diag(Λ_h) V_hᵀ,   so  H_h = V_h diag(Λ_h) V_hᵀ
 
-Everything else (embeddings, blocks, MLP, heads, the NeuTRENO term) is the NeuTRENO ViT's, reused as it is. Each
+Everything else (embeddings, MLP, queries and keys, the NeuTRENO term) is the NeuTRENO ViT's. Each
 forward makes the value and output weights from Θ, ψ (one batched QR per layer) and stores nothing; for inference
 without the QR, `to_neutreno_vit()` exports the same function as a NeuTRENO ViT whose `v_proj` / `o_proj` hold them.
 
@@ -17,22 +17,42 @@ This file travels with every checkpoint (``trust_remote_code``): it imports only
 
 
 import math
+import os
+from collections.abc import Callable
 
 import torch
 from torch import nn
 
+from transformers import PreTrainedModel
 from transformers import initialization as init
+from transformers.masking_utils import create_bidirectional_mask
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import BaseModelOutputWithPooling, ImageClassifierOutput
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.processing_utils import Unpack
+from transformers.utils import TransformersKwargs
+from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
+from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_eigen_vit import EigenViTConfig
 from .configuration_neutreno_vit import NeuTRENOViTConfig
 from .modeling_neutreno_vit import (
     NeuTRENOViTAttention,
+    NeuTRENOViTDropPath,
+    NeuTRENOViTEmbeddings,
     NeuTRENOViTForImageClassification,
-    NeuTRENOViTLayer,
+    NeuTRENOViTMLP,
     NeuTRENOViTModel,
-    NeuTRENOViTPreTrainedModel,
 )
-from .neutreno_common import neutreno_linear
+from .neutreno_common import (
+    add_auto_map,
+    built_fields,
+    check_before_save,
+    check_built_fields,
+    eager_attention_forward,
+    neutreno_lambda_for_layer,
+    neutreno_linear,
+)
 
 
 def orthonormal_basis(theta: torch.Tensor) -> torch.Tensor:
@@ -48,32 +68,39 @@ def orthonormal_basis(theta: torch.Tensor) -> torch.Tensor:
     return (q * signs.unsqueeze(-2)).to(theta.dtype)
 
 
-class EigenViTAttention(NeuTRENOViTAttention):
+class EigenViTAttention(nn.Module):
     """Self-attention whose value and output projections are ``V_h`` and ``diag(Λ_h) V_hᵀ`` per head.
 
-    Queries, keys, the attention backends and the NeuTRENO term are the NeuTRENO ViT attention's; only the value and
-    output weights differ, made by `value_output_weights` once per forward. Parameters: `theta` (heads, hidden,
+    Queries, keys, the attention backends and the NeuTRENO term are those of [`NeuTRENOViTAttention`]; the value and
+    output weights are made from Θ, ψ once per forward. Parameters: `q_proj`, `k_proj`, `theta` (heads, hidden,
     head_dim), `psi` (heads, head_dim) and `output_bias` (hidden). There is no value bias: A is row-stochastic, so a
     value bias would only add the same row to every token, which `output_bias` already represents. The output bias
     shifts every token by the same vector and leaves the linear map ``X ↦ A X H_h`` (whose spectrum is constrained)
-    untouched.
+    untouched. `spectrum_sign` and `eigenvalue_range` are read from the config at each forward.
     """
 
     def __init__(self, config: EigenViTConfig, layer_idx: int):
-        super().__init__(config, layer_idx)
-        del self.v_proj, self.o_proj  # replaced by the eigen-parameterisation below
+        super().__init__()
+        self.config = config
+        self.layer_idx = layer_idx
         self.num_heads = config.num_attention_heads
+        self.head_dim = config.hidden_size // config.num_attention_heads
+        self.scaling = self.head_dim**-0.5
+        self.is_causal = False  # SDPA otherwise defaults to a causal mask
+        self.attention_dropout = config.attention_probs_dropout_prob
+        inner = self.num_heads * self.head_dim
+        self.q_proj = nn.Linear(config.hidden_size, inner, bias=config.qkv_bias)
+        self.k_proj = nn.Linear(config.hidden_size, inner, bias=config.qkv_bias)
         self.theta = nn.Parameter(torch.empty(self.num_heads, config.hidden_size, self.head_dim))
         self.psi = nn.Parameter(torch.empty(self.num_heads, self.head_dim))
         self.output_bias = nn.Parameter(torch.zeros(config.hidden_size))
-        self.sign = -1.0 if config.spectrum_sign == "negative" else 1.0
-        self.eigenvalue_range = None if config.eigenvalue_range is None else tuple(config.eigenvalue_range)
 
     def eigenvalues(self) -> torch.Tensor:
         """Λ, (heads, head_dim): ``±ψ²``, clipped to `eigenvalue_range` when set."""
-        eigenvalues = self.sign * self.psi.square()
-        if self.eigenvalue_range is not None:
-            eigenvalues = eigenvalues.clamp(*self.eigenvalue_range)
+        sign = -1.0 if self.config.spectrum_sign == "negative" else 1.0
+        eigenvalues = sign * self.psi.square()
+        if self.config.eigenvalue_range is not None:
+            eigenvalues = eigenvalues.clamp(*self.config.eigenvalue_range)
         return eigenvalues
 
     def eigenbasis(self) -> torch.Tensor:
@@ -85,7 +112,7 @@ class EigenViTAttention(NeuTRENOViTAttention):
         basis = self.eigenbasis()
         return (basis * self.eigenvalues().unsqueeze(1)) @ basis.transpose(1, 2)
 
-    def value_output_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+    def value_and_output_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The merged value and output weights in `nn.Linear` layout, (heads·head_dim, hidden) and
         (hidden, heads·head_dim): row h·head_dim + k of the first is column k of V_h, the second is its transpose
         with each column scaled by Λ_hk."""
@@ -93,35 +120,147 @@ class EigenViTAttention(NeuTRENOViTAttention):
         # this is a view. Both weights are contiguous like `nn.Linear`'s, so the matmuls take the native model's path.
         return value_weight, (value_weight * self.eigenvalues().reshape(-1, 1)).t().contiguous()
 
-    def project_values(self, hidden_states: torch.Tensor, weights) -> torch.Tensor:
-        return nn.functional.linear(hidden_states, weights[0])
+    @property
+    def neutreno_lambda(self) -> float:
+        """λ of this layer, read from the config at every forward, so that editing `neutreno_lambda` or
+        `neutreno_layers` on a built model applies at once (0 for layer 0 and layers outside `neutreno_layers`)."""
+        return neutreno_lambda_for_layer(self.config, self.layer_idx)
 
-    def project_output(
-        self, attn_output: torch.Tensor, values: torch.Tensor, first_layer_values: torch.Tensor | None, weights
-    ) -> torch.Tensor:
-        return neutreno_linear(
-            weights[1], self.output_bias, attn_output, values, first_layer_values, self.neutreno_lambda
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        first_layer_values: torch.Tensor | None = None,
+        neutreno_lambda: float | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        input_shape = hidden_states.shape[:-1]
+        hidden_shape = (*input_shape, -1, self.head_dim)
+        value_weight, output_weight = self.value_and_output_weights()
+
+        query_states = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        key_states = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        values = nn.functional.linear(hidden_states, value_weight)
+        value_states = values.view(hidden_shape).transpose(1, 2)
+
+        attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
+            self.config._attn_implementation, eager_attention_forward
         )
+        attn_output, attn_weights = attention_interface(
+            self,
+            query_states,
+            key_states,
+            value_states,
+            attention_mask,
+            dropout=0.0 if not self.training else self.attention_dropout,
+            scaling=self.scaling,
+            **kwargs,
+        )
+        attn_output = neutreno_linear(
+            output_weight,
+            self.output_bias,
+            attn_output.reshape(*input_shape, -1),
+            values,
+            first_layer_values,
+            self.neutreno_lambda if neutreno_lambda is None else neutreno_lambda,
+        )
+        return attn_output, attn_weights, values
 
     def extra_repr(self) -> str:
-        clip = "" if self.eigenvalue_range is None else f", eigenvalue_range={list(self.eigenvalue_range)}"
-        return f"heads={self.num_heads}, head_dim={self.head_dim}, sign={'-' if self.sign < 0 else '+'}{clip}"
+        clip = self.config.eigenvalue_range
+        clip = "" if clip is None else f", eigenvalue_range={list(clip)}"
+        sign = "-" if self.config.spectrum_sign == "negative" else "+"
+        return f"heads={self.num_heads}, head_dim={self.head_dim}, sign={sign}{clip}"
+
+
+class EigenViTLayer(GradientCheckpointingLayer):
+    """The NeuTRENO ViT's pre-LN block, with `EigenViTAttention` in the layers of `config.eigen_layers` (default:
+    all) and the standard attention elsewhere. Returns (hidden_states, values) as [`NeuTRENOViTLayer`]."""
+
+    def __init__(self, config: EigenViTConfig, layer_idx: int):
+        super().__init__()
+        eigen = config.eigen_layers is None or layer_idx in config.eigen_layers
+        self.attention = EigenViTAttention(config, layer_idx) if eigen else NeuTRENOViTAttention(config, layer_idx)
+        self.layernorm_before = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.layernorm_after = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.mlp = NeuTRENOViTMLP(config)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        rate = config.drop_path_rate * layer_idx / max(config.num_hidden_layers - 1, 1)
+        self.drop_path = NeuTRENOViTDropPath(rate) if rate > 0 else nn.Identity()
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        first_layer_values: torch.Tensor | None = None,
+        neutreno_lambda: float | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        attn_output, _, values = self.attention(
+            self.layernorm_before(hidden_states), attention_mask, first_layer_values, neutreno_lambda, **kwargs
+        )
+        if first_layer_values is not None:
+            values = None  # only layer 0's values (V_0) are used later
+        hidden_states = hidden_states + self.drop_path(self.dropout(attn_output))
+        del attn_output  # free it before the MLP, whose activations set the inference peak
+        mlp_output = self.mlp(self.layernorm_after(hidden_states))
+        hidden_states = hidden_states + self.drop_path(self.dropout(mlp_output))
+        return hidden_states, values
 
 
 # Config fields that only EigenViT has: what `to_neutreno_vit` leaves out.
 _EIGEN_FIELDS = EigenViTConfig.__dataclass_fields__.keys() - NeuTRENOViTConfig.__dataclass_fields__.keys()
 
 
-class EigenViTPreTrainedModel(NeuTRENOViTPreTrainedModel):
+class EigenViTPreTrainedModel(PreTrainedModel):
     config: EigenViTConfig
+    base_model_prefix = "vit"
+    main_input_name = "pixel_values"
+    input_modalities = ("image",)
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["NeuTRENOViTEmbeddings", "EigenViTLayer"]
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_flex_attn = True
+    _supports_attention_backend = True
+    _can_compile_fullgraph = True
+    _can_record_outputs = {"hidden_states": EigenViTLayer, "attentions": [EigenViTAttention, NeuTRENOViTAttention]}
     _auto_classes = {
         "AutoModel": "EigenViTModel",
         "AutoModelForImageClassification": "EigenViTForImageClassification",
     }
-    _neutreno_vit_class: type[NeuTRENOViTPreTrainedModel]  # what `to_neutreno_vit` returns
+
+    def __init__(self, config: EigenViTConfig, *inputs, **kwargs):
+        super().__init__(config, *inputs, **kwargs)
+        add_auto_map(config, self, self._auto_classes)
+
+    def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs):
+        """`PreTrainedModel.save_pretrained`, after checking, before any file is written, that the config still
+        describes this model (no architecture field edited) and keeps its rules across fields."""
+        check_before_save(self)
+        return super().save_pretrained(save_directory, *args, **kwargs)
 
     @torch.no_grad()
-    def to_neutreno_vit(self) -> NeuTRENOViTPreTrainedModel:
+    def _init_weights(self, module: nn.Module) -> None:
+        """As the NeuTRENO ViT, and Θ_h: a uniformly random orthonormal frame (the Q of a Gaussian matrix), so
+        V_h = Θ_h and R = I at the start; ψ: sqrt(`eigenvalue_init`), so every Λ starts at ±`eigenvalue_init`; output
+        bias: 0."""
+        super()._init_weights(module)
+        std = self.config.initializer_range
+        if isinstance(module, NeuTRENOViTEmbeddings):
+            init.trunc_normal_(module.position_embeddings, mean=0.0, std=std)
+            init.trunc_normal_(module.cls_token, mean=0.0, std=std)
+            if module.distillation_token is not None:
+                init.trunc_normal_(module.distillation_token, mean=0.0, std=std)
+        elif isinstance(module, EigenViTAttention):
+            if not getattr(module.theta, "_is_hf_initialized", False):
+                gaussian = torch.randn(module.theta.shape, device=module.theta.device, dtype=torch.float32)
+                init.copy_(module.theta, orthonormal_basis(gaussian))
+            init.constant_(module.psi, math.sqrt(self.config.eigenvalue_init))
+            init.zeros_(module.output_bias)
+
+    @torch.no_grad()
+    def to_neutreno_vit(self) -> NeuTRENOViTModel | NeuTRENOViTForImageClassification:
         """The same function as a NeuTRENO ViT (`NeuTRENOViTModel` / `NeuTRENOViTForImageClassification`): inference
         without the per-forward QR, and a checkpoint any NeuTRENO ViT tooling reads.
 
@@ -137,48 +276,129 @@ class EigenViTPreTrainedModel(NeuTRENOViTPreTrainedModel):
         state = self.state_dict()
         for name, module in self.named_modules():
             if isinstance(module, EigenViTAttention):
-                value_weight, output_weight = module.value_output_weights()
+                value_weight, output_weight = module.value_and_output_weights()
                 del state[f"{name}.theta"], state[f"{name}.psi"]
                 state[f"{name}.v_proj.weight"] = value_weight
                 if config.qkv_bias:
                     state[f"{name}.v_proj.bias"] = value_weight.new_zeros(value_weight.shape[0])
                 state[f"{name}.o_proj.weight"] = output_weight
                 state[f"{name}.o_proj.bias"] = state.pop(f"{name}.output_bias")
-        model = self._neutreno_vit_class(config)
+        if isinstance(self, EigenViTForImageClassification):
+            model = NeuTRENOViTForImageClassification(config)
+        else:
+            model = NeuTRENOViTModel(config)
         model.load_state_dict(state)
         weight = next(self.parameters())
         return model.to(device=weight.device, dtype=weight.dtype).train(self.training)
 
-    @torch.no_grad()
-    def _init_weights(self, module: nn.Module) -> None:
-        """Θ_h: a uniformly random orthonormal frame (the Q of a Gaussian matrix), so V_h = Θ_h and R = I at the start;
-        ψ: sqrt(`eigenvalue_init`), so every Λ starts at ±`eigenvalue_init`; output bias: 0."""
-        super()._init_weights(module)
-        if isinstance(module, EigenViTAttention):
-            if not getattr(module.theta, "_is_hf_initialized", False):
-                gaussian = torch.randn(module.theta.shape, device=module.theta.device, dtype=torch.float32)
-                init.copy_(module.theta, orthonormal_basis(gaussian))
-            init.constant_(module.psi, math.sqrt(self.config.eigenvalue_init))
-            init.zeros_(module.output_bias)
 
-
-class EigenViTModel(EigenViTPreTrainedModel, NeuTRENOViTModel):
+class EigenViTModel(EigenViTPreTrainedModel):
     """The NeuTRENO ViT backbone whose layers in `config.eigen_layers` (default: all) use `EigenViTAttention`."""
 
-    _neutreno_vit_class = NeuTRENOViTModel
+    def __init__(self, config: EigenViTConfig):
+        super().__init__(config)
+        config.validate()  # the config may have been edited after construction
+        self.built_fields = built_fields(config, config.architecture_fields)
+        self.embeddings = NeuTRENOViTEmbeddings(config)
+        self.layers = nn.ModuleList([EigenViTLayer(config, i) for i in range(config.num_hidden_layers)])
+        self.layernorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.post_init()
 
-    def _make_layers(self, config: EigenViTConfig) -> list[nn.Module]:
-        return [
-            NeuTRENOViTLayer(config, i, attention=EigenViTAttention(config, i) if config.is_eigen_layer(i) else None)
-            for i in range(config.num_hidden_layers)
-        ]
+    def get_input_embeddings(self) -> nn.Module:
+        return self.embeddings.patch_embeddings
+
+    def pool(self, sequence_output: torch.Tensor) -> torch.Tensor:
+        """The image representation: the CLS token, or the mean of the patch tokens (`config.pooling`)."""
+        if self.config.pooling == "mean":
+            return sequence_output[:, self.config.num_prefix_tokens :].mean(dim=1)
+        return sequence_output[:, 0]
+
+    @merge_with_config_defaults
+    @capture_outputs(tie_last_hidden_states=False)
+    def forward(
+        self,
+        pixel_values: torch.Tensor | None = None,
+        interpolate_pos_encoding: bool | None = None,
+        attention_mask: torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> BaseModelOutputWithPooling:
+        r"""
+        pixel_values (`torch.Tensor` of shape `(batch, channels, height, width)`): the images.
+        interpolate_pos_encoding (`bool`, *optional*): resample the position embeddings to the input size.
+        attention_mask (`torch.Tensor` of shape `(batch, tokens)`, *optional*): 1 for tokens to attend to.
+        """
+        check_built_fields(self.config, self.built_fields)
+        if pixel_values is None:
+            raise ValueError("`pixel_values` is required.")
+        if pixel_values.ndim != 4:
+            height, width = self.config.image_size_2d
+            raise ValueError(
+                "`pixel_values` must have shape (batch, num_channels, height, width), here "
+                f"(batch, {self.config.num_channels}, {height}, {width}); got {tuple(pixel_values.shape)}."
+            )
+        expected_dtype = self.embeddings.patch_embeddings.projection.weight.dtype
+        pixel_values = pixel_values.to(expected_dtype)
+        hidden_states = self.embeddings(pixel_values, interpolate_pos_encoding=bool(interpolate_pos_encoding))
+        attention_mask = create_bidirectional_mask(
+            config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask
+        )
+        first_layer_values = None
+        for layer in self.layers:
+            hidden_states, values = layer(hidden_states, attention_mask, first_layer_values, **kwargs)
+            if first_layer_values is None:
+                first_layer_values = values
+        sequence_output = self.layernorm(hidden_states)
+        return BaseModelOutputWithPooling(last_hidden_state=sequence_output, pooler_output=self.pool(sequence_output))
 
 
-class EigenViTForImageClassification(EigenViTPreTrainedModel, NeuTRENOViTForImageClassification):
+class EigenViTForImageClassification(EigenViTPreTrainedModel):
     """EigenViT with a linear head on the pooled representation (CLS token or mean of patches)."""
 
-    _base_model_class = EigenViTModel
-    _neutreno_vit_class = NeuTRENOViTForImageClassification
+    def __init__(self, config: EigenViTConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.vit = EigenViTModel(config)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels) if config.num_labels > 0 else nn.Identity()
+        self.post_init()
+
+    def get_classifier(self) -> nn.Module:
+        return self.classifier
+
+    def reset_classifier(self, num_labels: int, id2label: dict[int, str] | None = None) -> None:
+        """Replace the head (fine-tuning on another label set), keeping the backbone."""
+        if id2label is not None and len(id2label) != num_labels:
+            raise ValueError(f"`id2label` has {len(id2label)} entries, `num_labels` is {num_labels}.")
+        self.config.id2label = id2label or {i: f"LABEL_{i}" for i in range(num_labels)}
+        self.config.label2id = {v: k for k, v in self.config.id2label.items()}
+        self.num_labels = num_labels
+        weight = self.vit.layernorm.weight
+        self.classifier = nn.Linear(self.config.hidden_size, num_labels).to(weight.device, weight.dtype)
+        init.trunc_normal_(self.classifier.weight, std=self.config.initializer_range)
+        init.zeros_(self.classifier.bias)
+
+    @can_return_tuple
+    def forward(
+        self,
+        pixel_values: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        interpolate_pos_encoding: bool | None = None,
+        attention_mask: torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> ImageClassifierOutput:
+        r"""
+        labels (`torch.LongTensor` of shape `(batch,)`, *optional*): class indices (or floats for regression and
+            multi-label targets); the loss follows `config.problem_type` as in the native ViT.
+        """
+        outputs: BaseModelOutputWithPooling = self.vit(
+            pixel_values, interpolate_pos_encoding=interpolate_pos_encoding, attention_mask=attention_mask, **kwargs
+        )
+        logits = self.classifier(outputs.pooler_output)
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(labels, logits, self.config, **kwargs)
+        return ImageClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
 
 
 __all__ = [

@@ -13,6 +13,7 @@ This file travels with every checkpoint (``trust_remote_code``): it imports only
 """
 
 
+import os
 from collections.abc import Callable
 
 import torch
@@ -28,32 +29,32 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, slice_logits_to_keep
 from transformers.processing_utils import Unpack
-from transformers.utils import TransformersKwargs
+from transformers.utils import TransformersKwargs, is_torchdynamo_compiling
+from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_neutreno_gpt import NeuTRENOGPTConfig
 from .neutreno_common import (
-    ValidatedSaveMixin,
     add_auto_map,
+    built_fields,
+    check_before_save,
+    check_built_fields,
     eager_attention_forward,
     neutreno_lambda_for_layer,
     neutreno_projection,
 )
 
-# transformers 5.24 renamed the KV cache `past_key_values` -> `cache` (forward arguments, output fields, masks,
-# gradient checkpointing; the old name is deprecated until 5.40), and its `generate` passes only the new name. A
-# checkpoint carries this file to users of either version, so the models take both names and return the cache under
-# the installed version's.
+# transformers 5.24 renamed the KV cache `past_key_values` -> `cache` (forward arguments, output fields, masks; the
+# old name is deprecated until 5.40) and its `generate` passes only the new name. A checkpoint carries this file to
+# users of either version: the forwards take `cache` and, through transformers' `deprecate_kwarg`, the old name, and
+# the outputs hold the cache under the installed version's field name.
 CACHE_FIELD = "cache" if "cache" in BaseModelOutputWithPast.__dataclass_fields__ else "past_key_values"
-
-
-def the_cache(cache: Cache | None, past_key_values: Cache | None) -> Cache | None:
-    """The KV cache given under either name (`past_key_values`: its name before transformers 5.24)."""
-    if cache is not None and past_key_values is not None:
-        raise ValueError("Pass the KV cache once: as `cache` or as `past_key_values` (its name before transformers "
-                         "5.24), not both.")
-    return past_key_values if cache is None else cache
+# From 5.24 the old name warns until 5.40, as in transformers' own models; before 5.24 it is the current name (the one
+# `generate` passes), so it is renamed without a warning (a version already reached turns the warning off).
+accepts_past_key_values = deprecate_kwarg(
+    "past_key_values", "5.40.0" if CACHE_FIELD == "cache" else "5.0.0", new_name="cache", raise_if_both_names=True
+)
 
 
 class NeuTRENOGPTScaledEmbedding(nn.Embedding):
@@ -92,7 +93,8 @@ class NeuTRENOGPTAttention(nn.Module):
     """Causal multi-head self-attention with the NeuTRENO term; returns (output, attention maps, this layer's values).
 
     The values returned are the current tokens' (before the cache is appended), merged over heads: exactly the
-    V_0 that later layers need for the same tokens.
+    V_0 that later layers need for the same tokens. λ is the layer's `neutreno_lambda`, read from the config at each
+    forward.
     """
 
     def __init__(self, config: NeuTRENOGPTConfig, layer_idx: int):
@@ -103,18 +105,24 @@ class NeuTRENOGPTAttention(nn.Module):
         self.scaling = self.head_dim**-0.5
         self.attention_dropout = config.attention_dropout
         self.is_causal = True
-        self.neutreno_lambda = neutreno_lambda_for_layer(config, layer_idx)
         inner = config.num_attention_heads * self.head_dim
         self.q_proj = nn.Linear(config.hidden_size, inner, bias=config.attention_bias)
         self.k_proj = nn.Linear(config.hidden_size, inner, bias=config.attention_bias)
         self.v_proj = nn.Linear(config.hidden_size, inner, bias=config.attention_bias)
         self.o_proj = nn.Linear(inner, config.hidden_size, bias=config.attention_bias)
 
+    @property
+    def neutreno_lambda(self) -> float:
+        """λ of this layer, read from the config at every forward, so that editing `neutreno_lambda` or
+        `neutreno_layers` on a built model applies at once (0 for layer 0 and layers outside `neutreno_layers`)."""
+        return neutreno_lambda_for_layer(self.config, self.layer_idx)
+
     def forward(
         self,
         hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         first_layer_values: torch.Tensor | None = None,
+        neutreno_lambda: float | None = None,
         cache: Cache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
@@ -143,7 +151,11 @@ class NeuTRENOGPTAttention(nn.Module):
             **kwargs,
         )
         attn_output = neutreno_projection(
-            self.o_proj, attn_output.reshape(*input_shape, -1), values, first_layer_values, self.neutreno_lambda
+            self.o_proj,
+            attn_output.reshape(*input_shape, -1),
+            values,
+            first_layer_values,
+            self.neutreno_lambda if neutreno_lambda is None else neutreno_lambda,
         )
         return attn_output, attn_weights, values
 
@@ -181,15 +193,16 @@ class NeuTRENOGPTDecoderLayer(GradientCheckpointingLayer):
         hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         first_layer_values: torch.Tensor | None = None,
+        neutreno_lambda: float | None = None,
         cache: Cache | None = None,
         use_cache: bool | None = False,
         **kwargs: Unpack[TransformersKwargs],
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         residual = hidden_states
         if self.pre_norm:
             hidden_states = self.self_attn_layer_norm(hidden_states)
         attn_output, _, values = self.self_attn(
-            hidden_states, attention_mask, first_layer_values, cache=cache, **kwargs
+            hidden_states, attention_mask, first_layer_values, neutreno_lambda, cache=cache, **kwargs
         )
         if first_layer_values is not None:
             values = None  # only layer 0's values (V_0) are used later: free the others before the MLP runs
@@ -299,7 +312,41 @@ def adaptive_causal_lm_loss(
     return nll.sum() / num_items_in_batch
 
 
-class NeuTRENOGPTPreTrainedModel(ValidatedSaveMixin, PreTrainedModel):
+def check_input_ids(input_ids: torch.Tensor, vocab_size: int) -> None:
+    """Token ids must lie in [0, vocab_size - 1]; the error names them (the embedding's own is "index out of range
+    in self"). Checked only on the CPU: reading a device tensor's values into Python would wait for the device at
+    every step (on a GPU the embedding kernel still stops at a bad id)."""
+    if input_ids.device.type != "cpu" or is_torchdynamo_compiling() or input_ids.numel() == 0:
+        return
+    if input_ids.min() < 0 or input_ids.max() >= vocab_size:
+        bad = torch.unique(input_ids[(input_ids < 0) | (input_ids >= vocab_size)]).tolist()
+        raise ValueError(
+            f"`input_ids` hold {bad[:10]}{' ...' if len(bad) > 10 else ''}, outside the vocabulary "
+            f"[0, {vocab_size - 1}] (`vocab_size`={vocab_size}). Encode the text with the model's tokenizer."
+        )
+
+
+def check_labels(labels: torch.Tensor, inputs: torch.Tensor, vocab_size: int) -> None:
+    """Labels are next-token targets for every input position: (batch, tokens) like `input_ids` (shapes are metadata,
+    checked always), ids in the vocabulary or -100 (values, checked on the CPU only, as `check_input_ids`)."""
+    expected = tuple(inputs.shape[:2])
+    if tuple(labels.shape) != expected:
+        raise ValueError(
+            f"`labels` must have the shape of `input_ids`, (batch, tokens) = {expected}; got {tuple(labels.shape)}. "
+            "They are shifted inside the model: pass `labels=input_ids` (or a copy with -100 where no loss is wanted)."
+        )
+    if labels.device.type != "cpu" or is_torchdynamo_compiling() or labels.numel() == 0:
+        return
+    outside = (labels != -100) & ((labels < 0) | (labels >= vocab_size))
+    if outside.any():
+        bad = torch.unique(labels[outside]).tolist()
+        raise ValueError(
+            f"`labels` hold {bad[:10]}{' ...' if len(bad) > 10 else ''}, outside the vocabulary [0, {vocab_size - 1}] "
+            f"(`vocab_size`={vocab_size}); only -100 (ignored) may lie outside it."
+        )
+
+
+class NeuTRENOGPTPreTrainedModel(PreTrainedModel):
     config: NeuTRENOGPTConfig
     base_model_prefix = "model"
     input_modalities = ("text",)
@@ -317,6 +364,12 @@ class NeuTRENOGPTPreTrainedModel(ValidatedSaveMixin, PreTrainedModel):
         super().__init__(config, *inputs, **kwargs)
         add_auto_map(config, self, self._auto_classes)
 
+    def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs):
+        """`PreTrainedModel.save_pretrained`, after checking, before any file is written, that the config still
+        describes this model (no architecture field edited) and keeps its rules across fields."""
+        check_before_save(self)
+        return super().save_pretrained(save_directory, *args, **kwargs)
+
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
         super()._init_weights(module)
@@ -333,6 +386,7 @@ class NeuTRENOGPTModel(NeuTRENOGPTPreTrainedModel):
     def __init__(self, config: NeuTRENOGPTConfig):
         super().__init__(config)
         config.validate()  # the config may have been edited after construction
+        self.built_fields = built_fields(config, config.architecture_fields)
         embed_scale = config.hidden_size**0.5 if config.scale_embeddings else 1.0
         self.embed_tokens = NeuTRENOGPTScaledEmbedding(config.vocab_size, config.hidden_size, embed_scale)
         if config.position_embedding_type == "learned":
@@ -374,6 +428,7 @@ class NeuTRENOGPTModel(NeuTRENOGPTPreTrainedModel):
                 return position_ids[:, -seq_length:].to(device)
         return (torch.arange(seq_length, device=device) + past_seen_tokens).unsqueeze(0)
 
+    @accepts_past_key_values
     @merge_with_config_defaults
     @capture_outputs
     def forward(
@@ -384,7 +439,6 @@ class NeuTRENOGPTModel(NeuTRENOGPTPreTrainedModel):
         cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
-        past_key_values: Cache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPast:
         r"""
@@ -393,14 +447,15 @@ class NeuTRENOGPTModel(NeuTRENOGPTPreTrainedModel):
         attention_mask (`torch.Tensor` of shape `(batch, past + tokens)`, *optional*): 1 for real tokens, 0 for
             padding; without `position_ids`, positions count only the real tokens (left padding is exact).
         position_ids (`torch.LongTensor` of shape `(batch, tokens)`, *optional*): positions of the tokens.
-        cache (`Cache`, *optional*): the keys and values of earlier tokens (a `DynamicCache`).
-        past_key_values (`Cache`, *optional*): the same, under its name before transformers 5.24.
+        cache (`Cache`, *optional*): the keys and values of earlier tokens (a `DynamicCache`); also taken as
+            `past_key_values`, its name before transformers 5.24.
         """
+        check_built_fields(self.config, self.built_fields)
         if (input_ids is None) ^ (inputs_embeds is not None):
             raise ValueError("Pass exactly one of `input_ids` and `inputs_embeds`.")
         if inputs_embeds is None:
+            check_input_ids(input_ids, self.config.vocab_size)
             inputs_embeds = self.embed_tokens(input_ids)
-        cache = the_cache(cache, past_key_values)
         if use_cache and cache is None:
             cache = DynamicCache(config=self.config)
         if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
@@ -479,6 +534,7 @@ class NeuTRENOGPTForCausalLM(NeuTRENOGPTPreTrainedModel, GenerationMixin):
             )
         return super().resize_token_embeddings(*args, **kwargs)
 
+    @accepts_past_key_values
     @can_return_tuple
     def forward(
         self,
@@ -490,7 +546,6 @@ class NeuTRENOGPTForCausalLM(NeuTRENOGPTPreTrainedModel, GenerationMixin):
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
         logits_to_keep: int | torch.Tensor = 0,
-        past_key_values: Cache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> CausalLMOutputWithPast:
         r"""
@@ -503,12 +558,13 @@ class NeuTRENOGPTForCausalLM(NeuTRENOGPTPreTrainedModel, GenerationMixin):
         given the loss is computed from the needed output rows only and `logits` is `None` (the full
         (tokens × vocab) matrix is what the adaptive softmax exists to avoid; call without labels to get it).
         """
+        if labels is not None:
+            check_labels(labels, input_ids if input_ids is not None else inputs_embeds, self.config.vocab_size)
         outputs: BaseModelOutputWithPast = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
             cache=cache,
-            past_key_values=past_key_values,  # the base model takes the cache under either name
             inputs_embeds=inputs_embeds,
             use_cache=use_cache,
             **kwargs,

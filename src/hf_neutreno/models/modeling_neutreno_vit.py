@@ -11,6 +11,7 @@ This file travels with every checkpoint (``trust_remote_code``): it imports only
 """
 
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -25,14 +26,16 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPooling, ImageClassifierOutput, SemanticSegmenterOutput
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.processing_utils import Unpack
-from transformers.utils import TransformersKwargs
+from transformers.utils import TransformersKwargs, is_torchdynamo_compiling
 from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_neutreno_vit import NeuTRENOViTConfig
 from .neutreno_common import (
-    ValidatedSaveMixin,
     add_auto_map,
+    built_fields,
+    check_before_save,
+    check_built_fields,
     eager_attention_forward,
     neutreno_lambda_for_layer,
     neutreno_projection,
@@ -121,6 +124,71 @@ class NeuTRENOViTEmbeddings(nn.Module):
         return self.dropout(embeddings)
 
 
+class NeuTRENOViTAttention(nn.Module):
+    """Multi-head self-attention with the NeuTRENO term; returns (output, attention maps, this layer's values).
+
+    The values are returned with merged heads, (batch, tokens, heads * head_dim): layer 0's are the V_0 of the later
+    layers. λ is the layer's `neutreno_lambda`, read from the config at each forward, unless the caller passes one
+    (the Segmenter's mask transformer passes its `decoder_lambda`).
+    """
+
+    def __init__(self, config: NeuTRENOViTConfig, layer_idx: int):
+        super().__init__()
+        self.config = config
+        self.layer_idx = layer_idx
+        self.head_dim = config.hidden_size // config.num_attention_heads
+        self.scaling = self.head_dim**-0.5
+        self.is_causal = False  # SDPA otherwise defaults to a causal mask
+        self.attention_dropout = config.attention_probs_dropout_prob
+        inner = config.num_attention_heads * self.head_dim
+        self.q_proj = nn.Linear(config.hidden_size, inner, bias=config.qkv_bias)
+        self.k_proj = nn.Linear(config.hidden_size, inner, bias=config.qkv_bias)
+        self.v_proj = nn.Linear(config.hidden_size, inner, bias=config.qkv_bias)
+        self.o_proj = nn.Linear(inner, config.hidden_size, bias=True)
+
+    @property
+    def neutreno_lambda(self) -> float:
+        """λ of this layer, read from the config at every forward, so that editing `neutreno_lambda` or
+        `neutreno_layers` on a built model applies at once (0 for layer 0 and layers outside `neutreno_layers`)."""
+        return neutreno_lambda_for_layer(self.config, self.layer_idx)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        first_layer_values: torch.Tensor | None = None,
+        neutreno_lambda: float | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        input_shape = hidden_states.shape[:-1]
+        hidden_shape = (*input_shape, -1, self.head_dim)
+
+        query_states = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        key_states = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        values = self.v_proj(hidden_states)
+        value_states = values.view(hidden_shape).transpose(1, 2)
+
+        attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
+            self.config._attn_implementation, eager_attention_forward
+        )
+        attn_output, attn_weights = attention_interface(
+            self,
+            query_states,
+            key_states,
+            value_states,
+            attention_mask,
+            dropout=0.0 if not self.training else self.attention_dropout,
+            scaling=self.scaling,
+            **kwargs,
+        )
+        attn_output = neutreno_projection(
+            self.o_proj,
+            attn_output.reshape(*input_shape, -1),
+            values,
+            first_layer_values,
+            self.neutreno_lambda if neutreno_lambda is None else neutreno_lambda,
+        )
+        return attn_output, attn_weights, values
 
 
 def linear_attention_forward(
@@ -143,8 +211,17 @@ def linear_attention_forward(
     return attn_output.transpose(1, 2).contiguous(), None
 
 
-class NeuTRENOViTAttention(nn.Module):
-    """Multi-head self-attention with the NeuTRENO term; returns (output, attention maps, this layer's values)."""
+class NeuTRENOViTAblationAttention(nn.Module):
+    """The attention of the paper's ablations, in any combination; a layer uses it only when the config sets one.
+
+    - `symmetric_attention`: W_Q = W_K (the paper's Sym-DeiT): the keys serve as queries and there is no `q_proj`.
+    - `attention_kernel="linear"`: kernel attention (NeuTRENO App. F.2), computed here in O(N d²), so
+      `attn_implementation` does not apply to it and it returns no maps.
+    - `featscale`: FeatScale (Wang et al., 2022) after the output projection,
+      ``x + s_d ⊙ mean_tokens(x) + s_h ⊙ (x − mean_tokens(x))`` with zero-initialised s_d, s_h.
+
+    The NeuTRENO term and the parameter names are those of [`NeuTRENOViTAttention`].
+    """
 
     def __init__(self, config: NeuTRENOViTConfig, layer_idx: int):
         super().__init__()
@@ -152,63 +229,48 @@ class NeuTRENOViTAttention(nn.Module):
         self.layer_idx = layer_idx
         self.head_dim = config.hidden_size // config.num_attention_heads
         self.scaling = self.head_dim**-0.5
-        self.is_causal = False  # SDPA otherwise defaults to a causal mask
+        self.is_causal = False
         self.attention_dropout = config.attention_probs_dropout_prob
-        self.neutreno_lambda = neutreno_lambda_for_layer(config, layer_idx)
+        self.attention_function = linear_attention_forward if config.attention_kernel == "linear" else None
         inner = config.num_attention_heads * self.head_dim
-        if not config.symmetric_attention:
-            self.q_proj = nn.Linear(config.hidden_size, inner, bias=config.qkv_bias)
+        self.q_proj = None if config.symmetric_attention else nn.Linear(config.hidden_size, inner, bias=config.qkv_bias)
         self.k_proj = nn.Linear(config.hidden_size, inner, bias=config.qkv_bias)
         self.v_proj = nn.Linear(config.hidden_size, inner, bias=config.qkv_bias)
         self.o_proj = nn.Linear(inner, config.hidden_size, bias=True)
         if config.featscale:
             self.featscale_low = nn.Parameter(torch.zeros(config.hidden_size))
             self.featscale_high = nn.Parameter(torch.zeros(config.hidden_size))
+        else:
+            self.featscale_low = self.featscale_high = None
 
-    def value_output_weights(self) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """The value and output weights handed to `project_values` and `project_output`, made once per forward.
-
-        None here: those call the `v_proj` / `o_proj` modules (so wrappers such as LoRA apply). EigenViT builds its
-        weights from Θ, ψ.
-        """
-        return None
-
-    def project_values(self, hidden_states: torch.Tensor, weights) -> torch.Tensor:
-        """Values with merged heads, (batch, tokens, heads * head_dim): the V of ``λ (V_0 − V)``."""
-        return self.v_proj(hidden_states)
-
-    def project_output(
-        self, attn_output: torch.Tensor, values: torch.Tensor, first_layer_values: torch.Tensor | None, weights
-    ) -> torch.Tensor:
-        """The output projection of ``A V + λ (V_0 − V)`` (merged heads)."""
-        return neutreno_projection(self.o_proj, attn_output, values, first_layer_values, self.neutreno_lambda)
+    @property
+    def neutreno_lambda(self) -> float:
+        """λ of this layer, read from the config at every forward, so that editing `neutreno_lambda` or
+        `neutreno_layers` on a built model applies at once (0 for layer 0 and layers outside `neutreno_layers`)."""
+        return neutreno_lambda_for_layer(self.config, self.layer_idx)
 
     def forward(
         self,
         hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         first_layer_values: torch.Tensor | None = None,
+        neutreno_lambda: float | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
         input_shape = hidden_states.shape[:-1]
         hidden_shape = (*input_shape, -1, self.head_dim)
 
         key_states = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-        query_states = (
-            key_states
-            if self.config.symmetric_attention
-            else self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-        )
-        weights = self.value_output_weights()
-        values = self.project_values(hidden_states, weights)
+        if self.q_proj is None:
+            query_states = key_states
+        else:
+            query_states = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        values = self.v_proj(hidden_states)
         value_states = values.view(hidden_shape).transpose(1, 2)
 
-        if self.config.attention_kernel == "linear":
-            attention_interface: Callable = linear_attention_forward
-        else:
-            attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(
-                self.config._attn_implementation, eager_attention_forward
-            )
+        attention_interface: Callable = self.attention_function or ALL_ATTENTION_FUNCTIONS.get_interface(
+            self.config._attn_implementation, eager_attention_forward
+        )
         attn_output, attn_weights = attention_interface(
             self,
             query_states,
@@ -219,12 +281,21 @@ class NeuTRENOViTAttention(nn.Module):
             scaling=self.scaling,
             **kwargs,
         )
-        attn_output = self.project_output(attn_output.reshape(*input_shape, -1), values, first_layer_values, weights)
-
-        if self.config.featscale:
+        attn_output = neutreno_projection(
+            self.o_proj,
+            attn_output.reshape(*input_shape, -1),
+            values,
+            first_layer_values,
+            self.neutreno_lambda if neutreno_lambda is None else neutreno_lambda,
+        )
+        if self.featscale_low is not None:
             mean = attn_output.mean(dim=1, keepdim=True)
             attn_output = attn_output + self.featscale_low * mean + self.featscale_high * (attn_output - mean)
         return attn_output, attn_weights, values
+
+
+def uses_ablation_attention(config: NeuTRENOViTConfig) -> bool:
+    return config.symmetric_attention or config.featscale or config.attention_kernel != "softmax"
 
 
 class NeuTRENOViTMLP(nn.Module):
@@ -258,14 +329,12 @@ class NeuTRENOViTDropPath(nn.Module):
 
 class NeuTRENOViTLayer(GradientCheckpointingLayer):
     """Pre-LN block; returns (hidden_states, values): layer 0's values, which the model hands to later layers as V_0
-    (None from the other layers).
+    (None from the other layers)."""
 
-    `attention` lets other models (EigenViT) reuse the block with another attention module.
-    """
-
-    def __init__(self, config: NeuTRENOViTConfig, layer_idx: int, attention: nn.Module | None = None):
+    def __init__(self, config: NeuTRENOViTConfig, layer_idx: int):
         super().__init__()
-        self.attention = attention if attention is not None else NeuTRENOViTAttention(config, layer_idx)
+        attention_class = NeuTRENOViTAblationAttention if uses_ablation_attention(config) else NeuTRENOViTAttention
+        self.attention = attention_class(config, layer_idx)
         self.layernorm_before = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.layernorm_after = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.mlp = NeuTRENOViTMLP(config)
@@ -278,10 +347,11 @@ class NeuTRENOViTLayer(GradientCheckpointingLayer):
         hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         first_layer_values: torch.Tensor | None = None,
+        neutreno_lambda: float | None = None,
         **kwargs: Unpack[TransformersKwargs],
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         attn_output, _, values = self.attention(
-            self.layernorm_before(hidden_states), attention_mask, first_layer_values, **kwargs
+            self.layernorm_before(hidden_states), attention_mask, first_layer_values, neutreno_lambda, **kwargs
         )
         if first_layer_values is not None:
             values = None  # only layer 0's values (V_0) are used later: free the others before the MLP runs
@@ -294,7 +364,7 @@ class NeuTRENOViTLayer(GradientCheckpointingLayer):
         return hidden_states, values
 
 
-class NeuTRENOViTPreTrainedModel(ValidatedSaveMixin, PreTrainedModel):
+class NeuTRENOViTPreTrainedModel(PreTrainedModel):
     config: NeuTRENOViTConfig
     base_model_prefix = "vit"
     main_input_name = "pixel_values"
@@ -306,7 +376,10 @@ class NeuTRENOViTPreTrainedModel(ValidatedSaveMixin, PreTrainedModel):
     _supports_flex_attn = True
     _supports_attention_backend = True
     _can_compile_fullgraph = True
-    _can_record_outputs = {"hidden_states": NeuTRENOViTLayer, "attentions": NeuTRENOViTAttention}
+    _can_record_outputs = {
+        "hidden_states": NeuTRENOViTLayer,
+        "attentions": [NeuTRENOViTAttention, NeuTRENOViTAblationAttention],
+    }
     _auto_classes = {
         "AutoModel": "NeuTRENOViTModel",
         "AutoModelForImageClassification": "NeuTRENOViTForImageClassification",
@@ -315,6 +388,12 @@ class NeuTRENOViTPreTrainedModel(ValidatedSaveMixin, PreTrainedModel):
     def __init__(self, config: NeuTRENOViTConfig, *inputs, **kwargs):
         super().__init__(config, *inputs, **kwargs)
         add_auto_map(config, self, self._auto_classes)
+
+    def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs):
+        """`PreTrainedModel.save_pretrained`, after checking, before any file is written, that the config still
+        describes this model (no architecture field edited) and keeps its rules across fields."""
+        check_before_save(self)
+        return super().save_pretrained(save_directory, *args, **kwargs)
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
@@ -325,7 +404,7 @@ class NeuTRENOViTPreTrainedModel(ValidatedSaveMixin, PreTrainedModel):
             init.trunc_normal_(module.cls_token, mean=0.0, std=std)
             if module.distillation_token is not None:
                 init.trunc_normal_(module.distillation_token, mean=0.0, std=std)
-        elif isinstance(module, NeuTRENOViTAttention) and module.config.featscale:
+        elif isinstance(module, NeuTRENOViTAblationAttention) and module.featscale_low is not None:
             init.zeros_(module.featscale_low)  # FeatScale starts as the identity
             init.zeros_(module.featscale_high)
 
@@ -334,13 +413,11 @@ class NeuTRENOViTModel(NeuTRENOViTPreTrainedModel):
     def __init__(self, config: NeuTRENOViTConfig):
         super().__init__(config)
         config.validate()  # the config may have been edited after construction
+        self.built_fields = built_fields(config, config.architecture_fields)
         self.embeddings = NeuTRENOViTEmbeddings(config)
-        self.layers = nn.ModuleList(self._make_layers(config))
+        self.layers = nn.ModuleList([NeuTRENOViTLayer(config, i) for i in range(config.num_hidden_layers)])
         self.layernorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.post_init()
-
-    def _make_layers(self, config: NeuTRENOViTConfig) -> list[nn.Module]:
-        return [NeuTRENOViTLayer(config, i) for i in range(config.num_hidden_layers)]
 
     def get_input_embeddings(self) -> nn.Module:
         return self.embeddings.patch_embeddings
@@ -365,6 +442,7 @@ class NeuTRENOViTModel(NeuTRENOViTPreTrainedModel):
         interpolate_pos_encoding (`bool`, *optional*): resample the position embeddings to the input size.
         attention_mask (`torch.Tensor` of shape `(batch, tokens)`, *optional*): 1 for tokens to attend to.
         """
+        check_built_fields(self.config, self.built_fields)
         if pixel_values is None:
             raise ValueError("`pixel_values` is required.")
         if pixel_values.ndim != 4:
@@ -389,12 +467,10 @@ class NeuTRENOViTModel(NeuTRENOViTPreTrainedModel):
 
 
 class NeuTRENOViTForImageClassification(NeuTRENOViTPreTrainedModel):
-    _base_model_class = NeuTRENOViTModel
-
     def __init__(self, config: NeuTRENOViTConfig):
         super().__init__(config)
         self.num_labels = config.num_labels
-        self.vit = self._base_model_class(config)
+        self.vit = NeuTRENOViTModel(config)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels) if config.num_labels > 0 else nn.Identity()
         self.post_init()
 
@@ -490,19 +566,24 @@ class NeuTRENOViTMaskTransformer(NeuTRENOViTPreTrainedModel):
 
     @capture_outputs(tie_last_hidden_states=False)
     def forward(
-        self, patch_tokens: torch.Tensor, grid_size: tuple[int, int], **kwargs: Unpack[TransformersKwargs]
+        self,
+        patch_tokens: torch.Tensor,
+        grid_size: tuple[int, int],
+        neutreno_lambda: float,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> SemanticSegmenterOutput:
         r"""
         patch_tokens (`torch.Tensor` of shape `(batch, patches, encoder hidden size)`): the encoder's output without
             its prefix tokens, in row-major patch order.
         grid_size (`tuple[int, int]`): the patch grid (rows, columns).
+        neutreno_lambda (`float`): λ of every block after the first (the segmentation model's `decoder_lambda`).
         """
         batch_size, num_patches = patch_tokens.shape[:2]
         hidden_states = self.proj_dec(patch_tokens)
         hidden_states = torch.cat((hidden_states, self.class_embeddings.expand(batch_size, -1, -1)), dim=1)
         first_layer_values = None
         for layer in self.layers:
-            hidden_states, values = layer(hidden_states, None, first_layer_values, **kwargs)
+            hidden_states, values = layer(hidden_states, None, first_layer_values, neutreno_lambda, **kwargs)
             if first_layer_values is None:
                 first_layer_values = values
         hidden_states = self.decoder_norm(hidden_states)
@@ -521,7 +602,8 @@ class NeuTRENOViTLinearDecoder(nn.Module):
         super().__init__()
         self.head = nn.Linear(config.hidden_size, config.num_labels)
 
-    def forward(self, patch_tokens: torch.Tensor, grid_size: tuple[int, int], **kwargs) -> SemanticSegmenterOutput:
+    def forward(self, patch_tokens: torch.Tensor, grid_size: tuple[int, int], neutreno_lambda: float = 0.0,
+                **kwargs) -> SemanticSegmenterOutput:
         logits = self.head(patch_tokens).transpose(1, 2)
         return SemanticSegmenterOutput(logits=logits.reshape(*logits.shape[:2], *grid_size))
 
@@ -552,6 +634,8 @@ class NeuTRENOViTForSemanticSegmentation(NeuTRENOViTPreTrainedModel):
                 f"Semantic segmentation needs `num_labels` >= 2 (the classes, background included), got "
                 f"{config.num_labels}."
             )
+        check_ignore_index(config)
+        self.built_fields = built_fields(config, config.decoder_architecture_fields)
         self.num_labels = config.num_labels
         self.vit = NeuTRENOViTModel(config)
         if config.decoder_type == "linear":
@@ -559,6 +643,11 @@ class NeuTRENOViTForSemanticSegmentation(NeuTRENOViTPreTrainedModel):
         else:
             self.decoder = NeuTRENOViTMaskTransformer(config.decoder_config(), encoder_hidden_size=config.hidden_size)
         self.post_init()
+
+    def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs):
+        # The loss reads `semantic_loss_ignore_index` live; saved inside the classes, no model could be built from it.
+        check_ignore_index(self.config)
+        return super().save_pretrained(save_directory, *args, **kwargs)
 
     @can_return_tuple
     def forward(
@@ -574,6 +663,7 @@ class NeuTRENOViTForSemanticSegmentation(NeuTRENOViTPreTrainedModel):
         interpolate_pos_encoding (`bool`, *optional*): resample the position embeddings, for any image size that
             is a multiple of the patch size.
         """
+        check_built_fields(self.config, self.built_fields)
         # The decoder follows the same output flags as the encoder, also when they are set in the config.
         for name in ("output_hidden_states", "output_attentions"):
             kwargs.setdefault(name, getattr(self.config, name, False))
@@ -583,10 +673,10 @@ class NeuTRENOViTForSemanticSegmentation(NeuTRENOViTPreTrainedModel):
         patch_h, patch_w = self.config.patch_size_2d
         grid_size = (pixel_values.shape[-2] // patch_h, pixel_values.shape[-1] // patch_w)
         patch_tokens = outputs.last_hidden_state[:, self.config.num_prefix_tokens :]
-        decoded = self.decoder(patch_tokens, grid_size, **kwargs)
+        decoded = self.decoder(patch_tokens, grid_size, self.config.decoder_lambda, **kwargs)
         loss = None
         if labels is not None:
-            self._check_labels(labels, pixel_values)
+            check_segmentation_labels(labels, pixel_values, self.config)
             loss = self.loss_function(decoded.logits, labels, ignore_index=self.config.semantic_loss_ignore_index)
         return NeuTRENOViTSemanticSegmenterOutput(
             loss=loss,
@@ -596,26 +686,6 @@ class NeuTRENOViTForSemanticSegmentation(NeuTRENOViTPreTrainedModel):
             decoder_hidden_states=decoded.hidden_states,
             decoder_attentions=decoded.attentions,
         )
-
-    def _check_labels(self, labels: torch.Tensor, pixel_values: torch.Tensor) -> None:
-        expected = (pixel_values.shape[0], *pixel_values.shape[-2:])
-        if labels.ndim != 3 or tuple(labels.shape) != expected:
-            raise ValueError(
-                f"`labels` must be (batch, height, width) = {expected}, the size of `pixel_values` "
-                f"{tuple(pixel_values.shape)}; got {tuple(labels.shape)}. Resize the label maps with the images "
-                "(nearest neighbour), e.g. with the image processor's `segmentation_maps`."
-            )
-        if labels.dtype.is_floating_point or labels.dtype.is_complex or labels.dtype == torch.bool:
-            raise ValueError(f"`labels` must hold integer class indices, got dtype {labels.dtype}.")
-        ignore_index, num_labels = self.config.semantic_loss_ignore_index, self.config.num_labels
-        outside = (labels != ignore_index) & ((labels < 0) | (labels >= num_labels))
-        if outside.any():
-            values = torch.unique(labels[outside]).tolist()
-            raise ValueError(
-                f"`labels` hold {values[:10]}{' ...' if len(values) > 10 else ''}, outside the classes "
-                f"[0, {num_labels - 1}] (`num_labels`={num_labels}); only `semantic_loss_ignore_index` "
-                f"({ignore_index}) may lie outside them."
-            )
 
     def sliding_window_logits(
         self,
@@ -672,6 +742,47 @@ class NeuTRENOViTForSemanticSegmentation(NeuTRENOViTPreTrainedModel):
         if (full_h, full_w) != (height, width):
             logits = nn.functional.interpolate(logits, size=(height, width), mode="bilinear", align_corners=False)
         return logits
+
+
+def check_ignore_index(config: NeuTRENOViTConfig) -> None:
+    """`semantic_loss_ignore_index` must lie outside the classes: a class equal to it would never be trained or
+    scored. Plain integers, no tensor: free in every forward."""
+    ignore_index, num_labels = config.semantic_loss_ignore_index, config.num_labels
+    if 0 <= ignore_index < num_labels:
+        raise ValueError(
+            f"`semantic_loss_ignore_index` ({ignore_index}) is one of the classes [0, {num_labels - 1}] "
+            f"(`num_labels`={num_labels}): that class would never be trained or scored. Use a value outside them "
+            "(255 or -100 are usual)."
+        )
+
+
+def check_segmentation_labels(labels: torch.Tensor, pixel_values: torch.Tensor, config: NeuTRENOViTConfig) -> None:
+    """Shape, dtype and class checks of segmentation labels, with errors that name the field and the classes.
+
+    Shapes and dtypes are metadata, checked always. The values are checked only on the CPU (as the data collator
+    makes them): reading a device tensor's values into Python would wait for the device at every training step.
+    """
+    check_ignore_index(config)
+    expected = (pixel_values.shape[0], *pixel_values.shape[-2:])
+    if labels.ndim != 3 or tuple(labels.shape) != expected:
+        raise ValueError(
+            f"`labels` must be (batch, height, width) = {expected}, the size of `pixel_values` "
+            f"{tuple(pixel_values.shape)}; got {tuple(labels.shape)}. Resize the label maps with the images "
+            "(nearest neighbour), e.g. with the image processor's `segmentation_maps`."
+        )
+    if labels.dtype.is_floating_point or labels.dtype.is_complex or labels.dtype == torch.bool:
+        raise ValueError(f"`labels` must hold integer class indices, got dtype {labels.dtype}.")
+    if labels.device.type != "cpu" or is_torchdynamo_compiling():
+        return
+    ignore_index, num_labels = config.semantic_loss_ignore_index, config.num_labels
+    outside = (labels != ignore_index) & ((labels < 0) | (labels >= num_labels))
+    if outside.any():
+        values = torch.unique(labels[outside]).tolist()
+        raise ValueError(
+            f"`labels` hold {values[:10]}{' ...' if len(values) > 10 else ''}, outside the classes "
+            f"[0, {num_labels - 1}] (`num_labels`={num_labels}); only `semantic_loss_ignore_index` "
+            f"({ignore_index}) may lie outside them."
+        )
 
 
 def _pair(name: str, value) -> tuple[int, int]:
