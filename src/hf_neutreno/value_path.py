@@ -316,9 +316,8 @@ class _ValuePathAttention:
         if context["grad_enabled"] and not torch.is_grad_enabled():
             raise RuntimeError(
                 "Gradient checkpointing with use_reentrant=True runs layer 0 without gradients, so V_0 would lose "
-                "the gradient it gets from later layers. Enable it with "
-                "`model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={'use_reentrant': False})` "
-                "(transformers' default)."
+                "the gradient it gets from later layers. Enable it with use_reentrant=False, transformers' default: "
+                "`model.activation_checkpointing_enable()` (Trainer: leave `activation_checkpointing_kwargs` unset)."
             )
         if layer == 0:
             context["first_values"] = value
