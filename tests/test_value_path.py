@@ -5,6 +5,10 @@ gradient checkpointing, training, saving and loading without the package, and it
 import copy
 import json
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -33,6 +37,7 @@ from hf_neutreno.value_path import VARIANTS, is_value_path_model, value_path_cla
 from tiny_models import ARCHITECTURES, CAUSAL, output_of, tiny_inputs, tiny_model
 
 METHODS = ("neutreno", "value_residual")
+TESTS = Path(__file__).resolve().parent
 
 
 def _inputs(name: str) -> dict:
@@ -361,6 +366,27 @@ def test_saved_models_load_adapted_without_the_package(tmp_path):
             assert result["generated"] == 12
 
 
+@pytest.mark.slow  # two processes
+def test_ddp_gradients_equal_one_process(tmp_path):
+    """2 ranks (gloo) × half a batch under DistributedDataParallel: the all-reduced gradients, learnable coefficients
+    included, equal one process's gradients of the whole batch."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS), str(TESTS.parent / "src")]))}  # fmt: skip
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+               str(TESTS / "value_path_ddp_worker.py"), str(tmp_path / "ddp.pt")]  # fmt: skip
+    process = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert process.returncode == 0, process.stderr[-4000:]
+    from value_path_ddp_worker import adapted_model, batch
+
+    model = adapted_model()
+    inputs = batch()
+    model(**inputs, labels=inputs["input_ids"]).loss.backward()
+    distributed = torch.load(tmp_path / "ddp.pt")
+    assert distributed.keys() == {name for name, _ in model.named_parameters()}
+    for name, parameter in model.named_parameters():
+        torch.testing.assert_close(distributed[name], parameter.grad, rtol=1e-5, atol=1e-7, msg=name)
+
+
 def test_missing_learnable_coefficients_start_at_the_coefficient(tmp_path):
     """A checkpoint without the coefficients (a plain one) loaded into the adapted class: they start at the
     configured value, not at whatever memory from_pretrained allocated."""
@@ -464,3 +490,16 @@ def test_public_api():
         "method": "value_residual",
         "learnable": True,
     }
+
+
+@pytest.mark.slow  # flex attention compiles its kernel on CPU: ~40 s
+@pytest.mark.parametrize("method", METHODS)
+def test_flex_attention_backend_is_wrapped_too(method):
+    model = tiny_model("llama", attn_implementation="flex_attention")
+    reference = apply_value_path(tiny_model("llama"), method, 0.5)  # the same weights on sdpa
+    apply_value_path(model, method, 0.5)
+    assert model.config._attn_implementation == "value_path-flex_attention"
+    inputs = _inputs("llama")
+    real = inputs["attention_mask"].bool()
+    with torch.no_grad():
+        torch.testing.assert_close(model(**inputs).logits[real], reference(**inputs).logits[real], rtol=0, atol=1e-5)
