@@ -284,6 +284,13 @@ def test_the_config_is_the_one_source_of_truth():
         model(**tiny_inputs("llama"))
 
 
+def test_switching_the_backend_of_an_adapted_model_is_refused():
+    model = apply_value_path(tiny_model("llama"), "neutreno", 0.3)
+    model.set_attn_implementation("eager")  # transformers' own call cannot be stopped, but the forward refuses
+    with pytest.raises(ValueError, match="set to 'eager' after the model was adapted"):
+        model(**tiny_inputs("llama"))
+
+
 def test_hidden_states_and_attentions_are_still_returned():
     model = apply_value_path(tiny_model("llama", attn_implementation="eager", base=True), "neutreno")
     outputs = model(**tiny_inputs("llama"), output_hidden_states=True, output_attentions=True)

@@ -335,9 +335,9 @@ class _ValuePathAttention:
             )
         coefficient = context["coefficient"]
         if isinstance(coefficient, torch.Tensor):
-            coefficient = coefficient[position]
+            coefficient = coefficient[position].to(value.dtype)
         if context["method"] == "value_residual":
-            value = value + coefficient * (first - value)
+            value = torch.lerp(value, first, coefficient)  # (1 − α) V_ℓ + α V_0, exactly V_ℓ at α = 0
             return attention(module, query, key, value, attention_mask, *args, **kwargs)
 
         output, *rest = attention(module, query, key, value, attention_mask, *args, **kwargs)
@@ -348,12 +348,34 @@ class _ValuePathAttention:
             raise RuntimeError(
                 f"Layer {layer}: {length} queries after {start} cached tokens, but only {value.shape[-2]} values."
             )
-        difference = first.narrow(-2, start, length) - value.narrow(-2, start, length)  # (batch, kv heads, q, d)
-        kv_heads = difference.shape[1]
+        if length != value.shape[-2]:
+            first, value = first.narrow(-2, start, length), value.narrow(-2, start, length)
+        kv_heads = value.shape[1]
         # (batch, q, heads, d) with heads = kv heads × group: each query head gets its key/value head's term.
         output = output.unflatten(2, (kv_heads, output.shape[2] // kv_heads))
-        output = output + coefficient * difference.transpose(1, 2).unsqueeze(3)
+        if isinstance(coefficient, torch.Tensor):
+            term = _ScaledDifference.apply(coefficient, first, value)
+            output = output + term.transpose(1, 2).unsqueeze(3)
+        else:
+            output = output.add((first - value).transpose(1, 2).unsqueeze(3), alpha=coefficient)
         return (output.flatten(2, 3), *rest)
+
+
+class _ScaledDifference(torch.autograd.Function):
+    """λ (V_0 − V_ℓ) for a learnable λ. Autograd would keep V_0 − V_ℓ for λ's gradient; this keeps V_0 and V_ℓ,
+    which attention keeps anyway, and recomputes the difference in the backward pass."""
+
+    @staticmethod
+    def forward(ctx, coefficient, first, value):
+        ctx.save_for_backward(coefficient, first, value)
+        return coefficient * (first - value)
+
+    @staticmethod
+    def backward(ctx, grad):
+        coefficient, first, value = ctx.saved_tensors
+        grad_coefficient = torch.sum(grad * (first - value), dtype=torch.float32).to(coefficient.dtype)
+        grad_first = grad * coefficient
+        return grad_coefficient, grad_first, -grad_first
 
 
 def _begin_forward(model, settings, module, args, kwargs):
@@ -364,6 +386,13 @@ def _begin_forward(model, settings, module, args, kwargs):
         raise ValueError(
             f"config.value_path changed from {settings} to {getattr(model.config, 'value_path', None)} after the "
             "model was adapted; call remove_value_path(model) and apply_value_path again to change it."
+        )
+    implementation = model.config._attn_implementation
+    if not implementation.startswith(ATTENTION_PREFIX):
+        raise ValueError(
+            f"The attention implementation was set to {implementation!r} after the model was adapted, which would "
+            "run it without its value path. To change the backend: remove_value_path(model), "
+            "model.set_attn_implementation(...), then apply_value_path again."
         )
     cache = kwargs.get("cache")
     if cache is None:
