@@ -261,7 +261,7 @@ def test_two_adapted_models_do_not_change_each_other_or_a_plain_one():
         assert torch.equal(output_of(plain, inputs), output_of(remove_value_path(a), inputs))
 
 
-def test_remove_value_path_restores_class_config_and_parameters():
+def test_remove_value_path_restores_class_config_and_parameters(tmp_path):
     model = tiny_model("llama", attn_implementation="eager")
     names = [name for name, _ in model.named_parameters()]
     apply_value_path(model, "value_residual", learnable=True)
@@ -269,12 +269,34 @@ def test_remove_value_path_restores_class_config_and_parameters():
     assert model.config.value_path == {"method": "value_residual", "coefficient": 0.5, "learnable": True,
                                        "layers": [1, 2]}  # fmt: skip
     assert model.value_path_coefficients.tolist() == [0.5, 0.5]
+    model.save_pretrained(tmp_path)  # writes auto_map into the config in memory too
+    assert model.config.auto_map == {"AutoModelForCausalLM": "value_path.ValuePathLlamaForCausalLM"}
     remove_value_path(model)
     assert type(model) is LlamaForCausalLM and not is_value_path_model(model)
+    assert not getattr(model.config, "auto_map", None)
     assert model.config._attn_implementation == "eager" and not hasattr(model.config, "value_path")
     assert [name for name, _ in model.named_parameters()] == names
     assert all(not module._forward_pre_hooks for module in model.modules())
     assert not any(hasattr(module, "value_path_layer") for module in model.modules())
+
+
+def test_nothing_is_registered_until_a_model_is_adapted(tmp_path):
+    code = """
+import sys
+sys.path.insert(0, %r)
+from transformers import AttentionInterface, AttentionMaskInterface
+import hf_neutreno, hf_neutreno.value_path, hf_neutreno.diagnostics.probe
+from tiny_models import tiny_model
+before = [name for name in AttentionInterface() if "value_path" in name or "probe" in name]
+hf_neutreno.apply_value_path(tiny_model("llama"), "neutreno")
+after = sorted(name for name in AttentionInterface() if "value_path" in name)
+masks = sorted(name for name in AttentionMaskInterface() if "value_path" in name)
+print(before, after, masks)
+""" % str(TESTS)
+    env = {**os.environ, "PYTHONPATH": str(TESTS.parent / "src")}
+    process = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert process.returncode == 0, process.stderr[-3000:]
+    assert process.stdout.split("\n")[-2] == "[] ['value_path-sdpa'] ['value_path-sdpa']"
 
 
 def test_the_config_is_the_one_source_of_truth():
@@ -371,6 +393,18 @@ def test_saved_models_load_adapted_without_the_package(tmp_path):
         assert result["plain_class"] == result["class"].removeprefix("ValuePath") and result["plain_equal"], result
         if name in CAUSAL:
             assert result["generated"] == 12
+
+
+@pytest.mark.slow  # compiling takes ~30 s on a CPU
+@pytest.mark.parametrize("method", METHODS)
+def test_torch_compile_fullgraph_gives_the_same_gradients(method):
+    model = apply_value_path(tiny_model("llama"), method, 0.5, learnable=True).train()
+    compiled = torch.compile(copy.deepcopy(model), fullgraph=True)
+    inputs = tiny_inputs("llama")
+    _loss(model, "llama", inputs).backward()
+    _loss(compiled, "llama", inputs).backward()
+    for (name, expected), actual in zip(model.named_parameters(), compiled.parameters()):
+        torch.testing.assert_close(actual.grad, expected.grad, rtol=1e-5, atol=1e-6, msg=name)
 
 
 @pytest.mark.slow  # two processes
