@@ -200,9 +200,10 @@ def run(args: argparse.Namespace) -> int:
     data, split, image_column = _dataset(args)
     encode = _image_encoder(args, image_column) if image_column else _text_encoder(args)
     model = _load_model(args.model, args.trust_remote_code)
-    if getattr(model.config, "value_path", None) is not None and not is_value_path_model(model):
+    saved_value_path = getattr(getattr(model, "config", None), "value_path", None)
+    if saved_value_path is not None and not is_value_path_model(model):
         raise ValueError(
-            f"{args.model!r} was saved with a value path ({model.config.value_path}), which only "
+            f"{args.model!r} was saved with a value path ({saved_value_path}), which only "
             "--trust-remote-code loads; without it transformers builds the plain model."
         )
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
