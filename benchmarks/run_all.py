@@ -67,6 +67,12 @@ BENCHMARKS = {
         "full": ["--threads", "1", "--clock", "cpu"],
         "gpu": ["--dtype", "bf16", "--batch-size", "8", "--rounds", "20"],
         "gpu-smoke": ["--dtype", "bf16", "--quick", "--batch-size", "1", "--rounds", "1"]}),
+    # The issue's setting is a CPU one (GPT-2-small and ViT-tiny shapes): one thread and the process's CPU time.
+    "value_path": ("bench_value_path.py", {
+        "quick": ["--quick", "--threads", "1", "--clock", "cpu", "--context", "64", "--rounds", "3"],
+        "full": ["--threads", "1", "--clock", "cpu"],
+        "gpu": ["--dtype", "bf16", "--batch-size", "32", "--rounds", "20"],
+        "gpu-smoke": ["--dtype", "bf16", "--batch-size", "1", "--context", "16", "--rounds", "1"]}),
 }
 # reproduce.py per tier: its budget and flags (`--workers`: below).
 REPRODUCE = {
@@ -101,6 +107,8 @@ TARGETS = {
     "diagnostics": [({"mode": "hidden"}, "× inference", "<=", 1.5)],
     "segmenter": [(None, "throughput ratio", ">=", 0.97), (None, "total memory ratio", "<=", 1.03),
                   (None, "step peak ratio", "<=", 1.03)],
+    "value_path": [(None, "throughput ratio", ">=", 0.97), (None, "total memory ratio", "<=", 1.03),
+                   (None, "step peak ratio", "<=", 1.03)],
 }
 SECTIONS = {  # JSON file -> (heading, what it measures)
     "vit": ("NeuTRENO ViT vs the native ViT (issue 2)",
@@ -134,6 +142,19 @@ SECTIONS = {  # JSON file -> (heading, what it measures)
                   "weights with λ = 0 in both. A training step is forward + loss on 512 × 512 labels + backward + "
                   "SGD with momentum 0.9 (Segmenter's optimizer). `step peak` is the memory allocated during a step "
                   "above what was allocated before it; `total` adds weights and momentum buffers."),
+    "value_path": ("Value paths on native models (`apply_value_path`)",
+                   "A GPT-2-small-shaped `GPT2LMHeadModel` (context 256, batch 2) and a ViT-tiny-shaped "
+                   "`ViTForImageClassification` (224 px, batch 8), randomly initialised, as built (`unmodified`) and "
+                   "with each value path applied to the same weights: NeuTRENO (λ = 0.4) and the value residual "
+                   "(α = ½), fixed and learnable, in layers 1-11. A training step is forward + backward + AdamW. On "
+                   "a CPU the five models run with one thread, timed by the process's CPU time, interleaved round by "
+                   "round in rotating order, medians reported: the machine that produced this page shares its 2 "
+                   "cores with a long-running job, so wall times drift and single rounds are noisy (two runs of this "
+                   "benchmark there, 11 and 15 rounds, differed by up to 0.06 in a throughput ratio). `step peak` is "
+                   "the memory allocated during a step above what was allocated before it; `total` adds weights and "
+                   "optimizer state. NeuTRENO with SDPA keeps one more (batch, tokens, hidden) tensor per layer: "
+                   "SDPA keeps its own output for the backward pass next to the output with the term added "
+                   "(docs/value-path.md, Cost)."),
 }
 
 

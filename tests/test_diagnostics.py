@@ -10,22 +10,20 @@ import torch
 from PIL import Image
 from torch import nn
 from transformers import (
-    BertConfig,
-    BertModel,
+    ConvNextConfig,
+    ConvNextModel,
     GPT2Config,
     GPT2Model,
-    LlamaConfig,
-    LlamaModel,
-    ViTConfig,
+    ResNetConfig,
+    ResNetModel,
     ViTImageProcessorPil,
-    ViTModel,
 )
 
-from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTModel
+from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTModel, apply_value_path
 from hf_neutreno.diagnostics import ATTENTION_METRICS, DEFAULT_METRICS, METRICS, measure_oversmoothing
-
-TINY_VIT = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64, image_size=16,
-                patch_size=4)  # fmt: skip
+from hf_neutreno.diagnostics.metrics import hidden_state_metrics
+from hf_neutreno.diagnostics.probe import OBSERVER_ATTRIBUTE, ProbeUnavailable, attention_probe
+from tiny_models import TINY_VIT, tiny_model
 
 
 def cifar10_images(data_dir, count: int) -> list[Image.Image]:
@@ -66,17 +64,9 @@ def _text_batch(vocab: int = 50):
 
 
 def _native_model(name: str):
-    """A tiny native transformers model built from its config, and a batch for it (padded text for text models)."""
-    if name == "vit":
-        return ViTModel(ViTConfig(**TINY_VIT)), {"pixel_values": torch.randn(3, 3, 16, 16)}
-    text = dict(vocab_size=50, num_hidden_layers=3, num_attention_heads=4, bos_token_id=1, eos_token_id=2)
-    if name == "bert":
-        model = BertModel(BertConfig(hidden_size=32, intermediate_size=64, **text))
-    elif name == "gpt2":
-        model = GPT2Model(GPT2Config(n_embd=32, **text))
-    else:
-        model = LlamaModel(LlamaConfig(hidden_size=32, intermediate_size=64, num_key_value_heads=2, **text))
-    return model, _text_batch()
+    """A tiny native transformers base model, and a batch for it (padded text for text models)."""
+    model = tiny_model(name, base=True)
+    return model, {"pixel_values": torch.randn(3, 3, 16, 16)} if name == "vit" else _text_batch()
 
 
 @pytest.mark.parametrize("name", ["vit", "bert", "gpt2", "llama"])
@@ -274,3 +264,63 @@ def test_linear_attention_has_no_attention_metrics():
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # hidden-state metrics only: nothing to warn about
         measure_oversmoothing(model, [batch], metrics=["cosine_similarity"], progress=False)
+
+
+# --- models adapted with a value path, and models without tokens ---------------------------------------------------
+
+
+@pytest.mark.parametrize("method", ["neutreno", "value_residual"])
+def test_a_value_path_model_is_measured_with_its_value_path(method):
+    """The hidden-state metrics are the adapted model's, and the attention metrics use the values its attention
+    averages: (1 − α) V_ℓ + α V_0 for the value residual, V_ℓ for NeuTRENO (whose term is added after attention)."""
+    model = GPT2Model(GPT2Config(vocab_size=50, n_embd=32, n_layer=3, n_head=4, attn_implementation="eager"))
+    _sharpen(model)
+    plain = measure_oversmoothing(model, [_text_batch()], metrics=METRICS, progress=False)
+    apply_value_path(model, method, 0.7)
+    batch = _text_batch()
+    report = measure_oversmoothing(model, [batch], metrics=METRICS, progress=False)
+    assert model.config._attn_implementation == "value_path-eager" and type(model).__name__ == "ValuePathGPT2Model"
+
+    model.eval()
+    with torch.no_grad():
+        outputs = model(**batch, output_hidden_states=True, output_attentions=True)
+        per_layer_qkv = []
+        for block, hidden in zip(model.h, outputs.hidden_states):
+            q, k, v = (_heads(t, 4) for t in block.attn.c_attn(block.ln_1(hidden)).split(32, dim=2))
+            per_layer_qkv.append([q, k, v])
+    if method == "value_residual":
+        first = per_layer_qkv[0][2]
+        for qkv in per_layer_qkv[1:]:
+            qkv[2] = 0.3 * qkv[2] + 0.7 * first
+    expected = _reference_attention_metrics(per_layer_qkv, outputs.attentions, batch["attention_mask"], 8**-0.5, True)
+    for metric, values in expected.items():
+        assert report.per_layer(metric) == pytest.approx(values, rel=1e-4), metric
+    for index, hidden in enumerate(outputs.hidden_states):
+        cosine = hidden_state_metrics(hidden, batch["attention_mask"], ["cosine_similarity"])["cosine_similarity"]
+        assert report.per_layer("cosine_similarity")[index] == pytest.approx(float(cosine.double().mean()), rel=1e-5)
+    assert report.per_layer("cosine_similarity")[-1] != pytest.approx(plain.per_layer("cosine_similarity")[-1])
+
+
+@pytest.mark.parametrize("kind", ["resnet", "convnext"])
+def test_models_whose_hidden_states_are_not_tokens_get_a_clear_error(kind):
+    if kind == "resnet":
+        model = ResNetModel(ResNetConfig(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1]))
+    else:
+        model = ConvNextModel(ConvNextConfig(hidden_sizes=[8, 16], depths=[1, 1], num_stages=2))
+    with pytest.raises(ValueError, match=r"returns hidden states of shape \(2, 8, \d+, \d+\), not \(batch, tokens, "):
+        measure_oversmoothing(model, [{"pixel_values": torch.randn(2, 3, 32, 32)}], progress=False)
+
+
+def test_the_probe_keeps_the_models_own_backend_and_leaves_nothing_behind():
+    model = tiny_model("llama", attn_implementation="eager", base=True)
+    calls = []
+    with attention_probe(model, calls.append):
+        assert model.config._attn_implementation == "hf_neutreno_probe-eager"
+        with pytest.raises(ProbeUnavailable, match="nested"):
+            with attention_probe(model, calls.append):
+                pass
+        with torch.no_grad():
+            model(**_text_batch())
+    assert len(calls) == 3 and calls[0].attention_mask.dtype == torch.float32  # eager's additive mask
+    assert model.config._attn_implementation == "eager"
+    assert not any(hasattr(module, OBSERVER_ATTRIBUTE) for module in model.modules())

@@ -287,3 +287,60 @@ def test_cli_empty_dataset_and_model_without_hidden_states(image_model_dir, cifa
 def test_package_exports_the_callback():
     assert "OversmoothingCallback" in hf_neutreno.__all__
     assert hf_neutreno.OversmoothingCallback.__module__ == "hf_neutreno.diagnostics.callback"
+
+
+@pytest.fixture(scope="module")
+def native_vit_dir(tmp_path_factory):
+    """A native ViTForImageClassification folder with its image processor."""
+    from transformers import ViTConfig, ViTForImageClassification
+
+    folder = tmp_path_factory.mktemp("vit")
+    torch.manual_seed(0)
+    ViTForImageClassification(ViTConfig(**TINY, num_labels=10)).save_pretrained(folder)
+    ViTImageProcessorPil(size={"height": 32, "width": 32}).save_pretrained(folder)
+    return folder
+
+
+def test_cli_variants_measure_the_model_with_each_value_path(native_vit_dir, cifar_dir, tmp_path, capsys):
+    from transformers import ViTForImageClassification
+
+    common = ["--dataset", str(cifar_dir), "--num-samples", "12", "--batch-size", "5", "--no-progress"]
+    code = main(["diagnose", str(native_vit_dir), *common, "--variants", "softmax,neutreno,value-residual-learnable",
+                 "--neutreno-lambda", "0.6", "--out", str(tmp_path / "r.json"), "--plot", str(tmp_path / "r.png")])
+    assert code == 0, capsys.readouterr().err
+    reports = {v: OversmoothingReport.from_json(tmp_path / f"r-{v}.json")
+               for v in ("softmax", "neutreno", "value-residual-learnable")}  # fmt: skip
+    assert reports["neutreno"].metadata["value_path"] == {"method": "neutreno", "learnable": False, "coefficient": 0.6}
+    assert "[value-residual-learnable]" in capsys.readouterr().out  # one table, a column per variant
+
+    # The same measurements as the model as loaded, and as the adapted model saved and loaded (remote code).
+    code = main(["diagnose", str(native_vit_dir), *common, "--out", str(tmp_path / "plain.json")])
+    assert code == 0
+    assert OversmoothingReport.from_json(tmp_path / "plain.json").values == reports["softmax"].values
+    adapted_dir = tmp_path / "adapted"
+    model = ViTForImageClassification.from_pretrained(native_vit_dir)
+    hf_neutreno.apply_value_path(model, "neutreno", 0.6).save_pretrained(adapted_dir)
+    ViTImageProcessorPil(size={"height": 32, "width": 32}).save_pretrained(adapted_dir)
+    code = main(["diagnose", str(adapted_dir), *common, "--trust-remote-code", "--out", str(tmp_path / "a.json")])
+    assert code == 0
+    adapted = OversmoothingReport.from_json(tmp_path / "a.json")
+    for metric in adapted.metrics:
+        assert adapted.per_layer(metric) == pytest.approx(reports["neutreno"].per_layer(metric), rel=1e-5), metric
+    assert adapted.values != reports["softmax"].values
+    capsys.readouterr()
+    assert main(["diagnose", str(adapted_dir), *common]) == 2  # without --trust-remote-code: refused, not plain
+    assert "only --trust-remote-code loads" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--variants", "softmax,twicing"], "`--variants` takes distinct names from"),
+        (["--variants", "neutreno", "--neutreno-lambda", "nan"], "--neutreno-lambda.*must be a finite number"),
+        (["--variants", "value-residual", "--value-residual-alpha", "2"], r"--value-residual-alpha.*\[0, 1\]"),
+        (["--variants", "neutreno"], "has NeuTRENO built in"),  # this package's NeuTRENO ViT
+    ],
+)
+def test_cli_variant_errors(image_model_dir, cifar_dir, capsys, extra, message):
+    assert main(["diagnose", str(image_model_dir), "--dataset", str(cifar_dir), "--no-progress", *extra]) == 2
+    assert __import__("re").search(message, capsys.readouterr().err)

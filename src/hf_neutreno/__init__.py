@@ -1,7 +1,8 @@
 """hf-neutreno: NeuTRENO and eigen-parameterised transformers for the Hugging Face ecosystem.
 
 Importing the package registers every config and model with the Auto classes and marks them for remote code, so
-that `save_pretrained` and Trainer checkpoints carry their code and `auto_map`.
+that `save_pretrained` and Trainer checkpoints carry their code and `auto_map`. `apply_value_path` puts NeuTRENO or
+the value residual on any transformers model (it registers its attention function only when called).
 """
 
 from transformers import (
@@ -33,6 +34,7 @@ from .models.modeling_neutreno_vit import (
     NeuTRENOViTModel,
     NeuTRENOViTPreTrainedModel,
 )
+from .value_path import apply_value_path, remove_value_path
 
 __version__ = "0.1.0"
 
@@ -95,4 +97,6 @@ __all__ = [
     "NeuTRENOViTModel",
     "NeuTRENOViTPreTrainedModel",
     "OversmoothingCallback",
+    "apply_value_path",
+    "remove_value_path",
 ]

@@ -3,15 +3,24 @@
     hf-neutreno diagnose ./my-neutreno-deit --dataset uoft-cs/cifar10 --out report.json --plot report.png
     hf-neutreno diagnose gpt2 --dataset Salesforce/wikitext --dataset-config wikitext-2-v1 --metrics cosine_similarity
 
+    hf-neutreno diagnose gpt2 --dataset ... --variants softmax,neutreno,value-residual --out report.json
+
 MODEL_OR_DIR is a Hub name or a local folder with the model and its image processor or tokenizer. Image datasets
 (an Image column) go through the model's image processor, text datasets (a `text` column; empty lines dropped)
 through its tokenizer, with padding per batch (excluded from every metric). The samples are a seeded random subset.
+
+--variants measures the model as loaded (`softmax`) and the same weights with a value path applied
+(`hf_neutreno.apply_value_path`: `neutreno` at --neutreno-lambda, `value-residual` at --value-residual-alpha; the
+`-learnable` variants start at the same values, so before training they measure the same), on the same batches. With
+several variants, --out and --plot hold every variant: REPORT-<variant>.json per variant, one curve per variant.
 """
 
 import argparse
 import math
+from pathlib import Path
 
 from ..diagnostics.metrics import DEFAULT_METRICS, METRICS, check_metrics
+from ..value_path import DEFAULT_COEFFICIENTS, VARIANTS
 from . import check_model_folder
 
 DEFAULT_SPLITS = ("test", "validation", "train")
@@ -34,6 +43,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--compare", nargs="+", default=(), metavar="OTHER.json", help="earlier reports to draw and tabulate alongside"
     )
+    parser.add_argument("--variants", default="softmax", metavar="NAME[,NAME...]",
+                        help=f"comma-separated, any of {list(VARIANTS)} (default: softmax, the model as loaded)")
+    parser.add_argument("--neutreno-lambda", type=float, default=DEFAULT_COEFFICIENTS["neutreno"],
+                        help="λ of the neutreno variants (default: %(default)s)")
+    parser.add_argument("--value-residual-alpha", type=float, default=DEFAULT_COEFFICIENTS["value_residual"],
+                        help="α of the value-residual variants (default: %(default)s)")  # fmt: skip
     parser.add_argument("--trust-remote-code", action="store_true", help="allow code from the model folder or repo")
     parser.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random subset (default: 0)")
@@ -139,39 +154,90 @@ def _dataset(args):
     return data, split, image_column
 
 
+def _variants(args) -> dict[str, dict | None]:
+    """--variants as {name: apply_value_path keyword arguments (None: the model as loaded)}, checked."""
+    names = [name.strip() for name in args.variants.split(",")]
+    unknown = [name for name in names if name not in VARIANTS]
+    if unknown or len(set(names)) != len(names):
+        raise ValueError(f"`--variants` takes distinct names from {list(VARIANTS)}, got {args.variants!r}.")
+    coefficients = {"neutreno": args.neutreno_lambda, "value_residual": args.value_residual_alpha}
+    variants = {}
+    for name in names:
+        arguments = VARIANTS[name]
+        variants[name] = arguments and {**arguments, "coefficient": coefficients[arguments["method"]]}
+    return variants
+
+
+def _variant_path(path: str, variant: str, several: bool) -> str:
+    if not several:
+        return path
+    path = Path(path)
+    return str(path.with_name(f"{path.stem}-{variant}{path.suffix}"))
+
+
 def run(args: argparse.Namespace) -> int:
     import torch
 
     from ..diagnostics import OversmoothingReport, measure_oversmoothing
+    from ..value_path import apply_value_path, check_settings, is_value_path_model, remove_value_path
 
     # Cheap checks first: a typo should not cost a model download.
     metrics = check_metrics(args.metrics) if args.metrics is not None else None
     for name, value in (("--num-samples", args.num_samples), ("--batch-size", args.batch_size)):
         if value < 1:
             raise ValueError(f"`{name}` must be at least 1, got {value}.")
+    variants = _variants(args)
+    for name, settings in variants.items():
+        if settings is not None:  # the coefficient's range, before any model is loaded (2 layers stand for any)
+            try:
+                check_settings(settings["method"], settings["coefficient"], settings["learnable"], None, 2)
+            except ValueError as error:
+                flag = "--neutreno-lambda" if settings["method"] == "neutreno" else "--value-residual-alpha"
+                raise ValueError(f"{flag} (variant {name!r}): {error}") from None
     check_model_folder(args.model, "MODEL_OR_DIR")
     others = [OversmoothingReport.from_json(path) for path in args.compare]
 
     data, split, image_column = _dataset(args)
     encode = _image_encoder(args, image_column) if image_column else _text_encoder(args)
     model = _load_model(args.model, args.trust_remote_code)
+    saved_value_path = getattr(getattr(model, "config", None), "value_path", None)
+    if saved_value_path is not None and not is_value_path_model(model):
+        raise ValueError(
+            f"{args.model!r} was saved with a value path ({saved_value_path}), which only "
+            "--trust-remote-code loads; without it transformers builds the plain model."
+        )
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     model.to(device)
 
-    report = measure_oversmoothing(
-        model,
-        _Batches(data, args.batch_size, encode),
-        metrics=metrics,
-        layers=args.layers,
-        progress=not args.no_progress,
-        model_name=args.model,
-    )
-    report.metadata.update(dataset=args.dataset, dataset_config=args.dataset_config, split=split, seed=args.seed)
-    print(report.table(others))
+    reports = []
+    for variant, settings in variants.items():
+        if settings is not None:
+            apply_value_path(model, **settings)
+        try:
+            report = measure_oversmoothing(
+                model,
+                _Batches(data, args.batch_size, encode),  # the same seeded subset, in the same order, every time
+                metrics=metrics,
+                layers=args.layers,
+                progress=not args.no_progress,
+                model_name=args.model if len(variants) == 1 else f"{args.model} [{variant}]",
+            )
+        finally:
+            if settings is not None:
+                remove_value_path(model)
+        report.metadata.update(
+            dataset=args.dataset, dataset_config=args.dataset_config, split=split, seed=args.seed, variant=variant,
+            value_path=settings,
+        )  # fmt: skip
+        reports.append(report)
+    several = len(reports) > 1
+    print(reports[0].table([*reports[1:], *others]))
     if args.out:
-        report.to_json(args.out)
-        print(f"Report written to {args.out}")
+        for variant, report in zip(variants, reports):
+            path = _variant_path(args.out, variant, several)
+            report.to_json(path)
+            print(f"Report written to {path}")
     if args.plot:
-        report.plot(args.plot, others=others)
+        reports[0].plot(args.plot, others=[*reports[1:], *others])
         print(f"Plot written to {args.plot}")
     return 0

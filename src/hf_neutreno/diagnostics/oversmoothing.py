@@ -12,8 +12,8 @@ similarity is reported between the last encoder block and the first decoder bloc
 """
 
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
-from contextlib import ExitStack
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
 
 import torch
 from tqdm.auto import tqdm
@@ -107,7 +107,7 @@ class _AttentionObserver:
                 self.pending.append(("attention_map_similarity", layer, values))
             self.previous = probs
 
-    def end_batch(self, num_blocks: int, accumulate, keep_layer, first_decoder_layer: int | None = None) -> None:
+    def end_batch(self, num_blocks: int, accumulate, keep: set[int], first_decoder_layer: int | None = None) -> None:
         if self.error is None and self.calls != num_blocks:
             self.error = (
                 f"the model made {self.calls} attention-interface calls for {num_blocks} blocks, so calls cannot be "
@@ -120,7 +120,7 @@ class _AttentionObserver:
             for metric, layer, values in self.pending:
                 if metric == "attention_map_similarity" and layer == first_decoder_layer:
                     continue  # the encoder's last map and the decoder's first are over different tokens
-                if keep_layer(layer):
+                if layer in keep:
                     accumulate(metric, layer, values)
         self.pending = []
         self.previous = None
@@ -150,6 +150,14 @@ def _hidden_states(model: torch.nn.Module, inputs: Mapping) -> tuple[tuple, int 
             f"{name} returned no `hidden_states` with `output_hidden_states=True`; over-smoothing is measured on "
             f"the hidden states of a transformers model.{hint}"
         )
+    not_tokens = next((hidden for hidden in hidden_states if hidden.ndim != 3), None)
+    if not_tokens is not None:
+        raise ValueError(
+            f"{name} returns hidden states of shape {tuple(not_tokens.shape)}, not (batch, tokens, hidden): "
+            "over-smoothing is measured between the tokens of a transformer's hidden states, and a feature map "
+            "(batch, channels, height, width) of a convolutional network has no tokens. measure_oversmoothing "
+            "measures transformer models (ViT, DeiT, BERT, GPT-2, Llama, ...)."
+        )
     decoder_hidden_states = getattr(outputs, "decoder_hidden_states", None)
     if isinstance(outputs, SemanticSegmenterOutput) and decoder_hidden_states:
         # Entry 0 is the decoder's input; its blocks' outputs continue the encoder's numbering.
@@ -174,9 +182,9 @@ def _unavailable(names: Sequence[str], model: torch.nn.Module, reason: str) -> s
     return f"Attention metrics {list(names)} are not available for {type(model).__name__}: {reason}."
 
 
-def _resolve_layers(layers: Sequence[int] | None, num_hidden_states: int) -> set[int] | None:
+def _resolve_layers(layers: Sequence[int] | None, num_hidden_states: int) -> list[int]:
     if layers is None:
-        return None
+        return list(range(num_hidden_states))
     resolved = set()
     for layer in layers:
         index = layer + num_hidden_states if layer < 0 else layer
@@ -186,7 +194,30 @@ def _resolve_layers(layers: Sequence[int] | None, num_hidden_states: int) -> set
                 "(0 is the embedding output; negative indices count from the end)."
             )
         resolved.add(index)
-    return resolved
+    return sorted(resolved)
+
+
+def _model_inputs(batch, device: torch.device) -> dict:
+    if not isinstance(batch, Mapping):
+        raise ValueError(f"Each batch must be a dict of tensors (model keyword arguments), got {type(batch).__name__}.")
+    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+
+@contextmanager
+def _measuring(model: torch.nn.Module, observer: "_AttentionObserver | None") -> Iterator[None]:
+    """Eval mode, no gradients and, for attention metrics, the attention probe; all as they were afterwards. A model
+    whose attention cannot be probed leaves the reason in `observer.error`."""
+    was_training = model.training
+    with ExitStack() as stack:
+        if observer is not None:
+            try:
+                stack.enter_context(attention_probe(model, observer))
+            except ProbeUnavailable as error:
+                observer.error = str(error)
+        model.eval()
+        stack.callback(model.train, was_training)
+        stack.enter_context(torch.no_grad())
+        yield
 
 
 def measure_oversmoothing(
@@ -201,8 +232,11 @@ def measure_oversmoothing(
     r"""Measure over-smoothing per layer, averaged over every sample of `batches`.
 
     Args:
-        model: any transformers model that returns `hidden_states` when called with `output_hidden_states=True`
-            (ViT, DeiT, BERT-family, GPT-2, Llama-family, this package's models). It runs in eval mode under
+        model: a transformers model whose hidden states are token sequences, (batch, tokens, hidden), returned when
+            it is called with `output_hidden_states=True`: ViT, DeiT, BERT-family, GPT-2, Llama-family, this
+            package's models, and models adapted with `hf_neutreno.apply_value_path` (measured with their value
+            path). Convolutional networks (ResNet, ConvNeXt) return feature maps (batch, channels, height, width),
+            which have no tokens to compare, and raise `ValueError`. The model runs in eval mode under
             `torch.no_grad()`; its training mode and attention implementation are restored afterwards.
         batches: a DataLoader or any iterable of dicts of tensors that the model takes as keyword arguments
             (`pixel_values`; `input_ids`, `attention_mask`, ...). Tensors are moved to the model's device. A 2-D
@@ -234,80 +268,48 @@ def measure_oversmoothing(
     metrics recompute every attention map twice (about +1.3×). Choose `metrics` when that matters.
     """
     names = check_metrics(metrics)
-    attention_names = [m for m in names if m in ATTENTION_METRICS]
     hidden_names = [m for m in names if m in HIDDEN_STATE_METRICS]
+    attention_names = [m for m in names if m in ATTENTION_METRICS]
     parameter = next(model.parameters(), None)
     device = parameter.device if parameter is not None else torch.device("cpu")
-    config = getattr(model, "config", None)
     if model_name is None:
-        model_name = getattr(config, "name_or_path", None) or type(model).__name__
-
+        model_name = getattr(getattr(model, "config", None), "name_or_path", None) or type(model).__name__
     observer = _AttentionObserver(attention_names) if attention_names else None
     accumulator = _RunningMean(device)
-    num_samples = 0
-    num_hidden_states = None
-    first_decoder_layer = None
-    selected: set[int] | None = None
-    total = len(batches) if hasattr(batches, "__len__") else None
-    probe_error = None
-    was_training = model.training
-    with ExitStack() as stack:
-        if observer is not None:
-            try:
-                stack.enter_context(attention_probe(model, observer))
-            except ProbeUnavailable as error:
-                observer, probe_error = None, str(error)
-                if metrics is not None:  # asked for by name: fail before measuring anything
-                    raise ValueError(_unavailable(attention_names, model, probe_error)) from None
-        model.eval()
-        stack.callback(model.train, was_training)
-        stack.enter_context(torch.no_grad())
+    num_samples, selected, first_decoder_layer = 0, None, None
+
+    with _measuring(model, observer):
+        if observer is not None and observer.error is not None and metrics is not None:
+            raise ValueError(_unavailable(attention_names, model, observer.error))  # before measuring anything
+        total = len(batches) if hasattr(batches, "__len__") else None
         for batch in tqdm(batches, total=total, desc="over-smoothing", unit="batch", disable=not progress):
-            if not isinstance(batch, Mapping):
-                raise ValueError(
-                    f"Each batch must be a dict of tensors (model keyword arguments), got {type(batch).__name__}."
-                )
-            inputs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+            inputs = _model_inputs(batch, device)
             if observer is not None:
                 mask = inputs.get("attention_mask")
                 observer.start_batch(mask if isinstance(mask, torch.Tensor) and mask.ndim == 2 else None)
             hidden_states, first_decoder_layer = _hidden_states(model, inputs)
-            if num_hidden_states is None:
-                num_hidden_states = len(hidden_states)
-                selected = _resolve_layers(layers, num_hidden_states)
+            if selected is None:  # the first batch tells how many hidden states there are
+                selected = _resolve_layers(layers, len(hidden_states))
             token_mask = _token_mask(inputs, hidden_states[0])
-            for index, hidden in enumerate(hidden_states):
-                if selected is None or index in selected:
-                    for metric, values in hidden_state_metrics(hidden, token_mask, hidden_names).items():
-                        accumulator.add(metric, index, values)
+            for index in selected:
+                for metric, values in hidden_state_metrics(hidden_states[index], token_mask, hidden_names).items():
+                    accumulator.add(metric, index, values)
             if observer is not None:
-                observer.end_batch(
-                    len(hidden_states) - 1,
-                    accumulator.add,
-                    lambda layer: selected is None or layer in selected,
-                    first_decoder_layer,
-                )
+                observer.end_batch(len(hidden_states) - 1, accumulator.add, set(selected), first_decoder_layer)
                 if observer.error is not None and metrics is not None:
                     raise ValueError(_unavailable(attention_names, model, observer.error))
             num_samples += hidden_states[0].shape[0]
 
     if num_samples == 0:
         raise ValueError("`batches` yielded no samples: nothing to measure.")
-    if observer is not None and probe_error is None and observer.error is not None:
-        probe_error = observer.error
-    if probe_error is not None:
-        message = _unavailable(attention_names, model, probe_error)
+    if observer is not None and observer.error is not None:
+        message = _unavailable(attention_names, model, observer.error)
         warnings.warn(message + " Only the hidden-state metrics are reported.", stacklevel=2)
-
     layer_ids, values, counts = accumulator.result()
-    metadata = {"model_class": type(model).__name__, "num_hidden_states": num_hidden_states}
+    metadata = {"model_class": type(model).__name__, "num_hidden_states": len(hidden_states)}
     if first_decoder_layer is not None:
-        metadata["decoder_layers"] = list(range(first_decoder_layer, num_hidden_states))
+        metadata["decoder_layers"] = list(range(first_decoder_layer, len(hidden_states)))
     return OversmoothingReport(
-        values=values,
-        layers=layer_ids,
-        counts=counts,
-        num_samples=num_samples,
-        model_name=model_name,
+        values=values, layers=layer_ids, counts=counts, num_samples=num_samples, model_name=model_name,
         metadata=metadata,
-    )
+    )  # fmt: skip

@@ -1,33 +1,44 @@
 """Read every attention call of a transformers model (queries, keys, values, mask) as the model computes them.
 
 transformers 5 models call attention through
-``ALL_ATTENTION_FUNCTIONS.get_interface(config._attn_implementation, eager_attention_forward)``. `attention_probe`
-registers one more implementation, `"hf_neutreno_probe"`, that runs SDPA exactly as the `"sdpa"` implementation does
-(same mask function, same kernel, so the model's outputs do not change) after handing the call to an observer. One
-mechanism therefore covers native ViT/DeiT, BERT, GPT-2 (fused `c_attn`), Llama (queries and keys after RoPE,
-grouped-query heads) and this package's models (NeuTRENO, EigenViT, GPT), with no per-architecture hooks and without
-asking the model for `output_attentions` (which needs eager attention and returns every map at once).
+``ALL_ATTENTION_FUNCTIONS.get_interface(config._attn_implementation, eager_attention_forward)``. Inside an
+`attention_probe` block the model's implementation ``<impl>`` is wrapped in ``"hf_neutreno_probe-<impl>"``,
+registered with transformers' public `AttentionInterface.register` (and ``<impl>``'s mask function with
+`AttentionMaskInterface.register`), which hands each call to the observer and then runs ``<impl>`` itself, so the
+model's outputs do not change. One mechanism therefore covers native ViT/DeiT, BERT, GPT-2 (fused `c_attn`), Llama
+(queries and keys after RoPE, grouped-query heads) and this package's models, with no per-architecture hooks and
+without asking the model for `output_attentions` (which needs eager attention and returns every map at once).
 
-Models whose attention does not go through the interface (for example NeuTRENO's linear kernel, or remote code that
-calls `torch.nn.functional.scaled_dot_product_attention` itself) are never observed; callers detect that from the
-number of calls.
+A model adapted with `hf_neutreno.apply_value_path` keeps its value path: the probe goes inside it
+(``"value_path-hf_neutreno_probe-<impl>"``), so it sees the values the attention averages (for the value residual,
+the mixed values; for NeuTRENO, V_ℓ, to which λ (V_0 − V_ℓ) is added afterwards). Flash and paged backends, which
+look their kernels up by the implementation's own name, are measured through SDPA instead.
+
+The observer is kept on the attention modules themselves for the length of the block. Models whose attention does
+not go through the interface (for example NeuTRENO's linear kernel, or remote code that calls
+`torch.nn.functional.scaled_dot_product_attention` itself) are never observed; callers detect that from the number
+of calls.
 """
 
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
-from transformers import AttentionInterface, PreTrainedModel
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+from transformers import AttentionInterface, AttentionMaskInterface, PreTrainedModel
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
 
+from ..value_path import (
+    ATTENTION_PREFIX,
+    attention_function,
+    interface_attention_modules,
+    register_value_path_attention,
+)
 from .metrics import attention_probabilities
 
-PROBE_IMPLEMENTATION = "hf_neutreno_probe"
-
-# id(module) -> observer, for the modules of every model inside an `attention_probe` block.
-_OBSERVERS: dict[int, Callable[["AttentionCall"], None]] = {}
+PROBE_PREFIX = "hf_neutreno_probe-"
+OBSERVER_ATTRIBUTE = "hf_neutreno_observer"  # on each attention module, inside an `attention_probe` block
 
 
 class ProbeUnavailable(RuntimeError):
@@ -55,73 +66,82 @@ class AttentionCall:
         return attention_probabilities(self.query, self.key, self.attention_mask, self.scaling, self.is_causal)
 
 
-def _probe_attention_forward(
-    module: torch.nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    dropout: float = 0.0,
-    scaling: float | None = None,
-    is_causal: bool | None = None,
-    **kwargs,
-):
-    observer = _OBSERVERS.get(id(module))
-    if observer is not None:
-        causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)  # as SDPA decides
-        observer(
-            AttentionCall(
-                module=module,
-                query=query,
-                key=key,
-                value=value,
-                attention_mask=attention_mask,
-                scaling=scaling if scaling is not None else query.shape[-1] ** -0.5,
-                is_causal=bool(causal),
+class _ProbeAttention:
+    """The registered function of ``"hf_neutreno_probe-<inner>"``: observe, then run ``<inner>``."""
+
+    def __init__(self, inner: str):
+        self.inner = inner
+
+    def __call__(self, module, query, key, value, attention_mask, *args, **kwargs):
+        observer = getattr(module, OBSERVER_ATTRIBUTE, None)
+        if observer is not None:
+            scaling, is_causal = kwargs.get("scaling"), kwargs.get("is_causal")
+            observer(
+                AttentionCall(
+                    module=module,
+                    query=query,
+                    key=key,
+                    value=value,
+                    attention_mask=attention_mask,
+                    scaling=scaling if scaling is not None else query.shape[-1] ** -0.5,
+                    # as SDPA decides when the mask is None; with a mask, the mask already holds the causality
+                    is_causal=bool(is_causal if is_causal is not None else getattr(module, "is_causal", True)),
+                )
             )
-        )
-    return sdpa_attention_forward(
-        module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs
-    )
+        return attention_function(module, self.inner)(module, query, key, value, attention_mask, *args, **kwargs)
 
 
-def _register() -> None:
-    if PROBE_IMPLEMENTATION not in AttentionInterface._global_mapping:
-        AttentionInterface.register(PROBE_IMPLEMENTATION, _probe_attention_forward)
-        AttentionMaskInterface.register(PROBE_IMPLEMENTATION, sdpa_mask)
+def _register_probe(implementation: str, attention_modules) -> str:
+    """Register the probe around `implementation` (SDPA where that cannot be wrapped) and return its name."""
+    inner = implementation
+    if "flash" in inner or inner.startswith("paged"):
+        inner = "sdpa"
+    elif inner == "eager" and not all(
+        hasattr(sys.modules[type(module).__module__], "eager_attention_forward") for _, module in attention_modules
+    ):
+        inner = "sdpa"
+    name = PROBE_PREFIX + inner
+    AttentionInterface.register(name, _ProbeAttention(inner))
+    if inner in ALL_MASK_ATTENTION_FUNCTIONS:
+        AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS[inner])
+    return name
 
 
 @contextmanager
 def attention_probe(model: torch.nn.Module, observer: Callable[[AttentionCall], None]) -> Iterator[None]:
-    """Within the block, every attention call of `model` is passed to `observer` before SDPA computes it.
+    """Within the block, every attention call of `model` is passed to `observer` before the attention is computed.
 
-    The model's attention implementation is switched to the probe and restored on exit. Raises `ProbeUnavailable`
-    if the model cannot switch its attention implementation.
+    The model's attention implementation is wrapped and restored on exit. Raises `ProbeUnavailable` if the model's
+    attention does not go through transformers' attention interface.
     """
+    name = type(model).__name__
     if not isinstance(model, PreTrainedModel):
-        raise ProbeUnavailable(
-            f"{type(model).__name__} is not a transformers PreTrainedModel, so its attention cannot be observed."
-        )
-    if not model._can_set_attn_implementation():
-        raise ProbeUnavailable(
-            f"{type(model).__name__} does not call attention through transformers' AttentionInterface."
-        )
-    module_ids = [id(module) for module in model.modules()]
-    if any(module_id in _OBSERVERS for module_id in module_ids):
-        raise ProbeUnavailable(f"{type(model).__name__} is already being observed (nested `attention_probe`).")
-    _register()
+        raise ProbeUnavailable(f"{name} is not a transformers PreTrainedModel, so its attention cannot be observed.")
+    attention_modules = interface_attention_modules(model)
+    if not attention_modules:
+        raise ProbeUnavailable(f"{name} does not call attention through transformers' AttentionInterface.")
+    if any(hasattr(module, OBSERVER_ATTRIBUTE) for _, module in attention_modules):
+        raise ProbeUnavailable(f"{name} is already being observed (nested `attention_probe`).")
     original = model.config._attn_implementation
+    if original.startswith(ATTENTION_PREFIX):  # a value path: the probe goes inside it
+        probed = register_value_path_attention(
+            _register_probe(original.removeprefix(ATTENTION_PREFIX), attention_modules)
+        )
+    else:
+        probed = _register_probe(original, attention_modules)
     try:
-        model.set_attn_implementation(PROBE_IMPLEMENTATION)
+        model.set_attn_implementation(probed)
     except (ValueError, KeyError) as error:
-        raise ProbeUnavailable(f"{type(model).__name__} cannot switch its attention implementation: {error}") from None
-    for module_id in module_ids:
-        _OBSERVERS[module_id] = observer
+        raise ProbeUnavailable(f"{name} cannot switch its attention implementation: {error}") from None
+    if model.config._attn_implementation != probed:  # transformers only warns when a class cannot switch
+        raise ProbeUnavailable(f"{name} cannot switch its attention implementation (it stays {original!r}).")
+    for _, module in attention_modules:
+        setattr(module, OBSERVER_ATTRIBUTE, observer)
     try:
         yield
     finally:
-        for module_id in module_ids:
-            _OBSERVERS.pop(module_id, None)
+        for _, module in attention_modules:
+            delattr(module, OBSERVER_ATTRIBUTE)
         model.set_attn_implementation(original)
 
 

@@ -1,0 +1,111 @@
+#!/usr/bin/env python
+"""`apply_value_path` vs the unmodified model: training throughput and memory, side by side.
+
+    python benchmarks/bench_value_path.py --quick --threads 1 --clock cpu   # CPU, one thread: ~10 min
+    python benchmarks/bench_value_path.py --dtype bf16 --batch-size 16       # GPU
+
+Two shapes of native transformers models, randomly initialised (timing does not depend on the weights): a
+GPT-2-small-shaped `GPT2LMHeadModel` (768 wide, 12 layers, 12 heads, 50,257 tokens, context 256) and a
+ViT-tiny-shaped `ViTForImageClassification` (192 wide, 12 layers, 3 heads, 224 px, 1000 classes). Each is measured
+as built and with each value path applied to the same weights: NeuTRENO (λ = 0.4) and the value residual (α = ½),
+fixed and learnable, in layers 1-11. A training step is forward + backward + AdamW step. Every model uses the same
+attention kernel (`--attn`, sdpa by default); the adapted ones wrap it. `step peak` is the memory allocated during a
+step above what was allocated before it; `total` adds weights and optimizer state. Targets: ≥ 0.97 of the
+unmodified model's throughput, ≤ 1.03 of its memory.
+"""
+
+import argparse
+
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, ViTConfig, ViTForImageClassification
+
+from common import (
+    add_common_arguments,
+    interleaved_medians,
+    machine,
+    peak_bytes,
+    report,
+    resident_bytes,
+    setup,
+    train_step,
+)
+
+from hf_neutreno import apply_value_path
+
+# label -> apply_value_path arguments (None: the model as built)
+VARIANTS = {
+    "unmodified": None,
+    "NeuTRENO": dict(method="neutreno", coefficient=0.4),
+    "NeuTRENO, learnable λ": dict(method="neutreno", coefficient=0.4, learnable=True),
+    "value residual": dict(method="value_residual", coefficient=0.5),
+    "value residual, learnable α": dict(method="value_residual", coefficient=0.5, learnable=True),
+}
+SHAPES = ("gpt2-small", "vit-tiny")
+
+
+def build(shape: str, attn: str, device: torch.device, layers: int | None) -> torch.nn.Module:
+    torch.manual_seed(0)  # the same weights for every variant of a shape
+    depth = layers or 12
+    if shape == "gpt2-small":
+        config = GPT2Config(n_embd=768, n_layer=depth, n_head=12, n_positions=1024, attn_implementation=attn)
+        return GPT2LMHeadModel(config).to(device)
+    config = ViTConfig(hidden_size=192, num_hidden_layers=depth, num_attention_heads=3, intermediate_size=768,
+                       image_size=224, patch_size=16, num_labels=1000, attn_implementation=attn)  # fmt: skip
+    return ViTForImageClassification(config).to(device)
+
+
+def inputs_for(shape: str, batch: int, context: int, device: torch.device) -> dict:
+    generator = torch.Generator().manual_seed(0)
+    if shape == "gpt2-small":
+        ids = torch.randint(0, 50257, (batch, context), generator=generator).to(device)
+        return {"input_ids": ids, "labels": ids}
+    pixels = torch.randn(batch, 3, 224, 224, generator=generator).to(device)
+    return {"pixel_values": pixels, "labels": torch.randint(0, 1000, (batch,), generator=generator).to(device)}
+
+
+def measure(shape: str, args, device: torch.device, dtype: torch.dtype) -> list[dict]:
+    batch = args.batch_size or (2 if shape == "gpt2-small" else 8)
+    inputs = inputs_for(shape, batch, args.context, device)
+    models, steps = {}, {}
+    for label, settings in VARIANTS.items():
+        model = build(shape, args.attn, device, args.num_hidden_layers)
+        models[label] = model if settings is None else apply_value_path(model, **settings)
+        optimizer = torch.optim.AdamW(models[label].parameters(), lr=1e-4)
+        steps[label] = (train_step(models[label], optimizer, inputs, device, dtype), optimizer)
+    seconds = interleaved_medians({label: fn for label, (fn, _) in steps.items()}, device, rounds=args.rounds,
+                                  clock=args.clock)  # fmt: skip
+    peak = {label: peak_bytes(fn, device) for label, (fn, _) in steps.items()}  # after warm-up: steady state
+    total = {label: peak[label] + resident_bytes(models[label], opt) for label, (_, opt) in steps.items()}
+    unit = "tokens/s" if shape == "gpt2-small" else "img/s"
+    per_step = batch * (args.context if shape == "gpt2-small" else 1)
+    base = "unmodified"
+    return [
+        {
+            "shape": shape,
+            "model": label,
+            "batch": batch,
+            unit: per_step / seconds[label],
+            "throughput ratio": seconds[base] / seconds[label],
+            "step peak MiB": peak[label] / 2**20,
+            "step peak ratio": peak[label] / peak[base],
+            "total memory ratio": total[label] / total[base],
+        }
+        for label in VARIANTS
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_arguments(parser)
+    parser.add_argument("--shapes", nargs="+", choices=SHAPES, default=list(SHAPES))
+    parser.add_argument("--context", type=int, default=256, help="GPT-2: tokens per sequence (default: 256)")
+    args = parser.parse_args()
+    device, dtype = setup(args)
+    args.rounds = args.rounds or (5 if args.quick else 11)
+    rows = [row for shape in args.shapes for row in measure(shape, args, device, dtype)]
+    meta = machine(args) | {"rounds": args.rounds, "context": args.context}
+    report("Value paths (apply_value_path) vs the unmodified model", rows, meta, args.out)
+
+
+if __name__ == "__main__":
+    main()

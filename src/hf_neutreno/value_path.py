@@ -1,0 +1,575 @@
+"""NeuTRENO and the value residual on any transformers model, in one call: `apply_value_path(model, method)`.
+
+Both methods reuse the values V_0 of a model's first attention layer in every later layer ℓ, per head:
+
+- ``"neutreno"`` (Nguyen, Nguyen, Baraniuk, "Mitigating Over-smoothing in Transformers via Regularized Nonlocal
+  Functionals", NeurIPS 2023): the attention output becomes ``U_ℓ = A_ℓ V_ℓ + λ (V_0 − V_ℓ)``, the term added before
+  the heads are merged and projected.
+- ``"value_residual"`` (Zhou et al., "Value Residual Learning", ACL 2025, ResFormer): layer ℓ attends over
+  ``(1 − α) V_ℓ + α V_0`` instead of ``V_ℓ``, the mix made before attention.
+
+``learnable=True`` makes λ (or α) one trainable scalar per layer, initialised at the given value, as modded-nanogpt
+learns its value-residual mix. V_0 is taken in the same forward pass and is not detached.
+
+How it works: every transformers 5 model calls attention through ``ALL_ATTENTION_FUNCTIONS``. `apply_value_path`
+registers one more implementation, ``"value_path-<inner>"`` (with `AttentionInterface.register` and the inner's mask
+function with `AttentionMaskInterface.register`), that wraps the model's own backend (``<inner>``: eager, sdpa,
+flex_attention or any registered function), numbers the self-attention layers, and adds a forward pre-hook that hands
+every call of the model a fresh dict in which layer 0 leaves its values for the later layers. The dict lives exactly
+as long as the forward pass (and the gradient-checkpointing recompute that belongs to it), so caches, gradient
+checkpointing, DDP and several adapted models in one process need no other state.
+
+The model's class becomes ``ValuePath<Class>``, a subclass that adapts itself in ``__init__`` from
+``config.value_path``, so `save_pretrained` stores the settings in the config, copies this file next to the weights
+and records it in ``auto_map``: ``AutoModel*.from_pretrained(folder, trust_remote_code=True)`` loads the adapted model
+where this package is not installed. This file imports only torch and transformers.
+"""
+
+import copy
+import inspect
+import math
+import sys
+
+import torch
+import transformers
+from torch import nn
+from transformers import AttentionInterface, AttentionMaskInterface, PreTrainedModel
+from transformers import initialization as init
+from transformers.cache_utils import Cache
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.models.auto import modeling_auto
+from transformers.utils import logging
+
+try:  # transformers 5 records `output_hidden_states` per model class, registered in PreTrainedModel.__init__
+    from transformers.utils.output_capturing import _CAN_RECORD_REGISTRY
+except ImportError:  # older or newer layouts: nothing to register
+    _CAN_RECORD_REGISTRY = None
+
+logger = logging.get_logger(__name__)
+
+METHODS = ("neutreno", "value_residual")
+# λ = 0.4: the official WikiText-103 code and ResFormer's NeuTRENO port (the official DeiT code uses 0.6);
+# α = 1/2: ResFormer's identity value residual.
+DEFAULT_COEFFICIENTS = {"neutreno": 0.4, "value_residual": 0.5}
+
+# Command-line variant names (`hf-neutreno diagnose --variants`, `compare`) -> `apply_value_path` keyword arguments;
+# None is the model as it is. The coefficient is given separately.
+VARIANTS = {
+    "softmax": None,
+    "neutreno": {"method": "neutreno", "learnable": False},
+    "neutreno-learnable": {"method": "neutreno", "learnable": True},
+    "value-residual": {"method": "value_residual", "learnable": False},
+    "value-residual-learnable": {"method": "value_residual", "learnable": True},
+}
+
+ATTENTION_PREFIX = "value_path-"  # registered implementation names: "value_path-sdpa", "value_path-eager", ...
+CONTEXT_KWARG = "value_path_context"  # the per-call dict, handed down to every attention call as a keyword argument
+LAYER_ATTRIBUTE = "value_path_layer"  # on each adapted self-attention module: its layer number, 0 = the first
+COEFFICIENTS = "value_path_coefficients"  # learnable: one scalar per adapted layer, a parameter of the adapted model
+CLASS_PREFIX = "ValuePath"
+
+# Auto classes a saved model can name in `auto_map`, most specific first, with transformers' public name tables.
+_AUTO_CLASSES = (
+    ("AutoModelForCausalLM", "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"),
+    ("AutoModelForMaskedLM", "MODEL_FOR_MASKED_LM_MAPPING_NAMES"),
+    ("AutoModelForSequenceClassification", "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES"),
+    ("AutoModelForTokenClassification", "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES"),
+    ("AutoModelForQuestionAnswering", "MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES"),
+    ("AutoModelForMultipleChoice", "MODEL_FOR_MULTIPLE_CHOICE_MAPPING_NAMES"),
+    ("AutoModelForImageClassification", "MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES"),
+    ("AutoModelForMaskedImageModeling", "MODEL_FOR_MASKED_IMAGE_MODELING_MAPPING_NAMES"),
+    ("AutoModel", "MODEL_MAPPING_NAMES"),
+    ("AutoModelForPreTraining", "MODEL_FOR_PRETRAINING_MAPPING_NAMES"),
+)
+
+
+# --- public API ---------------------------------------------------------------------------------------------------
+
+
+def apply_value_path(
+    model: PreTrainedModel,
+    method: str,
+    coefficient: float | None = None,
+    *,
+    learnable: bool = False,
+    layers: list[int] | None = None,
+) -> PreTrainedModel:
+    """Adapt a built transformers model in place to NeuTRENO or the value residual, and return it.
+
+    Args:
+        model: a transformers `PreTrainedModel` whose self-attention goes through transformers' attention interface
+            (Llama, Qwen2, GPT-2, BERT, ViT, DeiT, ...), pretrained or not.
+        method: ``"neutreno"`` (U_ℓ = A_ℓ V_ℓ + λ (V_0 − V_ℓ)) or ``"value_residual"`` (attend over
+            (1 − α) V_ℓ + α V_0).
+        coefficient: λ for NeuTRENO (default 0.4, a finite number >= 0; 0 computes the unmodified model) or α for
+            the value residual (default 0.5, in [0, 1]; 0 computes the unmodified model).
+        learnable: one trainable scalar per adapted layer, initialised at `coefficient`, in the parameter
+            ``value_path_coefficients`` (in the order of `layers`).
+        layers: the self-attention layers (0-based) that get the rule; default every layer after the first. Layer 0
+            is where V_0 comes from, so it is never one of them.
+
+    The settings are stored in ``model.config.value_path``; they cannot change afterwards (call `remove_value_path`
+    and adapt again). The model's class becomes ``ValuePath<Class>``, a subclass, so that the saved checkpoint loads
+    adapted with ``trust_remote_code=True``. Raises `ValueError` for what it cannot adapt exactly (see
+    docs/value-path.md): attention outside the interface, several attention stacks (encoder-decoders), sliding-window
+    layers, flash-attention backends, a model already adapted.
+    """
+    if not isinstance(model, PreTrainedModel):
+        raise ValueError(
+            f"apply_value_path adapts a transformers PreTrainedModel, got {type(model).__name__}; adapt the model "
+            "before wrapping it (PEFT, DDP, torch.compile)."
+        )
+    name = type(model).__name__
+    if is_value_path_model(model):
+        raise ValueError(
+            f"{name} is already adapted (config.value_path = {model.config.value_path}); call "
+            "remove_value_path(model) first to adapt it with other settings."
+        )
+    if getattr(model.config, "value_path", None) is not None:
+        raise ValueError(
+            f"{name}'s config has `value_path` = {model.config.value_path} but the model is not adapted: it was "
+            "loaded from an adapted checkpoint without `trust_remote_code=True`, which builds the plain model. "
+            "Load it again with `trust_remote_code=True`, or delete `config.value_path` to start afresh."
+        )
+    if getattr(model.config, "neutreno_lambda", None) is not None:
+        raise ValueError(
+            f"{name} has NeuTRENO built in (config.neutreno_lambda = {model.config.neutreno_lambda}); set its λ "
+            "in its config instead: a value path on top of it is not supported."
+        )
+    auto_class = _auto_class_of(type(model))
+    attention_layers, _ = _check_adaptable(model)  # everything is checked before anything changes
+    settings = check_settings(method, coefficient, learnable, layers, len(attention_layers))
+    model.config.value_path = settings
+    model.__class__ = value_path_class(type(model), auto_class)
+    if _CAN_RECORD_REGISTRY is not None:  # as __init__ would have registered the new class (hidden states, attentions)
+        _CAN_RECORD_REGISTRY[model] = model._can_record_outputs
+    _adapt(model)
+    return model
+
+
+def remove_value_path(model: PreTrainedModel) -> PreTrainedModel:
+    """Undo `apply_value_path` in place (also on a model loaded adapted): the original class, attention
+    implementation and config, without the learnable coefficients. Returns the model."""
+    if not is_value_path_model(model):
+        raise ValueError(f"{type(model).__name__} is not adapted with apply_value_path: nothing to remove.")
+    for handle in model._value_path_hooks:
+        handle.remove()
+    del model._value_path_hooks
+    for module in model.modules():
+        if hasattr(module, LAYER_ATTRIBUTE):
+            delattr(module, LAYER_ATTRIBUTE)
+    if COEFFICIENTS in model._parameters:
+        delattr(model, COEFFICIENTS)
+    inner = _inner_implementation(model)
+    model.__class__ = type(model)._value_path_base
+    model.set_attn_implementation(inner)
+    del model.config.value_path
+    auto_map = {k: v for k, v in (getattr(model.config, "auto_map", None) or {}).items() if not _is_ours(v)}
+    if auto_map:
+        model.config.auto_map = auto_map
+    elif hasattr(model.config, "auto_map"):
+        del model.config.auto_map
+    return model
+
+
+def is_value_path_model(model) -> bool:
+    """Whether `model` is adapted by `apply_value_path` (or loaded adapted)."""
+    return hasattr(type(model), "_value_path_base")
+
+
+def check_settings(method, coefficient, learnable, layers, num_layers: int) -> dict:
+    """The settings as ``config.value_path`` stores them, or `ValueError` naming the bad argument."""
+    if method not in METHODS:
+        raise ValueError(f"`method` must be one of {list(METHODS)}, got {method!r}.")
+    symbol = "λ" if method == "neutreno" else "α"
+    if coefficient is None:
+        coefficient = DEFAULT_COEFFICIENTS[method]
+    if isinstance(coefficient, bool) or not isinstance(coefficient, (int, float)) or not math.isfinite(coefficient):
+        raise ValueError(f"`coefficient` ({symbol} of {method!r}) must be a finite number, got {coefficient!r}.")
+    if method == "neutreno" and coefficient < 0:
+        raise ValueError(f"`coefficient` (λ of 'neutreno') must be >= 0 (0 is the plain model), got {coefficient}.")
+    if method == "value_residual" and not 0 <= coefficient <= 1:
+        raise ValueError(
+            f"`coefficient` (α of 'value_residual') must be in [0, 1] (V_0's weight in the mix), got {coefficient}."
+        )
+    if not isinstance(learnable, bool):
+        raise ValueError(f"`learnable` must be True or False, got {learnable!r}.")
+    if num_layers < 2:
+        raise ValueError(f"A value path needs at least 2 self-attention layers, the model has {num_layers}.")
+    if layers is None:
+        layers = list(range(1, num_layers))
+    if isinstance(layers, (str, bytes)) or not hasattr(layers, "__iter__"):
+        raise ValueError(f"`layers` must be a list of layer indices, got {layers!r}.")
+    layers = list(layers)
+    bad = [i for i in layers if isinstance(i, bool) or not isinstance(i, int) or not 1 <= i < num_layers]
+    if bad or not layers or len(set(layers)) != len(layers):
+        raise ValueError(
+            f"`layers` must list distinct self-attention layers in 1..{num_layers - 1} (layer 0 provides V_0), got "
+            f"{layers}."
+        )
+    return {"method": method, "coefficient": float(coefficient), "learnable": learnable, "layers": sorted(layers)}
+
+
+def self_attention_layers(model: nn.Module) -> list[nn.Module]:
+    """The self-attention modules of `model`'s one stack of layers, in layer order (cross-attention left out).
+
+    Raises `ValueError` if the model's attention does not go through transformers' attention interface, or if it
+    has several stacks (an encoder and a decoder, two towers) or a layer with several self-attention modules.
+    """
+    name = type(model).__name__
+    if getattr(getattr(model, "config", None), "is_encoder_decoder", False):
+        raise ValueError(
+            f"{name} is an encoder-decoder: each stack would need its own V_0, which a value path does not do."
+        )
+    lists = {path for path, module in model.named_modules() if isinstance(module, nn.ModuleList)}
+    stacks: dict[str, dict[int, list[str]]] = {}
+    for path, module in interface_attention_modules(model):
+        if _is_cross_attention(module):
+            continue
+        parts = path.split(".")
+        # the innermost ModuleList above the module: its entry is the module's layer
+        for cut in range(len(parts) - 1, 0, -1):
+            if ".".join(parts[:cut]) in lists and parts[cut].isdigit():
+                stacks.setdefault(".".join(parts[:cut]), {}).setdefault(int(parts[cut]), []).append(path)
+                break
+        else:
+            raise ValueError(f"{name}: the attention module {path!r} is not in a list of layers.")
+    if not stacks:
+        raise ValueError(
+            f"{name}'s attention does not go through transformers' attention interface (no module calls "
+            "`ALL_ATTENTION_FUNCTIONS.get_interface`), so a value path cannot reach it."
+        )
+    if len(stacks) > 1:
+        raise ValueError(
+            f"{name} has self-attention in {len(stacks)} stacks of layers ({', '.join(sorted(stacks))}); a value "
+            "path needs one stack, whose first layer provides V_0. Adapt the sub-model that holds one stack."
+        )
+    ((stack_path, entries),) = stacks.items()
+    stack = model.get_submodule(stack_path)
+    crowded = sorted(i for i, paths in entries.items() if len(paths) > 1)
+    if crowded or sorted(entries) != list(range(len(stack))):
+        raise ValueError(
+            f"{name}: every layer of {stack_path!r} must have exactly one self-attention module (layers with one or "
+            f"more: {sorted(entries)} of {len(stack)}; with several: {crowded})."
+        )
+    return [model.get_submodule(entries[i][0]) for i in range(len(stack))]
+
+
+def interface_attention_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """(path, module) of every module whose forward calls transformers' attention interface (self and cross)."""
+    calls_interface: dict[type, bool] = {}
+    found = []
+    for path, module in model.named_modules():
+        kind = type(module)
+        if kind not in calls_interface:
+            try:
+                calls_interface[kind] = "ALL_ATTENTION_FUNCTIONS.get_interface(" in inspect.getsource(kind.forward)
+            except (OSError, TypeError):
+                calls_interface[kind] = False
+        if calls_interface[kind]:
+            found.append((path, module))
+    return found
+
+
+def attention_function(module: nn.Module, implementation: str):
+    """The attention function a module calls for `implementation`; "eager" is the one in the module's own file."""
+    if implementation == "eager":
+        return sys.modules[type(module).__module__].eager_attention_forward
+    return ALL_ATTENTION_FUNCTIONS[implementation]
+
+
+def register_value_path_attention(inner: str) -> str:
+    """Register ``"value_path-<inner>"`` (attention and mask) and return the name; registering again is harmless."""
+    name = ATTENTION_PREFIX + inner
+    AttentionInterface.register(name, _ValuePathAttention(inner))
+    if inner in ALL_MASK_ATTENTION_FUNCTIONS:  # else no mask, as for the inner implementation itself
+        AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS[inner])
+    return name
+
+
+# --- the attention function ---------------------------------------------------------------------------------------
+
+
+class _ValuePathAttention:
+    """The registered function of ``"value_path-<inner>"``: the rule around the inner backend.
+
+    Called as every attention function, with q/k/v as (batch, heads, tokens, head_dim) (V with the key/value heads
+    under grouped-query attention, after the KV-cache update) and returning (batch, queries, heads, head_dim).
+    """
+
+    def __init__(self, inner: str):
+        self.inner = inner
+
+    def __call__(self, module, query, key, value, attention_mask, *args, **kwargs):
+        context = kwargs.pop(CONTEXT_KWARG, None)
+        attention = attention_function(module, self.inner)
+        layer = getattr(module, LAYER_ATTRIBUTE, None)
+        if layer is None:  # cross-attention of an adapted model
+            return attention(module, query, key, value, attention_mask, *args, **kwargs)
+        if context is None:
+            raise RuntimeError(
+                f"{type(module).__name__} (value-path layer {layer}) was called without `{CONTEXT_KWARG}`: the "
+                "model did not hand its keyword arguments down to its attention, or the layer was called outside "
+                "the adapted model's forward."
+            )
+        if context["grad_enabled"] and not torch.is_grad_enabled():
+            raise RuntimeError(
+                "Gradient checkpointing with use_reentrant=True runs layer 0 without gradients, so V_0 would lose "
+                "the gradient it gets from later layers. Enable it with use_reentrant=False, transformers' default: "
+                "`model.activation_checkpointing_enable()` (Trainer: leave `activation_checkpointing_kwargs` unset)."
+            )
+        if layer == 0:
+            context["first_values"] = value
+            return attention(module, query, key, value, attention_mask, *args, **kwargs)
+        position = context["layers"].get(layer)
+        if position is None:
+            return attention(module, query, key, value, attention_mask, *args, **kwargs)
+        first = context["first_values"]
+        if first is None:
+            raise RuntimeError(f"Value-path layer {layer} ran before layer 0 in this forward pass.")
+        if first.shape != value.shape:
+            raise ValueError(
+                f"Layer {layer}'s values have shape {tuple(value.shape)} but layer 0's {tuple(first.shape)}: a value "
+                "path needs the same key/value heads, head size and cached length in every layer."
+            )
+        coefficient = context["coefficient"]
+        if isinstance(coefficient, torch.Tensor):
+            coefficient = coefficient[position].to(value.dtype)
+        if context["method"] == "value_residual":
+            value = torch.lerp(value, first, coefficient)  # (1 − α) V_ℓ + α V_0, exactly V_ℓ at α = 0
+            return attention(module, query, key, value, attention_mask, *args, **kwargs)
+
+        output, *rest = attention(module, query, key, value, attention_mask, *args, **kwargs)
+        # The term is token-wise: the current queries' rows, which sit after the `past` cached ones (a static cache
+        # hands over its whole buffer, a dynamic one exactly past + queries rows).
+        start, length = context["past"], query.shape[-2]
+        if start + length > value.shape[-2]:
+            raise RuntimeError(
+                f"Layer {layer}: {length} queries after {start} cached tokens, but only {value.shape[-2]} values."
+            )
+        if length != value.shape[-2]:
+            first, value = first.narrow(-2, start, length), value.narrow(-2, start, length)
+        kv_heads = value.shape[1]
+        # (batch, q, heads, d) with heads = kv heads × group: each query head gets its key/value head's term.
+        output = output.unflatten(2, (kv_heads, output.shape[2] // kv_heads))
+        if isinstance(coefficient, torch.Tensor):
+            term = _ScaledDifference.apply(coefficient, first, value)
+            output = output + term.transpose(1, 2).unsqueeze(3)
+        else:
+            output = output.add((first - value).transpose(1, 2).unsqueeze(3), alpha=coefficient)
+        return (output.flatten(2, 3), *rest)
+
+
+class _ScaledDifference(torch.autograd.Function):
+    """λ (V_0 − V_ℓ) for a learnable λ. Autograd would keep V_0 − V_ℓ for λ's gradient; this keeps V_0 and V_ℓ,
+    which attention keeps anyway, and recomputes the difference in the backward pass."""
+
+    @staticmethod
+    def forward(ctx, coefficient, first, value):
+        ctx.save_for_backward(coefficient, first, value)
+        return coefficient * (first - value)
+
+    @staticmethod
+    def backward(ctx, grad):
+        coefficient, first, value = ctx.saved_tensors
+        grad_coefficient = torch.sum(grad * (first - value), dtype=torch.float32).to(coefficient.dtype)
+        grad_first = grad * coefficient
+        return grad_coefficient, grad_first, -grad_first
+
+
+def _begin_forward(model, settings, module, args, kwargs):
+    """Forward pre-hook of every PreTrainedModel level: the outermost call gets a fresh context for its layers."""
+    if CONTEXT_KWARG in kwargs:  # an outer level of the same call made it
+        return None
+    if getattr(model.config, "value_path", None) != settings:
+        raise ValueError(
+            f"config.value_path changed from {settings} to {getattr(model.config, 'value_path', None)} after the "
+            "model was adapted; call remove_value_path(model) and apply_value_path again to change it."
+        )
+    implementation = model.config._attn_implementation
+    if not implementation.startswith(ATTENTION_PREFIX):
+        raise ValueError(
+            f"The attention implementation was set to {implementation!r} after the model was adapted, which would "
+            "run it without its value path. To change the backend: remove_value_path(model), "
+            "model.set_attn_implementation(...), then apply_value_path again."
+        )
+    cache = kwargs.get("cache")
+    if cache is None:
+        cache = kwargs.get("past_key_values")
+    if cache is None:
+        cache = next((arg for arg in args if isinstance(arg, Cache)), None)
+    kwargs[CONTEXT_KWARG] = {
+        "method": settings["method"],
+        "coefficient": getattr(model, COEFFICIENTS) if settings["learnable"] else settings["coefficient"],
+        "layers": {layer: position for position, layer in enumerate(settings["layers"])},
+        "past": int(cache.get_seq_length()) if cache is not None else 0,
+        "grad_enabled": torch.is_grad_enabled(),
+        "first_values": None,
+    }
+    return args, kwargs
+
+
+# --- adapting a model -----------------------------------------------------------------------------------------------
+
+
+def _adapt(model: PreTrainedModel) -> None:
+    """Adapt `model` to its ``config.value_path``: number the layers, add the hooks and the learnable coefficients,
+    switch the attention implementation."""
+    layers, inner = _check_adaptable(model)
+    stored = getattr(model.config, "value_path", None)
+    if not isinstance(stored, dict):
+        raise ValueError(f"{type(model).__name__} needs `config.value_path` (a dict), got {stored!r}.")
+    unknown = set(stored) - {"method", "coefficient", "learnable", "layers"}
+    if unknown:
+        raise ValueError(f"config.value_path has unknown keys {sorted(unknown)}.")
+    settings = check_settings(
+        stored.get("method"), stored.get("coefficient"), stored.get("learnable", False), stored.get("layers"),
+        len(layers),
+    )  # fmt: skip
+    model.config.value_path = settings
+    for index, module in enumerate(layers):
+        setattr(module, LAYER_ATTRIBUTE, index)
+    if settings["learnable"]:
+        reference = next((p for p in model.parameters() if p.is_floating_point()), None)
+        values = torch.full(
+            (len(settings["layers"]),),
+            settings["coefficient"],
+            dtype=reference.dtype if reference is not None else None,
+            device=reference.device if reference is not None else None,
+        )
+        setattr(model, COEFFICIENTS, nn.Parameter(values))
+    hook_settings = copy.deepcopy(settings)  # the hook's own copy: a change to the config is detected, not followed
+    model._value_path_hooks = [
+        level.register_forward_pre_hook(_Hook(model, hook_settings), with_kwargs=True)
+        for level in model.modules()
+        if isinstance(level, PreTrainedModel)
+    ]
+    model.set_attn_implementation(register_value_path_attention(inner))
+
+
+class _Hook:
+    """`_begin_forward` bound to its model (a class rather than a closure, so that the model can be pickled)."""
+
+    def __init__(self, model, settings):
+        self.model, self.settings = model, settings
+
+    def __call__(self, module, args, kwargs):
+        return _begin_forward(self.model, self.settings, module, args, kwargs)
+
+
+def _check_adaptable(model: PreTrainedModel) -> tuple[list[nn.Module], str]:
+    """The self-attention layers and the backend to wrap, or `ValueError` for what a value path cannot do exactly."""
+    layers = self_attention_layers(model)
+    _refuse_sliding_windows(model, len(layers))
+    return layers, _inner_implementation(model)
+
+
+def _inner_implementation(model: PreTrainedModel) -> str:
+    implementation = model.config._attn_implementation
+    inner = implementation.removeprefix(ATTENTION_PREFIX)
+    if inner.startswith(ATTENTION_PREFIX):
+        raise ValueError(f"{type(model).__name__} uses {implementation!r}: a value path twice.")
+    if "flash" in inner or inner.startswith("paged"):
+        raise ValueError(
+            f"{type(model).__name__} uses attn_implementation={inner!r}: flash and paged attention look their "
+            "kernels up by the implementation's own name, so they cannot be wrapped. Use sdpa, eager or "
+            "flex_attention (`model.set_attn_implementation('sdpa')`) before adapting."
+        )
+    if inner != "eager" and inner not in ALL_ATTENTION_FUNCTIONS:
+        raise ValueError(f"{type(model).__name__} uses attn_implementation={inner!r}, which is not registered.")
+    if inner == "eager":
+        missing = {
+            type(module).__module__
+            for _, module in interface_attention_modules(model)
+            if not hasattr(sys.modules[type(module).__module__], "eager_attention_forward")
+        }
+        if missing:
+            raise ValueError(f"No `eager_attention_forward` in {sorted(missing)}; adapt the model with sdpa.")
+    return inner
+
+
+def _refuse_sliding_windows(model: PreTrainedModel, num_layers: int) -> None:
+    config = model.config
+    layer_types = getattr(config, "layer_types", None)
+    if layer_types is not None:
+        others = sorted({kind for kind in layer_types[:num_layers] if kind != "full_attention"})
+    else:
+        others = ["sliding_attention"] if getattr(config, "sliding_window", None) is not None else []
+    if others:
+        raise ValueError(
+            f"{type(model).__name__} has {others} layers: their KV cache keeps a window, not every token, so V_0 and "
+            "a layer's values stop lining up during generation. Only full-attention models can be adapted."
+        )
+
+
+def _is_cross_attention(module: nn.Module) -> bool:
+    return bool(getattr(module, "is_cross_attention", False)) or "CrossAttention" in type(module).__name__
+
+
+def _is_ours(reference) -> bool:
+    return isinstance(reference, str) and reference.startswith(__name__.split(".")[-1] + "." + CLASS_PREFIX)
+
+
+def _auto_class_of(model_class: type) -> str:
+    """The Auto class that loads `model_class`; only transformers' own classes can be saved with a value path."""
+    name = model_class.__name__
+    if getattr(transformers, name, None) is not model_class:
+        raise ValueError(
+            f"apply_value_path adapts transformers' own model classes; {name} comes from {model_class.__module__}."
+        )
+    model_type = getattr(model_class.config_class, "model_type", None)
+    for auto_class, table in _AUTO_CLASSES:
+        names = getattr(modeling_auto, table, {}).get(model_type, ())
+        if name in ((names,) if isinstance(names, str) else names):
+            return auto_class
+    raise ValueError(
+        f"No Auto class loads {name} ({', '.join(a for a, _ in _AUTO_CLASSES)}), so an adapted checkpoint could not "
+        "be loaded; adapt a model class that one of them loads."
+    )
+
+
+# --- the ValuePath<Class> subclasses --------------------------------------------------------------------------------
+
+
+def value_path_class(base: type, auto_class: str | None = None) -> type:
+    """``ValuePath<base>``: `base` adapting itself in ``__init__`` from ``config.value_path`` (one class per base)."""
+    name = CLASS_PREFIX + base.__name__
+    if name in globals():
+        return globals()[name]
+
+    class ValuePathModel(base):
+        _value_path_base = base
+
+        def __init__(self, config, *args, **kwargs):
+            super().__init__(config, *args, **kwargs)
+            _adapt(self)
+
+        @torch.no_grad()
+        def _init_weights(self, module):
+            super()._init_weights(module)
+            # The learnable coefficients live on the outermost model, whose `_init_weights` is the one that sees them
+            # when a checkpoint lacks them (from_pretrained creates parameters empty, then fills the missing ones).
+            if module is self and COEFFICIENTS in self._parameters:
+                init.constant_(getattr(self, COEFFICIENTS), self.config.value_path["coefficient"])
+
+        def save_pretrained(self, *args, **kwargs):
+            super().save_pretrained(*args, **kwargs)
+            logger.warning_once(
+                "A model adapted with a value path loads adapted with `from_pretrained(..., trust_remote_code=True)`; "
+                "without trust_remote_code, transformers silently builds the plain model from the same folder."
+            )
+
+    ValuePathModel.__name__ = ValuePathModel.__qualname__ = name
+    ValuePathModel.__doc__ = f"{base.__name__} with the value path of `config.value_path` (NeuTRENO or value residual)."
+    ValuePathModel.register_for_auto_class(auto_class or _auto_class_of(base))
+    globals()[name] = ValuePathModel
+    return ValuePathModel
+
+
+def __getattr__(name: str):
+    # `auto_map` names the subclass ("value_path.ValuePathLlamaForCausalLM"): build it on first use.
+    base = getattr(transformers, name.removeprefix(CLASS_PREFIX), None) if name.startswith(CLASS_PREFIX) else None
+    if isinstance(base, type) and issubclass(base, PreTrainedModel):
+        return value_path_class(base)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,546 @@
+"""`apply_value_path`: NeuTRENO and the value residual on native transformers models, against references written
+apart (plain per-head attention from the raw weights, this package's NeuTRENO GPT and ViT), through caches, padding,
+gradient checkpointing, training, saving and loading without the package, and its refusals."""
+
+import copy
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from transformers import (
+    AutoModelForCausalLM,
+    BloomConfig,
+    BloomModel,
+    LlamaForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    ResNetConfig,
+    ResNetModel,
+    T5Config,
+    T5Model,
+    Trainer,
+    TrainingArguments,
+)
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+import hf_neutreno
+from fresh_process import run_fresh
+from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTModel, apply_value_path, remove_value_path
+from hf_neutreno.convert import gpt2_to_neutreno, vit_to_neutreno
+from hf_neutreno.value_path import VARIANTS, is_value_path_model, value_path_class
+from tiny_models import ARCHITECTURES, CAUSAL, output_of, tiny_inputs, tiny_model
+
+METHODS = ("neutreno", "value_residual")
+TESTS = Path(__file__).resolve().parent
+
+
+def _inputs(name: str) -> dict:
+    return tiny_inputs(name, padding="right" if name == "bert" else "left")
+
+
+def _sharpen(model) -> None:
+    """Query/key weights larger than the 0.02 init, so attention is far from uniform."""
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if any(part in name for part in ("q_proj.weight", "k_proj.weight", "c_attn.weight", "query.weight")):
+                parameter.normal_(0, 0.5)
+
+
+# --- the unmodified model at λ = 0 / α = 0 ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+@pytest.mark.parametrize("name", ARCHITECTURES)
+def test_zero_coefficient_is_exactly_the_unmodified_model(name, implementation):
+    model = tiny_model(name, implementation)
+    inputs = _inputs(name)
+    with torch.no_grad():
+        plain = output_of(model, inputs)
+        for method in METHODS:
+            for learnable in (False, True):
+                apply_value_path(model, method, 0.0, learnable=learnable)
+                assert model.config._attn_implementation == f"value_path-{implementation}"
+                assert torch.equal(output_of(model, inputs), plain), (method, learnable)
+                apply_value_path_at_03 = remove_value_path(apply_value_path(remove_value_path(model), method, 0.3))
+                assert torch.equal(output_of(apply_value_path_at_03, inputs), plain)  # removed: plain again
+
+
+# --- against implementations written apart ----------------------------------------------------------------------
+
+
+def test_gpt2_neutreno_equals_the_packages_neutreno_gpt():
+    gpt2 = tiny_model("gpt2")
+    _sharpen(gpt2)
+    inputs = tiny_inputs("gpt2", padding="right")
+    converted = gpt2_to_neutreno(gpt2, neutreno_lambda=0.3).eval()
+    adapted = apply_value_path(gpt2, "neutreno", 0.3)
+    with torch.no_grad():
+        expected, actual = converted(**inputs).logits, adapted(**inputs).logits
+    real = inputs["attention_mask"].bool()
+    torch.testing.assert_close(actual[real], expected[real], rtol=0, atol=1e-5)
+    assert (expected - remove_value_path(adapted)(**inputs).logits).abs().max() > 1e-2  # the term matters here
+
+
+@pytest.mark.parametrize("name", ["vit", "deit"])
+def test_vit_neutreno_equals_the_packages_neutreno_vit(name):
+    vit = tiny_model(name)
+    _sharpen(vit)
+    pixels = tiny_inputs(name)
+    converted = vit_to_neutreno(vit, neutreno_lambda=0.6).eval()
+    adapted = apply_value_path(vit, "neutreno", 0.6)
+    with torch.no_grad():
+        torch.testing.assert_close(adapted(**pixels).logits, converted(**pixels).logits, rtol=0, atol=1e-5)
+
+
+def reference_decoder_logits(model, input_ids, method: str, coefficients: dict[int, float]) -> torch.Tensor:
+    """A Llama/Qwen2 causal LM with its attention written out per head from the raw q/k/v/o weights (grouped-query
+    heads repeated by hand), the value path as the papers write it, no padding. Norms, MLPs and RoPE are the model's."""
+    base, config = model.model, model.config
+    heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
+    head_dim = config.hidden_size // heads
+    batch, length = input_ids.shape
+    x = base.embed_tokens(input_ids)
+    cos, sin = base.rotary_emb(x, torch.arange(length)[None])
+    causal = torch.ones(length, length, dtype=torch.bool).tril()
+    first_values = None
+    for index, layer in enumerate(base.layers):
+        attention = layer.self_attn
+        h = layer.input_layernorm(x)
+
+        def project(linear, count):
+            return F.linear(h, linear.weight, linear.bias).view(batch, length, count, head_dim).transpose(1, 2)
+
+        q = project(attention.q_proj, heads)
+        k, v = project(attention.k_proj, kv_heads), project(attention.v_proj, kv_heads)
+        q, k = apply_rotary_pos_emb(q, k, cos, sin)
+        if index == 0:
+            first_values = v
+        c = coefficients.get(index, 0.0)
+        attended = (1 - c) * v + c * first_values if method == "value_residual" else v
+        group = heads // kv_heads
+        scores = q @ k.repeat_interleave(group, 1).transpose(-1, -2) / math.sqrt(head_dim)
+        probs = scores.masked_fill(~causal, float("-inf")).softmax(-1)
+        out = probs @ attended.repeat_interleave(group, 1)
+        if method == "neutreno":
+            out = out + c * (first_values - v).repeat_interleave(group, 1)
+        x = x + F.linear(out.transpose(1, 2).reshape(batch, length, -1), attention.o_proj.weight)
+        x = x + layer.mlp(layer.post_attention_layernorm(x))
+    return model.lm_head(base.norm(x))
+
+
+@pytest.mark.parametrize("learnable", [False, True])
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("name", ["llama", "qwen2"])
+def test_grouped_query_decoders_equal_a_per_head_reference(name, method, learnable):
+    model = tiny_model(name)
+    _sharpen(model)
+    input_ids = tiny_inputs(name)["input_ids"]
+    apply_value_path(model, method, 0.3, learnable=learnable)
+    coefficients = {1: 0.3, 2: 0.3}
+    if learnable:  # one scalar per layer, each its own
+        with torch.no_grad():
+            model.value_path_coefficients.copy_(torch.tensor([0.15, 0.7]))
+        coefficients = {1: 0.15, 2: 0.7}
+    with torch.no_grad():
+        expected = reference_decoder_logits(model, input_ids, method, coefficients)
+        torch.testing.assert_close(model(input_ids).logits, expected, rtol=0, atol=1e-5)
+        plain = reference_decoder_logits(model, input_ids, method, {})
+    assert (expected - plain).abs().max() > 1e-2
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_layers_choose_where_the_rule_applies(method):
+    model = tiny_model("llama")
+    _sharpen(model)
+    input_ids = tiny_inputs("llama")["input_ids"]
+    apply_value_path(model, method, 0.8, layers=[2])
+    with torch.no_grad():
+        torch.testing.assert_close(
+            model(input_ids).logits, reference_decoder_logits(model, input_ids, method, {2: 0.8}), rtol=0, atol=1e-5
+        )
+
+
+# --- caches, padding, gradient checkpointing, several models ------------------------------------------------------
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("name", CAUSAL)
+def test_cached_generation_equals_uncached(name, method):
+    model = apply_value_path(tiny_model(name, pad_token_id=0), method, 0.5)
+    _sharpen(model)
+    inputs = tiny_inputs(name, length=6, padding="left")
+    settings = dict(max_new_tokens=8, do_sample=False, pad_token_id=0, output_scores=True, return_dict_in_generate=True)
+    uncached = model.generate(**inputs, use_cache=False, **settings)
+    caches = {"dynamic": model.generate(**inputs, **settings)}
+    if name != "gpt2":  # GPT-2 has no static cache
+        caches["static"] = model.generate(**inputs, cache_implementation="static", **settings)
+    for kind, cached in caches.items():
+        assert torch.equal(cached.sequences, uncached.sequences), kind
+        for step, (a, b) in enumerate(zip(cached.scores, uncached.scores)):
+            torch.testing.assert_close(a, b, rtol=0, atol=1e-5, msg=f"{kind} cache, step {step}")
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("name", ["llama", "qwen2", "gpt2", "bert"])
+def test_padded_batch_equals_each_sequence_alone(name, method):
+    model = apply_value_path(tiny_model(name), method, 0.5)
+    _sharpen(model)
+    inputs = _inputs(name)
+    mask = inputs["attention_mask"]
+    if name in CAUSAL:  # left padding: positions count real tokens only
+        inputs["position_ids"] = (mask.cumsum(-1) - 1).clamp_min(0)
+    with torch.no_grad():
+        batched = output_of(model, inputs)
+        for row in range(mask.shape[0]):
+            real = mask[row].bool()
+            alone = output_of(model, {"input_ids": inputs["input_ids"][row : row + 1, real]})
+            torch.testing.assert_close(batched[row, real], alone[0], rtol=0, atol=1e-5)
+
+
+def _loss(model, name, inputs):
+    if name in CAUSAL:
+        return model(**inputs, labels=inputs["input_ids"]).loss
+    if name in ("vit", "deit"):
+        return model(**inputs, labels=torch.tensor([0, 1, 2])).loss
+    return model(**inputs).last_hidden_state.square().mean()
+
+
+def _grads(model) -> dict[str, torch.Tensor]:
+    return {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("name", ["llama", "gpt2", "bert", "vit"])
+def test_gradient_checkpointing_gives_the_same_gradients(name, method):
+    """Bitwise: the recompute reads the V_0 of its own forward pass, also when another forward of the same model and
+    a forward of another adapted model (the other method) run between a forward and its backward."""
+    reference = apply_value_path(tiny_model(name), method, 0.3, learnable=True).train()
+    checkpointed = copy.deepcopy(reference)
+    checkpointed.activation_checkpointing_enable()  # transformers' default: use_reentrant=False
+    other = apply_value_path(tiny_model(name, seed=1), "value_residual" if method == "neutreno" else "neutreno").train()
+    first, second = _inputs(name), tiny_inputs(name, seed=7)
+
+    _loss(reference, name, first).backward()
+    expected = _grads(reference)
+    loss = _loss(checkpointed, name, first)
+    _loss(checkpointed, name, second)  # a second forward, never backpropagated
+    _loss(other, name, second).backward()  # another adapted model in between
+    loss.backward()
+    actual = _grads(checkpointed)
+    assert actual.keys() == expected.keys() and "value_path_coefficients" in actual
+    for key in expected:
+        assert torch.equal(actual[key], expected[key]), key
+
+
+def test_reentrant_gradient_checkpointing_is_refused():
+    model = apply_value_path(tiny_model("llama"), "neutreno").train()
+    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": True})
+    inputs = tiny_inputs("llama")
+    with pytest.raises(RuntimeError, match="use_reentrant=True"):
+        model(**inputs, labels=inputs["input_ids"])
+
+
+def test_two_adapted_models_do_not_change_each_other_or_a_plain_one():
+    plain = tiny_model("llama")
+    a = apply_value_path(tiny_model("llama"), "neutreno", 0.3)
+    b = apply_value_path(tiny_model("llama"), "value_residual", 0.6, learnable=True)
+    inputs = tiny_inputs("llama")
+    with torch.no_grad():
+        alone = {name: output_of(m, inputs) for name, m in (("plain", plain), ("a", a), ("b", b))}
+        both = {name: output_of(m, inputs) for name, m in (("b", b), ("plain", plain), ("a", a))}
+    for name in alone:
+        assert torch.equal(alone[name], both[name]), name
+    assert plain.config._attn_implementation == "sdpa" and type(plain) is LlamaForCausalLM
+    with torch.no_grad():
+        assert torch.equal(output_of(plain, inputs), output_of(remove_value_path(a), inputs))
+
+
+def test_remove_value_path_restores_class_config_and_parameters(tmp_path):
+    model = tiny_model("llama", attn_implementation="eager")
+    names = [name for name, _ in model.named_parameters()]
+    apply_value_path(model, "value_residual", learnable=True)
+    assert type(model).__name__ == "ValuePathLlamaForCausalLM" and isinstance(model, LlamaForCausalLM)
+    assert model.config.value_path == {"method": "value_residual", "coefficient": 0.5, "learnable": True,
+                                       "layers": [1, 2]}  # fmt: skip
+    assert model.value_path_coefficients.tolist() == [0.5, 0.5]
+    model.save_pretrained(tmp_path)  # writes auto_map into the config in memory too
+    assert model.config.auto_map == {"AutoModelForCausalLM": "value_path.ValuePathLlamaForCausalLM"}
+    remove_value_path(model)
+    assert type(model) is LlamaForCausalLM and not is_value_path_model(model)
+    assert not getattr(model.config, "auto_map", None)
+    assert model.config._attn_implementation == "eager" and not hasattr(model.config, "value_path")
+    assert [name for name, _ in model.named_parameters()] == names
+    assert all(not module._forward_pre_hooks for module in model.modules())
+    assert not any(hasattr(module, "value_path_layer") for module in model.modules())
+
+
+def test_nothing_is_registered_until_a_model_is_adapted(tmp_path):
+    code = """
+import sys
+sys.path.insert(0, %r)
+from transformers import AttentionInterface, AttentionMaskInterface
+import hf_neutreno, hf_neutreno.value_path, hf_neutreno.diagnostics.probe
+from tiny_models import tiny_model
+before = [name for name in AttentionInterface() if "value_path" in name or "probe" in name]
+hf_neutreno.apply_value_path(tiny_model("llama"), "neutreno")
+after = sorted(name for name in AttentionInterface() if "value_path" in name)
+masks = sorted(name for name in AttentionMaskInterface() if "value_path" in name)
+print(before, after, masks)
+""" % str(TESTS)
+    env = {**os.environ, "PYTHONPATH": str(TESTS.parent / "src")}
+    process = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert process.returncode == 0, process.stderr[-3000:]
+    assert process.stdout.split("\n")[-2] == "[] ['value_path-sdpa'] ['value_path-sdpa']"
+
+
+def test_the_config_is_the_one_source_of_truth():
+    model = apply_value_path(tiny_model("llama"), "neutreno", 0.3)
+    model.config.value_path["coefficient"] = 0.9  # not silently ignored: refused at the next forward
+    with pytest.raises(ValueError, match="config.value_path changed"):
+        model(**tiny_inputs("llama"))
+
+
+def test_switching_the_backend_of_an_adapted_model_is_refused():
+    model = apply_value_path(tiny_model("llama"), "neutreno", 0.3)
+    model.set_attn_implementation("eager")  # transformers' own call cannot be stopped, but the forward refuses
+    with pytest.raises(ValueError, match="set to 'eager' after the model was adapted"):
+        model(**tiny_inputs("llama"))
+
+
+def test_hidden_states_and_attentions_are_still_returned():
+    model = apply_value_path(tiny_model("llama", attn_implementation="eager", base=True), "neutreno")
+    outputs = model(**tiny_inputs("llama"), output_hidden_states=True, output_attentions=True)
+    assert len(outputs.hidden_states) == 4 and len(outputs.attentions) == 3
+
+
+# --- training, saving, loading ------------------------------------------------------------------------------------
+
+
+def test_trainer_fine_tunes_an_adapted_llama_and_its_coefficients(tmp_path):
+    model = apply_value_path(tiny_model("llama"), "neutreno", learnable=True).train()
+    torch.manual_seed(0)
+    pattern = torch.arange(3, 19).repeat(2)  # a sequence the model can learn to continue
+    rows = [{"input_ids": pattern.roll(-i)[:16], "labels": pattern.roll(-i)[:16]} for i in range(16)]
+    args = TrainingArguments(output_dir=str(tmp_path), max_steps=30, per_device_train_batch_size=8, learning_rate=1e-2,
+                             logging_steps=1, save_strategy="no", report_to="none", use_cpu=True, disable_tqdm=True,
+                             seed=0)  # fmt: skip
+    trainer = Trainer(model=model, args=args, train_dataset=rows)
+    trainer.train()
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    assert losses[-1] < 0.5 * losses[0], losses
+    assert not torch.equal(model.value_path_coefficients.detach(), torch.full((2,), 0.4))  # trained too
+
+
+_FRESH_LOAD = """
+import json, torch, transformers
+from transformers import AutoModelForCausalLM, AutoModelForImageClassification
+results = {}
+for name in ["llama-neutreno", "llama-residual-learnable", "gpt2-neutreno-learnable", "vit-residual"]:
+    auto = AutoModelForImageClassification if name.startswith("vit") else AutoModelForCausalLM
+    saved = torch.load(f"{name}/expected.pt")
+    adapted = auto.from_pretrained(name, trust_remote_code=True).eval()
+    plain = auto.from_pretrained(name).eval()  # no trust_remote_code
+    with torch.no_grad():
+        results[name] = {
+            "class": type(adapted).__name__, "module": type(adapted).__module__,
+            "attn": adapted.config._attn_implementation,
+            "equal": torch.equal(adapted(**saved["inputs"]).logits, saved["adapted"]),
+            "coefficients": getattr(adapted, "value_path_coefficients", torch.tensor([])).tolist(),
+            "plain_class": type(plain).__name__,
+            "plain_equal": torch.equal(plain(**saved["inputs"]).logits, saved["plain"]),
+        }
+    if auto is AutoModelForCausalLM:
+        results[name]["generated"] = adapted.generate(**saved["inputs"], max_new_tokens=3, do_sample=False,
+                                                      pad_token_id=0).shape[1]
+print(json.dumps(results))
+"""
+
+
+def test_saved_models_load_adapted_without_the_package(tmp_path):
+    """Fixed and learnable, three architectures: `trust_remote_code=True` gives the same logits bit for bit in a
+    process where hf_neutreno cannot be imported; without it, transformers builds the plain model."""
+    cases = {
+        "llama-neutreno": ("llama", dict(method="neutreno", coefficient=0.3)),
+        "llama-residual-learnable": ("llama", dict(method="value_residual", learnable=True)),
+        "gpt2-neutreno-learnable": ("gpt2", dict(method="neutreno", learnable=True)),
+        "vit-residual": ("vit", dict(method="value_residual", coefficient=0.7)),
+    }
+    for folder, (name, settings) in cases.items():
+        model = tiny_model(name, pad_token_id=0) if name in CAUSAL else tiny_model(name)
+        _sharpen(model)
+        inputs = tiny_inputs(name, padding="left" if name in CAUSAL else None)
+        with torch.no_grad():
+            plain = output_of(model, inputs)
+            apply_value_path(model, **settings)
+            if settings.get("learnable"):
+                model.value_path_coefficients.copy_(torch.tensor([0.11, 0.22]))
+            adapted = output_of(model, inputs)
+        model.save_pretrained(tmp_path / folder)
+        torch.save({"inputs": inputs, "adapted": adapted, "plain": plain}, tmp_path / folder / "expected.pt")
+        assert json.loads((tmp_path / folder / "config.json").read_text())["value_path"] == model.config.value_path
+    results = json.loads(run_fresh(_FRESH_LOAD, tmp_path).splitlines()[-1])
+    for folder, (name, settings) in cases.items():
+        result = results[folder]
+        assert result["class"].startswith("ValuePath") and "hf_neutreno" not in result["module"], result
+        assert result["attn"] == "value_path-sdpa" and result["equal"], result
+        assert result["coefficients"] == (pytest.approx([0.11, 0.22]) if settings.get("learnable") else [])
+        assert result["plain_class"] == result["class"].removeprefix("ValuePath") and result["plain_equal"], result
+        if name in CAUSAL:
+            assert result["generated"] == 12
+
+
+@pytest.mark.slow  # compiling takes ~30 s on a CPU
+@pytest.mark.parametrize("method", METHODS)
+def test_torch_compile_fullgraph_gives_the_same_gradients(method):
+    model = apply_value_path(tiny_model("llama"), method, 0.5, learnable=True).train()
+    compiled = torch.compile(copy.deepcopy(model), fullgraph=True)
+    inputs = tiny_inputs("llama")
+    _loss(model, "llama", inputs).backward()
+    _loss(compiled, "llama", inputs).backward()
+    for (name, expected), actual in zip(model.named_parameters(), compiled.parameters()):
+        torch.testing.assert_close(actual.grad, expected.grad, rtol=1e-5, atol=1e-6, msg=name)
+
+
+@pytest.mark.slow  # two processes
+def test_ddp_gradients_equal_one_process(tmp_path):
+    """2 ranks (gloo) × half a batch under DistributedDataParallel: the all-reduced gradients, learnable coefficients
+    included, equal one process's gradients of the whole batch."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS), str(TESTS.parent / "src")]))}  # fmt: skip
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+               str(TESTS / "value_path_ddp_worker.py"), str(tmp_path / "ddp.pt")]  # fmt: skip
+    process = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert process.returncode == 0, process.stderr[-4000:]
+    from value_path_ddp_worker import adapted_model, batch
+
+    model = adapted_model()
+    inputs = batch()
+    model(**inputs, labels=inputs["input_ids"]).loss.backward()
+    distributed = torch.load(tmp_path / "ddp.pt")
+    assert distributed.keys() == {name for name, _ in model.named_parameters()}
+    for name, parameter in model.named_parameters():
+        torch.testing.assert_close(distributed[name], parameter.grad, rtol=1e-5, atol=1e-7, msg=name)
+
+
+def test_missing_learnable_coefficients_start_at_the_coefficient(tmp_path):
+    """A checkpoint without the coefficients (a plain one) loaded into the adapted class: they start at the
+    configured value, not at whatever memory from_pretrained allocated."""
+    tiny_model("llama").save_pretrained(tmp_path / "plain")
+    config = tiny_model("llama").config
+    config.value_path = {"method": "value_residual", "coefficient": 0.25, "learnable": True, "layers": [1, 2]}
+    model = value_path_class(LlamaForCausalLM).from_pretrained(tmp_path / "plain", config=config)
+    assert model.value_path_coefficients.tolist() == [0.25, 0.25]
+
+
+def test_loaded_plain_from_an_adapted_checkpoint_is_not_adapted_again_silently(tmp_path):
+    apply_value_path(tiny_model("llama"), "neutreno").save_pretrained(tmp_path / "adapted")
+    plain = AutoModelForCausalLM.from_pretrained(tmp_path / "adapted")  # without trust_remote_code
+    assert type(plain) is LlamaForCausalLM and plain.config.value_path["method"] == "neutreno"
+    with pytest.raises(ValueError, match="without `trust_remote_code=True`"):
+        apply_value_path(plain, "neutreno")
+
+
+# --- refusals --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "method, coefficient, message",
+    [
+        ("neutreno", float("nan"), "must be a finite number"),
+        ("neutreno", float("inf"), "must be a finite number"),
+        ("value_residual", float("nan"), "must be a finite number"),
+        ("value_residual", -float("inf"), "must be a finite number"),
+        ("neutreno", True, "must be a finite number"),
+        ("neutreno", "0.4", "must be a finite number"),
+        ("neutreno", -0.1, "must be >= 0"),
+        ("value_residual", 1.5, r"must be in \[0, 1\]"),
+        ("twicing", 0.4, r"`method` must be one of \['neutreno', 'value_residual'\]"),
+    ],
+)
+def test_bad_coefficient_or_method(method, coefficient, message):
+    model = tiny_model("llama")
+    with pytest.raises(ValueError, match=message):
+        apply_value_path(model, method, coefficient)
+    assert type(model) is LlamaForCausalLM and not hasattr(model.config, "value_path")  # nothing changed
+
+
+@pytest.mark.parametrize("layers", [[0], [3], [], [1, 1], [1.0], "1", [-1]])
+def test_bad_layers(layers):
+    with pytest.raises(ValueError, match=r"`layers` must"):
+        apply_value_path(tiny_model("llama"), "neutreno", layers=layers)
+
+
+def test_learnable_must_be_a_bool():
+    with pytest.raises(ValueError, match="`learnable` must be True or False"):
+        apply_value_path(tiny_model("llama"), "neutreno", learnable="yes")
+
+
+def test_adapting_twice_or_mixing_methods_is_refused():
+    model = apply_value_path(tiny_model("llama"), "neutreno")
+    for method in METHODS:
+        with pytest.raises(ValueError, match="already adapted.*remove_value_path"):
+            apply_value_path(model, method)
+    with pytest.raises(ValueError, match="not adapted with apply_value_path"):
+        remove_value_path(remove_value_path(model))
+
+
+def test_models_a_value_path_cannot_reach_are_refused_by_name():
+    with pytest.raises(ValueError, match="BloomModel's attention does not go through transformers' attention"):
+        apply_value_path(BloomModel(BloomConfig(hidden_size=32, n_layer=2, n_head=4, vocab_size=50)), "neutreno")
+    resnet = ResNetModel(ResNetConfig(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1]))
+    with pytest.raises(ValueError, match="ResNetModel's attention does not go through"):
+        apply_value_path(resnet, "neutreno")
+    with pytest.raises(ValueError, match="a transformers PreTrainedModel, got Linear"):
+        apply_value_path(torch.nn.Linear(2, 2), "neutreno")
+    t5 = T5Model(T5Config(d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, vocab_size=50))
+    with pytest.raises(ValueError, match="T5Model is an encoder-decoder"):
+        apply_value_path(t5, "neutreno")
+
+
+def test_sliding_window_flash_and_foreign_classes_are_refused():
+    sliding = Qwen2ForCausalLM(Qwen2Config(hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+                                           num_attention_heads=4, num_key_value_heads=2, vocab_size=50,
+                                           use_sliding_window=True, max_window_layers=1))  # fmt: skip
+    with pytest.raises(ValueError, match=r"\['sliding_attention'\] layers"):
+        apply_value_path(sliding, "value_residual")
+    model = tiny_model("llama")
+    model.config._attn_implementation_internal = "flash_attention_2"  # as a GPU model would have it
+    with pytest.raises(ValueError, match="flash_attention_2.*cannot be wrapped"):
+        apply_value_path(model, "neutreno")
+
+    class MyLlama(LlamaForCausalLM):
+        pass
+
+    with pytest.raises(ValueError, match="transformers' own model classes; MyLlama comes from"):
+        apply_value_path(MyLlama(tiny_model("llama").config), "neutreno")
+    neutreno_vit = NeuTRENOViTModel(NeuTRENOViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                                      intermediate_size=64, image_size=16, patch_size=4))  # fmt: skip
+    with pytest.raises(ValueError, match="has NeuTRENO built in"):
+        apply_value_path(neutreno_vit, "value_residual")
+
+
+def test_public_api():
+    assert {"apply_value_path", "remove_value_path"} <= set(hf_neutreno.__all__)
+    assert VARIANTS["softmax"] is None and VARIANTS["value-residual-learnable"] == {
+        "method": "value_residual",
+        "learnable": True,
+    }
+
+
+@pytest.mark.slow  # flex attention compiles its kernel on CPU: ~40 s
+@pytest.mark.parametrize("method", METHODS)
+def test_flex_attention_backend_is_wrapped_too(method):
+    model = tiny_model("llama", attn_implementation="flex_attention")
+    reference = apply_value_path(tiny_model("llama"), method, 0.5)  # the same weights on sdpa
+    apply_value_path(model, method, 0.5)
+    assert model.config._attn_implementation == "value_path-flex_attention"
+    inputs = _inputs("llama")
+    real = inputs["attention_mask"].bool()
+    with torch.no_grad():
+        torch.testing.assert_close(model(**inputs).logits[real], reference(**inputs).logits[real], rtol=0, atol=1e-5)

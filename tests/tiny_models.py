@@ -1,0 +1,84 @@
+"""Tiny native transformers models (hidden 32, 3 layers, 4 heads, no dropout) and inputs for them, shared by tests.
+
+`tiny_model("llama")` is a LlamaForCausalLM with grouped-query attention (4 query heads, 2 key/value heads), as is
+Qwen2 (with q/k/v biases); GPT-2 has a fused `c_attn`; BERT, ViT and DeiT are bidirectional encoders.
+`base=True` gives the headless model (LlamaModel, GPT2Model, ViTModel, ...).
+"""
+
+import torch
+from transformers import (
+    BertConfig,
+    BertModel,
+    DeiTConfig,
+    DeiTForImageClassification,
+    DeiTModel,
+    GPT2Config,
+    GPT2LMHeadModel,
+    GPT2Model,
+    LlamaConfig,
+    LlamaForCausalLM,
+    LlamaModel,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen2Model,
+    ViTConfig,
+    ViTForImageClassification,
+    ViTModel,
+)
+
+ARCHITECTURES = ("llama", "qwen2", "gpt2", "bert", "vit", "deit")
+CAUSAL = ("llama", "qwen2", "gpt2")
+VOCAB = 50
+TEXT = dict(vocab_size=VOCAB, num_hidden_layers=3, num_attention_heads=4, bos_token_id=1, eos_token_id=2)
+DECODER = dict(hidden_size=32, intermediate_size=64, num_key_value_heads=2, **TEXT)
+TINY_VIT = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64, image_size=16,
+                patch_size=4)  # fmt: skip
+NO_DROPOUT = {
+    "gpt2": dict(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0),
+    "bert": dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0),
+    "vit": dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0),
+    "deit": dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0),
+}
+
+# name -> (config class, model class with a head, base model class, config fields)
+_MODELS = {
+    "llama": (LlamaConfig, LlamaForCausalLM, LlamaModel, DECODER),
+    "qwen2": (Qwen2Config, Qwen2ForCausalLM, Qwen2Model, DECODER),
+    "gpt2": (GPT2Config, GPT2LMHeadModel, GPT2Model, dict(n_embd=32, **TEXT)),
+    "bert": (BertConfig, BertModel, BertModel, dict(hidden_size=32, intermediate_size=64, **TEXT)),
+    "vit": (ViTConfig, ViTForImageClassification, ViTModel, dict(num_labels=3, **TINY_VIT)),
+    "deit": (DeiTConfig, DeiTForImageClassification, DeiTModel, dict(num_labels=3, **TINY_VIT)),
+}
+
+
+def tiny_model(name: str, attn_implementation: str = "sdpa", base: bool = False, seed: int = 0, **overrides):
+    """A freshly initialised tiny model in eval mode (the same weights for the same `seed`)."""
+    config_class, head_class, base_class, fields = _MODELS[name]
+    fields = {**fields, **NO_DROPOUT.get(name, {}), **overrides}
+    config = config_class(**fields, attn_implementation=attn_implementation)
+    torch.manual_seed(seed)
+    return (base_class if base else head_class)(config).eval()
+
+
+def tiny_inputs(name: str, batch: int = 3, length: int = 9, padding: str | None = None, seed: int = 1) -> dict:
+    """Pixels for the vision models; token ids (from 3, above the special tokens) for the text models, with rows
+    padded by 2 and 5 tokens on the `padding` side ("left" or "right") when asked."""
+    generator = torch.Generator().manual_seed(seed)
+    if name in ("vit", "deit"):
+        return {"pixel_values": torch.randn(batch, 3, 16, 16, generator=generator)}
+    input_ids = torch.randint(3, VOCAB, (batch, length), generator=generator)
+    attention_mask = torch.ones(batch, length, dtype=torch.long)
+    for row, pad in zip(range(1, batch), (2, 5)):
+        if padding == "left":
+            attention_mask[row, :pad] = 0
+        elif padding == "right":
+            attention_mask[row, length - pad :] = 0
+    input_ids = input_ids.masked_fill(attention_mask == 0, 0)
+    return {"input_ids": input_ids, "attention_mask": attention_mask}
+
+
+def output_of(model, inputs: dict) -> torch.Tensor:
+    """The logits of a model with a head, else its last hidden state."""
+    outputs = model(**inputs)
+    logits = getattr(outputs, "logits", None)
+    return logits if logits is not None else outputs.last_hidden_state
