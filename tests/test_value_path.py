@@ -514,15 +514,54 @@ def test_sliding_window_flash_and_foreign_classes_are_refused():
     with pytest.raises(ValueError, match="flash_attention_2.*cannot be wrapped"):
         apply_value_path(model, "neutreno")
 
+    neutreno_vit = NeuTRENOViTModel(NeuTRENOViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                                      intermediate_size=64, image_size=16, patch_size=4,
+                                                      neutreno_lambda=0.6))  # fmt: skip
+    with pytest.raises(ValueError, match=r"its own NeuTRENO term on \(config.neutreno_lambda = 0.6\)"):
+        apply_value_path(neutreno_vit, "value_residual")
+
+
+def test_classes_from_outside_transformers_adapt_in_memory_and_refuse_to_be_saved(tmp_path):
+    """A user's subclass, or this package's own models with their term off: the checkpoint could not load adapted
+    without this package, so save_pretrained refuses before writing anything."""
     class MyLlama(LlamaForCausalLM):
         pass
 
-    with pytest.raises(ValueError, match="transformers' own model classes; MyLlama comes from"):
-        apply_value_path(MyLlama(tiny_model("llama").config), "neutreno")
-    neutreno_vit = NeuTRENOViTModel(NeuTRENOViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                                      intermediate_size=64, image_size=16, patch_size=4))  # fmt: skip
-    with pytest.raises(ValueError, match="has NeuTRENO built in"):
-        apply_value_path(neutreno_vit, "value_residual")
+    model = apply_value_path(MyLlama(tiny_model("llama").config), "neutreno", 0.3)
+    assert is_value_path_model(model)
+    with pytest.raises(ValueError, match="MyLlama adapted with a value path runs in memory only"):
+        model.save_pretrained(tmp_path / "mine")
+    assert not (tmp_path / "mine").exists()
+
+
+def _package_vit(neutreno_lambda: float) -> NeuTRENOViTModel:
+    torch.manual_seed(0)
+    model = NeuTRENOViTModel(NeuTRENOViTConfig(hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
+                                               intermediate_size=64, image_size=16, patch_size=4,
+                                               neutreno_lambda=neutreno_lambda))  # fmt: skip
+    _sharpen(model)
+    return model.eval()
+
+
+def test_packages_own_vit_with_its_term_off_takes_the_value_path_and_equals_its_built_in_neutreno(tmp_path):
+    """Two implementations written apart: the adapter's NeuTRENO on the package's ViT at λ = 0 computes what the same
+    ViT computes with its own term at λ = 0.6; a live edit that turns the built-in term on is refused at the next
+    forward (two rules would act on the values)."""
+    pixels = torch.randn(2, 3, 16, 16)
+    built_in = _package_vit(0.6)
+    adapted = _package_vit(0.0)
+    adapted.load_state_dict(built_in.state_dict())
+    apply_value_path(adapted, "neutreno", 0.6)
+    with torch.no_grad():
+        torch.testing.assert_close(adapted(pixels).last_hidden_state, built_in(pixels).last_hidden_state,
+                                   atol=1e-5, rtol=0)
+    adapted.config.neutreno_lambda = 0.5
+    with pytest.raises(ValueError, match="its own NeuTRENO term on"):
+        adapted(pixels)
+    adapted.config.neutreno_lambda = 0.0
+    with pytest.raises(ValueError, match="NeuTRENOViTModel adapted with a value path runs in memory only"):
+        adapted.save_pretrained(tmp_path / "vit")
+    assert not (tmp_path / "vit").exists()
 
 
 def test_public_api():
@@ -544,3 +583,22 @@ def test_flex_attention_backend_is_wrapped_too(method):
     real = inputs["attention_mask"].bool()
     with torch.no_grad():
         torch.testing.assert_close(model(**inputs).logits[real], reference(**inputs).logits[real], rtol=0, atol=1e-5)
+
+
+def test_packages_own_gpt_with_its_term_off_equals_its_built_in_neutreno_and_generates_with_a_cache():
+    from hf_neutreno import NeuTRENOGPTConfig, NeuTRENOGPTForCausalLM
+
+    fields = dict(vocab_size=50, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64,
+                  max_position_embeddings=32)
+    torch.manual_seed(0)
+    built_in = NeuTRENOGPTForCausalLM(NeuTRENOGPTConfig(**fields, neutreno_lambda=0.4)).eval()
+    _sharpen(built_in)
+    adapted = NeuTRENOGPTForCausalLM(NeuTRENOGPTConfig(**fields, neutreno_lambda=0.0)).eval()
+    adapted.load_state_dict(built_in.state_dict())
+    apply_value_path(adapted, "neutreno", 0.4)
+    ids = torch.randint(3, 50, (2, 9))
+    with torch.no_grad():
+        torch.testing.assert_close(adapted(ids).logits, built_in(ids).logits, atol=1e-5, rtol=0)
+        cached = adapted.generate(ids, max_new_tokens=5, do_sample=False, use_cache=True)
+        uncached = adapted.generate(ids, max_new_tokens=5, do_sample=False, use_cache=False)
+    assert torch.equal(cached, uncached)

@@ -132,12 +132,9 @@ def apply_value_path(
             "loaded from an adapted checkpoint without `trust_remote_code=True`, which builds the plain model. "
             "Load it again with `trust_remote_code=True`, or delete `config.value_path` to start afresh."
         )
-    if getattr(model.config, "neutreno_lambda", None) is not None:
-        raise ValueError(
-            f"{name} has NeuTRENO built in (config.neutreno_lambda = {model.config.neutreno_lambda}); set its λ "
-            "in its config instead: a value path on top of it is not supported."
-        )
-    auto_class = _auto_class_of(type(model))
+    _refuse_built_in_term(model)
+    # This package's own models (NeuTRENO built in, here off) adapt in memory; only transformers' classes can be saved.
+    auto_class = _auto_class_of(type(model)) if _is_transformers_class(type(model)) else None
     attention_layers, _ = _check_adaptable(model)  # everything is checked before anything changes
     settings = check_settings(method, coefficient, learnable, layers, len(attention_layers))
     model.config.value_path = settings
@@ -387,6 +384,7 @@ def _begin_forward(model, settings, module, args, kwargs):
             f"config.value_path changed from {settings} to {getattr(model.config, 'value_path', None)} after the "
             "model was adapted; call remove_value_path(model) and apply_value_path again to change it."
         )
+    _refuse_built_in_term(model)
     implementation = model.config._attn_implementation
     if not implementation.startswith(ATTENTION_PREFIX):
         raise ValueError(
@@ -503,6 +501,21 @@ def _refuse_sliding_windows(model: PreTrainedModel, num_layers: int) -> None:
         )
 
 
+def _refuse_built_in_term(model) -> None:
+    """This package's own models have NeuTRENO built in (`config.neutreno_lambda`): a value path runs on them only
+    while that term is off, so that one rule, not two, acts on the values."""
+    lam = getattr(model.config, "neutreno_lambda", None)
+    if lam:
+        raise ValueError(
+            f"{type(model).__name__} has its own NeuTRENO term on (config.neutreno_lambda = {lam}); a value path "
+            "runs on it only with config.neutreno_lambda = 0 (for NeuTRENO itself, set λ there instead)."
+        )
+
+
+def _is_transformers_class(model_class: type) -> bool:
+    return getattr(transformers, model_class.__name__, None) is model_class
+
+
 def _is_cross_attention(module: nn.Module) -> bool:
     return bool(getattr(module, "is_cross_attention", False)) or "CrossAttention" in type(module).__name__
 
@@ -554,6 +567,12 @@ def value_path_class(base: type, auto_class: str | None = None) -> type:
                 init.constant_(getattr(self, COEFFICIENTS), self.config.value_path["coefficient"])
 
         def save_pretrained(self, *args, **kwargs):
+            if not _is_transformers_class(base):  # before anything is written
+                raise ValueError(
+                    f"{base.__name__} adapted with a value path runs in memory only: its checkpoint could not load "
+                    "adapted where this package is not installed. Save a transformers model class instead (e.g. "
+                    "hf_neutreno.convert.neutreno_to_vit first), or remove_value_path(model) and save the plain model."
+                )
             super().save_pretrained(*args, **kwargs)
             logger.warning_once(
                 "A model adapted with a value path loads adapted with `from_pretrained(..., trust_remote_code=True)`; "
@@ -562,7 +581,8 @@ def value_path_class(base: type, auto_class: str | None = None) -> type:
 
     ValuePathModel.__name__ = ValuePathModel.__qualname__ = name
     ValuePathModel.__doc__ = f"{base.__name__} with the value path of `config.value_path` (NeuTRENO or value residual)."
-    ValuePathModel.register_for_auto_class(auto_class or _auto_class_of(base))
+    if _is_transformers_class(base):
+        ValuePathModel.register_for_auto_class(auto_class or _auto_class_of(base))
     globals()[name] = ValuePathModel
     return ValuePathModel
 
