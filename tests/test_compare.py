@@ -243,37 +243,41 @@ def test_each_seed_pairs_the_variants_vit_minus_included(tmp_path, monkeypatch):
         assert torch.linalg.eigvalsh(product).max() <= 1e-9
 
 
-def test_a_variant_added_to_the_table_is_a_softmax_model_converted_from_the_seeds_weights(tmp_path, monkeypatch):
-    """The variant table's extension point (a rule put on the softmax model, as a value-path rule would be): one
-    entry makes a --variants name whose model is the softmax one converted, starting from the seed's softmax
-    weights (its own new parameters aside), trained, scored and saved like the others."""
-    from hf_neutreno import compare
-
-    def add_learnable_scale(model, neutreno_lambda):
-        for layer in model.vit.layers:  # a new parameter per layer, as a learnable coefficient would be
-            layer.attention.register_parameter("scale", torch.nn.Parameter(torch.full((), neutreno_lambda)))
-        return model
-
-    monkeypatch.setitem(compare.VARIANTS, "scaled", compare.Variant("scaled, λ={lam:g}", "softmax",
-                                                                    add_learnable_scale))
+def test_value_path_variants_are_the_seeds_softmax_model_adapted_trained_and_not_saved(tmp_path, monkeypatch):
+    """`value-residual` and `neutreno-learnable`: the seed's softmax model (its weights, bit for bit) with
+    `apply_value_path` at the run's α / λ; the learnable one adds only its coefficients, set to λ. They are trained
+    and scored like the others; their models are not written (an adapted model of this package runs in memory
+    only), and results.json says so."""
     starts, train = {}, transformers.Trainer.train
 
     def recording_train(self, *args, **kwargs):
-        starts[len(starts)] = {k: v.clone() for k, v in self.model.state_dict().items()}
+        starts[len(starts)] = ({k: v.clone() for k, v in self.model.state_dict().items()},
+                               getattr(self.model.config, "value_path", None))
         return train(self, *args, **kwargs)
 
     monkeypatch.setattr(transformers.Trainer, "train", recording_train)
     out = tmp_path / "run"
-    assert cli.main(["compare", "--variants", "softmax,scaled", "--seeds", "1", "--output-dir", str(out), *TINY]) == 0
+    argv = ["compare", "--variants", "softmax,value-residual,neutreno-learnable", "--value-residual-alpha", "0.25",
+            "--seeds", "1", "--output-dir", str(out), *TINY]
+    assert cli.main(argv) == 0
     results = json.loads((out / "results.json").read_text())
-    assert list(results["variants"]) == ["softmax", "scaled"] and results["variants"]["scaled"]["description"] == (
-        "scaled, λ=0.6")
-    softmax, scaled = starts[0], starts[1]
-    assert {k for k in scaled.keys() - softmax.keys()} == {f"vit.layers.{i}.attention.scale" for i in range(6)}
-    assert all(torch.equal(softmax[k], scaled[k]) for k in softmax)
-    assert all(scaled[f"vit.layers.{i}.attention.scale"].item() == pytest.approx(0.6) for i in range(6))
-    assert results["variants"]["scaled"]["difference_from_baseline"]["accuracy"]["n"] == 1
-    assert sorted(p.name for p in out.iterdir()) == ["comparison.png", "results.json", "scaled", "softmax"]
+    assert list(results["variants"]) == ["softmax", "value-residual", "neutreno-learnable"]
+    (softmax, none), (residual, residual_path), (learnable, learnable_path) = starts.values()
+    assert none is None
+    assert residual_path == {"method": "value_residual", "coefficient": 0.25, "learnable": False,
+                             "layers": [1, 2, 3, 4, 5]}
+    assert (learnable_path["method"], learnable_path["learnable"], learnable_path["coefficient"]) == ("neutreno", True,
+                                                                                                      0.6)
+    assert residual.keys() == softmax.keys() and all(torch.equal(softmax[k], residual[k]) for k in softmax)
+    assert learnable.keys() - softmax.keys() == {"value_path_coefficients"}
+    assert all(torch.equal(softmax[k], learnable[k]) for k in softmax)
+    assert torch.equal(learnable["value_path_coefficients"], torch.full((5,), 0.6))
+    for name in ("value-residual", "neutreno-learnable"):
+        entry = results["variants"][name]
+        assert entry["model_dir"] is None and entry["value_path"]["method"] in ("value_residual", "neutreno")
+        assert entry["difference_from_baseline"]["accuracy"]["n"] == 1
+    assert results["variants"]["value-residual"]["description"] == "value residual, α=0.25"
+    assert sorted(p.name for p in out.iterdir()) == ["comparison.png", "results.json", "softmax"]
 
 
 def test_text_compare_on_wikitext2_gives_the_perplexity_of_the_saved_models(data_dir, tmp_path, capsys):
@@ -608,6 +612,10 @@ def _saved_model(folder: Path) -> Path:
             "--model segmenter-micro is a segmentation preset", "'text'", "scene_parse_150"]),
         ("vit-minus for a segmenter", ["--model", "segmenter-micro", "--vit-minus"], [
             "--variants vit-minus needs an image classifier preset", "segmentation preset"]),
+        ("value path for a segmenter", ["--model", "segmenter-micro", "--variants", "softmax,value-residual"], [
+            "--variants value-residual needs an image classifier or language-model preset", "two stacks"]),
+        ("value-residual alpha", ["--variants", "softmax,value-residual", "--value-residual-alpha", "1.5"], [
+            "--value-residual-alpha must be in (0, 1]", "got 1.5"]),
     ],
 )
 def test_bad_input_is_refused_before_training(case, options, expected, tmp_path, data_dir, monkeypatch, capsys):

@@ -26,6 +26,8 @@ from .compare_report import HIGHER_IS_BETTER, format_table, plot
 from .compare_tasks import EVAL_SPLITS, IMAGE_MODELS, ImageTask, task_class, task_for
 from .data import BUILTIN_DIGITS, load_dataset_splits
 from .experiment import pairing_arguments, paired, paired_model, summary, weights_fingerprint
+from .value_path import DEFAULT_COEFFICIENTS, apply_value_path
+from .value_path import VARIANTS as VALUE_PATHS
 
 # results["task"] -> the Auto classes that load a variant's model and its image processor or tokenizer
 LOADERS = {
@@ -38,21 +40,35 @@ LOADERS = {
 @dataclasses.dataclass(frozen=True)
 class Variant:
     """A row of the comparison: the model a task builds for `architecture` (`compare_tasks.ARCHITECTURES`), then
-    `convert(model, neutreno_lambda)` if given (a rule put on the softmax model, say). Every variant starts from the
-    softmax model's initial weights of its seed wherever the two share a parameter."""
+    `convert(model, coefficients)` if given (a rule put on the softmax model: a value path). Every variant starts from
+    the softmax model's initial weights of its seed wherever the two share a parameter. `coefficients` holds the run's
+    λ ("neutreno") and α ("value_residual")."""
 
-    description: str  # `{lam}`: the task's λ
+    description: str  # `{lam}`, `{alpha}`: the run's λ and α
     architecture: str
-    convert: Callable[[torch.nn.Module, float], torch.nn.Module] | None = None
+    convert: Callable[[torch.nn.Module, dict], torch.nn.Module] | None = None
+    saved: bool = True  # False: the model is trained and scored, not saved (a value path on this package's models)
+
+
+def _value_path(method: str, learnable: bool) -> Callable[[torch.nn.Module, dict], torch.nn.Module]:
+    def convert(model: torch.nn.Module, coefficients: dict) -> torch.nn.Module:
+        return apply_value_path(model, method, coefficients[method], learnable=learnable)
+
+    return convert
 
 
 BASELINE = "softmax"  # what every other variant is compared with, seed by seed
-# --variants names. A rule put on the softmax model of any task is one entry with a `convert`, e.g.
-#   "value-residual": Variant("value residual", "softmax", lambda model, lam: <the rule applied to model>),
+# --variants names. The value paths (`hf_neutreno.apply_value_path`) run on the softmax model of an image classifier
+# or a language model (a Segmenter has two stacks of layers, each of which would need its own V_0); they adapt this
+# package's models in memory, which cannot be saved adapted, so their models are not written.
 VARIANTS = {
     "softmax": Variant("softmax, λ=0", "softmax"),
     "neutreno": Variant("NeuTRENO, λ={lam:g}", "neutreno"),
     "vit-minus": Variant("ViT⁻, Λ=−ψ²", "vit-minus"),  # the poster's eigen-parameterised ViT, negative spectrum
+    **{name: Variant(description, "value-path", _value_path(**VALUE_PATHS[name]), saved=False)
+       for name, description in (("neutreno-learnable", "NeuTRENO, learnable λ from {lam:g}"),
+                                 ("value-residual", "value residual, α={alpha:g}"),
+                                 ("value-residual-learnable", "value residual, learnable α from {alpha:g}"))},
 }
 
 
@@ -68,6 +84,7 @@ class CompareSettings:
     dataset_config: str | None = None
     variants: tuple[str, ...] = ("softmax", "neutreno")
     neutreno_lambda: float | None = None
+    value_residual_alpha: float = DEFAULT_COEFFICIENTS["value_residual"]
     output_dir: str = "runs/compare"
     resume: bool = False
     epochs: float = 8
@@ -124,6 +141,9 @@ def _checked(settings: CompareSettings) -> CompareSettings:
     if settings.neutreno_lambda is not None and not settings.neutreno_lambda > 0:
         raise ValueError(f"--neutreno-lambda must be > 0 (λ = 0 is the softmax variant), got "
                          f"{settings.neutreno_lambda}.")
+    if not 0 < settings.value_residual_alpha <= 1:  # NaN fails too
+        raise ValueError(f"--value-residual-alpha must be in (0, 1] (α = 0 is the softmax variant), got "
+                         f"{settings.value_residual_alpha}.")
     names = list(dict.fromkeys(settings.variants))
     unknown = [name for name in names if name not in VARIANTS]
     if unknown or BASELINE not in names or len(names) < 2:
@@ -133,8 +153,10 @@ def _checked(settings: CompareSettings) -> CompareSettings:
     task = task_class(settings.model)
     for name in names:
         if VARIANTS[name].architecture not in task.architectures:  # ViT⁻: image classifiers only
-            raise ValueError(f"--variants {name} needs an image classifier preset {IMAGE_MODELS}; --model "
-                             f"{settings.model} is {task.kind}.")
+            which = (f"an image classifier preset {IMAGE_MODELS}" if name == "vit-minus" else
+                     "an image classifier or language-model preset (a Segmenter has two stacks of layers, each of "
+                     "which would need its own V_0)")
+            raise ValueError(f"--variants {name} needs {which}; --model {settings.model} is {task.kind}.")
     settings.variants = tuple([BASELINE] + [name for name in names if name != BASELINE])  # the baseline first
     if settings.learning_rate is None:
         settings.learning_rate = 3e-3 if task is ImageTask else 1e-3
@@ -210,10 +232,14 @@ def _learning_curve(trainer: Trainer) -> list[dict]:
             for log in trainer.state.log_history if "loss" in log]
 
 
-def _build(task, name: str) -> torch.nn.Module:
+def _coefficients(settings: CompareSettings, task) -> dict:
+    return {"neutreno": task.neutreno_lambda, "value_residual": settings.value_residual_alpha}
+
+
+def _build(task, name: str, coefficients: dict) -> torch.nn.Module:
     variant = VARIANTS[name]
-    model = task.build(variant.architecture)
-    return variant.convert(model, task.neutreno_lambda) if variant.convert else model
+    model = task.build("softmax" if variant.architecture == "value-path" else variant.architecture)
+    return variant.convert(model, coefficients) if variant.convert else model
 
 
 def _compare(settings: CompareSettings, task, folders: OutputFolders) -> dict:
@@ -240,10 +266,12 @@ def _compare(settings: CompareSettings, task, folders: OutputFolders) -> dict:
             finished = results["variants"].get(variant, {}).get("per_seed", [])
             if any(run["seed"] == seed for run in finished):
                 continue
-            description = VARIANTS[variant].description.format(lam=task.neutreno_lambda)
+            coefficients = _coefficients(settings, task)
+            description = VARIANTS[variant].description.format(lam=coefficients["neutreno"],
+                                                               alpha=coefficients["value_residual"])
             print(f"\n[{variant}, seed {seed}] {description}")
             # This seed's softmax initial weights, whichever variants ran before: a resumed run trains the same.
-            model = paired_model(lambda name: _build(task, name), variant, seed, reference=BASELINE)
+            model = paired_model(lambda name: _build(task, name, coefficients), variant, seed, reference=BASELINE)
             initial_weights = weights_fingerprint(model)
             with tempfile.TemporaryDirectory(prefix="hf-neutreno-compare-") as scratch:
                 trainer = Trainer(
@@ -258,7 +286,7 @@ def _compare(settings: CompareSettings, task, folders: OutputFolders) -> dict:
             report = measure_oversmoothing(
                 model, probe, metrics=["cosine_similarity"], progress=not settings.no_progress, model_name=variant
             )
-            if seed == seeds[0]:
+            if seed == seeds[0] and VARIANTS[variant].saved:
                 def save(folder: Path, model=model) -> None:
                     model.save_pretrained(folder)
                     task.processing.save_pretrained(folder)
@@ -274,7 +302,8 @@ def _compare(settings: CompareSettings, task, folders: OutputFolders) -> dict:
             entry = results["variants"].setdefault(variant, {
                 "description": description, "model_type": model.config.model_type,
                 "neutreno_lambda": getattr(model.config, "neutreno_lambda", None),
-                "parameters": model.num_parameters(), "model_dir": variant, "per_seed": [],
+                "parameters": model.num_parameters(), "model_dir": variant if VARIANTS[variant].saved else None,
+                "value_path": getattr(model.config, "value_path", None), "per_seed": [],
             })
             entry["per_seed"].append({
                 "seed": seed,

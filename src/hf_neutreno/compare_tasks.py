@@ -19,8 +19,9 @@ from .models.configuration_neutreno_vit import NeuTRENOViTConfig
 from .segmentation import MeanIoU, make_image_processor
 from .text_data import TEXT_COLUMN, group_into_blocks, token_stream, train_word_tokenizer
 
-# What a task builds: softmax attention (λ = 0), NeuTRENO (λ > 0), ViT⁻ (image classifiers only).
-ARCHITECTURES = ("softmax", "neutreno", "vit-minus")
+# What a task builds: softmax attention (λ = 0), NeuTRENO (λ > 0), ViT⁻ (image classifiers only), and which can take
+# a value path (`hf_neutreno.apply_value_path` on the softmax model: one stack of layers, so not a Segmenter).
+ARCHITECTURES = ("softmax", "neutreno", "vit-minus", "value-path")
 SEGMENTATION_MODELS = SEGMENTATION_PRESETS
 IMAGE_MODELS = sorted(set(NeuTRENOViTConfig.presets) - set(SEGMENTATION_MODELS))  # classifiers
 TEXT_MODELS = LANGUAGE_MODEL_PRESETS
@@ -139,7 +140,7 @@ class ImageTask(_ImageTask):
 
 class TextTask:
     name, metric, kind = "causal-lm", "perplexity", "a language model"
-    architectures = ("softmax", "neutreno")
+    architectures = ("softmax", "neutreno", "value-path")
 
     def __init__(self, settings, dataset):
         if TEXT_COLUMN not in dataset["train"].features:

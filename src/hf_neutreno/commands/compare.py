@@ -2,20 +2,25 @@ r"""Train attention variants side by side on the same data and budget, paired ov
 
     hf-neutreno compare                                  # vit-micro on digits, 3 paired seeds, offline, a few minutes
     hf-neutreno compare --variants softmax,neutreno,vit-minus    # also ViT⁻ (EigenViT, negative spectrum)
+    hf-neutreno compare --variants softmax,neutreno,value-residual,value-residual-learnable
     hf-neutreno compare --dataset uoft-cs/cifar10 --model vit-tiny --epochs 1 --max-train-samples 5000
     hf-neutreno compare --dataset Salesforce/wikitext --dataset-config wikitext-2-v1 --model gpt-micro \
         --max-steps 300 --max-eval-samples 200
     hf-neutreno compare --model segmenter-micro --dataset path/to/segmentation-parquet --max-steps 300
 
 Variants (--variants, comma-separated): `softmax` (softmax attention, λ = 0: the baseline, always trained),
-`neutreno` (λ = --neutreno-lambda) and, for image classifier presets, `vit-minus` (the eigen-parameterised ViT⁻ of
-the same shape). They train once per seed (--seeds of them: --seed, --seed + 1, ...), paired: within a seed each
-starts from the same initial weights (softmax's, wherever the shapes coincide), sees the same batches in the same
-order and trains for the same budget with `Trainer`. Each is then scored on the test split (else validation):
-accuracy for an image classifier preset, perplexity for a language-model preset (non-overlapping blocks of the
-context length, `hf_neutreno.lm_eval`), mean IoU for a Segmenter preset (`segmenter-*`; on the validation split,
-else test, resized to the preset's image size). The mean pairwise token cosine similarity of every layer is measured
-on one probe set for all variants: the first --probe-samples evaluation samples.
+`neutreno` (λ = --neutreno-lambda), for image classifier presets `vit-minus` (the eigen-parameterised ViT⁻ of the
+same shape), and for image classifier and language-model presets the value paths of `hf_neutreno.apply_value_path`
+put on the softmax model: `value-residual` (ResFormer, α = --value-residual-alpha), `value-residual-learnable` and
+`neutreno-learnable` (one trainable coefficient per layer, from α or λ); their models are trained and scored but not
+saved (this package's models adapted with a value path run in memory only). They train once per seed (--seeds of
+them: --seed, --seed + 1, ...), paired: within a seed each starts from the same initial weights (softmax's, wherever
+the shapes coincide), sees the same batches in the same order and trains for the same budget with `Trainer`. Each is
+then scored on the test split (else validation): accuracy for an image classifier preset, perplexity for a language-
+model preset (non-overlapping blocks of the context length, `hf_neutreno.lm_eval`), mean IoU for a Segmenter preset
+(`segmenter-*`; on the validation split, else test, resized to the preset's image size). The mean pairwise token
+cosine similarity of every layer is measured on one probe set for all variants: the first --probe-samples evaluation
+samples.
 
 Segmentation data has scene_parse_150's columns, `image` and `annotation` (a label map). A local folder must name
 its classes in an `id2label.json`, as the label maps number them (fashion-scenes: 0 = background); the classes are
@@ -65,6 +70,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--neutreno-lambda", type=float,
                         help="λ of the neutreno variant, also in a Segmenter's decoder (default: the preset's, 0.6 "
                         "for images, 0.4 for text)")
+    parser.add_argument("--value-residual-alpha", type=float,
+                        help="α of the value-residual variants (ResFormer: V_0's weight in the mix; default "
+                        "%(default)s)")
     parser.add_argument("--output-dir",
                         help="results, plot and the first seed's models (default: %(default)s); an earlier compare "
                         "run there is replaced once this one is complete, any other content is refused")
@@ -126,14 +134,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_usage(output_dir: Path, results: dict) -> None:
-    shown = "neutreno" if "neutreno" in results["variants"] else list(results["variants"])[-1]
-    folder = str(output_dir / shown)
+    saved = [entry["model_dir"] for entry in results["variants"].values() if entry.get("model_dir")]
+    folder = str(output_dir / ("neutreno" if "neutreno" in saved else saved[-1]))
     auto_class, processing_auto_class = LOADERS[results["task"]]
     is_image = results["task"] != "causal-lm"
     name, remote = ("processor", "") if is_image else ("tokenizer", ", trust_remote_code=True")
     print(
         f"\nWritten to {output_dir}/: {RESULTS_FILE}, {PLOT_FILE} and the models of seed {results['models_from_seed']} "
-        f"{', '.join(v + '/' for v in results['variants'])}.\n"
+        f"{', '.join(e['model_dir'] + '/' for e in results['variants'].values() if e.get('model_dir'))}.\n"
         "Load one anywhere, with or without hf_neutreno installed:\n"
         f"    from transformers import {auto_class}, {processing_auto_class}\n"
         f"    model = {auto_class}.from_pretrained({folder!r}, trust_remote_code=True)\n"
