@@ -52,7 +52,7 @@ from safetensors.torch import load_model, save_model
 from transformers import TrainerCallback
 import reproduce_report as report  # benchmarks/, beside this script
 
-from hf_neutreno import NeuTRENOGPTConfig, recipes
+from hf_neutreno import NeuTRENOGPTConfig, apply_value_path, recipes
 from hf_neutreno.experiment import paired_model
 from hf_neutreno.image_transforms import collate_images, image_transform
 from hf_neutreno.metrics import accuracy
@@ -89,7 +89,13 @@ KERNEL_VARIANTS = ("vit", "neutreno")  # both with linear (elu + 1) attention
 PARENT_VARIANTS = ("vit", "neutreno")  # trained ViTs whose weights are kept: adaptation and Segmenter start from them
 ADAPTATION_VARIANTS = ("vit", "neutreno")  # continued softmax training / NeuTRENO adaptation
 ADAPTATION_EPOCHS = 1 / 3  # of the training epochs, as the paper's NeuTRENO adaptation of DeiT
-ROUND2_EXPERIMENTS = ("lambda", "adaptation", "kernel")
+# The value-path family (`hf_neutreno.apply_value_path` on the softmax ViT and LM): ResFormer's value residual at
+# α = 1/2, its learnable mix per layer (modded-nanogpt's form, from 1/2), and NeuTRENO with a learnable λ per layer
+# (from the official λ of each task), against the first run's ViT and softmax LM of the same seeds.
+VALUE_PATH_METHODS = ("value-residual", "value-residual-learnable", "neutreno-learnable")
+VALUE_PATH_COEFFICIENTS = {"cifar": {"value_residual": 0.5, "neutreno": VIT_LAMBDA},
+                           "lm": {"value_residual": 0.5, "neutreno": LM_LAMBDAS["neutreno"]}}
+ROUND2_EXPERIMENTS = ("lambda", "adaptation", "kernel", "value-path")
 # Kernels every model here supports (flash_attention_2 needs the flash-attn package and a GPU).
 ATTN_IMPLEMENTATIONS = ("sdpa", "eager", "flash_attention_2", "flex_attention")
 
@@ -271,6 +277,9 @@ def plan(budget: Budget, experiments: list[str], out: Path | None = None) -> lis
         units += [dict(kind="validated", neutreno_lambda=chosen, seed=s) for s in seeds]
     if "kernel" in experiments:
         units += [dict(kind="kernel", variant=v, seed=s) for s in budget.seeds for v in KERNEL_VARIANTS]
+    if "value-path" in experiments:  # the fixed value residual first, NeuTRENO's learnable λ last
+        units += [dict(kind="valuepath", task=task, variant=method, seed=s) for method in VALUE_PATH_METHODS
+                  for task in ("cifar", "lm") for s in budget.seeds]
     if "adaptation" in experiments:  # Segmenter's NeuTRENO encoders (round 2's unit 5)
         units += [dict(kind="parent", variant="neutreno", seed=s) for s in budget.seeds]
     return units
@@ -344,7 +353,29 @@ def _run(unit: dict, budget: Budget, out: Path, work_dir: str, data: str | None)
             raise FileNotFoundError(f"{unit_name(unit)} uses the λ the sweep chooses; the sweep has not finished.")
         return run_cifar(unit["variant"], 1.0, **common, neutreno_lambda=lam, robustness=False, start_from=parent,
                          epochs=budget.epochs * ADAPTATION_EPOCHS)
+    if kind == "valuepath":
+        value_path = value_path_arguments(unit["task"], unit["variant"])
+        if unit["task"] == "lm":
+            return run_lm("softmax", **common, value_path=value_path)
+        return run_cifar("vit", 1.0, **common, robustness=False, value_path=value_path)
     raise ValueError(f"Unknown unit kind {kind!r}")
+
+
+def learned_coefficients(model) -> list[float] | None:
+    """A learnable value path's trained coefficient per adapted layer (None for a fixed one)."""
+    from hf_neutreno.value_path import COEFFICIENTS
+
+    coefficients = getattr(model, COEFFICIENTS, None)
+    return None if coefficients is None else coefficients.detach().cpu().tolist()
+
+
+def value_path_arguments(task: str, variant: str) -> dict:
+    """`apply_value_path` keyword arguments of a value-path unit: the CLI variant's method and learnability, and
+    the task's coefficient for that method."""
+    from hf_neutreno.value_path import VARIANTS
+
+    arguments = dict(VARIANTS[variant])
+    return {**arguments, "coefficient": VALUE_PATH_COEFFICIENTS[task][arguments["method"]]}
 
 
 # ---------------------------------------------------------------------------------------------------- CIFAR-10
@@ -476,7 +507,9 @@ def analyse(model, pixel_values: torch.Tensor, budget: Budget) -> dict:
 
     batches = [{"pixel_values": chunk} for chunk in pixel_values[: budget.oversmoothing_samples].split(250)]
     smoothing = measure_oversmoothing(model, batches, metrics=["cosine_similarity", "hfc_lfc_ratio"], progress=False)
-    if getattr(model.config, "attention_kernel", "softmax") != "softmax":
+    # The eigen-analysis reads softmax attention maps and W_V W_O; kernel attention has no map, and a value path
+    # changes what the values are, so neither fits it.
+    if getattr(model.config, "attention_kernel", "softmax") != "softmax" or getattr(model.config, "value_path", None):
         return {"oversmoothing": smoothing.to_dict()}
     device = next(model.parameters()).device
     spectral = spectral_dominance(model.cpu(), pixel_values[: budget.spectral_samples])
@@ -487,12 +520,13 @@ def analyse(model, pixel_values: torch.Tensor, budget: Budget) -> dict:
 def run_cifar(variant: str, fraction: float, seed: int, budget: Budget, work_dir: str, data: str | None = None, *,
               neutreno_lambda: float = VIT_LAMBDA, kernel: str | None = None, validation: bool = False,
               start_from: Path | None = None, epochs: float | None = None, keep: Path | None = None,
-              robustness: bool = True) -> dict:
+              robustness: bool = True, value_path: dict | None = None) -> dict:
     """One ViT of `variant` trained with the poster's CIFAR recipe and scored on the test images. Round 2's options:
     `validation` trains on the training images less the held-out split and scores on that split (the test images
     are not touched); `kernel` sets the attention kernel; `start_from` loads a trained model's weights (every one)
     and `epochs` sets the length; `keep` saves the trained model with its image processor; `robustness` scores
-    the corruptions (ViT and ViT⁻ of the first run)."""
+    the corruptions (ViT and ViT⁻ of the first run); `value_path` puts `apply_value_path(model, **value_path)` on
+    the model before training."""
     from transformers import Trainer, TrainingArguments
 
     from hf_neutreno.corruptions import CORRUPTIONS, SEVERITIES, corruption_accuracy
@@ -512,6 +546,8 @@ def run_cifar(variant: str, fraction: float, seed: int, budget: Budget, work_dir
     model = build_vit(variant, seed, labels, budget, neutreno_lambda, kernel)
     if start_from is not None:
         load_model(model, Path(start_from) / "model.safetensors")  # strict: every weight comes from the parent
+    if value_path is not None:
+        apply_value_path(model, **value_path)
     config = model.config
     result = {"train_images": len(train), "parameters": model.num_parameters(),
               "scored_on": "validation" if validation else "test", "neutreno_lambda": config.neutreno_lambda,
@@ -550,6 +586,8 @@ def run_cifar(variant: str, fraction: float, seed: int, budget: Budget, work_dir
             n = budget.corruption_samples
             result["corruptions"] = corruption_accuracy(
                 model, processor(), images[:n], targets[:n], CORRUPTIONS, (0, *SEVERITIES), seed=CORRUPTION_SEED)
+    if value_path is not None:
+        result.update(value_path=config.value_path, learned_coefficients=learned_coefficients(model))
     if keep is not None:  # complete or absent: written beside, then renamed
         partial = Path(keep).with_name(Path(keep).name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)
@@ -577,7 +615,8 @@ def wikitext(data: str | None):
     return tokenizer, group_into_blocks(raw["train"], tokenizer, context), streams, context
 
 
-def run_lm(variant: str, seed: int, budget: Budget, work_dir: str, data: str | None = None) -> dict:
+def run_lm(variant: str, seed: int, budget: Budget, work_dir: str, data: str | None = None,
+           value_path: dict | None = None) -> dict:
     from transformers import DataCollatorForLanguageModeling, Trainer, TrainingArguments, set_seed
 
     from hf_neutreno.lm_eval import block_eval, sliding_window_eval
@@ -589,6 +628,8 @@ def run_lm(variant: str, seed: int, budget: Budget, work_dir: str, data: str | N
     model = language_model("wikitext103-small", tokenizer, block_size=context,
                                    neutreno_lambda=LM_LAMBDAS[variant], adaptive_softmax_cutoffs=LM_CUTOFFS,
                                    **{k: v for k, v in overrides.items() if v})
+    if value_path is not None:  # on the softmax model of this seed: its weights, plus any learnable coefficients
+        apply_value_path(model, **value_path)
     # The paper's schedule (Adam, cosine to 0, clip 0.25) with the budget's length, batch, warm-up and learning rate.
     schedule = {**recipes.PAPER_LM_TRAINING, "max_steps": budget.lm_steps, "seed": seed,
                 "per_device_train_batch_size": budget.lm_batch_size, "learning_rate": budget.lm_learning_rate,
@@ -608,6 +649,8 @@ def run_lm(variant: str, seed: int, budget: Budget, work_dir: str, data: str | N
         best = min(curve, key=lambda point: point["perplexity"])
         load_model(model, StepPerplexity.best_path(work_dir))
         result.update(best_step=best["step"], stopped_early=trained.global_step < budget.lm_steps)
+    if value_path is not None:
+        result.update(value_path=config.value_path, learned_coefficients=learned_coefficients(model))
     result |= {"steps": trained.global_step, "train_loss": loss, "parameters": model.num_parameters(),
               "seconds_before_resume": seconds_before_resume,
               "train_tokens": trained.global_step * budget.lm_batch_size * context, "vocab_size": len(tokenizer),

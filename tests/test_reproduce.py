@@ -228,7 +228,7 @@ def test_round_two_units_run_end_to_end(grid, data_dir, tmp_path, monkeypatch):
     out = tmp_path / "round2"
     one_seed = ["--quick", "--seeds", "0", *MICRO[4:]]  # MICRO with seed 0 alone
     reproduce.main(one_seed + ["--data", str(data_dir), "--out", str(out), "--experiments", "lambda", "adaptation",
-                               "kernel"])
+                               "kernel", "value-path"])
     unit = lambda name: json.loads((out / "units" / f"{name}.json").read_text())  # noqa: E731
 
     sweep = {lam: unit(f"sweep-neutreno-lambda{lam:g}-seed0") for lam in grid}
@@ -254,3 +254,16 @@ def test_round_two_units_run_end_to_end(grid, data_dir, tmp_path, monkeypatch):
     for variant in ("vit", "neutreno"):
         kernel = unit(f"kernel-{variant}-seed0")
         assert kernel["attention_kernel"] == "linear" and 0 <= kernel["accuracy"] <= 1
+    # The value paths on the first run's softmax ViT and LM: each method at its task's coefficient.
+    for task, lam in (("cifar", 0.6), ("lm", 0.4)):
+        for method, expected in (("value-residual", ("value_residual", 0.5, False)),
+                                 ("value-residual-learnable", ("value_residual", 0.5, True)),
+                                 ("neutreno-learnable", ("neutreno", lam, True))):
+            result = unit(f"valuepath-{task}-{method}-seed0")
+            settings = result["value_path"]
+            assert (settings["method"], settings["coefficient"], settings["learnable"]) == expected
+            learned = result["learned_coefficients"]
+            assert (learned is None) == (not expected[2])
+            assert learned is None or len(learned) == len(settings["layers"])
+            score = result["accuracy"] if task == "cifar" else result["validation"]["blocks"]["perplexity"]
+            assert math.isfinite(score)

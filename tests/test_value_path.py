@@ -521,17 +521,23 @@ def test_sliding_window_flash_and_foreign_classes_are_refused():
         apply_value_path(neutreno_vit, "value_residual")
 
 
-def test_classes_from_outside_transformers_adapt_in_memory_and_refuse_to_be_saved(tmp_path):
-    """A user's subclass, or this package's own models with their term off: the checkpoint could not load adapted
-    without this package, so save_pretrained refuses before writing anything."""
+def test_classes_from_outside_transformers_adapt_and_save_with_a_warning_that_they_load_plain(tmp_path):
+    """A user's subclass, or this package's own models with their term off: they adapt and save (Trainer checkpoints
+    go through save_pretrained), with a warning that from_pretrained builds the plain model from the folder."""
+    from transformers.testing_utils import CaptureLogger
+
+    from hf_neutreno import value_path
+
     class MyLlama(LlamaForCausalLM):
         pass
 
-    model = apply_value_path(MyLlama(tiny_model("llama").config), "neutreno", 0.3)
+    model = apply_value_path(MyLlama(tiny_model("llama").config), "neutreno", 0.3, learnable=True)
     assert is_value_path_model(model)
-    with pytest.raises(ValueError, match="MyLlama adapted with a value path runs in memory only"):
+    with CaptureLogger(value_path.logger) as captured:
         model.save_pretrained(tmp_path / "mine")
-    assert not (tmp_path / "mine").exists()
+    assert "MyLlama is not a transformers class" in captured.out and "loads as the plain model" in captured.out
+    saved = json.loads((tmp_path / "mine" / "config.json").read_text())
+    assert saved["value_path"]["coefficient"] == 0.3 and "auto_map" not in saved
 
 
 def _package_vit(neutreno_lambda: float) -> NeuTRENOViTModel:
@@ -559,9 +565,6 @@ def test_packages_own_vit_with_its_term_off_takes_the_value_path_and_equals_its_
     with pytest.raises(ValueError, match="its own NeuTRENO term on"):
         adapted(pixels)
     adapted.config.neutreno_lambda = 0.0
-    with pytest.raises(ValueError, match="NeuTRENOViTModel adapted with a value path runs in memory only"):
-        adapted.save_pretrained(tmp_path / "vit")
-    assert not (tmp_path / "vit").exists()
 
 
 def test_public_api():

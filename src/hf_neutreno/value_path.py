@@ -567,17 +567,19 @@ def value_path_class(base: type, auto_class: str | None = None) -> type:
                 init.constant_(getattr(self, COEFFICIENTS), self.config.value_path["coefficient"])
 
         def save_pretrained(self, *args, **kwargs):
-            if not _is_transformers_class(base):  # before anything is written
-                raise ValueError(
-                    f"{base.__name__} adapted with a value path runs in memory only: its checkpoint could not load "
-                    "adapted where this package is not installed. Save a transformers model class instead (e.g. "
-                    "hf_neutreno.convert.neutreno_to_vit first), or remove_value_path(model) and save the plain model."
-                )
             super().save_pretrained(*args, **kwargs)
-            logger.warning_once(
-                "A model adapted with a value path loads adapted with `from_pretrained(..., trust_remote_code=True)`; "
-                "without trust_remote_code, transformers silently builds the plain model from the same folder."
-            )
+            if _is_transformers_class(base):
+                logger.warning_once(
+                    "A model adapted with a value path loads adapted with `from_pretrained(..., "
+                    "trust_remote_code=True)`; without trust_remote_code, transformers silently builds the plain "
+                    "model from the same folder."
+                )
+            else:  # Trainer's checkpoints go through here: they resume into the adapted model in memory
+                logger.warning_once(
+                    f"{base.__name__} is not a transformers class, so its saved folder (weights, value-path settings "
+                    "and coefficients) loads as the plain model: Trainer resumes such a checkpoint into the adapted "
+                    "model, but from_pretrained does not adapt it. Save a transformers model class to share it."
+                )
 
     ValuePathModel.__name__ = ValuePathModel.__qualname__ = name
     ValuePathModel.__doc__ = f"{base.__name__} with the value path of `config.value_path` (NeuTRENO or value residual)."
