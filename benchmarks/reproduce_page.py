@@ -68,10 +68,15 @@ def heading(measure: str) -> str:
     return HEADINGS.get(kind, measure)
 
 
+def measures_of(data: dict) -> list[str]:
+    """The measures a table's models have, in order."""
+    return list(dict.fromkeys(m for by in data["summary"].values() for m in by))
+
+
 def comparison(data: dict, measures: list | None = None, per_seed: bool = True, extra: list = ()) -> str:
     """A table of models × measures (mean ± std and, with `per_seed`, each seed's value in seed order), then one
     Δ row per paired comparison, then `extra` rows."""
-    measures = measures or list(dict.fromkeys(m for by in data["summary"].values() for m in by))
+    measures = measures or measures_of(data)
     order = sorted({s for by in data["summary"].values() for st in by.values() for s in st["per_seed"]}, key=int)
     papers = [data["papers"].get(k, "—") for k in data["summary"]] if data.get("papers") else []
 
@@ -154,7 +159,7 @@ def opening(results: dict) -> str:
         cells, said = [], []
         for task, (_, baseline) in TASKS.items():
             claim = found.get(method.get(task))
-            cells.append(_short(claim) if claim else "n/a" if method.get(task) == "n/a" else "not run")
+            cells.append(_short(claim) if claim else "not applicable" if method.get(task) == "n/a" else "not run")
             said += [_phrase(claim, baseline)] if claim else []
         cells += [delta(found[method[c]]["stats"], found[method[c]]["measure"]) if method[c] in found else "—"
                   for c in ("cosine", "hfc")]
@@ -224,9 +229,10 @@ def claims_table(results: dict) -> str:
                      f"**{VERDICTS[c['verdict']]}**" if c["verdict"] else pending])
     if not rows:
         return ""
-    shares = [f"{title} {CIFAR_MODELS[k][1]} {pm(stats[f'spectral:{stage}:smoothing'], 100, 1)} %"
-              for stage, title in (("init", "random-init"), ("trained", "trained")) for k in ("vit", "vit+", "vit-")
-              if f"spectral:{stage}:smoothing" in (stats := results.get("spectral", {}).get("summary", {}).get(k, {}))]
+    shares, spectral = [], results.get("spectral", {}).get("summary", {})
+    for stage, title in (("init", "random-init"), ("trained", "trained")):
+        shares += [f"{title} {CIFAR_MODELS[k][1]} {pm(spectral[k][f'spectral:{stage}:smoothing'], 100, 1)} %"
+                   for k in ("vit", "vit+", "vit-") if f"spectral:{stage}:smoothing" in spectral.get(k, {})]
     head = ["claim", "paper", "here", "per seed", "95 % interval", "seeds with the paper's sign", "verdict"]
     return fill("claims", table=table(head, rows), smoothing=fill("smoothing", shares="; ".join(shares))
                 if shares else "")
@@ -247,7 +253,7 @@ def vit_shape_text(shape: dict | None) -> str:
 
 def accuracy(results: dict, links: str) -> str:
     acc = results["cifar10_accuracy"]
-    n_test, vit = acc["test_images"] or 10000, acc["units"]["vit"]
+    n_test, vit = acc["test_images"] or 10000, next(iter(acc["units"].values()))
     p = statistics.fmean(by["accuracy"]["mean"] for by in acc["summary"].values())
     chosen = results.get("lambda_sweep", {}).get("chosen")
     return fill("accuracy", shape=vit_shape_text(acc.get("shape")), train_images=f"{vit['train_images']:,}",
@@ -262,7 +268,7 @@ def oversmoothing(results: dict, links: str) -> str:
     data, found = results["oversmoothing"], {c["id"]: c for c in results["claims"] if c["stats"] is not None}
     stages = []
     for stage, title in (("trained", "Trained"), ("init", "Random initialisation")):
-        measures = [m for m in dict.fromkeys(m for by in data["summary"].values() for m in by) if f":{stage}:" in m]
+        measures = [m for m in measures_of(data) if f":{stage}:" in m]
         last = found.get(f"cosine-{stage}", {}).get("stats")
         last_layer = fill("last-layer", title=title, delta=pm(last, 1, 3, True), wins=f"{last['wins']}/{last['n']}",
                           per_seed=seeds(last, 1, 3)) if last else ""
@@ -282,9 +288,9 @@ def efficiency(results: dict, links: str) -> str:
 
 def corruptions(results: dict, links: str) -> str:
     data = results["corruptions"]
-    overall = [m for m in dict.fromkeys(m for by in data["summary"].values() for m in by) if m.count(":") < 2]
+    overall = [m for m in measures_of(data) if m.count(":") < 2]  # the mean over corruptions, by severity
+    each = [m for m in measures_of(data) if m.count(":") == 2]  # each corruption at severity 5
     paper = [[f"paper {data['names'][k]}"] + [f"{x:.2f}" for x in PAPER_CORRUPTIONS[k]] + ["—"] for k in data["names"]]
-    each = [m for m in dict.fromkeys(m for by in data["summary"].values() for m in by) if m.count(":") == 2]
     return fill("corruptions", images=results["cifar10_accuracy"]["samples"]["corruption"],
                 table=comparison(data, overall, extra=paper),
                 per_corruption=comparison({**data, "paired": {}}, each, per_seed=False))

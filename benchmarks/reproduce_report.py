@@ -145,11 +145,13 @@ def aggregate(out: Path, chosen_lambda: float | None = None) -> dict:
         data = compare(groups, present, measures, pairs, out / CURVES[name] if name in CURVES else None)
         if any(data["summary"].values()):
             results[name] = data
-    vit = next(iter(find(groups, "cifar-vit-100pct").values()), None)
-    if "cifar10_accuracy" in results and vit:
-        results["cifar10_accuracy"].update(shape=vit.get("shape"), test_images=vit["budget"]["test_samples"], samples={
-            "oversmoothing": vit["trained"]["oversmoothing"]["num_samples"],
-            **{k: vit["budget"][f"{k}_samples"] for k in ("spectral", "corruption")}})
+    if "cifar10_accuracy" in results:  # the settings of the first run's models (the ViT's, where it ran)
+        models = EXPERIMENTS["cifar10_accuracy"][0].values()
+        first = next(next(iter(g.values())) for series, *_ in models if (g := find(groups, series)))
+        results["cifar10_accuracy"].update(
+            shape=first.get("shape"), test_images=first["budget"]["test_samples"], samples={
+                "oversmoothing": first["trained"]["oversmoothing"]["num_samples"],
+                **{k: first["budget"][f"{k}_samples"] for k in ("spectral", "corruption")}})
     if "oversmoothing" in results:
         models = {k: find(groups, series) for k, (series, _) in EXPERIMENTS["oversmoothing"][0].items()}
         results["oversmoothing"]["figures"] = {stage: figures.plot_oversmoothing(
@@ -240,13 +242,14 @@ def _wikitext(units: list[dict], out: Path) -> dict:
     result = {"scored_tokens": {s: {p: first[s][p]["num_tokens"] for p in ("sliding", "blocks")}
                                 for s in ("validation", "test")},
               "split_tokens": {s: first[s]["split_tokens"] for s in ("validation", "test")},
-              "train_loss": {k: summary({s: u["train_loss"] for s, u in by.items()}) for k, by in by_variant.items()},
+              "train_loss": {k: summary({s: u["train_loss"] for s, u in by.items() if "train_loss" in u})
+                             for k, by in by_variant.items() if any("train_loss" in u for u in by.values())},
               "curve_tokens": next((u["curve"][0]["tokens"] for u in lm if u.get("curve")), None),
               "shape": first.get("shape"),
               **{k: first[k] for k in ("steps", "train_tokens", "parameters", "vocab_size", "context")},
               **{k: first["budget"][f"lm_{k}"] for k in ("batch_size", "learning_rate", "warmup_steps")}}
     if any("best_step" in u for u in lm):  # early stopping: each unit's own length and evaluated step
-        result["early_stopping"] = {k: {f: {s: u[f] for s, u in by.items()} for f in ("best_step", "steps")}
+        result["early_stopping"] = {k: {f: {s: u[f] for s, u in by.items() if f in u} for f in ("best_step", "steps")}
                                     for k, by in by_variant.items()}
     if (out / "wikitext2_unigram.json").exists():
         result["unigram_perplexity"] = json.loads((out / "wikitext2_unigram.json").read_text())

@@ -6,6 +6,7 @@ import json
 import math
 
 import pytest
+import reproduce_claims as claims_data
 import reproduce_page as page
 import reproduce_report as report
 
@@ -189,7 +190,7 @@ def test_opening_table_and_sentences_come_from_the_same_claims(page_for):
     assert residual[7] == "0.97 × (ViT), 1.04 × (LM)" and residual[8] == "1.00 × (ViT), 1.00 × (LM)"
     assert rows["NeuTRENO, learnable λ"][:5] == ["not run"] * 5
     minus = rows["ViT⁻"]
-    assert minus[1] == minus[3] == "n/a" and minus[2] == "not run" and minus[0].endswith("inconclusive")
+    assert minus[1] == minus[3] == "not applicable" and minus[2] == "not run" and minus[0].endswith("inconclusive")
     sentences = {line.split("**")[1]: line.split("**: ")[1] for line in text.splitlines()
                  if line.startswith("- **") and "**: " in line and line.split("**")[1] in rows}
     assert sentences["NeuTRENO at the official λ (ViT 0.6, LM 0.4)"] == (
@@ -232,3 +233,14 @@ def test_recorded_commands_do_not_show_the_data_path(page_for):
             in text)
     assert page.redact("reproduce.py --data=/d/x --workers 2") == "reproduce.py --data=$HF_NEUTRENO_DATA --workers 2"
     assert page.redact("reproduce.py --out runs/x") == "reproduce.py --out runs/x"  # already relative: as it was
+
+
+def test_the_claims_data_is_consistent():
+    """Every claim id is unique, every opening-table cell names a claim, every measure has a format."""
+    ids = [claim["id"] for claim in claims_data.CLAIMS]
+    assert len(ids) == len(set(ids))
+    for method in claims_data.METHODS.values():
+        for field in (*claims_data.TASKS, "cosine", "hfc"):
+            assert method.get(field) in (None, "n/a", *ids), (method["name"], field)
+    for claim in claims_data.CLAIMS:
+        assert report.measure_format(claim["measure"]) and claim["sign"] in (-1, 0, 1)
