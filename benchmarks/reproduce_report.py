@@ -123,7 +123,7 @@ def measure(unit: dict, name: str) -> float | None:
             corrupted, clean = (statistics.fmean(unit["corruptions"][s].values()) for s in ("5", "0"))
             return corrupted - clean
         return unit[kind]
-    except KeyError:
+    except (KeyError, ValueError):  # not recorded, or a model of another depth has no such layer
         return None
 
 
