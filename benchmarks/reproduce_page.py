@@ -176,11 +176,18 @@ def header(run: dict, units: list[dict]) -> str:
     """Machine, commands, load, progress, compute and budget of the run, from run.json and the units."""
     sessions, lines = run["sessions"], [fill("run"), ""]
     budget = run.get("budget") or (units[0]["budget"] if units else {})
-    if sessions:
-        m = sessions[-1]["machine"]
-        lines.append(fill("machine", hardware=m.get("gpu") or f"{m.get('cpu') or m['device']}, {m['cpu_cores']} cores",
-                          workers=m.get("workers") or 1, threads=m["torch_threads_per_worker"], python=m["python"],
-                          torch=m["torch"], transformers=m["transformers"]))
+    machines = {}  # one line per machine and software versions, with the last of its commands' workers
+    for number, s in enumerate(sessions, 1):
+        m = s["machine"]
+        software = dict(hardware=m.get("gpu") or f"{m.get('cpu') or m['device']}, {m['cpu_cores']} cores",
+                        python=m["python"], torch=m["torch"], transformers=m["transformers"])
+        entry = machines.setdefault(json.dumps(software), {**software, "numbers": []})
+        entry.update(numbers=entry["numbers"] + [number], workers=m.get("workers") or 1,
+                     threads=m["torch_threads_per_worker"])
+    for m in machines.values():
+        numbers = m.pop("numbers")
+        commands = f" (command{'s' * (len(numbers) > 1)} {_spans(numbers)})" if len(machines) > 1 else ""
+        lines.append(fill("machine", commands=commands, **m))
     if budget.get("bf16") or budget.get("attn_implementation"):
         lines.append(fill("precision", training="in bf16 autocast" if budget.get("bf16") else "in fp32",
                           attention=budget.get("attn_implementation") or "sdpa"))
@@ -210,6 +217,17 @@ def header(run: dict, units: list[dict]) -> str:
                                  epochs=f"{budget['epochs']:g}",
                                  tokens=f"{budget['lm_steps'] * budget['lm_batch_size'] * 256:,}"))
     return "\n".join(lines)
+
+
+def _spans(numbers: list[int]) -> str:
+    """'1-10, 12' from [1, 2, ..., 10, 12]."""
+    spans = []
+    for n in numbers:
+        if spans and n == spans[-1][1] + 1:
+            spans[-1][1] = n
+        else:
+            spans.append([n, n])
+    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in spans)
 
 
 def claims_table(results: dict) -> str:

@@ -244,3 +244,7 @@ def test_the_claims_data_is_consistent():
             assert method.get(field) in (None, "n/a", *ids), (method["name"], field)
     for claim in claims_data.CLAIMS:
         assert report.measure_format(claim["measure"]) and claim["sign"] in (-1, 0, 1)
+
+
+def test_commands_of_one_machine_are_named_as_spans():
+    assert page._spans([1, 2, 3, 5, 7, 8]) == "1-3, 5, 7-8" and page._spans([4]) == "4"
