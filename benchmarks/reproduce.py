@@ -808,7 +808,7 @@ def main(argv=None) -> dict:
                        load_average_end=os.getloadavg())
         record(session, replace_last=True)
     unigram_reference(out, args.data)
-    results = report.aggregate(out)
+    results = report.aggregate(out, validated_lambda(out))
     text = report.render(out, results, docs=Path(args.docs) if args.docs else None)
     print(f"Wrote {out / 'results.md'}" + (f" and {args.docs}" if args.docs else ""))
     if failed:

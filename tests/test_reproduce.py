@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
+import reproduce_figures as figures
+import reproduce_page as page
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
@@ -52,15 +54,13 @@ def test_paired_differences_by_hand():
 
 
 def test_accuracy_table_aligns_seeds_when_variants_have_different_numbers():
-    """Mid-run a variant can have more finished seeds than another: each column slot must be the seed it names."""
-    acc = {"test_images": 10000, "train_images": 50000, "steps": 3910, "shape": None,
-           "paper": {"vit": "", "neutreno": ""},
-           "accuracy": {"vit": stats.summary({0: 0.6215, 1: 0.621}),
-                        "neutreno": stats.summary({0: 0.6124, 1: 0.6036, 2: 0.6041})}}
-    acc["vs_vit"] = {"neutreno": stats.paired({0: 0.6124, 1: 0.6036, 2: 0.6041}, {0: 0.6215, 1: 0.621})}
-    table = [line for line in stats._accuracy_section(acc, ".") if line.startswith("|")]
-    assert "per seed (0 / 1 / 2)" in table[0]
-    assert "| 62.15 / 62.10 / — |" in table[2] and "| 61.24 / 60.36 / 60.41 |" in table[3]
+    """Mid-run a variant can have more finished seeds than another: each per-seed slot must be the seed it names."""
+    data = {"names": {"vit": "ViT", "neutreno": "NeuTRENO"}, "paired": {},
+            "summary": {"vit": {"accuracy": stats.summary({0: 0.6215, 1: 0.621})},
+                        "neutreno": {"accuracy": stats.summary({0: 0.6124, 1: 0.6036, 2: 0.6041})}}}
+    table = page.comparison(data).splitlines()
+    assert "per seed: 0 / 1 / 2" in table[0]
+    assert "(62.15 / 62.10 / —) |" in table[2] and "(61.24 / 60.36 / 60.41) |" in table[3]
 
 
 def test_oversmoothing_figure_names_each_variants_own_seed_count(monkeypatch, tmp_path):
@@ -69,13 +69,13 @@ def test_oversmoothing_figure_names_each_variants_own_seed_count(monkeypatch, tm
     def plot(self, path, others=(), labels=None, title=None):
         captured.update(labels=labels, title=title)
 
-    monkeypatch.setattr(stats.OversmoothingReport, "plot", plot)
+    monkeypatch.setattr(figures.OversmoothingReport, "plot", plot)
+    record = {"oversmoothing": {"values": {m: [0.5, 0.4] for m in figures.METRICS}, "num_samples": 4,
+                                "layers": {m: [0, 1] for m in figures.METRICS}}}
     seeds = {"vit": 5, "neutreno": 5, "vit-": 3, "vit+": 3}
-    curves = {"samples": 4, **{metric: {variant: {"layers": [0, 1], "mean": [0.5, 0.4],
-                                                  "per_seed": {str(s): [0.5, 0.4] for s in range(n)}}
-                                        for variant, n in seeds.items()}
-                               for metric in stats.METRICS}}
-    assert stats._plot(curves, tmp_path / "figure.png", "trained") == "figure.png"
+    units = {variant: {s: {"trained": record} for s in range(n)} for variant, n in seeds.items()}
+    names = dict(zip(seeds, seeds))
+    assert figures.plot_oversmoothing(units, names, tmp_path / "figure.png", "trained") == "figure.png"
     counts = [int(re.search(r"\(mean of (\d+)\)$", label).group(1)) for label in captured["labels"]]
     assert counts == [5, 5, 3, 3]
     assert not re.search(r"\d+ seeds", captured["title"])  # no single count for all curves in the title
@@ -109,17 +109,17 @@ def test_tables_hold_the_unit_values_and_their_statistics(micro_run):
     unit = lambda name: json.loads((out / "units" / f"{name}.json").read_text())  # noqa: E731
     accuracy = json.loads((out / "cifar10_accuracy.json").read_text())
     per_seed = [unit(f"cifar-neutreno-100pct-seed{s}")["accuracy"] for s in (0, 1)]
-    neutreno = accuracy["accuracy"]["neutreno"]
+    neutreno = accuracy["summary"]["neutreno"]["accuracy"]
     assert list(neutreno["per_seed"].values()) == per_seed
     by_hand = (sum(per_seed) / 2, abs(per_seed[0] - per_seed[1]) / 2**0.5)  # the sample std of two values
     assert (neutreno["mean"], neutreno["std"]) == pytest.approx(by_hand)
     baseline = [unit(f"cifar-vit-100pct-seed{s}")["accuracy"] for s in (0, 1)]
-    assert list(accuracy["vs_vit"]["neutreno"]["per_seed"].values()) == pytest.approx(
+    assert list(accuracy["paired"]["neutreno vs vit"]["accuracy"]["per_seed"].values()) == pytest.approx(
         [n - b for n, b in zip(per_seed, baseline)])
 
     lm = json.loads((out / "wikitext2.json").read_text())
     ppl = [unit(f"lm-neutreno-seed{s}")["test"]["sliding"]["perplexity"] for s in (0, 1)]
-    assert lm["perplexity"]["neutreno"]["test"]["sliding"]["mean"] == pytest.approx(sum(ppl) / 2)
+    assert lm["summary"]["neutreno"]["ppl:test:sliding"]["mean"] == pytest.approx(sum(ppl) / 2)
     # The sliding window over 259 tokens: the first window scores its 256 positions, then 2 windows score 1 each.
     assert lm["scored_tokens"]["validation"] == {"sliding": 258, "blocks": 519}
 
@@ -127,20 +127,21 @@ def test_tables_hold_the_unit_values_and_their_statistics(micro_run):
 @pytest.mark.slow
 def test_variants_share_the_seeds_initialisation(micro_run):
     out, _ = micro_run
-    smoothing = json.loads((out / "oversmoothing.json").read_text())["init"]["cosine_similarity"]
-    embeddings = {v: curve["per_seed"]["0"][0] for v, curve in smoothing.items()}  # layer 0: the patch embeddings
+    smoothing = json.loads((out / "oversmoothing.json").read_text())["summary"]
+    embeddings = {v: by["cosine:init:0"]["per_seed"]["0"] for v, by in smoothing.items()}  # layer 0: the embeddings
     assert len(set(embeddings.values())) == 1, embeddings
-    assert smoothing["neutreno"]["per_seed"]["0"][2] != smoothing["vit"]["per_seed"]["0"][2]  # the term acts
+    assert smoothing["neutreno"]["cosine:init:2"]["per_seed"]["0"] != smoothing["vit"]["cosine:init:2"]["per_seed"][
+        "0"]  # the term acts
 
 
 @pytest.mark.slow
 def test_eigen_spectra_fix_the_dominating_eigenvalue(micro_run):
     """ViT⁺ (Λ > 0) always pairs with A's eigenvalue 1; ViT⁻ (Λ < 0) never does (Dovonon et al.)."""
     out, _ = micro_run
-    spectral = json.loads((out / "spectral.json").read_text())
+    spectral = json.loads((out / "spectral.json").read_text())["summary"]
     for stage in ("init", "trained"):
-        assert spectral[stage]["vit+"]["smoothing"]["mean"] == 1.0
-        assert spectral[stage]["vit-"]["smoothing"]["mean"] == 0.0
+        assert spectral["vit+"][f"spectral:{stage}:smoothing"]["mean"] == 1.0
+        assert spectral["vit-"][f"spectral:{stage}:smoothing"]["mean"] == 0.0
 
 
 @pytest.mark.slow
@@ -267,3 +268,14 @@ def test_round_two_units_run_end_to_end(grid, data_dir, tmp_path, monkeypatch):
             assert learned is None or len(learned) == len(settings["layers"])
             score = result["accuracy"] if task == "cifar" else result["validation"]["blocks"]["perplexity"]
             assert math.isfinite(score)
+    # The page shows every round-2 experiment, the λ the sweep chose, and links to the kept models.
+    text = (out / "results.md").read_text()
+    for heading in ("## NeuTRENO's λ chosen on held-out images", "## The trained ViTs that adaptation",
+                    "## Adapting a trained ViT to NeuTRENO", "## Linear (kernel) attention"):
+        assert heading in text, heading
+    assert f"**Chosen: λ = {chosen:g}" in text and "[models/cifar-vit-seed0](./models/cifar-vit-seed0)" in text
+    claims = {c["id"]: c for c in json.loads((out / "claims.json").read_text())}
+    assert {"adapt-accuracy", "kernel-accuracy"} <= set(claims)
+    assert ("cifar-neutreno-validated" in claims) == (chosen != 0.6)
+    assert "| value residual ViT |" in text and "| value residual, learnable mix |" in text  # CIFAR and LM tables
+    assert claims["valuepath-cifar-value-residual"]["planned"] == 1  # its baseline is the first run's ViT
