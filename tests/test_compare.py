@@ -39,7 +39,7 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 # The README's example output lies between these markers (invisible once rendered).
 README_START, README_END = "<!-- compare-default-output -->", "<!-- /compare-default-output -->"
 NUMBER = re.compile(r"[+-]?\d+(?:\.\d+)?")
-HEADER = ["variant", "attention", "accuracy", "Δ (wins)", "last-layer cosine", "Δ (wins)", "train time"]
+HEADER = ["variant", "accuracy", "Δ (wins)", "last-layer cosine", "Δ (wins)", "train time"]
 
 
 def _table_block(stdout: str) -> list[str]:
@@ -123,10 +123,10 @@ def test_default_compare_as_the_readme_runs_it(tmp_path):
             assert run["accuracy"] > 3 * CHANCE, (variant, run)  # every seed of every variant learns
             assert len(run["learning_curve"]) == 10 and run["learning_curve"][-1]["loss"] < run["learning_curve"][0][
                 "loss"], run["learning_curve"]
-        assert rows[variant][2] == _mean_std([run["accuracy"] for run in runs])
-        assert rows[variant][3 if variant == "softmax" else 4] == _mean_std(
+        assert rows[variant][1] == _mean_std([run["accuracy"] for run in runs])
+        assert rows[variant][2 if variant == "softmax" else 3] == _mean_std(
             [run["last_layer_cosine"] for run in runs])
-    for key, column, better in (("accuracy", 3, 1), ("last_layer_cosine", 5, -1)):
+    for key, column, better in (("accuracy", 2, 1), ("last_layer_cosine", 4, -1)):
         difference = np.array([n[key] - b[key] for n, b in zip(per_seed["neutreno"], per_seed["softmax"])])
         wins = int((better * difference > 0).sum())
         assert rows["neutreno"][column] == f"{difference.mean():+.4f} ± {difference.std(ddof=1):.4f} ({wins}/3)"
@@ -294,9 +294,9 @@ def test_text_compare_on_wikitext2_gives_the_perplexity_of_the_saved_models(data
     baseline, neutreno = (results["variants"][v]["per_seed"] for v in ("softmax", "neutreno"))
     assert [run["seed"] for run in baseline + neutreno] == [0, 0]
     difference = neutreno[0]["perplexity"] - baseline[0]["perplexity"]
-    assert rows["softmax"][2] == f"{baseline[0]['perplexity']:.2f}"
+    assert rows["softmax"][1] == f"{baseline[0]['perplexity']:.2f}"
     assert results["variants"]["softmax"]["perplexity"]["std"] is None  # strict JSON: one seed has no spread
-    assert rows["neutreno"][3] == f"{difference:+.2f} ({int(difference < 0)}/1)"
+    assert rows["neutreno"][2] == f"{difference:+.2f} ({int(difference < 0)}/1)"
 
     # Independently: the first 8 blocks of 64 tokens of the test split, each line + <eos>, every token but the first
     # scored once with the context of its own block.

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from examples_loader import EXAMPLES, load_example
+from tiny_models import local_deit_tiny
 
 README = EXAMPLES / "README.md"
 SCRIPTS = ("run_image_classification", "run_clm_wikitext103", "run_eigen_vit", "run_semantic_segmentation")
@@ -79,19 +80,6 @@ def _flag(args: list[str], name: str) -> str | None:
     return args[args.index(name) + 1] if name in args else None
 
 
-def _local_deit_tiny(folder: Path) -> Path:
-    """A ViT classifier of DeiT-tiny's shape with DeiT's image processor, as `facebook/deit-tiny-patch16-224`."""
-    from transformers import ViTConfig, ViTForImageClassification, ViTImageProcessorPil
-    from transformers.image_utils import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
-
-    config = ViTConfig(hidden_size=192, num_hidden_layers=12, num_attention_heads=3, intermediate_size=768,
-                       image_size=224, patch_size=16, num_labels=1000)
-    ViTForImageClassification(config).save_pretrained(folder)
-    ViTImageProcessorPil(size={"height": 224, "width": 224}, image_mean=IMAGENET_DEFAULT_MEAN,
-                         image_std=IMAGENET_DEFAULT_STD).save_pretrained(folder)
-    return folder
-
-
 def _local_cifar100(data_dir: Path, folder: Path) -> Path:
     """CIFAR-100's layout and columns (`img`, `fine_label` of 100 names, `coarse_label`) holding real CIFAR-10
     images, as `uoft-cs/cifar100` (not in the local copies): the command's flags (`--label-column fine_label`) run
@@ -111,7 +99,7 @@ def _scaled(script: str, args: list[str], data_dir: Path, output_dir: Path) -> l
     """The documented arguments with the size scaled down: the local dataset, a few samples and steps."""
     args = list(args)
     if _flag(args, "--model-name-or-path") == DEIT_TINY:
-        args[args.index("--model-name-or-path") + 1] = str(_local_deit_tiny(output_dir.parent / "deit-tiny"))
+        args[args.index("--model-name-or-path") + 1] = str(local_deit_tiny(output_dir.parent / "deit-tiny"))
     for flag in ("--dataset-name", "--dataset"):
         if flag in args:
             i = args.index(flag) + 1

@@ -5,6 +5,8 @@ Qwen2 (with q/k/v biases); GPT-2 has a fused `c_attn`; BERT, ViT and DeiT are bi
 `base=True` gives the headless model (LlamaModel, GPT2Model, ViTModel, ...).
 """
 
+from pathlib import Path
+
 import torch
 from transformers import (
     BertConfig,
@@ -82,3 +84,23 @@ def output_of(model, inputs: dict) -> torch.Tensor:
     outputs = model(**inputs)
     logits = getattr(outputs, "logits", None)
     return logits if logits is not None else outputs.last_hidden_state
+
+
+def local_deit_tiny(folder) -> Path:
+    """A ViT classifier of DeiT-tiny's shape with DeiT's image processor, saved to `folder`: what a documented command
+    loads from `facebook/deit-tiny-patch16-224` (random weights: no Hub here)."""
+    from transformers import ViTImageProcessorPil
+    from transformers.image_utils import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+
+    config = ViTConfig(hidden_size=192, num_hidden_layers=12, num_attention_heads=3, intermediate_size=768,
+                       image_size=224, patch_size=16, num_labels=1000)
+    ViTForImageClassification(config).save_pretrained(folder)
+    ViTImageProcessorPil(size={"height": 224, "width": 224}, image_mean=IMAGENET_DEFAULT_MEAN,
+                         image_std=IMAGENET_DEFAULT_STD).save_pretrained(folder)
+    return folder
+
+
+def local_qwen2(folder) -> Path:
+    """A tiny Qwen2 causal LM saved to `folder`, standing in for a Hub checkpoint such as `Qwen/Qwen2.5-0.5B`."""
+    tiny_model("qwen2").save_pretrained(folder)
+    return folder

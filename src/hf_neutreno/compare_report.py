@@ -52,10 +52,10 @@ def format_table(results: dict) -> str:
     """The side-by-side table of a results.json, one row per variant, and the lines that explain it."""
     metric = results["metric"]
     title = metric.replace("_", " ").replace("mean iou", "mean IoU")
-    header = ["variant", "attention", title, "Δ (wins)", "last-layer cosine", "Δ (wins)", "train time"]
+    header = ["variant", title, "Δ (wins)", "last-layer cosine", "Δ (wins)", "train time"]
     rows = []
     for name, entry in results["variants"].items():
-        cells = [name, entry["description"]]
+        cells = [name]
         for key in (metric, "last_layer_cosine"):
             cells.append(_spread(entry[key], key if key == metric else "cosine"))
             difference = entry.get("difference_from_baseline", {}).get(key)
@@ -66,12 +66,14 @@ def format_table(results: dict) -> str:
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     lines = []
     for row in [header, *rows]:
-        cells = [cell.ljust(width) if i < 2 else cell.rjust(width) for i, (cell, width) in enumerate(zip(row, widths))]
+        cells = [cell.ljust(width) if i < 1 else cell.rjust(width) for i, (cell, width) in enumerate(zip(row, widths))]
         lines.append("  ".join(cells).rstrip())
     seeds = results["seeds"]
     better = "lower" if not HIGHER_IS_BETTER[metric] else "higher"
     where = "the encoder's last block" if results["decoder_layers"] else "the last block"
     notes = [
+        "Variants: " + "; ".join(f"{name}: {entry['description']}" for name, entry in results["variants"].items())
+        + ".",
         f"Mean ± sample std over {len(seeds)} seeds ({', '.join(map(str, seeds))}); Δ: the paired difference from "
         f"{results['baseline']} (same seed), mean ± std; wins: seeds where the variant is better ({better} {title}, "
         "lower cosine).",
