@@ -77,6 +77,8 @@ def unit_name(unit: dict) -> str:
         return f"cifar-neutreno-lambda{unit['neutreno_lambda']:g}-100pct-seed{seed}"
     if kind in ("kernel", "parent", "adapt", "segment"):
         return f"{kind}-{unit['variant']}-seed{seed}"
+    if kind == "segpilot":
+        return f"segpilot-{unit['recipe']}-seed{seed}"
     if kind == "valuepath":
         return f"valuepath-{unit['task']}-{unit['variant']}-seed{seed}"
     return f"cifar-{unit['variant']}-{round(unit['fraction'] * 100)}pct-seed{seed}"

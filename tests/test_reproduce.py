@@ -229,7 +229,7 @@ def test_round_two_units_run_end_to_end(grid, data_dir, tmp_path, monkeypatch):
     out = tmp_path / "round2"
     one_seed = ["--quick", "--seeds", "0", *MICRO[4:]]  # MICRO with seed 0 alone
     reproduce.main(one_seed + ["--data", str(data_dir), "--out", str(out), "--experiments", "lambda", "adaptation",
-                               "kernel", "value-path"])
+                               "kernel", "value-path", "segmentation"])
     unit = lambda name: json.loads((out / "units" / f"{name}.json").read_text())  # noqa: E731
 
     sweep = {lam: unit(f"sweep-neutreno-lambda{lam:g}-seed0") for lam in grid}
@@ -268,6 +268,19 @@ def test_round_two_units_run_end_to_end(grid, data_dir, tmp_path, monkeypatch):
             assert learned is None or len(learned) == len(settings["layers"])
             score = result["accuracy"] if task == "cifar" else result["validation"]["blocks"]["perplexity"]
             assert math.isfinite(score)
+    # Segmenter: the pilot's optimiser on held-out training scenes, then the kept encoders and random weights.
+    pilots = {recipe: unit(f"segpilot-{recipe}-seed0") for recipe in reproduce.SEGMENT_RECIPES}
+    assert all(p["scored_on"] == "held-out training scenes" and "mean_iou_ms" not in p for p in pilots.values())
+    recipe = reproduce.segment_recipe(out)
+    assert pilots[recipe]["mean_iou"] == max(p["mean_iou"] for p in pilots.values())
+    for variant in reproduce.SEGMENT_VARIANTS:
+        result = unit(f"segment-{variant}-seed0")
+        assert result["recipe"] == recipe and result["scored_on"] == "validation"
+        assert all(0 <= result[key] <= 1 for key in ("mean_iou", "mean_iou_ms", "pixel_accuracy"))
+        encoder = variant.removeprefix("scratch-")
+        assert result["neutreno_lambda"] == (0.6 if encoder == "neutreno" else 0.0)
+        assert result["start_from"] == (None if variant.startswith("scratch-") else f"cifar-{encoder}-seed0")
+        assert result["trained"]["oversmoothing"]["values"]["cosine_similarity"]
     # The page shows every round-2 experiment, the λ the sweep chose, and links to the kept models.
     text = (out / "results.md").read_text()
     for heading in ("## NeuTRENO's λ chosen on held-out images", "## The trained ViTs that adaptation",
