@@ -24,7 +24,7 @@ from tiny_models import local_deit_tiny
 
 README = EXAMPLES / "README.md"
 SCRIPTS = ("run_image_classification", "run_clm_wikitext103", "run_eigen_vit", "run_semantic_segmentation")
-SHELL_VARIABLES = {"NODE_RANK": "0", "MAIN_IP": "127.0.0.1"}
+SHELL_VARIABLES = {"NODE_RANK": "0", "MAIN_IP": "127.0.0.1", "HF_NEUTRENO_DATA": "HF_NEUTRENO_DATA"}
 # Hub dataset -> the local copy's folder (the `data_dir` fixture).
 LOCAL_COPIES = {"uoft-cs/cifar10": "cifar10", "Salesforce/wikitext": "wikitext-2-v1",
                 "scene_parse_150": "fashion-scenes"}  # ADE20K's columns (image, annotation), a local segmentation set
@@ -63,7 +63,9 @@ ALL_COMMANDS = [("README", c) for c in readme_commands()] + [
 
 def test_the_documents_show_the_commands_this_test_runs():
     readme = [c for source, c in ALL_COMMANDS if source == "README"]
-    assert len(readme) == 8 and sum(c.startswith("torchrun") for c in readme) == 3
+    assert len(readme) == 12 and sum(c.startswith("torchrun") for c in readme) == 3
+    assert [c.split()[1] for c in readme[:4]] == [f"examples/{script}.py" for script in (
+        "run_image_classification", "run_clm_wikitext103", "run_eigen_vit", "run_semantic_segmentation")]
     assert {source for source, _ in ALL_COMMANDS} == {"README", *SCRIPTS}
     for _, command in ALL_COMMANDS:
         assert "$" not in command and "../shared" not in command, command
@@ -105,8 +107,9 @@ def _scaled(script: str, args: list[str], data_dir: Path, output_dir: Path) -> l
             i = args.index(flag) + 1
             if args[i] == CIFAR100:
                 args[i] = str(_local_cifar100(data_dir, output_dir.parent / "cifar100"))
-            else:
-                args[i] = str(data_dir / LOCAL_COPIES.get(args[i], args[i]))
+            else:  # a Hub name, or a folder of the local copy (`$HF_NEUTRENO_DATA/...`)
+                name = args[i].removeprefix("HF_NEUTRENO_DATA/")
+                args[i] = str(data_dir / LOCAL_COPIES.get(name, name))
     for flag in ("--output-dir",):
         args[args.index(flag) + 1] = str(output_dir)
     # Small batches too: this CPU has no bf16 units, so the commands that ask for bf16 run ~20x slower per sample.
