@@ -175,7 +175,9 @@ _EIGEN_FIELDS = EigenViTConfig.__dataclass_fields__.keys() - NeuTRENOViTConfig._
 
 
 class EigenViTPreTrainedModel(NeuTRENOViTPreTrainedModel):
-    """The NeuTRENO ViT's base class (its blocks and embeddings, the checks before saving), for `EigenViTConfig`."""
+    """The NeuTRENO ViT's base class for `EigenViTConfig` (as `EigenViTConfig` extends `NeuTRENOViTConfig`): its
+    blocks, embeddings and checks before saving, plus the initialisation of Θ and ψ and the export to the NeuTRENO
+    ViT."""
 
     config: EigenViTConfig
     _can_record_outputs = {"hidden_states": NeuTRENOViTLayer, "attentions": [EigenViTAttention, NeuTRENOViTAttention]}
