@@ -309,27 +309,33 @@ def plan(budget: Budget, experiments: list[str], out: Path | None = None) -> lis
 unit_name = report.unit_name
 
 
+def _selection_scores(out: Path, kind: str, field: str, candidates, metric: str) -> dict | None:
+    """{candidate: `metric` of its `kind` unit (the one that sets `field` to it, at the sweep seed)}, once every such
+    unit has finished; None until then."""
+    scores = {}
+    for candidate in candidates:
+        path = out / "units" / f"{unit_name({'kind': kind, field: candidate, 'seed': SWEEP_SEEDS[0]})}.json"
+        if not path.exists():
+            return None
+        scores[candidate] = json.loads(path.read_text())[metric]
+    return scores
+
+
 def validated_lambda(out: Path) -> float | None:
     """The λ of the sweep with the best validation accuracy (a tie goes to the official 0.6, then to the larger λ),
     once every sweep unit has finished; None until then. Fixed before the first sweep unit ran."""
-    accuracy = {}
-    for lam in LAMBDA_GRID:
-        path = out / "units" / f"{unit_name(dict(kind='sweep', neutreno_lambda=lam, seed=SWEEP_SEEDS[0]))}.json"
-        if not path.exists():
-            return None
-        accuracy[lam] = json.loads(path.read_text())["accuracy"]
+    accuracy = _selection_scores(out, "sweep", "neutreno_lambda", LAMBDA_GRID, "accuracy")
+    if accuracy is None:
+        return None
     return max(LAMBDA_GRID, key=lambda lam: (accuracy[lam], lam == VIT_LAMBDA, lam))
 
 
 def segment_recipe(out: Path) -> str | None:
     """The pilot's optimiser for the Segmenter units (best held-out mIoU; a tie goes to the earlier candidate), once
     every pilot unit has finished; None until then."""
-    scores = {}
-    for recipe in SEGMENT_RECIPES:
-        path = out / "units" / f"{unit_name(dict(kind='segpilot', recipe=recipe, seed=SWEEP_SEEDS[0]))}.json"
-        if not path.exists():
-            return None
-        scores[recipe] = json.loads(path.read_text())["mean_iou"]
+    scores = _selection_scores(out, "segpilot", "recipe", SEGMENT_RECIPES, "mean_iou")
+    if scores is None:
+        return None
     return max(SEGMENT_RECIPES, key=lambda recipe: (scores[recipe], -list(SEGMENT_RECIPES).index(recipe)))
 
 

@@ -46,6 +46,22 @@ def data_dir():
     return folder
 
 
+@pytest.fixture
+def interrupt_neutreno_training(monkeypatch):
+    """Ctrl-C in the first training step of every model with the NeuTRENO term (λ > 0): a `compare` run stops in its
+    NeuTRENO training, after its softmax run. The test lifts it with `monkeypatch.undo()`."""
+    import transformers
+
+    step = transformers.Trainer.training_step
+
+    def interrupt_neutreno(self, model, *args, **kwargs):
+        if model.config.neutreno_lambda > 0:
+            raise KeyboardInterrupt
+        return step(self, model, *args, **kwargs)
+
+    monkeypatch.setattr(transformers.Trainer, "training_step", interrupt_neutreno)
+
+
 @pytest.fixture(autouse=True)
 def _deterministic():
     torch.manual_seed(0)

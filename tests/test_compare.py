@@ -415,20 +415,12 @@ def complete_run(tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("where", ["training", "saving"])
 def test_ctrl_c_keeps_finished_runs_and_resume_ends_as_an_uninterrupted_run(tmp_path, monkeypatch, capsys, where,
-                                                                            complete_run):
+                                                                            complete_run, request):
     """Ctrl-C in the first seed's neutreno run: the finished softmax run stays usable beside --output-dir and nothing
     half-written remains; a rerun without --resume refuses to drop it; --resume trains only what is left, with the
     numbers of an uninterrupted run."""
-    def interrupt(original):
-        def wrapper(self, *args, **kwargs):
-            model = getattr(self, "model", self)
-            if model.config.neutreno_lambda > 0:
-                raise KeyboardInterrupt
-            return original(self, *args, **kwargs)
-        return wrapper
-
     if where == "training":
-        monkeypatch.setattr(transformers.Trainer, "training_step", interrupt(transformers.Trainer.training_step))
+        request.getfixturevalue("interrupt_neutreno_training")
     else:  # after part of the folder is written
         save = NeuTRENOViTForImageClassification.save_pretrained
 
@@ -473,7 +465,8 @@ def test_ctrl_c_keeps_finished_runs_and_resume_ends_as_an_uninterrupted_run(tmp_
         assert _numbers(resumed) == _numbers(json.loads((complete_run / "results.json").read_text()))
 
 
-def test_a_rerun_keeps_the_earlier_run_until_it_is_complete(tmp_path, monkeypatch, capsys, complete_run):
+def test_a_rerun_keeps_the_earlier_run_until_it_is_complete(tmp_path, monkeypatch, capsys, complete_run,
+                                                           interrupt_neutreno_training):
     """A second run into the same --output-dir, stopped in its last training: the first run is there, complete and
     untouched; the second replaces it only once it completes."""
     out = tmp_path / "run"
@@ -481,14 +474,6 @@ def test_a_rerun_keeps_the_earlier_run_until_it_is_complete(tmp_path, monkeypatc
     argv = ["compare", "--output-dir", str(out), "--seeds", "1", *TINY]
     first = (out / "results.json").read_text()
     weights = (out / "neutreno" / "model.safetensors").read_bytes()
-    step = transformers.Trainer.training_step
-
-    def interrupt_neutreno(self, model, *args, **kwargs):
-        if model.config.neutreno_lambda > 0:
-            raise KeyboardInterrupt
-        return step(self, model, *args, **kwargs)
-
-    monkeypatch.setattr(transformers.Trainer, "training_step", interrupt_neutreno)
     assert cli.main([*argv[:-len(TINY)], "--max-steps", "5", *TINY[2:]]) == 130
     assert (out / "results.json").read_text() == first
     assert (out / "neutreno" / "model.safetensors").read_bytes() == weights

@@ -31,9 +31,9 @@ from hf_neutreno import (
 from hf_neutreno.convert import neutreno_to_vit, vit_to_neutreno
 
 from fresh_process import run_fresh
+from tiny_models import TINY_VIT
 
-SHAPE = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64, image_size=16,
-             patch_size=4, num_labels=5)
+SHAPE = dict(TINY_VIT, num_labels=5)
 
 
 @pytest.fixture(params=["vit", "deit"])

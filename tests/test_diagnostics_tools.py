@@ -31,8 +31,9 @@ from hf_neutreno.diagnostics import (
 )
 from hf_neutreno.commands import diagnose as diagnose_cli
 
-TINY = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64, image_size=32,
-            patch_size=8)  # fmt: skip
+from tiny_models import TINY_VIT
+
+TINY = dict(TINY_VIT, image_size=32, patch_size=8)
 
 
 def _report(neutreno_lambda: float = 0.6) -> OversmoothingReport:
@@ -172,13 +173,18 @@ def test_unbound_callback_says_how_to_bind():
 # --- CLI ------------------------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def image_model_dir(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("neutreno-vit")
-    torch.manual_seed(0)
-    NeuTRENOViTForImageClassification(NeuTRENOViTConfig(**TINY, num_labels=10)).save_pretrained(folder)
+def _save_with_processor(model, folder):
+    """`model` and an image processor for its 32 px input, saved to `folder`: what the CLI loads."""
+    model.save_pretrained(folder)
     ViTImageProcessorPil(size={"height": 32, "width": 32}).save_pretrained(folder)
     return folder
+
+
+@pytest.fixture(scope="module")
+def image_model_dir(tmp_path_factory):
+    torch.manual_seed(0)
+    model = NeuTRENOViTForImageClassification(NeuTRENOViTConfig(**TINY, num_labels=10))
+    return _save_with_processor(model, tmp_path_factory.mktemp("neutreno-vit"))
 
 
 def _parquet_subset(source, target_dir, rows: int, split: str = "test"):
@@ -294,11 +300,9 @@ def native_vit_dir(tmp_path_factory):
     """A native ViTForImageClassification folder with its image processor."""
     from transformers import ViTConfig, ViTForImageClassification
 
-    folder = tmp_path_factory.mktemp("vit")
     torch.manual_seed(0)
-    ViTForImageClassification(ViTConfig(**TINY, num_labels=10)).save_pretrained(folder)
-    ViTImageProcessorPil(size={"height": 32, "width": 32}).save_pretrained(folder)
-    return folder
+    model = ViTForImageClassification(ViTConfig(**TINY, num_labels=10))
+    return _save_with_processor(model, tmp_path_factory.mktemp("vit"))
 
 
 def test_cli_variants_measure_the_model_with_each_value_path(native_vit_dir, cifar_dir, tmp_path, capsys):
@@ -317,10 +321,8 @@ def test_cli_variants_measure_the_model_with_each_value_path(native_vit_dir, cif
     code = main(["diagnose", str(native_vit_dir), *common, "--out", str(tmp_path / "plain.json")])
     assert code == 0
     assert OversmoothingReport.from_json(tmp_path / "plain.json").values == reports["softmax"].values
-    adapted_dir = tmp_path / "adapted"
     model = ViTForImageClassification.from_pretrained(native_vit_dir)
-    hf_neutreno.apply_value_path(model, "neutreno", 0.6).save_pretrained(adapted_dir)
-    ViTImageProcessorPil(size={"height": 32, "width": 32}).save_pretrained(adapted_dir)
+    adapted_dir = _save_with_processor(hf_neutreno.apply_value_path(model, "neutreno", 0.6), tmp_path / "adapted")
     code = main(["diagnose", str(adapted_dir), *common, "--trust-remote-code", "--out", str(tmp_path / "a.json")])
     assert code == 0
     adapted = OversmoothingReport.from_json(tmp_path / "a.json")

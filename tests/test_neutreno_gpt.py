@@ -21,22 +21,11 @@ from hf_neutreno.text_data import group_into_blocks, load_wikitext, token_stream
 
 from examples_loader import load_example
 from fresh_process import make_local_hub_cache, run_fresh
+from tiny_models import TINY_NEUTRENO_GPT, assert_checkpointing_keeps_the_gradients, assert_the_term_changes_the_output
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-VOCAB = 97
-TINY = dict(
-    vocab_size=VOCAB,
-    hidden_size=32,
-    num_hidden_layers=4,
-    num_attention_heads=4,
-    intermediate_size=64,
-    max_position_embeddings=64,
-    embedding_dropout=0.0,
-    hidden_dropout=0.0,
-    activation_dropout=0.0,
-    output_dropout=0.0,
-    pad_token_id=0,
-)
+TINY = TINY_NEUTRENO_GPT
+VOCAB = TINY["vocab_size"]
 # The paper's architecture at toy size, and GPT-2's.
 PAPER = dict(norm_position="post", position_embedding_type="sinusoidal", scale_embeddings=True, lm_head_bias=True)
 GPT2_LIKE = dict(
@@ -151,11 +140,7 @@ def test_neutreno_gpt_equals_eager_reference(overrides):
 
 def test_the_term_changes_the_output():
     """Guards the reference test against a λ that is never applied."""
-    ids = token_ids()
-    with torch.no_grad():
-        plain = tiny_model(neutreno_lambda=0.0)(ids).logits
-        neutreno = tiny_model(neutreno_lambda=0.4)(ids).logits
-    assert (plain - neutreno).abs().max() > 1e-3
+    assert_the_term_changes_the_output(tiny_model(neutreno_lambda=0.0), tiny_model(neutreno_lambda=0.4), token_ids())
 
 
 def test_lambda_zero_is_a_plain_post_ln_transformer():
@@ -283,17 +268,7 @@ def test_gradient_reaches_layer_zero_values_from_later_layers():
 
 def test_gradient_checkpointing_gives_the_same_gradients():
     ids = token_ids()
-
-    def grads(checkpointing: bool) -> dict[str, torch.Tensor]:
-        model = tiny_model(neutreno_lambda=0.4).train()
-        if checkpointing:
-            model.activation_checkpointing_enable()
-        model(ids, labels=ids).loss.backward()
-        return {n: p.grad for n, p in model.named_parameters()}
-
-    plain, checkpointed = grads(False), grads(True)
-    for name in plain:
-        torch.testing.assert_close(checkpointed[name], plain[name], atol=1e-6, rtol=1e-5, msg=name)
+    assert_checkpointing_keeps_the_gradients(lambda: tiny_model(neutreno_lambda=0.4).train(), ids, labels=ids)
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -10,15 +10,9 @@ from huggingface_hub.errors import StrictDataclassError
 
 from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForImageClassification, NeuTRENOViTModel
 
-TINY = dict(
-    hidden_size=32,
-    num_hidden_layers=4,
-    num_attention_heads=4,
-    intermediate_size=64,
-    image_size=16,
-    patch_size=4,
-    num_labels=3,
-)
+from tiny_models import TINY_VIT, assert_checkpointing_keeps_the_gradients, assert_the_term_changes_the_output
+
+TINY = dict(TINY_VIT, num_hidden_layers=4, num_labels=3)
 FP32_TOL = 1e-5  # fp32 accumulation-order noise between fused and eager kernels
 
 
@@ -151,11 +145,7 @@ def test_featscale_equals_reference_with_nonzero_scales():
 
 def test_the_term_changes_the_output():
     """Guards the reference test against a λ that is never applied."""
-    x = pixels()
-    with torch.no_grad():
-        plain = tiny_model(neutreno_lambda=0.0)(x).logits
-        neutreno = tiny_model(neutreno_lambda=0.6)(x).logits
-    assert (plain - neutreno).abs().max() > 1e-3
+    assert_the_term_changes_the_output(tiny_model(neutreno_lambda=0.0), tiny_model(neutreno_lambda=0.6), pixels())
 
 
 def test_lambda_zero_equals_native_vit_with_the_same_weights():
@@ -215,18 +205,9 @@ def test_gradient_reaches_layer_zero_values_from_later_layers():
 
 
 def test_gradient_checkpointing_gives_the_same_gradients():
-    x, labels = pixels(), torch.tensor([0, 2])
-
-    def grads(checkpointing: bool) -> dict[str, torch.Tensor]:
-        model = tiny_model(neutreno_lambda=0.6).train()
-        if checkpointing:
-            model.activation_checkpointing_enable()
-        model(x, labels=labels).loss.backward()
-        return {n: p.grad for n, p in model.named_parameters()}
-
-    plain, checkpointed = grads(False), grads(True)
-    for name in plain:
-        torch.testing.assert_close(checkpointed[name], plain[name], atol=1e-6, rtol=1e-5, msg=name)
+    assert_checkpointing_keeps_the_gradients(
+        lambda: tiny_model(neutreno_lambda=0.6).train(), pixels(), labels=torch.tensor([0, 2])
+    )
 
 
 def test_drop_path_and_dropout_are_train_only():

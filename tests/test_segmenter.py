@@ -19,10 +19,10 @@ from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForImageClassification, Ne
 from hf_neutreno.diagnostics import measure_oversmoothing
 from hf_neutreno.diagnostics.metrics import hidden_state_metrics
 from hf_neutreno.segmentation import MS_SCALES, MeanIoU, make_image_processor, mean_iou, multi_scale_probabilities
+from tiny_models import TINY_VIT, assert_checkpointing_keeps_the_gradients, assert_the_term_changes_the_output
 
 LABELS = {0: "background", 1: "cat", 2: "dog", 3: "sky", 4: "road"}
-ENCODER = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64, image_size=16,
-               patch_size=4, layer_norm_eps=1e-6, qkv_bias=True, hidden_act="gelu")
+ENCODER = dict(TINY_VIT, layer_norm_eps=1e-6, qkv_bias=True, hidden_act="gelu")
 # A decoder of another width and head count than the encoder's, so that its V_0 cannot be the encoder's.
 TINY = dict(ENCODER, num_labels=5, decoder_hidden_size=24, decoder_num_attention_heads=3, decoder_num_layers=2,
             decoder_dropout=0.0)
@@ -159,28 +159,17 @@ def test_gradients_equal_the_reference():
 
 
 def test_gradient_checkpointing_gives_the_same_gradients():
-    x, labels = pixels(), seg_labels()
-
-    def grads(checkpointing: bool) -> dict[str, torch.Tensor]:
-        model = tiny_model(neutreno_lambda=0.6, decoder_neutreno_lambda=0.3).train()
-        if checkpointing:
-            model.activation_checkpointing_enable()
-            assert all(layer.gradient_checkpointing for layer in model.decoder.layers)
-        model(x, labels=labels).loss.backward()
-        return {n: p.grad for n, p in model.named_parameters()}
-
-    plain, checkpointed = grads(False), grads(True)
-    for name in plain:
-        torch.testing.assert_close(checkpointed[name], plain[name], atol=1e-6, rtol=1e-5, msg=name)
+    model = assert_checkpointing_keeps_the_gradients(
+        lambda: tiny_model(neutreno_lambda=0.6, decoder_neutreno_lambda=0.3).train(), pixels(), labels=seg_labels()
+    )
+    assert all(layer.gradient_checkpointing for layer in model.decoder.layers)
 
 
 def test_the_decoder_term_changes_the_output():
     """Guards the reference tests against a decoder λ that is never applied."""
-    x = pixels()
-    with torch.no_grad():
-        plain = tiny_model(decoder_neutreno_lambda=0.0)(x).logits
-        neutreno = tiny_model(decoder_neutreno_lambda=0.6)(x).logits
-    assert (plain - neutreno).abs().max() > 1e-3
+    assert_the_term_changes_the_output(
+        tiny_model(decoder_neutreno_lambda=0.0), tiny_model(decoder_neutreno_lambda=0.6), pixels()
+    )
 
 
 def test_linear_decoder_is_one_linear_layer_per_patch_token():

@@ -13,15 +13,13 @@ import torch
 import transformers
 from examples_loader import load_example
 from huggingface_hub.errors import StrictDataclassError
+from tiny_models import TINY_NEUTRENO_GPT, TINY_VIT
 
 import hf_neutreno
 from hf_neutreno import cli
 
-VIT = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=2, intermediate_size=64, image_size=16,
-           patch_size=4, num_labels=3)
-GPT = dict(vocab_size=97, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64,
-           max_position_embeddings=64, embedding_dropout=0.0, hidden_dropout=0.0, activation_dropout=0.0,
-           output_dropout=0.0, pad_token_id=0)
+VIT = dict(TINY_VIT, num_attention_heads=2, num_labels=3)
+GPT = dict(TINY_NEUTRENO_GPT, num_hidden_layers=3)
 SEGMENTER = dict(VIT, num_labels=11, decoder_hidden_size=16, decoder_num_attention_heads=2, decoder_dropout=0.0)
 # model type: (config class, model class, small fields)
 MODELS = {
@@ -307,16 +305,8 @@ def test_compare_refuses_a_segmentation_folder_without_id2label(data_dir, tmp_pa
     assert "not guessed" in message and not (tmp_path / "out").exists()
 
 
-def test_compare_resume_refuses_other_settings_naming_them(tmp_path, capsys, monkeypatch):
+def test_compare_resume_refuses_other_settings_naming_them(tmp_path, capsys, monkeypatch, interrupt_neutreno_training):
     out = tmp_path / "run"
-    step = transformers.Trainer.training_step
-
-    def interrupt_neutreno(self, model, *args, **kwargs):
-        if model.config.neutreno_lambda > 0:
-            raise KeyboardInterrupt
-        return step(self, model, *args, **kwargs)
-
-    monkeypatch.setattr(transformers.Trainer, "training_step", interrupt_neutreno)
     assert cli.main(["compare", "--output-dir", str(out), "--seeds", "1", *COMPARE_TINY]) == 130
     monkeypatch.undo()
     work = tmp_path / "run.incomplete"

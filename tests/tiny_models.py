@@ -3,6 +3,10 @@
 `tiny_model("llama")` is a LlamaForCausalLM with grouped-query attention (4 query heads, 2 key/value heads), as is
 Qwen2 (with q/k/v biases); GPT-2 has a fused `c_attn`; BERT, ViT and DeiT are bidirectional encoders.
 `base=True` gives the headless model (LlamaModel, GPT2Model, ViTModel, ...).
+
+Also the tiny shapes of the package's own models (`TINY_VIT` serves the NeuTRENO ViT and EigenViT too, whose field
+names are the native ViT's; `TINY_NEUTRENO_GPT`), and the checks every model's tests share: the guard of the
+reference tests (`assert_the_term_changes_the_output`) and `assert_checkpointing_keeps_the_gradients`.
 """
 
 from pathlib import Path
@@ -35,6 +39,10 @@ TEXT = dict(vocab_size=VOCAB, num_hidden_layers=3, num_attention_heads=4, bos_to
 DECODER = dict(hidden_size=32, intermediate_size=64, num_key_value_heads=2, **TEXT)
 TINY_VIT = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64, image_size=16,
                 patch_size=4)  # fmt: skip
+# The NeuTRENO GPT (its own field names): hidden 32, 4 layers, 4 heads, no dropout.
+TINY_NEUTRENO_GPT = dict(vocab_size=97, hidden_size=32, num_hidden_layers=4, num_attention_heads=4,
+                         intermediate_size=64, max_position_embeddings=64, embedding_dropout=0.0, hidden_dropout=0.0,
+                         activation_dropout=0.0, output_dropout=0.0, pad_token_id=0)  # fmt: skip
 NO_DROPOUT = {
     "gpt2": dict(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0),
     "bert": dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0),
@@ -84,6 +92,32 @@ def output_of(model, inputs: dict) -> torch.Tensor:
     outputs = model(**inputs)
     logits = getattr(outputs, "logits", None)
     return logits if logits is not None else outputs.last_hidden_state
+
+
+def assert_the_term_changes_the_output(plain, neutreno, inputs: torch.Tensor) -> None:
+    """Guards a model's reference tests against a λ that is never applied: the model without the term (λ = 0) and
+    the same model with it (the same weights) must give different logits on `inputs`."""
+    with torch.no_grad():
+        difference = (plain(inputs).logits - neutreno(inputs).logits).abs().max()
+    assert difference > 1e-3
+
+
+def assert_checkpointing_keeps_the_gradients(make_model, *args, **kwargs):
+    """The gradients of the loss of `make_model()(*args, **kwargs)` are the same with activation checkpointing as
+    without; `make_model` must build the same model (same weights, train mode) at every call. Returns the
+    checkpointed model, for checks of its own."""
+
+    def gradients(model) -> dict[str, torch.Tensor]:
+        model(*args, **kwargs).loss.backward()
+        return {name: param.grad for name, param in model.named_parameters() if param.grad is not None}
+
+    plain, checkpointed = make_model(), make_model()
+    checkpointed.activation_checkpointing_enable()
+    expected, grads = gradients(plain), gradients(checkpointed)
+    assert grads.keys() == expected.keys()
+    for name in expected:
+        torch.testing.assert_close(grads[name], expected[name], atol=1e-6, rtol=1e-5, msg=name)
+    return checkpointed
 
 
 def local_deit_tiny(folder) -> Path:

@@ -1,17 +1,14 @@
 """Configuration of the NeuTRENO GPT causal language model (the paper's WikiText-103 model and GPT-2 shapes)."""
 
 
-import os
 from typing import ClassVar, Literal
 
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
 from .neutreno_common import (
-    PresetsMixin,
+    NeuTRENOConfigMixin,
     activation_field,
-    check_heads,
-    check_layer_indices,
     dropout_field,
     neutreno_lambda_field,
     neutreno_layers_field,
@@ -89,7 +86,7 @@ def _gpt_micro() -> dict:
 
 
 @strict
-class NeuTRENOGPTConfig(PresetsMixin, PreTrainedConfig):
+class NeuTRENOGPTConfig(NeuTRENOConfigMixin, PreTrainedConfig):
     r"""
     Configuration of [`NeuTRENOGPTModel`] and [`NeuTRENOGPTForCausalLM`]. The defaults are the paper's WikiText-103
     model (16 layers, dim 128, 8 heads, FFN 2048 ReLU, context 256, post-LN, sinusoidal positions, dropout 0.1,
@@ -177,8 +174,7 @@ class NeuTRENOGPTConfig(PresetsMixin, PreTrainedConfig):
     eos_token_id: int | None = None
 
     def validate_architecture(self) -> None:
-        super().validate_architecture()
-        check_heads(self.hidden_size, self.num_attention_heads)
+        super().validate_architecture()  # and `hidden_size` divisible by `num_attention_heads`
         if self.position_embedding_type == "sinusoidal" and self.hidden_size % 2:
             raise ValueError(f"Sinusoidal positions need an even `hidden_size`, got {self.hidden_size}.")
         cutoffs = self.adaptive_softmax_cutoffs
@@ -189,16 +185,6 @@ class NeuTRENOGPTConfig(PresetsMixin, PreTrainedConfig):
                 "`adaptive_softmax_cutoffs` must be a non-empty, strictly increasing list of integers in "
                 f"[1, vocab_size - 1] = [1, {self.vocab_size - 1}] (or None for a full softmax), got {cutoffs!r}."
             )
-
-    def validate_neutreno_layers(self) -> None:
-        check_layer_indices("neutreno_layers", self.neutreno_layers, self.num_hidden_layers)
-        if self.neutreno_layers is not None and 0 in self.neutreno_layers:  # an in-place edit skips the field rule
-            raise ValueError("`neutreno_layers` cannot contain 0: layer 0 provides the first-layer values V_0.")
-
-    def save_pretrained(self, save_directory: str | os.PathLike, push_to_hub: bool = False, **kwargs):
-        # transformers validates only after copying the code files: check first, so that a refused save writes nothing.
-        self.validate()
-        return super().save_pretrained(save_directory, push_to_hub=push_to_hub, **kwargs)
 
 
 __all__ = ["NeuTRENOGPTConfig"]

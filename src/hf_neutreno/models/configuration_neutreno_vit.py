@@ -2,17 +2,15 @@
 
 
 import copy
-import os
 from typing import ClassVar, Literal
 
 from huggingface_hub.dataclasses import strict, validated_field
 from transformers import PreTrainedConfig
 
 from .neutreno_common import (
-    PresetsMixin,
+    NeuTRENOConfigMixin,
     activation_field,
     check_heads,
-    check_layer_indices,
     dropout_field,
     neutreno_lambda_field,
     neutreno_layers_field,
@@ -48,7 +46,7 @@ def _size_field(name: str, default: int):
 
 
 @strict
-class NeuTRENOViTConfig(PresetsMixin, PreTrainedConfig):
+class NeuTRENOViTConfig(NeuTRENOConfigMixin, PreTrainedConfig):
     r"""
     Configuration of [`NeuTRENOViTModel`], [`NeuTRENOViTForImageClassification`] and
     [`NeuTRENOViTForSemanticSegmentation`]. The defaults are DeiT-tiny (the paper's main model): dim 192, 12 layers,
@@ -165,26 +163,15 @@ class NeuTRENOViTConfig(PresetsMixin, PreTrainedConfig):
     semantic_loss_ignore_index: int = 255
 
     def validate_architecture(self) -> None:
-        super().validate_architecture()
-        check_heads(self.hidden_size, self.num_attention_heads)
+        super().validate_architecture()  # and `hidden_size` divisible by `num_attention_heads`
         if any(s % p for s, p in zip(self.image_size_2d, self.patch_size_2d)):
             raise ValueError(
                 f"`image_size` {list(self.image_size_2d)} must be divisible by `patch_size` {list(self.patch_size_2d)}."
             )
 
-    def validate_neutreno_layers(self) -> None:
-        check_layer_indices("neutreno_layers", self.neutreno_layers, self.num_hidden_layers)
-        if self.neutreno_layers is not None and 0 in self.neutreno_layers:  # an in-place edit skips the field rule
-            raise ValueError("`neutreno_layers` cannot contain 0: layer 0 provides the first-layer values V_0.")
-
     def validate_decoder(self) -> None:
         hidden, heads = self.decoder_shape
         check_heads(hidden, heads, names=("decoder_hidden_size", "decoder_num_attention_heads"))
-
-    def save_pretrained(self, save_directory: str | os.PathLike, push_to_hub: bool = False, **kwargs):
-        # transformers validates only after copying the code files: check first, so that a refused save writes nothing.
-        self.validate()
-        return super().save_pretrained(save_directory, push_to_hub=push_to_hub, **kwargs)
 
     @property
     def image_size_2d(self) -> tuple[int, int]:

@@ -8,25 +8,23 @@ whether the layer smooths or sharpens. Here each head's H_h is a symmetric eigen
     Λ_h = −ψ_h²  or  +ψ_h²      ("negative": ViT⁻, sharpening; "positive": ViT⁺, smoothing), optionally clipped
     W_V^h = V_h,  W_O^h = diag(Λ_h) V_hᵀ,   so  H_h = V_h diag(Λ_h) V_hᵀ
 
-Everything else (embeddings, MLP, queries and keys, the NeuTRENO term) is the NeuTRENO ViT's. Each
-forward makes the value and output weights from Θ, ψ (one batched QR per layer) and stores nothing; for inference
-without the QR, `to_neutreno_vit()` exports the same function as a NeuTRENO ViT whose `v_proj` / `o_proj` hold them.
+Everything else (embeddings, blocks, MLP, pooling, queries and keys, the NeuTRENO term) is the NeuTRENO ViT's, whose
+modules this file uses as they are. Each forward makes the value and output weights from Θ, ψ (one batched QR per
+layer) and stores nothing; for inference without the QR, `to_neutreno_vit()` exports the same function as a NeuTRENO
+ViT whose `v_proj` / `o_proj` hold them.
 
 This file travels with every checkpoint (``trust_remote_code``): it imports only torch, transformers and siblings.
 """
 
 
 import math
-import os
 from collections.abc import Callable
 
 import torch
 from torch import nn
 
-from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.masking_utils import create_bidirectional_mask
-from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPooling, ImageClassifierOutput
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.processing_utils import Unpack
@@ -38,16 +36,15 @@ from .configuration_eigen_vit import EigenViTConfig
 from .configuration_neutreno_vit import NeuTRENOViTConfig
 from .modeling_neutreno_vit import (
     NeuTRENOViTAttention,
-    NeuTRENOViTDropPath,
     NeuTRENOViTEmbeddings,
     NeuTRENOViTForImageClassification,
-    NeuTRENOViTMLP,
+    NeuTRENOViTLayer,
     NeuTRENOViTModel,
+    NeuTRENOViTPreTrainedModel,
+    pool_image,
 )
 from .neutreno_common import (
-    add_auto_map,
     built_fields,
-    check_before_save,
     check_built_fields,
     eager_attention_forward,
     neutreno_lambda_for_layer,
@@ -173,72 +170,21 @@ class EigenViTAttention(nn.Module):
         return f"heads={self.num_heads}, head_dim={self.head_dim}, sign={sign}{clip}"
 
 
-class EigenViTLayer(GradientCheckpointingLayer):
-    """The NeuTRENO ViT's pre-LN block, with `EigenViTAttention` in the layers of `config.eigen_layers` (default:
-    all) and the standard attention elsewhere. Returns (hidden_states, values) as [`NeuTRENOViTLayer`]."""
-
-    def __init__(self, config: EigenViTConfig, layer_idx: int):
-        super().__init__()
-        eigen = config.eigen_layers is None or layer_idx in config.eigen_layers
-        self.attention = EigenViTAttention(config, layer_idx) if eigen else NeuTRENOViTAttention(config, layer_idx)
-        self.layernorm_before = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.layernorm_after = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.mlp = NeuTRENOViTMLP(config)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
-        rate = config.drop_path_rate * layer_idx / max(config.num_hidden_layers - 1, 1)
-        self.drop_path = NeuTRENOViTDropPath(rate) if rate > 0 else nn.Identity()
-
-    def forward(
-        self,
-        hidden_states: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        first_layer_values: torch.Tensor | None = None,
-        neutreno_lambda: float | None = None,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        attn_output, _, values = self.attention(
-            self.layernorm_before(hidden_states), attention_mask, first_layer_values, neutreno_lambda, **kwargs
-        )
-        if first_layer_values is not None:
-            values = None  # only layer 0's values (V_0) are used later
-        hidden_states = hidden_states + self.drop_path(self.dropout(attn_output))
-        del attn_output  # free it before the MLP, whose activations set the inference peak
-        mlp_output = self.mlp(self.layernorm_after(hidden_states))
-        hidden_states = hidden_states + self.drop_path(self.dropout(mlp_output))
-        return hidden_states, values
-
-
 # Config fields that only EigenViT has: what `to_neutreno_vit` leaves out.
 _EIGEN_FIELDS = EigenViTConfig.__dataclass_fields__.keys() - NeuTRENOViTConfig.__dataclass_fields__.keys()
 
 
-class EigenViTPreTrainedModel(PreTrainedModel):
+class EigenViTPreTrainedModel(NeuTRENOViTPreTrainedModel):
+    """The NeuTRENO ViT's base class for `EigenViTConfig` (as `EigenViTConfig` extends `NeuTRENOViTConfig`): its
+    blocks, embeddings and checks before saving, plus the initialisation of Θ and ψ and the export to the NeuTRENO
+    ViT."""
+
     config: EigenViTConfig
-    base_model_prefix = "vit"
-    main_input_name = "pixel_values"
-    input_modalities = ("image",)
-    supports_gradient_checkpointing = True
-    _no_split_modules = ["NeuTRENOViTEmbeddings", "EigenViTLayer"]
-    _supports_sdpa = True
-    _supports_flash_attn = True
-    _supports_flex_attn = True
-    _supports_attention_backend = True
-    _can_compile_fullgraph = True
-    _can_record_outputs = {"hidden_states": EigenViTLayer, "attentions": [EigenViTAttention, NeuTRENOViTAttention]}
+    _can_record_outputs = {"hidden_states": NeuTRENOViTLayer, "attentions": [EigenViTAttention, NeuTRENOViTAttention]}
     _auto_classes = {
         "AutoModel": "EigenViTModel",
         "AutoModelForImageClassification": "EigenViTForImageClassification",
     }
-
-    def __init__(self, config: EigenViTConfig, *inputs, **kwargs):
-        super().__init__(config, *inputs, **kwargs)
-        add_auto_map(config, self, self._auto_classes)
-
-    def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs):
-        """`PreTrainedModel.save_pretrained`, after checking, before any file is written, that the config still
-        describes this model (no architecture field edited) and keeps its rules across fields."""
-        check_before_save(self)
-        return super().save_pretrained(save_directory, *args, **kwargs)
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
@@ -246,13 +192,7 @@ class EigenViTPreTrainedModel(PreTrainedModel):
         V_h = Θ_h and R = I at the start; ψ: sqrt(`eigenvalue_init`), so every Λ starts at ±`eigenvalue_init`; output
         bias: 0."""
         super()._init_weights(module)
-        std = self.config.initializer_range
-        if isinstance(module, NeuTRENOViTEmbeddings):
-            init.trunc_normal_(module.position_embeddings, mean=0.0, std=std)
-            init.trunc_normal_(module.cls_token, mean=0.0, std=std)
-            if module.distillation_token is not None:
-                init.trunc_normal_(module.distillation_token, mean=0.0, std=std)
-        elif isinstance(module, EigenViTAttention):
+        if isinstance(module, EigenViTAttention):
             if not getattr(module.theta, "_is_hf_initialized", False):
                 gaussian = torch.randn(module.theta.shape, device=module.theta.device, dtype=torch.float32)
                 init.copy_(module.theta, orthonormal_basis(gaussian))
@@ -293,25 +233,23 @@ class EigenViTPreTrainedModel(PreTrainedModel):
 
 
 class EigenViTModel(EigenViTPreTrainedModel):
-    """The NeuTRENO ViT backbone whose layers in `config.eigen_layers` (default: all) use `EigenViTAttention`."""
+    """The NeuTRENO ViT backbone whose blocks in `config.eigen_layers` (default: all) use `EigenViTAttention`; the
+    other blocks use the standard `v_proj` / `o_proj` attention."""
 
     def __init__(self, config: EigenViTConfig):
         super().__init__(config)
         config.validate()  # the config may have been edited after construction
         self.built_fields = built_fields(config, config.architecture_fields)
         self.embeddings = NeuTRENOViTEmbeddings(config)
-        self.layers = nn.ModuleList([EigenViTLayer(config, i) for i in range(config.num_hidden_layers)])
+        self.layers = nn.ModuleList(
+            NeuTRENOViTLayer(config, i, EigenViTAttention(config, i) if config.is_eigen_layer(i) else None)
+            for i in range(config.num_hidden_layers)
+        )
         self.layernorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Module:
         return self.embeddings.patch_embeddings
-
-    def pool(self, sequence_output: torch.Tensor) -> torch.Tensor:
-        """The image representation: the CLS token, or the mean of the patch tokens (`config.pooling`)."""
-        if self.config.pooling == "mean":
-            return sequence_output[:, self.config.num_prefix_tokens :].mean(dim=1)
-        return sequence_output[:, 0]
 
     @merge_with_config_defaults
     @capture_outputs(tie_last_hidden_states=False)
@@ -330,14 +268,6 @@ class EigenViTModel(EigenViTPreTrainedModel):
         check_built_fields(self.config, self.built_fields)
         if pixel_values is None:
             raise ValueError("`pixel_values` is required.")
-        if pixel_values.ndim != 4:
-            height, width = self.config.image_size_2d
-            raise ValueError(
-                "`pixel_values` must have shape (batch, num_channels, height, width), here "
-                f"(batch, {self.config.num_channels}, {height}, {width}); got {tuple(pixel_values.shape)}."
-            )
-        expected_dtype = self.embeddings.patch_embeddings.projection.weight.dtype
-        pixel_values = pixel_values.to(expected_dtype)
         hidden_states = self.embeddings(pixel_values, interpolate_pos_encoding=bool(interpolate_pos_encoding))
         attention_mask = create_bidirectional_mask(
             config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask
@@ -348,7 +278,9 @@ class EigenViTModel(EigenViTPreTrainedModel):
             if first_layer_values is None:
                 first_layer_values = values
         sequence_output = self.layernorm(hidden_states)
-        return BaseModelOutputWithPooling(last_hidden_state=sequence_output, pooler_output=self.pool(sequence_output))
+        return BaseModelOutputWithPooling(
+            last_hidden_state=sequence_output, pooler_output=pool_image(sequence_output, self.config)
+        )
 
 
 class EigenViTForImageClassification(EigenViTPreTrainedModel):

@@ -99,8 +99,15 @@ class NeuTRENOViTEmbeddings(nn.Module):
         return torch.cat((prefix, patch_pos), dim=1)
 
     def forward(self, pixel_values: torch.Tensor, interpolate_pos_encoding: bool = False) -> torch.Tensor:
-        batch_size, _, height, width = pixel_values.shape
         image_size = self.patch_embeddings.image_size
+        if pixel_values.ndim != 4:
+            raise ValueError(
+                "`pixel_values` must have shape (batch, num_channels, height, width), here "
+                f"(batch, {self.patch_embeddings.num_channels}, {image_size[0]}, {image_size[1]}); got "
+                f"{tuple(pixel_values.shape)}."
+            )
+        pixel_values = pixel_values.to(self.patch_embeddings.projection.weight.dtype)
+        batch_size, _, height, width = pixel_values.shape
         if not interpolate_pos_encoding and (height, width) != tuple(image_size):
             raise ValueError(
                 f"Input image size ({height}x{width}) does not match the model's `image_size` "
@@ -329,12 +336,18 @@ class NeuTRENOViTDropPath(nn.Module):
 
 class NeuTRENOViTLayer(GradientCheckpointingLayer):
     """Pre-LN block; returns (hidden_states, values): layer 0's values, which the model hands to later layers as V_0
-    (None from the other layers)."""
+    (None from the other layers).
 
-    def __init__(self, config: NeuTRENOViTConfig, layer_idx: int):
+    `attention` is the block's attention module, called as [`NeuTRENOViTAttention`] is (EigenViT passes its own);
+    by default [`NeuTRENOViTAttention`], or [`NeuTRENOViTAblationAttention`] when the config sets an ablation.
+    """
+
+    def __init__(self, config: NeuTRENOViTConfig, layer_idx: int, attention: nn.Module | None = None):
         super().__init__()
-        attention_class = NeuTRENOViTAblationAttention if uses_ablation_attention(config) else NeuTRENOViTAttention
-        self.attention = attention_class(config, layer_idx)
+        if attention is None:
+            attention_class = NeuTRENOViTAblationAttention if uses_ablation_attention(config) else NeuTRENOViTAttention
+            attention = attention_class(config, layer_idx)
+        self.attention = attention
         self.layernorm_before = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.layernorm_after = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.mlp = NeuTRENOViTMLP(config)
@@ -362,6 +375,14 @@ class NeuTRENOViTLayer(GradientCheckpointingLayer):
         mlp_output = self.mlp(self.layernorm_after(hidden_states))
         hidden_states = hidden_states + self.drop_path(self.dropout(mlp_output))
         return hidden_states, values
+
+
+def pool_image(sequence_output: torch.Tensor, config: NeuTRENOViTConfig) -> torch.Tensor:
+    """The image representation: the CLS token, or the mean of the patch tokens (`config.pooling`, read at each
+    forward)."""
+    if config.pooling == "mean":
+        return sequence_output[:, config.num_prefix_tokens :].mean(dim=1)
+    return sequence_output[:, 0]
 
 
 class NeuTRENOViTPreTrainedModel(PreTrainedModel):
@@ -422,12 +443,6 @@ class NeuTRENOViTModel(NeuTRENOViTPreTrainedModel):
     def get_input_embeddings(self) -> nn.Module:
         return self.embeddings.patch_embeddings
 
-    def pool(self, sequence_output: torch.Tensor) -> torch.Tensor:
-        """The image representation: the CLS token, or the mean of the patch tokens (`config.pooling`)."""
-        if self.config.pooling == "mean":
-            return sequence_output[:, self.config.num_prefix_tokens :].mean(dim=1)
-        return sequence_output[:, 0]
-
     @merge_with_config_defaults
     @capture_outputs(tie_last_hidden_states=False)
     def forward(
@@ -445,14 +460,6 @@ class NeuTRENOViTModel(NeuTRENOViTPreTrainedModel):
         check_built_fields(self.config, self.built_fields)
         if pixel_values is None:
             raise ValueError("`pixel_values` is required.")
-        if pixel_values.ndim != 4:
-            height, width = self.config.image_size_2d
-            raise ValueError(
-                "`pixel_values` must have shape (batch, num_channels, height, width), here "
-                f"(batch, {self.config.num_channels}, {height}, {width}); got {tuple(pixel_values.shape)}."
-            )
-        expected_dtype = self.embeddings.patch_embeddings.projection.weight.dtype
-        pixel_values = pixel_values.to(expected_dtype)
         hidden_states = self.embeddings(pixel_values, interpolate_pos_encoding=bool(interpolate_pos_encoding))
         attention_mask = create_bidirectional_mask(
             config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask
@@ -463,7 +470,9 @@ class NeuTRENOViTModel(NeuTRENOViTPreTrainedModel):
             if first_layer_values is None:
                 first_layer_values = values
         sequence_output = self.layernorm(hidden_states)
-        return BaseModelOutputWithPooling(last_hidden_state=sequence_output, pooler_output=self.pool(sequence_output))
+        return BaseModelOutputWithPooling(
+            last_hidden_state=sequence_output, pooler_output=pool_image(sequence_output, self.config)
+        )
 
 
 class NeuTRENOViTForImageClassification(NeuTRENOViTPreTrainedModel):

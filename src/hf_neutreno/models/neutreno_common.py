@@ -7,6 +7,7 @@ huggingface_hub (a dependency of transformers, whose own configs take their vali
 
 import copy
 import math
+import os
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
@@ -277,8 +278,12 @@ def check_before_save(model: nn.Module) -> None:
     model.config.validate()
 
 
-class PresetsMixin:
-    """``Config.from_preset(name, **overrides)``; subclasses set ``presets = {name: {field: value}}``."""
+class NeuTRENOConfigMixin:
+    """What every config of this package adds to `PreTrainedConfig` (a base listed before it): presets, the rules
+    that every model's fields share, and a `save_pretrained` that validates before it writes anything.
+
+    Presets: ``Config.from_preset(name, **overrides)``; subclasses set ``presets = {name: {field: value}}``.
+    """
 
     presets: ClassVar[dict[str, dict[str, Any]]] = {}
 
@@ -289,6 +294,20 @@ class PresetsMixin:
         fields = copy.deepcopy(cls.presets[name])
         fields.update(overrides)
         return cls(**fields)
+
+    def validate_architecture(self) -> None:
+        super().validate_architecture()
+        check_heads(self.hidden_size, self.num_attention_heads)
+
+    def validate_neutreno_layers(self) -> None:
+        check_layer_indices("neutreno_layers", self.neutreno_layers, self.num_hidden_layers)
+        if self.neutreno_layers is not None and 0 in self.neutreno_layers:  # an in-place edit skips the field rule
+            raise ValueError("`neutreno_layers` cannot contain 0: layer 0 provides the first-layer values V_0.")
+
+    def save_pretrained(self, save_directory: str | os.PathLike, push_to_hub: bool = False, **kwargs):
+        # transformers validates only after copying the code files: check first, so that a refused save writes nothing.
+        self.validate()
+        return super().save_pretrained(save_directory, push_to_hub=push_to_hub, **kwargs)
 
 
 def add_auto_map(config, model: torch.nn.Module, auto_classes: dict[str, str]) -> None:
