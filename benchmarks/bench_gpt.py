@@ -98,14 +98,13 @@ def lambda_zero_logit_diff(models, device) -> float:
     if neutreno.config.adaptive_softmax_cutoffs or neutreno.config.norm_position != "pre":
         return float("nan")  # the as-trained preset is another architecture
     ids = torch.randint(0, native.config.vocab_size, (1, 32), device=device)
-    attentions = [layer.self_attn for layer in neutreno.model.layers]
-    lambdas = [attn.neutreno_lambda for attn in attentions]
-    for attn in attentions:
-        attn.neutreno_lambda = 0.0
-    with torch.no_grad():
-        diff = (native.eval()(ids).logits.float() - neutreno.eval()(ids).logits.float()).abs().max().item()
-    for attn, lam in zip(attentions, lambdas):
-        attn.neutreno_lambda = lam
+    lam = neutreno.config.neutreno_lambda
+    neutreno.config.neutreno_lambda = 0.0  # the attention layers read λ from the config at every forward
+    try:
+        with torch.no_grad():
+            diff = (native.eval()(ids).logits.float() - neutreno.eval()(ids).logits.float()).abs().max().item()
+    finally:
+        neutreno.config.neutreno_lambda = lam
     return diff
 
 
