@@ -43,32 +43,33 @@ VARIANTS = {
 SHAPES = ("gpt2-small", "vit-tiny")
 
 
-def build(shape: str, attn: str, device: torch.device, layers: int | None) -> torch.nn.Module:
+def build(shape: str, args, device: torch.device) -> torch.nn.Module:
     torch.manual_seed(0)  # the same weights for every variant of a shape
-    depth = layers or 12
+    depth = args.num_hidden_layers or 12
     if shape == "gpt2-small":
-        config = GPT2Config(n_embd=768, n_layer=depth, n_head=12, n_positions=1024, attn_implementation=attn)
+        config = GPT2Config(vocab_size=args.vocab_size, n_embd=768, n_layer=depth, n_head=12, n_positions=1024,
+                            attn_implementation=args.attn)  # fmt: skip
         return GPT2LMHeadModel(config).to(device)
     config = ViTConfig(hidden_size=192, num_hidden_layers=depth, num_attention_heads=3, intermediate_size=768,
-                       image_size=224, patch_size=16, num_labels=1000, attn_implementation=attn)  # fmt: skip
+                       image_size=args.image_size, patch_size=16, num_labels=1000, attn_implementation=args.attn)  # fmt: skip
     return ViTForImageClassification(config).to(device)
 
 
-def inputs_for(shape: str, batch: int, context: int, device: torch.device) -> dict:
+def inputs_for(shape: str, batch: int, args, device: torch.device) -> dict:
     generator = torch.Generator().manual_seed(0)
     if shape == "gpt2-small":
-        ids = torch.randint(0, 50257, (batch, context), generator=generator).to(device)
+        ids = torch.randint(0, args.vocab_size, (batch, args.context), generator=generator).to(device)
         return {"input_ids": ids, "labels": ids}
-    pixels = torch.randn(batch, 3, 224, 224, generator=generator).to(device)
+    pixels = torch.randn(batch, 3, args.image_size, args.image_size, generator=generator).to(device)
     return {"pixel_values": pixels, "labels": torch.randint(0, 1000, (batch,), generator=generator).to(device)}
 
 
 def measure(shape: str, args, device: torch.device, dtype: torch.dtype) -> list[dict]:
     batch = args.batch_size or (2 if shape == "gpt2-small" else 8)
-    inputs = inputs_for(shape, batch, args.context, device)
+    inputs = inputs_for(shape, batch, args, device)
     models, steps = {}, {}
     for label, settings in VARIANTS.items():
-        model = build(shape, args.attn, device, args.num_hidden_layers)
+        model = build(shape, args, device)
         models[label] = model if settings is None else apply_value_path(model, **settings)
         optimizer = torch.optim.AdamW(models[label].parameters(), lr=1e-4)
         steps[label] = (train_step(models[label], optimizer, inputs, device, dtype), optimizer)
@@ -99,11 +100,14 @@ def main() -> None:
     add_common_arguments(parser)
     parser.add_argument("--shapes", nargs="+", choices=SHAPES, default=list(SHAPES))
     parser.add_argument("--context", type=int, default=256, help="GPT-2: tokens per sequence (default: 256)")
+    parser.add_argument("--vocab-size", type=int, default=50257, help="GPT-2: vocabulary size (default: 50257)")
+    parser.add_argument("--image-size", type=int, default=224, help="ViT: image size in pixels (default: 224)")
     args = parser.parse_args()
     device, dtype = setup(args)
     args.rounds = args.rounds or (5 if args.quick else 11)
     rows = [row for shape in args.shapes for row in measure(shape, args, device, dtype)]
-    meta = machine(args) | {"rounds": args.rounds, "context": args.context}
+    meta = machine(args) | {"rounds": args.rounds, "context": args.context, "vocab_size": args.vocab_size,
+                            "image_size": args.image_size}
     report("Value paths (apply_value_path) vs the unmodified model", rows, meta, args.out)
 
 

@@ -72,7 +72,8 @@ BENCHMARKS = {
         "quick": ["--quick", "--threads", "1", "--clock", "cpu", "--context", "64", "--rounds", "3"],
         "full": ["--threads", "1", "--clock", "cpu"],
         "gpu": ["--dtype", "bf16", "--batch-size", "32", "--rounds", "20"],
-        "gpu-smoke": ["--dtype", "bf16", "--batch-size", "1", "--context", "16", "--rounds", "1"]}),
+        "gpu-smoke": ["--dtype", "bf16", "--batch-size", "1", "--context", "16", "--vocab-size", "512",
+                      "--image-size", "32", "--rounds", "1"]}),
 }
 # reproduce.py per tier: its budget and flags (`--workers`: below).
 REPRODUCE = {

@@ -57,7 +57,7 @@ def test_gpu_tier_smoke_writes_both_pages_naming_the_device(tmp_path, data_dir):
     assert results.startswith("# Reproductions on a GPU") and "Training in bf16 autocast".lower() in results.lower()
     assert "attention `sdpa`" in results and f"torch {torch.__version__}" in results
     for heading in ("## CIFAR-10", "## Over-smoothing per layer", "## Data efficiency", "## Corruption robustness",
-                    "## Dominating eigenvalue", "## WikiText-2", "## Verdicts"):
+                    "## Dominating eigenvalue", "## WikiText-2", "## Each claim against its paper"):
         assert heading in results, heading
     assert "Early stopping on the validation curve" in results
     unit = json.loads((out / "reproduce" / "units" / "lm-neutreno-seed0.json").read_text())
