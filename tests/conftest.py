@@ -27,8 +27,17 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: a whole documented command or a training run; runs with RUN_SLOW=1")
 
 
+# The files with the longest slow tests (minutes each), longest first. With RUN_SLOW=1 they are collected before the
+# others, so that pytest-xdist (`--dist loadfile` hands out whole files in collection order) starts them first and
+# the short files fill in at the end, instead of one worker starting a five-minute file when the other is nearly done.
+LONGEST_FIRST = ("test_run_all.py", "test_compare.py", "test_example_commands.py", "test_reproduce.py",
+                 "test_segmenter.py", "test_readme.py", "test_neutreno_gpt.py", "test_value_path.py")
+
+
 def pytest_collection_modifyitems(config, items):
     if RUN_SLOW:
+        rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+        items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
         return
     skip = pytest.mark.skip(reason="slow test: set RUN_SLOW=1 to run it")
     for item in items:

