@@ -31,9 +31,14 @@ def printed_metrics() -> list[dict[str, float]]:
             for block in blocks]
 
 
+def _without(command: list[str], *flags: str) -> list[str]:
+    """The command without the given flags and their values."""
+    return [t for i, t in enumerate(command) if t not in flags and not (i and command[i - 1] in flags)]
+
+
 def test_the_page_documents_a_neutreno_and_a_softmax_run_with_the_same_settings():
-    commands = page_commands()
-    assert len(commands) == 2
+    commands = page_commands()[:2]
+    assert len(page_commands()) == 4  # the λ pair, then the decoder pair
     lambdas = [command[command.index("--neutreno-lambda") + 1] for command in commands]
     assert lambdas == ["0.6", "0"]
     without = [[t for t in c if t not in ("--neutreno-lambda", *lambdas)] for c in commands]
@@ -55,15 +60,26 @@ def test_the_table_quotes_what_the_commands_printed():
         assert values[:5] == expected, name
 
 
+def test_the_decoder_runs_differ_only_in_the_decoder():
+    mask, linear = page_commands()[2:]
+    overrides = [c[c.index("--config-overrides") + 1] for c in (mask, linear)]
+    assert overrides[0].endswith(",decoder_type=mask_transformer") and overrides[1].endswith(",decoder_type=linear")
+    assert overrides[0].rsplit(",", 1)[0] == overrides[1].rsplit(",", 1)[0]
+    assert _without(mask, "--config-overrides", "--output-dir") == _without(linear, "--config-overrides", "--output-dir")
+    assert "--eval-steps" in mask and "--seed" in mask and LOCAL_DATA in mask
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("index", [0, 1], ids=["neutreno", "softmax"])
+@pytest.mark.parametrize("index", [0, 1, 2, 3], ids=["neutreno", "softmax", "mask-transformer", "linear"])
 def test_documented_command_runs(index, data_dir, tmp_path):
     args = page_commands()[index]
     args[args.index(LOCAL_DATA)] = str(data_dir / "fashion-scenes")
     args[args.index("--output-dir") + 1] = str(tmp_path / "run")
     metrics = load_example("run_semantic_segmentation").main(
         args + ["--max-steps", "2", "--max-train-samples", "32", "--max-eval-samples", "4"])
-    for key in ("eval_mean_iou", "eval_mean_iou_ms", "eval_pixel_accuracy", "eval_pixel_accuracy_ms"):
+    multi_scale = "--eval-multi-scale" not in args  # the decoder runs evaluate single-scale only
+    for key in ("eval_mean_iou", "eval_pixel_accuracy") + (("eval_mean_iou_ms", "eval_pixel_accuracy_ms")
+                                                           if multi_scale else ()):
         assert 0 <= metrics[key] <= 1, (key, metrics)
     assert (tmp_path / "run" / "model.safetensors").is_file()
 
