@@ -28,8 +28,9 @@ def pytest_configure(config):
 
 
 # The files with the longest slow tests (minutes each), longest first. With RUN_SLOW=1 they are collected before the
-# others, so that pytest-xdist (`--dist loadfile` hands out whole files in collection order) starts them first and
-# the short files fill in at the end, instead of one worker starting a five-minute file when the other is nearly done.
+# others: pytest-xdist's `--dist worksteal` (the README's command) gives each worker a contiguous half of the collection
+# and lets an idle worker take tests from the end of the other's, so the long tests start at once and the short ones
+# fill in at the end, instead of one worker starting a five-minute test when the other is nearly done.
 LONGEST_FIRST = ("test_run_all.py", "test_compare.py", "test_example_commands.py", "test_reproduce.py",
                  "test_segmenter.py", "test_readme.py", "test_neutreno_gpt.py", "test_value_path.py")
 
