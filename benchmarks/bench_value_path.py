@@ -48,10 +48,10 @@ def build(shape: str, args, device: torch.device) -> torch.nn.Module:
     depth = args.num_hidden_layers or 12
     if shape == "gpt2-small":
         config = GPT2Config(vocab_size=args.vocab_size, n_embd=768, n_layer=depth, n_head=12, n_positions=1024,
-                            attn_implementation=args.attn)  # fmt: skip
+                            attn_implementation=args.attn)
         return GPT2LMHeadModel(config).to(device)
     config = ViTConfig(hidden_size=192, num_hidden_layers=depth, num_attention_heads=3, intermediate_size=768,
-                       image_size=args.image_size, patch_size=16, num_labels=1000, attn_implementation=args.attn)  # fmt: skip
+                       image_size=args.image_size, patch_size=16, num_labels=1000, attn_implementation=args.attn)
     return ViTForImageClassification(config).to(device)
 
 

@@ -95,8 +95,8 @@ def test_default_compare_as_the_readme_runs_it(tmp_path):
     assert "HF_HUB_OFFLINE=1 hf-neutreno compare" in readme and "ATEN_CPU_CAPABILITY" not in readme
     src = str(Path(hf_neutreno.__file__).resolve().parents[1])  # the code under test, wherever it is installed
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": src}
-    proc = subprocess.run([sys.executable, "-m", "hf_neutreno", "compare", "--epochs", "3", "--output-dir", str(out)], cwd=tmp_path,
-                          env=env, capture_output=True, text=True, timeout=900)
+    command = [sys.executable, "-m", "hf_neutreno", "compare", "--epochs", "3", "--output-dir", str(out)]
+    proc = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]
 
     results = json.loads((out / "results.json").read_text())
@@ -227,7 +227,8 @@ def test_each_seed_pairs_the_variants_vit_minus_included(tmp_path, monkeypatch):
         assert all(torch.equal(a, b) for other in batches[1:] for a, b in zip(batches[0], other))
     first, second = starts[5, "neutreno_vit λ=0.0"], starts[6, "neutreno_vit λ=0.0"]
     assert not all(torch.equal(first[k], second[k]) for k in first)
-    assert not all(torch.equal(a, b) for a, b in zip(labels[5, "neutreno_vit λ=0.0"], labels[6, "neutreno_vit λ=0.0"]))
+    key = "neutreno_vit λ=0.0"
+    assert not all(torch.equal(a, b) for a, b in zip(labels[5, key], labels[6, key]))
 
     # The saved ViT⁻ has the baseline's shape and a negative spectrum: every W_V W_O of every head is ≤ 0.
     config = json.loads((out / "vit-minus" / "config.json").read_text())

@@ -41,10 +41,8 @@ def test_the_page_documents_a_neutreno_and_a_softmax_run_with_the_same_settings(
     assert len(page_commands()) == 4  # the λ pair, then the decoder pair
     lambdas = [command[command.index("--neutreno-lambda") + 1] for command in commands]
     assert lambdas == ["0.6", "0"]
-    without = [[t for t in c if t not in ("--neutreno-lambda", *lambdas)] for c in commands]
-    strip_output = [[t for i, t in enumerate(c) if not (i and c[i - 1] == "--output-dir") and t != "--output-dir"]
-                    for c in without]
-    assert strip_output[0] == strip_output[1]  # the same seed, data, schedule and model: only λ differs
+    assert _without(commands[0], "--neutreno-lambda", "--output-dir") == _without(
+        commands[1], "--neutreno-lambda", "--output-dir")  # the same seed, data, schedule and model: only λ differs
     assert LOCAL_DATA in commands[0] and "--seed" in commands[0]
 
 
@@ -65,7 +63,8 @@ def test_the_decoder_runs_differ_only_in_the_decoder():
     overrides = [c[c.index("--config-overrides") + 1] for c in (mask, linear)]
     assert overrides[0].endswith(",decoder_type=mask_transformer") and overrides[1].endswith(",decoder_type=linear")
     assert overrides[0].rsplit(",", 1)[0] == overrides[1].rsplit(",", 1)[0]
-    assert _without(mask, "--config-overrides", "--output-dir") == _without(linear, "--config-overrides", "--output-dir")
+    flags = ("--config-overrides", "--output-dir")
+    assert _without(mask, *flags) == _without(linear, *flags)
     assert "--eval-steps" in mask and "--seed" in mask and LOCAL_DATA in mask
 
 
