@@ -153,9 +153,9 @@ SECTIONS = {  # JSON file -> (heading, what it measures)
                    "cores with a long-running job, so wall times drift and single rounds are noisy (two runs of this "
                    "benchmark there, 11 and 15 rounds, differed by up to 0.06 in a throughput ratio). `step peak` is "
                    "the memory allocated during a step above what was allocated before it; `total` adds weights and "
-                   "optimizer state. NeuTRENO with SDPA keeps one more (batch, tokens, hidden) tensor per layer: "
-                   "SDPA keeps its own output for the backward pass next to the output with the term added "
-                   "(docs/value-path.md, Cost)."),
+                   "optimizer state. SDPA keeps its own output (and its values) for the backward pass; the adapter "
+                   "rebuilds them there from the output with the NeuTRENO term (and from V_ℓ, V_0 and a learnable α) "
+                   "instead of keeping a second copy per layer (docs/value-path.md, Cost)."),
 }
 
 

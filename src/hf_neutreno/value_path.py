@@ -333,11 +333,27 @@ class _ValuePathAttention:
         coefficient = context["coefficient"]
         if isinstance(coefficient, torch.Tensor):
             coefficient = coefficient[position].to(value.dtype)
+        # What the inner backend keeps for its backward pass and the rule's own tensors overlap: a learnable α keeps
+        # V_ℓ and V_0 for its gradient, beside the backend's mixed values; the output projection keeps the output
+        # with the NeuTRENO term, beside the backend's output without it. The backend's copy is then recomputed
+        # from the others in the backward pass instead of being kept (O(N·d); _SavedForBackward).
+        learnable = isinstance(coefficient, torch.Tensor)
+        recompute = context["recompute_saved"] and not torch.compiler.is_compiling()  # compiled: traces no hooks
+        saved = _SavedForBackward() if recompute and (context["method"] == "neutreno" or learnable) else None
         if context["method"] == "value_residual":
-            value = torch.lerp(value, first, coefficient)  # (1 − α) V_ℓ + α V_0, exactly V_ℓ at α = 0
-            return attention(module, query, key, value, attention_mask, *args, **kwargs)
+            mixed = torch.lerp(value, first, coefficient)  # (1 − α) V_ℓ + α V_0, exactly V_ℓ at α = 0
+            if saved is None:
+                return attention(module, query, key, mixed, attention_mask, *args, **kwargs)
+            with saved.hooks():
+                result = attention(module, query, key, mixed, attention_mask, *args, **kwargs)
+            saved.recompute(mixed, torch.lerp, value, first, coefficient)
+            return result
 
-        output, *rest = attention(module, query, key, value, attention_mask, *args, **kwargs)
+        if saved is None:
+            output, *rest = attention(module, query, key, value, attention_mask, *args, **kwargs)
+        else:
+            with saved.hooks():
+                output, *rest = attention(module, query, key, value, attention_mask, *args, **kwargs)
         # The term is token-wise: the current queries' rows, which sit after the `past` cached ones (a static cache
         # hands over its whole buffer, a dynamic one exactly past + queries rows).
         start, length = context["past"], query.shape[-2]
@@ -349,13 +365,82 @@ class _ValuePathAttention:
             first, value = first.narrow(-2, start, length), value.narrow(-2, start, length)
         kv_heads = value.shape[1]
         # (batch, q, heads, d) with heads = kv heads × group: each query head gets its key/value head's term.
-        output = output.unflatten(2, (kv_heads, output.shape[2] // kv_heads))
-        if isinstance(coefficient, torch.Tensor):
+        grouped = output.unflatten(2, (kv_heads, output.shape[2] // kv_heads))
+        if learnable:
             term = _ScaledDifference.apply(coefficient, first, value)
-            output = output + term.transpose(1, 2).unsqueeze(3)
+            combined = (grouped + term.transpose(1, 2).unsqueeze(3)).flatten(2, 3)
         else:
-            output = output.add((first - value).transpose(1, 2).unsqueeze(3), alpha=coefficient)
-        return (output.flatten(2, 3), *rest)
+            combined = grouped.add((first - value).transpose(1, 2).unsqueeze(3), alpha=coefficient).flatten(2, 3)
+        if saved is not None:
+            saved.recompute(output, _without_term, combined, first, value, coefficient)
+        return (combined, *rest)
+
+
+def _without_term(combined, first, value, coefficient):
+    """The inner backend's output from the output with the NeuTRENO term: the same difference, subtracted. Equal up
+    to rounding, which is all its use needs (the backend's backward pass reads it in softmax's Σ dO·O)."""
+    kv_heads = value.shape[1]
+    difference = (first - value).transpose(1, 2).unsqueeze(3)
+    grouped = combined.unflatten(2, (kv_heads, combined.shape[2] // kv_heads))
+    return (grouped - difference * coefficient).flatten(2, 3)
+
+
+class _SavedForBackward:
+    """Saved-tensor hooks around the inner backend's call. They keep what it saves for its backward pass as usual,
+    except a tensor that `recompute` names: that one is rebuilt from tensors the graph keeps anyway when the backward
+    pass needs it, so that its memory is freed after the forward pass."""
+
+    def __init__(self):
+        self.entries = []
+
+    def hooks(self):
+        return torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+
+    def _pack(self, tensor):
+        entry = [tensor.detach(), None]  # detached: an output saved by its own node would hold itself in a cycle
+        self.entries.append(entry)
+        return entry
+
+    @staticmethod
+    def _unpack(entry):
+        tensor, rebuild = entry
+        if tensor is not None:
+            return tensor
+        with torch.no_grad():
+            return rebuild()
+
+    def recompute(self, kept: torch.Tensor, function, *arguments) -> None:
+        """Drop every saved tensor over `kept`'s memory (in any shape and strides of it) and rebuild it from
+        `function(*arguments)`, which equals `kept`. The arguments are taken as they are now, detached (a coefficient
+        copied: an optimizer step may change it before a retained graph is used again)."""
+        frozen = [(a.detach().clone() if a.dim() == 0 else a.detach()) if torch.is_tensor(a) else a for a in arguments]
+        for entry in self.entries:
+            tensor = entry[0]
+            if (
+                tensor is None
+                or tensor.untyped_storage().data_ptr() != kept.untyped_storage().data_ptr()
+                or tensor.storage_offset() != kept.storage_offset()
+                or tensor.numel() != kept.numel()
+                or tensor.dtype != kept.dtype
+            ):
+                continue
+            entry[:] = [None, _Rebuild(function, frozen, kept, tensor)]
+        self.entries = []
+
+
+class _Rebuild:
+    """`function(*arguments)` laid out in memory as `kept`, seen as `saved` (a view of the same memory)."""
+
+    def __init__(self, function, arguments, kept, saved):
+        self.function, self.arguments = function, arguments
+        self.layout = (kept.size(), kept.stride())
+        self.view = (saved.size(), saved.stride())
+
+    def __call__(self):
+        fresh = self.function(*self.arguments)
+        if fresh.stride() != self.layout[1] or fresh.storage_offset() != 0:
+            fresh = torch.empty_strided(*self.layout, dtype=fresh.dtype, device=fresh.device).copy_(fresh)
+        return fresh.as_strided(*self.view, 0)
 
 
 class _ScaledDifference(torch.autograd.Function):
@@ -403,9 +488,19 @@ def _begin_forward(model, settings, module, args, kwargs):
         "layers": {layer: position for position, layer in enumerate(settings["layers"])},
         "past": int(cache.get_seq_length()) if cache is not None else 0,
         "grad_enabled": torch.is_grad_enabled(),
+        "recompute_saved": _recompute_saved(model),
         "first_values": None,
     }
     return args, kwargs
+
+
+def _recompute_saved(model) -> bool:
+    """Whether the layers may swap a tensor the backend saves for a recipe (`_SavedForBackward`): only when there is a
+    backward pass, and not under torch.compile (which traces no saved-tensor hooks) or activation checkpointing (whose
+    own hooks must see every saved tensor, or it keeps them)."""
+    if not torch.is_grad_enabled() or torch.compiler.is_compiling():
+        return False
+    return not any(getattr(module, "gradient_checkpointing", False) for module in model.modules())
 
 
 # --- adapting a model -----------------------------------------------------------------------------------------------
