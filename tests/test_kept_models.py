@@ -44,7 +44,7 @@ print(json.dumps({"module": type(model).__module__, "accuracy": correct / len(im
 """
 
 
-def test_every_kept_model_folder_is_a_finished_units_and_the_weights_stay_within_20_mb():
+def test_every_kept_model_folder_belongs_to_a_finished_unit_and_the_weights_stay_within_20_mb():
     folders = sorted(path.name for path in (RUN / "models").iterdir() if path.is_dir())
     recorded = sorted(Path(json.loads((RUN / "units" / f"{name}.json").read_text())["model_dir"]).name for name in KEPT)
     assert folders == recorded, (folders, recorded)  # no folder without its unit, no unit without its folder
@@ -56,7 +56,7 @@ def test_every_kept_model_folder_is_a_finished_units_and_the_weights_stay_within
 @pytest.mark.parametrize("unit_name", KEPT)
 def test_a_kept_model_loads_without_the_package_and_scores_its_recorded_results(unit_name, data_dir, tmp_path):
     unit = json.loads((RUN / "units" / f"{unit_name}.json").read_text())
-    folder = RUN / Path(unit["model_dir"])
+    folder = RUN / unit["model_dir"]
     parquet = data_dir / "cifar10" / "test-00000-of-00001.parquet"
     code = f"folder, parquet = {str(folder)!r}, {str(parquet)!r}\n" + SCORE
     scored = json.loads(run_fresh(code, tmp_path).strip().splitlines()[-1])
