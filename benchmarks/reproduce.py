@@ -35,6 +35,7 @@ run. `--render` only re-renders the markdown from the JSON there.
 
 import argparse
 import dataclasses
+import fnmatch
 import functools
 import json
 import math
@@ -238,6 +239,9 @@ def parse_args(argv=None) -> tuple[argparse.Namespace, Budget]:
     p.add_argument("--bf16", action="store_const", const=True, default=None,
                    help="bf16 autocast in training (GPU; the gpu budget's default).")
     p.add_argument("--render", action="store_true", help="Only re-render the markdown from the JSON in --out.")
+    p.add_argument("--only", nargs="+", metavar="PATTERN", default=None,
+                   help="Run only the planned units whose names match one of these shell patterns (e.g. "
+                   "'valuepath-lm-*'): a share of the plan on another machine. The page still counts every unit.")
     for field in dataclasses.fields(Budget):
         if field.name == "bf16":  # the switch above
             continue
@@ -356,13 +360,20 @@ def run_unit(unit: dict, budget: Budget, out: Path, data: str | None = None) -> 
     shutil.rmtree(work_dir, ignore_errors=True)
     seconds = time.perf_counter() - start + result.pop("seconds_before_resume", 0.0)
     result.update(unit=unit, budget=dataclasses.asdict(budget), seconds=seconds,
-                  load_average=[load, os.getloadavg()[0]], threads=torch.get_num_threads())
+                  load_average=[load, os.getloadavg()[0]], threads=torch.get_num_threads(), device=device_name())
     path = out / "units" / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.with_suffix(".tmp").write_text(json.dumps(result, indent=1))
     path.with_suffix(".tmp").replace(path)  # atomic: a killed run never leaves half a result
     print(f"[{time.strftime('%H:%M:%S')}] {name}: done in {seconds / 60:.1f} min", flush=True)
     return name
+
+
+def device_name() -> str:
+    """What trained the unit: the GPU's name, or the CPU's (a run's units can come from several machines)."""
+    from common import machine
+
+    return machine()["device"]
 
 
 def _run(unit: dict, budget: Budget, out: Path, work_dir: str, data: str | None) -> dict:
@@ -736,13 +747,17 @@ def pilot_scenes(scenes: Path, folder: Path) -> Path:
         return folder
     train = datasets.load_dataset("parquet", data_dir=str(scenes), split="train")
     split = train.train_test_split(test_size=SEGMENT_PILOT_IMAGES, seed=0)
-    partial = folder.with_name(folder.name + ".partial")
+    # Written under this process's name, then renamed: the pilot's units run in parallel workers.
+    partial = folder.with_name(f"{folder.name}.partial-{os.getpid()}")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
     split["train"].to_parquet(str(partial / "train-00000-of-00001.parquet"))
     split["test"].to_parquet(str(partial / "validation-00000-of-00001.parquet"))
     shutil.copy(scenes / "id2label.json", partial / "id2label.json")
-    partial.rename(folder)
+    try:
+        partial.rename(folder)
+    except OSError:  # another worker renamed its copy first: the same split (seed 0)
+        shutil.rmtree(partial)
     return folder
 
 
@@ -900,15 +915,22 @@ def ready(unit: dict, out: Path) -> bool:
     return True
 
 
+def selected(unit: dict, only: list[str] | None) -> bool:
+    """Whether the unit's name matches one of the `--only` patterns (every unit without them)."""
+    return only is None or any(fnmatch.fnmatchcase(unit_name(unit), pattern) for pattern in only)
+
+
 def run_all(experiments: list[str], budget: Budget, out: Path, workers: int, threads: int | None,
-            data: str | None = None) -> tuple[list[str], list[str]]:
-    """Run the planned units that are not cached (inline, or in `workers` spawned processes), each once its inputs
-    exist, re-planning as units finish (the sweep's choice adds units); returns (names run, names that failed)."""
+            data: str | None = None, only: list[str] | None = None) -> tuple[list[str], list[str]]:
+    """Run the planned units (those `only` selects) that are not cached (inline, or in `workers` spawned processes),
+    each once its inputs exist, re-planning as units finish (the sweep's choice adds units); returns (names run,
+    names that failed)."""
     done, failed, running = [], [], {}
 
     def pending() -> list[dict]:
         names = {*done, *failed, *running.values()}
-        return [u for u in plan(budget, experiments, out) if unit_name(u) not in names and not cached(out, u, budget)]
+        return [u for u in plan(budget, experiments, out)
+                if selected(u, only) and unit_name(u) not in names and not cached(out, u, budget)]
 
     def finished(name: str, error: BaseException | None) -> None:
         (failed if error is not None else done).append(name)
@@ -950,7 +972,10 @@ def main(argv=None) -> dict:
     failed = []
     if not args.render:
         planned = plan(budget, args.experiments, out)
-        units = [u for u in planned if not cached(out, u, budget)]
+        units = [u for u in planned if selected(u, args.only) and not cached(out, u, budget)]
+        if args.only and not any(selected(u, args.only) for u in planned):
+            raise SystemExit(f"--only {' '.join(args.only)}: no planned unit matches; the plan's units are "
+                             + ", ".join(unit_name(u) for u in planned))
         print(f"{len(units)} units to run, budget {args.budget}: {budget}", flush=True)
         # Recorded now and again at the end: a session that is killed (runs can span days) still leaves its plan.
         session.update(planned=[unit_name(u) for u in planned], workers=args.workers, threads=args.threads)
@@ -958,7 +983,7 @@ def main(argv=None) -> dict:
                                    budget=dataclasses.asdict(budget))
         record(session)
         start = time.perf_counter()
-        done, failed = run_all(args.experiments, budget, out, args.workers, args.threads, args.data)
+        done, failed = run_all(args.experiments, budget, out, args.workers, args.threads, args.data, args.only)
         session.update(wall_seconds=time.perf_counter() - start, units_run=len(done) + len(failed), failed=failed,
                        planned=[unit_name(u) for u in plan(budget, args.experiments, out)],
                        load_average_end=os.getloadavg())

@@ -296,3 +296,20 @@ def test_round_two_units_run_end_to_end(grid, data_dir, tmp_path, monkeypatch):
     assert {"adapt-accuracy", "kernel-accuracy"} <= set(claims)
     assert "| value residual ViT |" in text and "| value residual, learnable mix |" in text  # CIFAR and LM tables
     assert claims["valuepath-cifar-value-residual"]["planned"] == 1  # its baseline is the first run's ViT
+
+
+@pytest.mark.slow
+def test_only_runs_the_matching_units_and_keeps_the_whole_plan(data_dir, tmp_path):
+    out = tmp_path / "share"
+    reproduce.main(MICRO + ["--seeds", "0", "--experiments", "lm", "--only", "lm-neutreno-*", "--data", str(data_dir),
+                            "--out", str(out)])
+    assert [p.stem for p in (out / "units").glob("*.json")] == ["lm-neutreno-seed0"]
+    unit = json.loads((out / "units" / "lm-neutreno-seed0.json").read_text())
+    assert unit["device"].startswith("CPU: ")  # what trained it: the run's units can come from several machines
+    run = json.loads((out / "run.json").read_text())
+    assert run["planned"] == ["lm-softmax-seed0", "lm-neutreno-seed0"]  # the page counts the unit still to run
+
+
+def test_only_without_a_matching_unit_names_the_plan(tmp_path):
+    with pytest.raises(SystemExit, match=r"--only lm-\*: no planned unit matches; .*cifar-vit-100pct-seed0"):
+        reproduce.main(["--quick", "--experiments", "cifar", "--only", "lm-*", "--out", str(tmp_path)])
