@@ -541,15 +541,12 @@ def train_resumably(trainer, work_dir: str) -> tuple:
     The Trainer must log its loss when it saves, so that the logs kept in a checkpoint cover every step before it."""
     from transformers.trainer_utils import get_last_checkpoint
 
+    from hf_neutreno.training_scripts import whole_run_training_loss
+
     checkpoint = get_last_checkpoint(work_dir) if os.path.isdir(work_dir) else None
     trained = trainer.train(resume_from_checkpoint=checkpoint)
     resumed_at = int(checkpoint.rsplit("-", 1)[1]) if checkpoint else 0
-    # Trainer's training_loss averages this session's steps only; the earlier sessions' are in the logs.
-    earlier, logged = 0.0, 0
-    for entry in trainer.state.log_history:
-        if "loss" in entry and entry["step"] <= resumed_at:
-            earlier, logged = earlier + entry["loss"] * (entry["step"] - logged), entry["step"]
-    loss = (earlier + trained.training_loss * (trained.global_step - resumed_at)) / trained.global_step
+    loss = whole_run_training_loss(trainer.state, trained.training_loss, resumed_at)
     callback = next(c for c in trainer.callback_handler.callbacks if isinstance(c, CurvePoints))
     return trained, loss, [entry["curve"] for entry in trainer.state.log_history if "curve" in entry], callback.before
 
@@ -699,13 +696,15 @@ def run_segment(variant: str, seed: int, budget: Budget, out: Path, work_dir: st
         scenes = pilot_scenes(scenes, Path(work_dir).parent / f"{SEGMENT_SCENES}-pilot")
     encoder = variant.removeprefix("scratch-")
     lam = VIT_LAMBDA if encoder == "neutreno" else 0.0
+    # The pilot scores all of its held-out scenes, fewer than the validation split's.
+    scored = min(budget.segment_eval_samples, SEGMENT_PILOT_IMAGES) if pilot else budget.segment_eval_samples
     args = ["--dataset-name", str(scenes), "--crop-size", "64", "--neutreno-lambda", str(lam),
             "--max-steps", str(budget.segment_steps), "--per-device-train-batch-size", str(budget.segment_batch_size),
             "--lr-scheduler-type", "polynomial", "--seed", str(seed), "--output-dir", work_dir,
             "--save-strategy", "steps", "--save-steps", str(max(budget.segment_steps // 4, 1)),
             "--save-total-limit", "1", "--logging-steps", str(max(budget.segment_steps // 10, 1)),
             "--report-to", "none", "--disable-tqdm", "true", "--metric-backend", "direct",
-            "--max-eval-samples", str(budget.segment_eval_samples), "--eval-multi-scale", str(not pilot).lower()]
+            "--max-eval-samples", str(scored), "--eval-multi-scale", str(not pilot).lower()]
     args += [token for key, value in recipe.items() for token in (f"--{key.replace('_', '-')}", str(value))]
     if variant.startswith("scratch-"):
         config = budget_vit_shape(budget)
@@ -734,7 +733,8 @@ def run_segment(variant: str, seed: int, budget: Budget, out: Path, work_dir: st
             "scored_on": "held-out training scenes" if pilot else "validation", "neutreno_lambda": lam,
             "start_from": None if variant.startswith("scratch-") else parent_dir(out, encoder, seed).name,
             "train_loss": metrics.get("train_loss"), "steps": budget.segment_steps,
-            "train_seconds": metrics.get("train_runtime"), "parameters": model.num_parameters(),
+            "train_seconds": metrics.get("train_runtime"),  # this session's (a resumed unit's earlier ones are lost)
+            "resumed_from_step": metrics.get("resumed_from_step"), "parameters": model.num_parameters(),
             "trained": {"oversmoothing": smoothing.to_dict()}}
 
 
@@ -987,7 +987,7 @@ def main(argv=None) -> dict:
         session.update(wall_seconds=time.perf_counter() - start, units_run=len(done) + len(failed), failed=failed,
                        planned=[unit_name(u) for u in plan(budget, args.experiments, out)],
                        load_average_end=os.getloadavg())
-        record(session, replace_last=True)
+        record(session, update=True)
     unigram_reference(out, args.data)
     results = report.aggregate(out, validated_lambda(out))
     text = report.render(out, results, docs=Path(args.docs) if args.docs else None)

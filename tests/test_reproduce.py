@@ -227,6 +227,8 @@ def test_round_two_units_run_end_to_end(grid, data_dir, tmp_path, monkeypatch):
 
     monkeypatch.setattr(reproduce, "LAMBDA_GRID", grid)
     monkeypatch.setattr(reproduce, "VALIDATION_IMAGES", 50)  # of 50,000: the sweep's held-out split
+    # Fewer held-out scenes than the budget's Segmenters score (8), as at cpu-long (500 against 1,000): all are scored.
+    monkeypatch.setattr(reproduce, "SEGMENT_PILOT_IMAGES", 6)
     out = tmp_path / "round2"
     one_seed = ["--quick", "--seeds", "0", *MICRO[4:]]  # MICRO with seed 0 alone
     everything = 0.6 not in grid  # the rest of round 2 does not depend on the grid: run it once
@@ -313,3 +315,12 @@ def test_only_runs_the_matching_units_and_keeps_the_whole_plan(data_dir, tmp_pat
 def test_only_without_a_matching_unit_names_the_plan(tmp_path):
     with pytest.raises(SystemExit, match=r"--only lm-\*: no planned unit matches; .*cifar-vit-100pct-seed0"):
         reproduce.main(["--quick", "--experiments", "cifar", "--only", "lm-*", "--out", str(tmp_path)])
+
+
+def test_invocations_sharing_a_run_folder_each_update_their_own_record(tmp_path):
+    first, second = {"command": "python a", "started": "t0"}, {"command": "python b", "started": "t1"}
+    stats.record_session(tmp_path, first, budget_name="quick", budget={})
+    stats.record_session(tmp_path, second, budget_name="quick", budget={})  # e.g. an --only share elsewhere
+    stats.record_session(tmp_path, {**first, "wall_seconds": 5.0}, budget_name="quick", budget={}, update=True)
+    sessions = json.loads((tmp_path / "run.json").read_text())["sessions"]
+    assert [(s["command"], s.get("wall_seconds")) for s in sessions] == [("python a", 5.0), ("python b", None)]
