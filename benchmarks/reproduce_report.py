@@ -284,9 +284,10 @@ def claims(groups: dict, planned: list[str]) -> list[dict]:
 # ---------------------------------------------------------------------------------------------------- run record
 
 
-def record_session(out: Path, session: dict, budget_name: str, budget: dict, replace_last: bool = False) -> None:
-    """Append this invocation (command, wall time, load, machine) to `<out>/run.json`, or update the entry it
-    appended before (`replace_last`)."""
+def record_session(out: Path, session: dict, budget_name: str, budget: dict, update: bool = False) -> None:
+    """Append this invocation (command, wall time, load, machine) to `<out>/run.json`, or (`update`) replace the entry
+    it appended at its start: the one with its command and start time, as several invocations can share a run folder
+    (`--only` shares of the plan on other machines)."""
     import torch
 
     from common import machine
@@ -303,8 +304,10 @@ def record_session(out: Path, session: dict, budget_name: str, budget: dict, rep
     run.update(budget_name=budget_name, budget=budget)
     if "planned" in session:
         run["planned"] = session["planned"]  # every unit of the budget: the page says how many are finished
-    if replace_last and run["sessions"]:
-        run["sessions"][-1] = entry
+    mine = [i for i, earlier in enumerate(run["sessions"])
+            if (earlier.get("command"), earlier.get("started")) == (entry.get("command"), entry.get("started"))]
+    if update and mine:
+        run["sessions"][mine[-1]] = entry
     else:
         run["sessions"].append(entry)
     path.write_text(json.dumps(run, indent=1))
