@@ -39,7 +39,7 @@ from hf_neutreno.convert import gpt2_to_neutreno
 from hf_neutreno.hub import HubTrainer, prepare_trainer_push
 from hf_neutreno.lm_eval import PROTOCOLS, evaluate_lm
 from hf_neutreno.model_factories import language_model
-from hf_neutreno.training_scripts import checkpoint_to_resume, parse_config_overrides, script_parser
+from hf_neutreno.training_scripts import checkpoint_to_resume, parse_config_overrides, script_parser, train_metrics
 from hf_neutreno.text_data import group_into_blocks, load_wikitext, token_stream, train_word_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> dict:
     )
     train_result = trainer.train(resume_from_checkpoint=checkpoint)
     trainer.save_model()
-    metrics = dict(train_result.metrics)
+    metrics = train_metrics(trainer, train_result, checkpoint)
 
     # The paper's evaluation (batch 1 by definition; windows batched, same numbers) and block perplexity.
     for split in data_args.eval_splits:

@@ -48,6 +48,7 @@ from hf_neutreno.training_scripts import (
     checkpoint_to_resume,
     parse_config_overrides,
     script_parser,
+    train_metrics,
 )
 
 logger = logging.getLogger(__name__)
@@ -190,7 +191,7 @@ def main(argv: list[str] | None = None) -> tuple[dict, Trainer]:
     if training_args.do_train:
         result = trainer.train(resume_from_checkpoint=checkpoint)
         trainer.save_model()
-        metrics.update(result.metrics)
+        metrics.update(train_metrics(trainer, result, checkpoint))
     eval_metrics = trainer.evaluate()
     metrics.update(eval_metrics)
     trainer.log_metrics("all", metrics)

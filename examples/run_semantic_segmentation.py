@@ -55,6 +55,7 @@ from hf_neutreno.training_scripts import (
     checkpoint_to_resume,
     parse_config_overrides,
     script_parser,
+    train_metrics,
 )
 
 logger = logging.getLogger(__name__)
@@ -425,7 +426,7 @@ def main(argv: list[str] | None = None) -> dict:
     if training_args.do_train:
         result = trainer.train(resume_from_checkpoint=checkpoint)
         trainer.save_model()  # weights, code and the image processor
-        metrics.update(result.metrics)
+        metrics.update(train_metrics(trainer, result, checkpoint))
     eval_metrics = trainer.evaluate(multi_scale=data_args.eval_multi_scale)
     metrics.update(eval_metrics)
     trainer.log_metrics("all", metrics)

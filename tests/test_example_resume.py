@@ -3,12 +3,16 @@
 run ends with the weights of the uninterrupted one. `--overwrite-output-dir` trains afresh into a finished run's
 folder. (Refusals of bad input: tests/test_validation.py.)"""
 
+import json
 import shutil
+from types import SimpleNamespace
 
 import pytest
 import torch
 from examples_loader import load_example
 from safetensors.torch import load_file
+
+from hf_neutreno.training_scripts import whole_run_training_loss
 
 TINY = ["--config-overrides", "num_hidden_layers=2,hidden_size=16,num_attention_heads=2,intermediate_size=32",
         "--image-size", "28", "--patch-size", "7", "--max-train-samples", "32", "--max-eval-samples", "8",
@@ -40,6 +44,10 @@ def test_resume_from_the_last_checkpoint_ends_as_the_uninterrupted_run(spelling,
     shutil.copytree(uninterrupted / "checkpoint-2", interrupted / "checkpoint-2")
     metrics, trainer = _run(data_dir, interrupted, "--resume-from-checkpoint", *spelling)
     assert trainer.state.global_step == 4
+    # The reported loss is the whole run's, steps 1-2 included (Trainer's own covers the resumed steps only).
+    whole = json.loads((uninterrupted / "all_results.json").read_text())
+    assert metrics["resumed_from_step"] == 2
+    assert metrics["train_loss"] == pytest.approx(whole["train_loss"], rel=1e-6)
     steps = [entry["step"] for entry in trainer.state.log_history if "loss" in entry]
     assert steps == [1, 2, 3, 4]  # steps 1-2 come from the checkpoint's log, 3-4 were trained now
     expected, got = _weights(uninterrupted), _weights(interrupted)
@@ -97,3 +105,14 @@ def test_eigen_example_resumes_an_interrupted_run_with_the_uninterrupted_results
     for key in ("data_efficiency", "robustness", "spectral", "complete"):
         assert resumed[key] == full[key], key
     assert not any(out.glob("*/checkpoint-*"))  # a finished run's checkpoints are removed
+
+
+def test_whole_run_training_loss_weights_each_logged_mean_by_its_steps():
+    # Logged every 2 steps (each entry the mean of its 2 steps), resumed at step 4, 2 more steps at mean 0.5.
+    state = SimpleNamespace(global_step=6, log_history=[{"loss": 3.0, "step": 2}, {"loss": 2.0, "step": 4},
+                                                        {"loss": 0.5, "step": 6}, {"train_loss": 0.5, "step": 6}])
+    assert whole_run_training_loss(state, 0.5, resumed_at=4) == pytest.approx((3.0 * 2 + 2.0 * 2 + 0.5 * 2) / 6)
+    assert whole_run_training_loss(state, 0.0, resumed_at=6) == pytest.approx((3.0 * 2 + 2.0 * 2 + 0.5 * 2) / 6)
+    assert whole_run_training_loss(state, 1.25, resumed_at=0) == 1.25  # not resumed: Trainer's own
+    # Resumed at step 5: the logs stop at step 4, so step 5's loss is unknown and no mean is made up.
+    assert whole_run_training_loss(state, 0.5, resumed_at=5) is None

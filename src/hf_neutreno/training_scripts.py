@@ -5,7 +5,8 @@ overrides are parsed from one flag, and a multi-process launch that Trainer woul
     parser = script_parser(ModelArguments, DataArguments)     # + --overwrite-output-dir, bare --resume-from-checkpoint
     model_args, data_args, script_args, training_args = parser.parse_args_into_dataclasses()
     checkpoint = checkpoint_to_resume(training_args, script_args.overwrite_output_dir)
-    trainer.train(resume_from_checkpoint=checkpoint)
+    result = trainer.train(resume_from_checkpoint=checkpoint)
+    metrics = train_metrics(trainer, result, checkpoint)     # train_loss over the whole run, resumed or not
 """
 
 import json
@@ -14,7 +15,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from transformers import HfArgumentParser, TrainingArguments
+from transformers import HfArgumentParser, TrainerState, TrainingArguments
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
@@ -99,6 +100,31 @@ def checkpoint_to_resume(training_args: TrainingArguments, overwrite_output_dir:
     if checkpoint is None and training_args.do_train:
         refuse_to_overwrite(training_args.output_dir, overwrite_output_dir, training_args.process_index == 0)
     return checkpoint
+
+
+def whole_run_training_loss(state, session_loss: float, resumed_at: int) -> float | None:
+    """The mean training loss over every step of a run that resumed at step `resumed_at` (0: not resumed), from
+    Trainer's `state` after `train()` and its `training_loss`, which averages the resumed session's steps only (0.0 when
+    the checkpoint was the last step). The earlier steps' losses are in the log history the checkpoint kept; None when
+    those logs stop short of the checkpoint (its step is not a multiple of the logging steps)."""
+    earlier, logged = 0.0, 0
+    for entry in state.log_history:
+        if "loss" in entry and entry["step"] <= resumed_at:
+            earlier, logged = earlier + entry["loss"] * (entry["step"] - logged), entry["step"]
+    if logged != resumed_at:
+        return None
+    return (earlier + session_loss * (state.global_step - resumed_at)) / state.global_step
+
+
+def train_metrics(trainer, result, checkpoint: str | None) -> dict:
+    """The metrics of `result = trainer.train(resume_from_checkpoint=checkpoint)`, with `train_loss` the mean over
+    every step of the run (`whole_run_training_loss`) and, for a resumed run, `resumed_from_step`."""
+    metrics = dict(result.metrics)
+    if checkpoint is not None:
+        resumed_at = TrainerState.load_from_json(os.path.join(checkpoint, TRAINER_STATE_NAME)).global_step
+        metrics.update(train_loss=whole_run_training_loss(trainer.state, result.training_loss, resumed_at),
+                       resumed_from_step=resumed_at)
+    return metrics
 
 
 def parse_config_overrides(text: str | None, config_class) -> dict:
