@@ -176,17 +176,20 @@ def header(run: dict, units: list[dict]) -> str:
     """Machine, commands, load, progress, compute and budget of the run, from run.json and the units."""
     sessions, lines = run["sessions"], [fill("run"), ""]
     budget = run.get("budget") or (units[0]["budget"] if units else {})
-    machines = {}  # one line per machine and software versions, with the last of its commands' workers
+    machines = {}  # one line per machine and software versions
     for number, s in enumerate(sessions, 1):
         m = s["machine"]
         software = dict(hardware=m.get("gpu") or f"{m.get('cpu') or m['device']}, {m['cpu_cores']} cores",
                         python=m["python"], torch=m["torch"], transformers=m["transformers"])
-        entry = machines.setdefault(json.dumps(software), {**software, "numbers": []})
-        entry.update(numbers=entry["numbers"] + [number], workers=m.get("workers") or 1,
-                     threads=m["torch_threads_per_worker"])
+        entry = machines.setdefault(json.dumps(software), {**software, "numbers": [], "parallel": set()})
+        entry["numbers"].append(number)
+        entry["parallel"].add((m.get("workers") or 1, m["torch_threads_per_worker"]))
     for m in machines.values():
-        numbers = m.pop("numbers")
+        numbers, parallel = m.pop("numbers"), m.pop("parallel")
         commands = f" (command{'s' * (len(numbers) > 1)} {_spans(numbers)})" if len(machines) > 1 else ""
+        (workers, threads), = parallel if len(parallel) == 1 else [(None, None)]
+        m["parallel"] = (f"{workers} worker process(es) × {threads} torch thread(s)" if workers else
+                         "worker processes and torch threads as each command sets them")
         lines.append(fill("machine", commands=commands, **m))
     if budget.get("bf16") or budget.get("attn_implementation"):
         lines.append(fill("precision", training="in bf16 autocast" if budget.get("bf16") else "in fp32",

@@ -248,3 +248,14 @@ def test_the_claims_data_is_consistent():
 
 def test_commands_of_one_machine_are_named_as_spans():
     assert page._spans([1, 2, 3, 5, 7, 8]) == "1-3, 5, 7-8" and page._spans([4]) == "4"
+
+
+def test_a_machine_line_gives_workers_only_when_its_commands_agree():
+    def session(workers, **machine):
+        return {"command": COMMAND, "started": "2026-01-01 00:00:00", "load_average_start": [0.1],
+                "machine": {**MACHINE, "workers": workers, **machine}}
+
+    gpu = {"gpu": "NVIDIA H200", "python": "3.12"}
+    text = page.header({"budget": BUDGET, "sessions": [session(1), session(2), session(5, **gpu)]}, [])
+    assert "- **Machine (commands 1-2)**: CPU, 2 cores; worker processes and torch threads as each command" in text
+    assert "- **Machine (command 3)**: NVIDIA H200; 5 worker process(es) × 1 torch thread(s); python 3.12" in text
