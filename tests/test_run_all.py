@@ -63,3 +63,13 @@ def test_gpu_tier_smoke_writes_both_pages_naming_the_device(tmp_path, data_dir):
     unit = json.loads((out / "reproduce" / "units" / "lm-neutreno-seed0.json").read_text())
     assert unit["budget"]["bf16"] and unit["budget"]["attn_implementation"] == "sdpa"
     assert unit["best_step"] in [point["step"] for point in unit["curve"]]
+
+
+@pytest.mark.parametrize("budget, folder, page", [("full", "benchmarks/results", "benchmarks.md"),
+                                                  ("gpu", "benchmarks/results/gpu", "benchmarks-gpu.md")])
+def test_the_committed_speed_pages_are_rendered_from_the_committed_json(budget, folder, page, tmp_path, monkeypatch):
+    from pathlib import Path
+
+    root = Path(run_all.__file__).resolve().parents[1]
+    monkeypatch.chdir(root)  # the page names its folder as the command line did: relative to the repository
+    assert run_all.render(Path(folder), tmp_path, budget) == (root / "docs" / page).read_text()
