@@ -31,6 +31,12 @@ flag (`--epochs 5 --train-samples 10000 ...`). Each trained model is one "unit" 
 recomputed; changing only the seed lists keeps them). A unit in progress checkpoints after every epoch (LM: every
 curve point) under `<out>/checkpoints/`, and a rerun continues it from there with the same result as an uninterrupted
 run. `--render` only re-renders the markdown from the JSON there.
+
+`--only PATTERN ...` runs the planned units whose names match (shell patterns), e.g. a share of a long run on a lent
+GPU with the same budget; copy its `units/*.json` (and its session from `run.json`) into the main run's folder, where
+the page counts them like any other. Each unit records the `device` that trained it.
+
+    python benchmarks/reproduce.py --budget cpu-long --experiments value-path --only 'valuepath-lm-*' --out share
 """
 
 import argparse
