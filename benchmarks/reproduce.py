@@ -206,8 +206,8 @@ BUDGETS = {
     # The GPU tier (`benchmarks/run_all.py --budget gpu`, about 40 minutes of one H100 with the benchmarks; the estimate
     # is in docs/benchmarks.md). Not run yet: the one GPU lent so far, for 15 minutes, ran the speed benchmarks and
     # cpu-long units. Every variant in the poster's ViT-Ti shape (12 layers, dim 192, 3 heads, patch 4) with its whole
-    # recipe (batch 128, lr 1e-3, cosine), 25 epochs
-    # of all 50,000 images instead of 100: what 4 variants x 3 seeds and the data fractions fit beside the LMs.
+    # recipe (batch 128, lr 1e-3, cosine), 25 epochs of all 50,000 images instead of 100: what 4 variants x 3 seeds
+    # and the data fractions fit beside the LMs.
     # The LM is the paper's model (FFN 2048) pre-LN, batch 96 (the paper's), lr 1e-3: the cpu-long pilot's
     # settings, as the post-LN model did not learn there in a short run. Trained to convergence: a cosine over at
     # most 40 epochs (3,400 steps of 85 per epoch), validation perplexity after every epoch, stopped after 5 epochs
