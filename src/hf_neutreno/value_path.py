@@ -331,7 +331,7 @@ class _ValuePathAttention:
                 "path needs the same key/value heads, head size and cached length in every layer."
             )
         coefficient = context["coefficient"]
-        if isinstance(coefficient, torch.Tensor):
+        if isinstance(coefficient, tuple):
             coefficient = coefficient[position].to(value.dtype)
         # What the inner backend keeps for its backward pass and the rule's own tensors overlap: a learnable α keeps
         # V_ℓ and V_0 for its gradient, beside the backend's mixed values; the output projection keeps the output
@@ -341,12 +341,13 @@ class _ValuePathAttention:
         recompute = context["recompute_saved"] and not torch.compiler.is_compiling()  # compiled: traces no hooks
         saved = _SavedForBackward() if recompute and (context["method"] == "neutreno" or learnable) else None
         if context["method"] == "value_residual":
-            mixed = torch.lerp(value, first, coefficient)  # (1 − α) V_ℓ + α V_0, exactly V_ℓ at α = 0
+            # (1 − α) V_ℓ + α V_0, exactly V_ℓ at α = 0
+            mixed = _Lerp.apply(value, first, coefficient) if learnable else torch.lerp(value, first, coefficient)
             if saved is None:
                 return attention(module, query, key, mixed, attention_mask, *args, **kwargs)
             with saved.hooks():
                 result = attention(module, query, key, mixed, attention_mask, *args, **kwargs)
-            saved.recompute(mixed, torch.lerp, value, first, coefficient)
+            saved.recompute(mixed, _lerp_into, value, first, coefficient)
             return result
 
         if saved is None:
@@ -367,22 +368,30 @@ class _ValuePathAttention:
         # (batch, q, heads, d) with heads = kv heads × group: each query head gets its key/value head's term.
         grouped = output.unflatten(2, (kv_heads, output.shape[2] // kv_heads))
         if learnable:
-            term = _ScaledDifference.apply(coefficient, first, value)
-            combined = (grouped + term.transpose(1, 2).unsqueeze(3)).flatten(2, 3)
+            combined = _AddScaledDifference.apply(grouped, first, value, coefficient).flatten(2, 3)
         else:
             combined = grouped.add((first - value).transpose(1, 2).unsqueeze(3), alpha=coefficient).flatten(2, 3)
         if saved is not None:
-            saved.recompute(output, _without_term, combined, first, value, coefficient)
+            saved.recompute(output, _without_term_into, combined, first, value, coefficient)
         return (combined, *rest)
 
 
-def _without_term(combined, first, value, coefficient):
-    """The inner backend's output from the output with the NeuTRENO term: the same difference, subtracted. Equal up
-    to rounding, which is all its use needs (the backend's backward pass reads it in softmax's Σ dO·O)."""
+def _lerp_into(out, value, first, coefficient):
+    torch.lerp(value, first, coefficient, out=out)
+
+
+def _without_term_into(out, combined, first, value, coefficient):
+    """The inner backend's output from the output with the NeuTRENO term, written into `out`: the same difference,
+    subtracted. Equal up to rounding, which is all its use needs (the backend's backward pass reads it in softmax's
+    Σ dO·O). Two kernels: the difference, and the subtraction straight into the kept layout."""
     kv_heads = value.shape[1]
     difference = (first - value).transpose(1, 2).unsqueeze(3)
     grouped = combined.unflatten(2, (kv_heads, combined.shape[2] // kv_heads))
-    return (grouped - difference * coefficient).flatten(2, 3)
+    out = out.unflatten(2, (kv_heads, combined.shape[2] // kv_heads))
+    if isinstance(coefficient, torch.Tensor):
+        torch.addcmul(grouped, difference, coefficient, value=-1, out=out)
+    else:
+        torch.sub(grouped, difference, alpha=coefficient, out=out)
 
 
 class _SavedForBackward:
@@ -410,10 +419,11 @@ class _SavedForBackward:
             return rebuild()
 
     def recompute(self, kept: torch.Tensor, function, *arguments) -> None:
-        """Drop every saved tensor over `kept`'s memory (in any shape and strides of it) and rebuild it from
-        `function(*arguments)`, which equals `kept`. The arguments are taken as they are now, detached (a coefficient
-        copied: an optimizer step may change it before a retained graph is used again)."""
-        frozen = [(a.detach().clone() if a.dim() == 0 else a.detach()) if torch.is_tensor(a) else a for a in arguments]
+        """Drop every saved tensor over `kept`'s memory (in any shape and strides of it) and rebuild it with
+        `function(out, *arguments)`, which writes into `out`, laid out as `kept`, what `kept` holds. The arguments are
+        taken as they are now, detached (a learnable coefficient is the forward pass's own copy, which an optimizer
+        step does not change)."""
+        frozen = [a.detach() if torch.is_tensor(a) else a for a in arguments]
         for entry in self.entries:
             tensor = entry[0]
             if (
@@ -429,35 +439,59 @@ class _SavedForBackward:
 
 
 class _Rebuild:
-    """`function(*arguments)` laid out in memory as `kept`, seen as `saved` (a view of the same memory)."""
+    """`function(out, *arguments)` written into memory laid out as `kept`, seen as `saved` (a view of it)."""
 
     def __init__(self, function, arguments, kept, saved):
         self.function, self.arguments = function, arguments
-        self.layout = (kept.size(), kept.stride())
-        self.view = (saved.size(), saved.stride())
+        self.layout = (kept.size(), kept.stride(), kept.dtype, kept.device)
+        self.view = (saved.size(), saved.stride(), saved.storage_offset() - kept.storage_offset())
 
     def __call__(self):
-        fresh = self.function(*self.arguments)
-        if fresh.stride() != self.layout[1] or fresh.storage_offset() != 0:
-            fresh = torch.empty_strided(*self.layout, dtype=fresh.dtype, device=fresh.device).copy_(fresh)
-        return fresh.as_strided(*self.view, 0)
+        size, stride, dtype, device = self.layout
+        fresh = torch.empty_strided(size, stride, dtype=dtype, device=device)
+        self.function(fresh, *self.arguments)
+        return fresh.as_strided(*self.view)
 
 
-class _ScaledDifference(torch.autograd.Function):
-    """λ (V_0 − V_ℓ) for a learnable λ. Autograd would keep V_0 − V_ℓ for λ's gradient; this keeps V_0 and V_ℓ,
-    which attention keeps anyway, and recomputes the difference in the backward pass."""
+class _AddScaledDifference(torch.autograd.Function):
+    """``output + λ (V_0 − V_ℓ)`` for a learnable λ, output grouped as (batch, queries, kv heads, group, head_dim)
+    and V_0, V_ℓ as (batch, kv heads, queries, head_dim). Autograd would keep V_0 − V_ℓ for λ's gradient; this keeps
+    V_0 and V_ℓ, which attention keeps anyway, and recomputes the difference in the backward pass, in as few kernels
+    as the fixed-λ term plus λ's own gradient."""
 
     @staticmethod
-    def forward(ctx, coefficient, first, value):
-        ctx.save_for_backward(coefficient, first, value)
-        return coefficient * (first - value)
+    def forward(ctx, grouped, first, value, coefficient):
+        ctx.save_for_backward(first, value, coefficient)
+        return torch.addcmul(grouped, (first - value).transpose(1, 2).unsqueeze(3), coefficient)
 
     @staticmethod
     def backward(ctx, grad):
-        coefficient, first, value = ctx.saved_tensors
-        grad_coefficient = torch.sum(grad * (first - value), dtype=torch.float32).to(coefficient.dtype)
+        first, value, coefficient = ctx.saved_tensors
+        # (batch, queries, kv heads, head_dim): the query heads of each kv head summed (a view without groups)
+        grad_heads = (grad.squeeze(3) if grad.shape[3] == 1 else grad.sum(3)).transpose(1, 2)
+        grad_first = grad_heads * coefficient
+        grad_coefficient = None
+        if ctx.needs_input_grad[3]:
+            grad_coefficient = torch.sum(grad_heads * (first - value), dtype=torch.float32).to(coefficient.dtype)
+        return grad, grad_first, grad_first.neg(), grad_coefficient
+
+
+class _Lerp(torch.autograd.Function):
+    """``torch.lerp(V_ℓ, V_0, α)`` for a learnable α, with the gradients in fewer kernels than autograd's."""
+
+    @staticmethod
+    def forward(ctx, value, first, coefficient):
+        ctx.save_for_backward(value, first, coefficient)
+        return torch.lerp(value, first, coefficient)
+
+    @staticmethod
+    def backward(ctx, grad):
+        value, first, coefficient = ctx.saved_tensors
         grad_first = grad * coefficient
-        return grad_coefficient, grad_first, -grad_first
+        grad_coefficient = None
+        if ctx.needs_input_grad[2]:
+            grad_coefficient = torch.sum(grad * (first - value), dtype=torch.float32).to(coefficient.dtype)
+        return grad - grad_first, grad_first, grad_coefficient
 
 
 def _begin_forward(model, settings, module, args, kwargs):
@@ -484,7 +518,11 @@ def _begin_forward(model, settings, module, args, kwargs):
         cache = next((arg for arg in args if isinstance(arg, Cache)), None)
     kwargs[CONTEXT_KWARG] = {
         "method": settings["method"],
-        "coefficient": getattr(model, COEFFICIENTS) if settings["learnable"] else settings["coefficient"],
+        # Learnable: this forward's own copy, one scalar per layer (unbind: one gradient kernel per pass, not per
+        # layer); the backward pass's recompute reads the copy, which an optimizer step does not change.
+        "coefficient": (
+            getattr(model, COEFFICIENTS).clone().unbind() if settings["learnable"] else settings["coefficient"]
+        ),
         "layers": {layer: position for position, layer in enumerate(settings["layers"])},
         "past": int(cache.get_seq_length()) if cache is not None else 0,
         "grad_enabled": torch.is_grad_enabled(),

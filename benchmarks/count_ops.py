@@ -1,0 +1,235 @@
+#!/usr/bin/env python
+"""Kernel-launching operations per training step and per generated token, against each model's native counterpart.
+
+A GPU runs one kernel (at least) per ATen operation that computes something; on small shapes, where each kernel is
+short, the host's cost of launching them sets the step time, so the count predicts the GPU's speed gap there. Unlike
+a timing, the count is exact and the same on every CPU, so a test can hold it (tests/test_op_counts.py).
+
+What is counted: every ATen operation that reaches a backend kernel during one forward and backward pass (a training
+step without the optimizer), or during one forward of a single new token with the KV cache, except the ones that
+launch nothing: views and aliases, detaches, and allocations of uninitialised memory (`empty*`).
+
+**Per layer** is the slope over depth, (count at 4 layers − count at 2 layers) / 2: what each layer costs. **Per
+step** is the rest, count at 2 layers − 2 × per layer: the embeddings, the head, the loss, the input checks. Both are
+reported for each model and as differences to its native counterpart.
+
+    python benchmarks/count_ops.py                         # prints the table
+    python benchmarks/count_ops.py --out benchmarks/results/op_counts.json
+"""
+
+import argparse
+import json
+from collections import Counter
+from collections.abc import Callable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from transformers import GPT2Config, GPT2LMHeadModel, ViTConfig, ViTForImageClassification
+from transformers.cache_utils import DynamicCache
+
+from hf_neutreno import (
+    EigenViTConfig,
+    EigenViTForImageClassification,
+    NeuTRENOViTConfig,
+    NeuTRENOViTForImageClassification,
+    apply_value_path,
+)
+from hf_neutreno.convert import gpt2_to_neutreno
+
+# Operations that launch no kernel besides views (`OpOverload.is_view`).
+_NO_KERNEL = {"detach", "alias", "_unsafe_view", "empty", "empty_like", "empty_strided", "lift_fresh", "_reshape_alias"}
+
+
+class OperationCounter(TorchDispatchMode):
+    """Counts the ATen operations that launch a kernel, by name (`counts`), while the mode is active."""
+
+    def __init__(self):
+        super().__init__()
+        self.counts: Counter[str] = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        if not (func.is_view or name in _NO_KERNEL):
+            self.counts[name] += 1
+        return func(*args, **(kwargs or {}))
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+def count(fn: Callable[[], None], setup: Callable[[], None] = lambda: None) -> Counter:
+    """The kernel-launching operations of one call of `fn`, after one uncounted call (lazy initialisation);
+    `setup` runs, uncounted, before each."""
+    setup()
+    fn()
+    setup()
+    with OperationCounter() as counter:
+        fn()
+    return counter.counts
+
+
+# --- the models, each with its native counterpart, at a given depth ------------------------------------------------
+
+HIDDEN, HEADS, VOCAB, TOKENS, IMAGE, PATCH = 32, 4, 64, 8, 16, 4
+
+
+def _gpt2(layers: int) -> GPT2LMHeadModel:
+    torch.manual_seed(0)
+    config = GPT2Config(n_layer=layers, n_embd=HIDDEN, n_head=HEADS, n_inner=4 * HIDDEN, vocab_size=VOCAB,
+                        n_positions=64, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0,
+                        eos_token_id=0)  # fmt: skip
+    return GPT2LMHeadModel._from_config(config, attn_implementation="sdpa")
+
+
+def _vit_fields(layers: int) -> dict:
+    return dict(hidden_size=HIDDEN, num_hidden_layers=layers, num_attention_heads=HEADS, intermediate_size=4 * HIDDEN,
+                image_size=IMAGE, patch_size=PATCH, num_labels=3, hidden_dropout_prob=0.0,
+                attention_probs_dropout_prob=0.0)  # fmt: skip
+
+
+def _vit(layers: int) -> ViTForImageClassification:
+    torch.manual_seed(0)
+    return ViTForImageClassification._from_config(ViTConfig(**_vit_fields(layers)), attn_implementation="sdpa")
+
+
+def _neutreno_vit(layers: int, neutreno_lambda: float) -> NeuTRENOViTForImageClassification:
+    torch.manual_seed(0)
+    config = NeuTRENOViTConfig(**_vit_fields(layers), neutreno_lambda=neutreno_lambda, drop_path_rate=0.0)
+    return NeuTRENOViTForImageClassification._from_config(config, attn_implementation="sdpa")
+
+
+def _eigen_vit(layers: int) -> EigenViTForImageClassification:
+    torch.manual_seed(0)
+    config = EigenViTConfig(**_vit_fields(layers), drop_path_rate=0.0)
+    return EigenViTForImageClassification._from_config(config, attn_implementation="sdpa")
+
+
+def _adapted(native: Callable[[int], torch.nn.Module], method: str, learnable: bool):
+    return lambda layers: apply_value_path(native(layers), method, learnable=learnable)
+
+
+def _text_inputs() -> dict:
+    ids = torch.randint(1, VOCAB, (1, TOKENS), generator=torch.Generator().manual_seed(0))
+    return {"input_ids": ids, "labels": ids}
+
+
+def _image_inputs() -> dict:
+    pixels = torch.randn(1, 3, IMAGE, IMAGE, generator=torch.Generator().manual_seed(0))
+    return {"pixel_values": pixels, "labels": torch.tensor([1])}
+
+
+# name -> (native builder, model builder, inputs); every builder takes the depth.
+TRAINING = {
+    "NeuTRENO GPT, λ = 0": (_gpt2, lambda n: gpt2_to_neutreno(_gpt2(n), neutreno_lambda=0.0), _text_inputs),
+    "NeuTRENO GPT, λ = 0.4": (_gpt2, lambda n: gpt2_to_neutreno(_gpt2(n), neutreno_lambda=0.4), _text_inputs),
+    "NeuTRENO ViT, λ = 0": (_vit, lambda n: _neutreno_vit(n, 0.0), _image_inputs),
+    "NeuTRENO ViT, λ = 0.6": (_vit, lambda n: _neutreno_vit(n, 0.6), _image_inputs),
+    "EigenViT": (_vit, _eigen_vit, _image_inputs),
+}
+for _name, _native, _inputs in (("GPT-2", _gpt2, _text_inputs), ("ViT", _vit, _image_inputs)):
+    for _method, _label in (("neutreno", "NeuTRENO"), ("value_residual", "value residual")):
+        for _learnable in (False, True):
+            _key = f"{_name} + {_label}{', learnable' if _learnable else ''}"
+            TRAINING[_key] = (_native, _adapted(_native, _method, _learnable), _inputs)
+# Inference: one forward without gradients (EigenViT's weights are fixed between forwards there).
+INFERENCE = {
+    "NeuTRENO ViT, λ = 0.6": TRAINING["NeuTRENO ViT, λ = 0.6"],
+    "EigenViT": TRAINING["EigenViT"],
+}
+# Generation: one new token after a cached prompt.
+GENERATION = {
+    "NeuTRENO GPT, λ = 0.4": TRAINING["NeuTRENO GPT, λ = 0.4"],
+    "GPT-2 + NeuTRENO": TRAINING["GPT-2 + NeuTRENO"],
+    "GPT-2 + value residual": TRAINING["GPT-2 + value residual"],
+}
+
+
+def training_step(model: torch.nn.Module, inputs: dict):
+    """(setup, step): forward and backward of one batch."""
+    model.train()
+
+    def setup():
+        model.zero_grad(set_to_none=True)
+
+    def step():
+        model(**inputs).loss.backward()
+
+    return setup, step
+
+
+def inference_step(model: torch.nn.Module, inputs: dict):
+    """(setup, step): one forward without gradients."""
+    model.eval()
+    inputs = {k: v for k, v in inputs.items() if k != "labels"}
+
+    def step():
+        with torch.inference_mode():
+            model(**inputs)
+
+    return lambda: None, step
+
+
+def generation_step(model: torch.nn.Module, inputs: dict):
+    """(setup, step): the forward of one new token after the prompt, whose keys and values are in the KV cache."""
+    model.eval()
+    prompt = inputs["input_ids"]
+    state = {}
+
+    def setup():
+        with torch.inference_mode():
+            state["cache"] = DynamicCache(config=model.config)
+            model(input_ids=prompt, cache=state["cache"], use_cache=True)
+
+    def step():
+        with torch.inference_mode():
+            model(input_ids=prompt[:, -1:], cache=state["cache"], use_cache=True,
+                  position_ids=torch.tensor([[prompt.shape[1]]]))  # fmt: skip
+
+    return setup, step
+
+
+def slope(builder, inputs, make_step) -> tuple[int, int]:
+    """(per layer, per step) of a model builder: the count's slope over depth 2 → 4 and the rest."""
+    at = {layers: sum(count(*reversed(make_step(builder(layers), inputs()))).values()) for layers in (2, 4)}
+    per_layer = (at[4] - at[2]) // 2
+    return per_layer, at[2] - 2 * per_layer
+
+
+def rows(models: dict, make_step, mode: str) -> list[dict]:
+    table = []
+    for name, (native, model, inputs) in models.items():
+        native_layer, native_step = slope(native, inputs, make_step)
+        layer, step = slope(model, inputs, make_step)
+        table.append({"model": name, "mode": mode, "per layer": layer, "native per layer": native_layer,
+                      "+ per layer": layer - native_layer, "per step": step, "native per step": native_step,
+                      "+ per step": step - native_step})  # fmt: skip
+    return table
+
+
+def all_rows() -> list[dict]:
+    torch.manual_seed(0)
+    return (
+        rows(TRAINING, training_step, "training")
+        + rows(INFERENCE, inference_step, "inference")
+        + rows(GENERATION, generation_step, "generation")
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", help="write the rows as JSON here")
+    args = parser.parse_args()
+    table = all_rows()
+    columns = list(table[0])
+    print("| " + " | ".join(columns) + " |")
+    print("|" + "---|" * len(columns))
+    for row in table:
+        print("| " + " | ".join(str(row[c]) for c in columns) + " |")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"torch": torch.__version__, "rows": table}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
