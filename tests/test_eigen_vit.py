@@ -340,19 +340,31 @@ def attributes(module: torch.nn.Module) -> dict:
 
 
 @pytest.mark.parametrize("mode", ["train", "eval"])
-def test_every_forward_makes_one_qr_per_eigen_layer_and_stores_nothing(qr_calls, mode):
+def test_one_batched_qr_per_forward_for_all_layers_and_none_while_the_weights_stay(qr_calls, mode):
+    """A forward with gradients makes the weights of every eigen layer with one QR (batched over layers and heads) and
+    keeps nothing; forwards without gradients reuse them while Θ and ψ are unchanged, and make them again after a
+    change (an in-place edit, `train()` / `eval()`)."""
     model = EigenViTForImageClassification(tiny_config(num_hidden_layers=3, eigen_layers=[0, 2])).train(mode == "train")
-    before = [attributes(m) for m in model.modules()]
     pixel_values = torch.randn(2, 3, 16, 16)
     qr_calls.clear()
+    before = [attributes(m) for m in model.modules()]
+    model(pixel_values, labels=torch.tensor([0, 1])).loss.backward()
+    assert len(qr_calls) == 1  # both eigen layers at once
+    assert [attributes(m) for m in model.modules()] == before  # a forward with gradients keeps no weights
+    with torch.no_grad():
+        first = model(pixel_values).logits
+    with torch.inference_mode():
+        again = model(pixel_values).logits
+    assert len(qr_calls) == 2  # made once, then reused
+    torch.testing.assert_close(again, first, rtol=0, atol=0)
+    with torch.no_grad():
+        eigen_attentions(model)[1].psi.mul_(2.0)  # an in-place edit advances the version counter
+        edited = model(pixel_values).logits
+    assert len(qr_calls) == 3 and not torch.allclose(edited, first)
+    model.train(mode == "train")
     with torch.no_grad():
         model(pixel_values)
-    assert len(qr_calls) == 2  # one batched QR per eigen layer
-    with torch.inference_mode():
-        model(pixel_values)
-    model(pixel_values, labels=torch.tensor([0, 1])).loss.backward()
-    assert len(qr_calls) == 6
-    assert [attributes(m) for m in model.modules()] == before
+    assert len(qr_calls) == 4
     assert not hasattr(eigen_attentions(model)[0], "_projections")
 
 

@@ -97,7 +97,7 @@ def reference_logits(model: NeuTRENOGPTForCausalLM, ids: torch.Tensor) -> torch.
     for i in range(cfg.num_hidden_layers):
         name = f"model.layers.{i}."
         x = ln(h, name + "self_attn_layer_norm") if pre else h
-        q, k, v = (lin(x, f"{name}self_attn.{proj}_proj") for proj in "qkv")
+        q, k, v = lin(x, f"{name}self_attn.qkv_proj").chunk(3, dim=-1)  # rows: queries, keys, values
         heads = []
         for j in range(n_heads):
             sl = slice(j * d_head, (j + 1) * d_head)
@@ -155,8 +155,8 @@ def test_lambda_zero_is_a_plain_post_ln_transformer():
         ).eval()
         attn = layer.self_attn
         with torch.no_grad():
-            ref.self_attn.in_proj_weight.copy_(torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]))
-            ref.self_attn.in_proj_bias.copy_(torch.cat([attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias]))
+            ref.self_attn.in_proj_weight.copy_(attn.qkv_proj.weight)  # both: q, then k, then v
+            ref.self_attn.in_proj_bias.copy_(attn.qkv_proj.bias)
             ref.self_attn.out_proj.load_state_dict(attn.o_proj.state_dict())
             ref.linear1.load_state_dict(layer.mlp.fc1.state_dict())
             ref.linear2.load_state_dict(layer.mlp.fc2.state_dict())
@@ -257,10 +257,10 @@ def test_gradient_reaches_layer_zero_values_from_later_layers():
 
     def v_proj_grad(neutreno_lambda: float) -> torch.Tensor:
         model = tiny_model(neutreno_lambda=neutreno_lambda).train()
-        with torch.no_grad():  # cut layer 0's own path to the output: only V_0 can carry a gradient to v_proj
+        with torch.no_grad():  # cut layer 0's own path to the output: only V_0 can carry a gradient to its values
             model.model.layers[0].self_attn.o_proj.weight.zero_()
         model(token_ids()).logits.sum().backward()
-        return model.model.layers[0].self_attn.v_proj.weight.grad
+        return model.model.layers[0].self_attn.qkv_proj.weight.grad.chunk(3)[2]  # the values' rows
 
     assert v_proj_grad(0.4).abs().sum() > 0
     assert v_proj_grad(0.0).abs().sum() == 0
@@ -690,3 +690,31 @@ def test_bad_inputs_raise():
         group_into_blocks(None, None, 1)
     with pytest.raises(ValueError, match="max_vocab_size"):
         train_word_tokenizer(["a b"], max_vocab_size=3)
+
+
+def test_checkpoints_store_q_k_v_apart_and_every_loader_joins_them(tmp_path):
+    """The model fuses the query, key and value projections into `qkv_proj`; a checkpoint keeps them as `q_proj`,
+    `k_proj`, `v_proj` (the layout earlier versions wrote and read), and both `from_pretrained` and torch's
+    `load_state_dict` (what Trainer's resume calls on the saved file) join them back into the same model."""
+    from safetensors.torch import load_file
+
+    model = tiny_model(attention_bias=True).eval()
+    model.save_pretrained(tmp_path)
+    saved = load_file(tmp_path / "model.safetensors")
+    for i, layer in enumerate(model.model.layers):
+        fused = layer.self_attn.qkv_proj
+        for kind in ("weight", "bias"):
+            parts = [saved[f"model.layers.{i}.self_attn.{name}_proj.{kind}"] for name in "qkv"]
+            assert torch.equal(torch.cat(parts), getattr(fused, kind))
+    assert not any("qkv_proj" in key for key in saved)
+    ids = token_ids()
+    expected = model(ids).logits
+    loaded = NeuTRENOGPTForCausalLM.from_pretrained(tmp_path, attn_implementation="eager").eval()
+    assert torch.equal(loaded(ids).logits, expected)
+    torch.manual_seed(7)
+    resumed = NeuTRENOGPTForCausalLM(model.config).eval()  # other weights, the same (eager) attention
+    assert not torch.equal(resumed(ids).logits, expected)
+    result = resumed.load_state_dict(saved, strict=False)
+    assert not result.missing_keys or result.missing_keys == ["lm_head.weight"], result  # tied to the embeddings
+    assert not result.unexpected_keys, result
+    assert torch.equal(resumed(ids).logits, expected)

@@ -1,4 +1,4 @@
-"""LoRA (peft) on the attention projections `q_proj` / `v_proj`: it trains, saves an adapter, and reloads on a fresh
+"""LoRA (peft) on the attention projections of the queries and values: it trains, saves an adapter, and reloads on a fresh
 base model with identical outputs. One parametrization per model; a new model adds one `LoraCase`."""
 
 from collections.abc import Callable
@@ -19,10 +19,11 @@ from hf_neutreno.image_transforms import image_transform
 @dataclass
 class LoraCase:
     name: str
-    build: Callable[[], torch.nn.Module]  # a small randomly initialised model with `q_proj` / `v_proj`
+    build: Callable[[], torch.nn.Module]  # a small randomly initialised model
     batch: Callable[[Path], dict[str, torch.Tensor]]  # one batch of real data, with labels
     auto_class: type  # reloads the saved base model
     output: str  # the output compared after reloading
+    targets: tuple[str, ...]  # the attention projections LoRA adapts: the queries' and the values'
 
 
 def vit_model() -> NeuTRENOViTForImageClassification:
@@ -54,8 +55,9 @@ def gpt_batch(data_dir: Path) -> dict[str, torch.Tensor]:
 
 
 CASES = [
-    LoraCase("neutreno_vit", vit_model, vit_batch, AutoModelForImageClassification, "logits"),
-    LoraCase("neutreno_gpt", gpt_model, gpt_batch, AutoModelForCausalLM, "logits"),
+    LoraCase("neutreno_vit", vit_model, vit_batch, AutoModelForImageClassification, "logits", ("q_proj", "v_proj")),
+    # the GPT's queries, keys and values come from one fused projection, as GPT-2's `c_attn`
+    LoraCase("neutreno_gpt", gpt_model, gpt_batch, AutoModelForCausalLM, "logits", ("qkv_proj",)),
 ]
 
 
@@ -66,14 +68,15 @@ def test_lora_on_q_and_v_trains_saves_and_reloads(case, data_dir, tmp_path):
     base.save_pretrained(tmp_path / "base")
     batch = case.batch(data_dir)
 
-    model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"]))
+    lora = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=list(case.targets))
+    model = get_peft_model(base, lora)
     trainable = {name for name, p in model.named_parameters() if p.requires_grad}
     wrapped = {name.rsplit(".", 1)[0] for name in trainable}
     assert trainable and all(".lora_A." in n or ".lora_B." in n for n in trainable), sorted(trainable)
-    # Every attention layer's q_proj and v_proj got an adapter, and nothing else did.
+    # Every attention layer's target projections got an adapter, and nothing else did.
     layers = base.config.num_hidden_layers
-    assert {n.split(".lora_")[0].rsplit(".", 1)[-1] for n in wrapped} == {"q_proj", "v_proj"}
-    assert len(wrapped) == 2 * 2 * layers  # (lora_A, lora_B) × (q, v) × layers
+    assert {n.split(".lora_")[0].rsplit(".", 1)[-1] for n in wrapped} == set(case.targets)
+    assert len(wrapped) == 2 * len(case.targets) * layers  # (lora_A, lora_B) × targets × layers
     before = {name: p.detach().clone() for name, p in model.named_parameters()}
 
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=5e-2)

@@ -354,8 +354,9 @@ def gpt2_config_to_neutreno(gpt2_config, neutreno_lambda: float = 0.4, **config_
 
 
 def gpt2_state_dict_to_neutreno(state_dict: dict[str, torch.Tensor], num_layers: int) -> dict[str, torch.Tensor]:
-    """Rename GPT-2 weights to NeuTRENO GPT's; `c_attn` (a Conv1D, weight stored as (in, 3·out)) splits into
-    q/k/v `nn.Linear`s and every Conv1D weight is transposed. Raises on a GPT-2 weight it does not use."""
+    """Rename GPT-2 weights to NeuTRENO GPT's: every Conv1D (weight stored as (in, out)) becomes an `nn.Linear` with
+    the transposed weight; `c_attn`, whose output columns are q, then k, then v, becomes the fused `qkv_proj` with
+    the same order. Raises on a GPT-2 weight it does not use."""
     source = {k.removeprefix("transformer."): v for k, v in state_dict.items()}
     target, used = {}, set()
 
@@ -370,12 +371,8 @@ def gpt2_state_dict_to_neutreno(state_dict: dict[str, torch.Tensor], num_layers:
         for gpt2_norm, norm in (("ln_1", "self_attn_layer_norm"), ("ln_2", "mlp_layer_norm")):
             target[f"{dst}{norm}.weight"] = take(f"{src}{gpt2_norm}.weight")
             target[f"{dst}{norm}.bias"] = take(f"{src}{gpt2_norm}.bias")
-        qkv_weight = take(f"{src}attn.c_attn.weight").t()  # (3·hidden, hidden): rows are q, then k, then v
-        qkv_bias = take(f"{src}attn.c_attn.bias")
-        for proj, weight, bias in zip(("q", "k", "v"), qkv_weight.chunk(3, dim=0), qkv_bias.chunk(3, dim=0)):
-            target[f"{dst}self_attn.{proj}_proj.weight"] = weight.contiguous()
-            target[f"{dst}self_attn.{proj}_proj.bias"] = bias.contiguous()
-        conv1d_to_linear = (("attn.c_proj", "self_attn.o_proj"), ("mlp.c_fc", "mlp.fc1"), ("mlp.c_proj", "mlp.fc2"))
+        conv1d_to_linear = (("attn.c_attn", "self_attn.qkv_proj"), ("attn.c_proj", "self_attn.o_proj"),
+                            ("mlp.c_fc", "mlp.fc1"), ("mlp.c_proj", "mlp.fc2"))  # fmt: skip
         for gpt2_linear, linear in conv1d_to_linear:
             target[f"{dst}{linear}.weight"] = take(f"{src}{gpt2_linear}.weight").t().contiguous()
             target[f"{dst}{linear}.bias"] = take(f"{src}{gpt2_linear}.bias")

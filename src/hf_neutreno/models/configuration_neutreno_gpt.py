@@ -106,7 +106,7 @@ class NeuTRENOGPTConfig(NeuTRENOConfigMixin, PreTrainedConfig):
             the position ids; `[sin, cos]` halves as Transformer-XL) or `"learned"` (a table, as GPT-2).
         max_position_embeddings (`int`, defaults to 256): the longest sequence (cache included) the model accepts;
             the size of the learned table. Sinusoidal positions have no table: raise it freely to generate longer.
-        attention_bias (`bool`, defaults to `False`): biases of `q_proj`, `k_proj`, `v_proj` and `o_proj`.
+        attention_bias (`bool`, defaults to `False`): biases of `qkv_proj` and `o_proj`.
         scale_embeddings (`bool`, defaults to `True`): multiply token embeddings by √hidden_size (Transformer-XL).
         lm_head_bias (`bool`, defaults to `True`): a per-token output bias (and a per-cluster bias with an
             adaptive softmax); the paper's model has one, GPT-2 has none.

@@ -65,6 +65,27 @@ def orthonormal_basis(theta: torch.Tensor) -> torch.Tensor:
     return (q * signs.unsqueeze(-2)).to(theta.dtype)
 
 
+def eigenvalues(psi: torch.Tensor, config: EigenViTConfig) -> torch.Tensor:
+    """Λ = ``±ψ²`` (the sign from `config.spectrum_sign`), clipped to `config.eigenvalue_range` when set."""
+    values = psi.square() if config.spectrum_sign == "positive" else psi.square().neg()
+    if config.eigenvalue_range is not None:
+        values = values.clamp(*config.eigenvalue_range)
+    return values
+
+
+def value_and_output_weights(
+    theta: torch.Tensor, psi: torch.Tensor, config: EigenViTConfig
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The value and output weights in `nn.Linear` layout from Θ (..., heads, hidden, head_dim) and ψ (..., heads,
+    head_dim), batched over the leading dimensions: (..., heads·head_dim, hidden) and (..., hidden, heads·head_dim)."""
+    basis = orthonormal_basis(theta)
+    # QR's Q is column-major, so the transpose is contiguous and this reshape a view. Both weights are contiguous like
+    # `nn.Linear`'s, so the matmuls take the native model's path.
+    value_weight = basis.transpose(-1, -2).flatten(-3, -2)
+    output_weight = (value_weight * eigenvalues(psi, config).flatten(-2, -1).unsqueeze(-1)).transpose(-1, -2)
+    return value_weight, output_weight.contiguous()
+
+
 class EigenViTAttention(nn.Module):
     """Self-attention whose value and output projections are ``V_h`` and ``diag(Λ_h) V_hᵀ`` per head.
 
@@ -94,11 +115,7 @@ class EigenViTAttention(nn.Module):
 
     def eigenvalues(self) -> torch.Tensor:
         """Λ, (heads, head_dim): ``±ψ²``, clipped to `eigenvalue_range` when set."""
-        sign = -1.0 if self.config.spectrum_sign == "negative" else 1.0
-        eigenvalues = sign * self.psi.square()
-        if self.config.eigenvalue_range is not None:
-            eigenvalues = eigenvalues.clamp(*self.config.eigenvalue_range)
-        return eigenvalues
+        return eigenvalues(self.psi, self.config)
 
     def eigenbasis(self) -> torch.Tensor:
         """V, (heads, hidden, head_dim) with orthonormal columns: one batched QR of Θ over all heads."""
@@ -112,10 +129,8 @@ class EigenViTAttention(nn.Module):
     def value_and_output_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The merged value and output weights in `nn.Linear` layout, (heads·head_dim, hidden) and
         (hidden, heads·head_dim): row h·head_dim + k of the first is column k of V_h, the second is its transpose
-        with each column scaled by Λ_hk."""
-        value_weight = self.eigenbasis().transpose(1, 2).reshape(-1, self.theta.shape[1])  # QR's Q is column-major:
-        # this is a view. Both weights are contiguous like `nn.Linear`'s, so the matmuls take the native model's path.
-        return value_weight, (value_weight * self.eigenvalues().reshape(-1, 1)).t().contiguous()
+        with each column scaled by Λ_hk. (The model makes those of all its layers at once: `eigen_weights`.)"""
+        return value_and_output_weights(self.theta, self.psi, self.config)
 
     @property
     def neutreno_lambda(self) -> float:
@@ -129,11 +144,14 @@ class EigenViTAttention(nn.Module):
         attention_mask: torch.Tensor | None = None,
         first_layer_values: torch.Tensor | None = None,
         neutreno_lambda: float | None = None,
+        eigen_weights: tuple[torch.Tensor, torch.Tensor] | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """`eigen_weights`: this layer's (value, output) weights, which the model makes for all layers at once;
+        without them the layer makes its own."""
         input_shape = hidden_states.shape[:-1]
         hidden_shape = (*input_shape, -1, self.head_dim)
-        value_weight, output_weight = self.value_and_output_weights()
+        value_weight, output_weight = eigen_weights if eigen_weights is not None else self.value_and_output_weights()
 
         query_states = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
         key_states = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
@@ -272,8 +290,13 @@ class EigenViTModel(EigenViTPreTrainedModel):
         attention_mask = create_bidirectional_mask(
             config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask
         )
+        weights = iter(self.eigen_weights())
         first_layer_values = None
         for layer in self.layers:
+            if isinstance(layer.attention, EigenViTAttention):
+                kwargs["eigen_weights"] = next(weights)
+            else:
+                kwargs.pop("eigen_weights", None)
             hidden_states, values = layer(hidden_states, attention_mask, first_layer_values, **kwargs)
             if first_layer_values is None:
                 first_layer_values = values
@@ -281,6 +304,40 @@ class EigenViTModel(EigenViTPreTrainedModel):
         return BaseModelOutputWithPooling(
             last_hidden_state=sequence_output, pooler_output=pool_image(sequence_output, self.config)
         )
+
+    def eigen_weights(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """(value, output) weights of every eigen layer, in layer order, from one batched QR over all of them.
+
+        Without gradients (inference, evaluation) they are kept and reused until a parameter changes: each Θ and ψ
+        is identified by its memory, dtype and version counter (which every in-place update, an optimizer step or
+        `load_state_dict`, advances), with the spectrum fields of the config; `train()` / `eval()` drop them too.
+        """
+        attentions = [layer.attention for layer in self.layers if isinstance(layer.attention, EigenViTAttention)]
+        if not attentions:
+            return []
+        parameters = [p for attention in attentions for p in (attention.theta, attention.psi)]
+        keep = not torch.is_grad_enabled()  # weights made with gradients must not outlive their graph
+        key = (
+            tuple((p.data_ptr(), p.dtype, p.device, p._version) for p in parameters),
+            self.config.spectrum_sign,
+            self.config.eigenvalue_range and tuple(self.config.eigenvalue_range),
+        )
+        cached = self.__dict__.get("_eigen_weights")
+        if keep and cached is not None and cached[0] == key:
+            return cached[1]
+        theta = torch.stack([attention.theta for attention in attentions])
+        psi = torch.stack([attention.psi for attention in attentions])
+        # unbind, not indexing: one kernel for the gradients of all layers in the backward pass, not one per layer
+        weights = list(zip(*(w.unbind() for w in value_and_output_weights(theta, psi, self.config))))
+        if keep:
+            self.__dict__["_eigen_weights"] = (key, weights)
+        else:
+            self.__dict__.pop("_eigen_weights", None)
+        return weights
+
+    def train(self, mode: bool = True):
+        self.__dict__.pop("_eigen_weights", None)
+        return super().train(mode)
 
 
 class EigenViTForImageClassification(EigenViTPreTrainedModel):

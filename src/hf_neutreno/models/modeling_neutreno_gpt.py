@@ -6,8 +6,12 @@ the current tokens' V_0 is needed, and layer 0 computes it in the same forward p
 
 The output layer is a plain `nn.Linear` or, for large word vocabularies, a tied adaptive log-softmax
 ([`NeuTRENOGPTAdaptiveLogSoftmax`]); both expose `lm_head.weight` of shape (vocab, hidden), tied to the input
-embeddings. Names follow Llama (`model.embed_tokens`, `model.layers.N.self_attn.q_proj`, `lm_head`), so PEFT finds
-`q_proj`/`v_proj`.
+embeddings. Names follow Llama (`model.embed_tokens`, `model.layers.N.self_attn.o_proj`, `lm_head`), except that the
+queries, keys and values come from one fused projection, `self_attn.qkv_proj` (as GPT-2's `c_attn` and Phi-3's
+`qkv_proj`): one matrix product where three would cost three times the kernels. Checkpoints store it as `q_proj`,
+`k_proj` and `v_proj`, the layout of earlier versions of this file, so old and new checkpoints load either way:
+`from_pretrained` joins them through transformers' checkpoint conversion, registered below, and writes them
+apart again on saving; `load_state_dict` joins them in the attention module's own hook.
 
 This file travels with every checkpoint (``trust_remote_code``): it imports only torch, transformers and siblings.
 """
@@ -24,6 +28,8 @@ from transformers import GenerationMixin, PreTrainedModel
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache
+from transformers.conversion_mapping import register_checkpoint_conversion_mapping
+from transformers.core_model_loading import Concatenate, WeightConverter
 from transformers.masking_utils import create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
@@ -54,6 +60,24 @@ CACHE_FIELD = "cache" if "cache" in BaseModelOutputWithPast.__dataclass_fields__
 # `generate` passes), so it is renamed without a warning (a version already reached turns the warning off).
 accepts_past_key_values = deprecate_kwarg(
     "past_key_values", "5.40.0" if CACHE_FIELD == "cache" else "5.0.0", new_name="cache", raise_if_both_names=True
+)
+
+
+# q/k/v stored apart (every checkpoint's layout) and fused in the model: one conversion per parameter kind, which
+# `from_pretrained` applies and `save_pretrained` reverses. Registered for this model type only (overwrite: this file
+# may be imported twice, as the package's module and as a checkpoint's remote code).
+SEPARATE_PROJECTIONS = ("q_proj", "k_proj", "v_proj")
+register_checkpoint_conversion_mapping(
+    "neutreno_gpt",
+    [
+        WeightConverter(
+            source_patterns=[f"self_attn.{name}.{kind}" for name in SEPARATE_PROJECTIONS],
+            target_patterns=f"self_attn.qkv_proj.{kind}",
+            operations=[Concatenate(dim=0)],
+        )
+        for kind in ("weight", "bias")
+    ],
+    overwrite=True,
 )
 
 
@@ -105,11 +129,11 @@ class NeuTRENOGPTAttention(nn.Module):
         self.scaling = self.head_dim**-0.5
         self.attention_dropout = config.attention_dropout
         self.is_causal = True
-        inner = config.num_attention_heads * self.head_dim
-        self.q_proj = nn.Linear(config.hidden_size, inner, bias=config.attention_bias)
-        self.k_proj = nn.Linear(config.hidden_size, inner, bias=config.attention_bias)
-        self.v_proj = nn.Linear(config.hidden_size, inner, bias=config.attention_bias)
-        self.o_proj = nn.Linear(inner, config.hidden_size, bias=config.attention_bias)
+        self.inner_size = config.num_attention_heads * self.head_dim
+        # rows: the queries', then the keys', then the values' projection
+        self.qkv_proj = nn.Linear(config.hidden_size, 3 * self.inner_size, bias=config.attention_bias)
+        self.o_proj = nn.Linear(self.inner_size, config.hidden_size, bias=config.attention_bias)
+        self._register_load_state_dict_pre_hook(_join_separate_projections, with_module=True)
 
     @property
     def neutreno_lambda(self) -> float:
@@ -129,9 +153,9 @@ class NeuTRENOGPTAttention(nn.Module):
         input_shape = hidden_states.shape[:-1]
         hidden_shape = (*input_shape, -1, self.head_dim)
 
-        query_states = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-        key_states = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-        values = self.v_proj(hidden_states)
+        query_states, key_states, values = self.qkv_proj(hidden_states).split(self.inner_size, dim=-1)
+        query_states = query_states.view(hidden_shape).transpose(1, 2)
+        key_states = key_states.view(hidden_shape).transpose(1, 2)
         value_states = values.view(hidden_shape).transpose(1, 2)
 
         if cache is not None:
@@ -158,6 +182,15 @@ class NeuTRENOGPTAttention(nn.Module):
             self.neutreno_lambda if neutreno_lambda is None else neutreno_lambda,
         )
         return attn_output, attn_weights, values
+
+
+def _join_separate_projections(module, state_dict, prefix, *args) -> None:
+    """`load_state_dict` pre-hook: a state dict with `q_proj`, `k_proj`, `v_proj` (as checkpoints store them, and as
+    Trainer's resume reads a checkpoint) gets them joined into `qkv_proj`, in place."""
+    for kind in ("weight", "bias"):
+        keys = [f"{prefix}{name}.{kind}" for name in SEPARATE_PROJECTIONS]
+        if all(key in state_dict for key in keys):
+            state_dict[f"{prefix}qkv_proj.{kind}"] = torch.cat([state_dict.pop(key) for key in keys])
 
 
 class NeuTRENOGPTMLP(nn.Module):
