@@ -1,5 +1,5 @@
-"""LoRA (peft) on the attention projections of the queries and values: it trains, saves an adapter, and reloads on a fresh
-base model with identical outputs. One parametrization per model; a new model adds one `LoraCase`."""
+"""LoRA (peft) on the attention projections of the queries and values: it trains, saves an adapter, and reloads on a
+fresh base model with identical outputs. One parametrization per model; a new model adds one `LoraCase`."""
 
 from collections.abc import Callable
 from dataclasses import dataclass
