@@ -100,36 +100,42 @@ def _residual(attn_output, value_states, first_layer_values, neutreno_lambda):
 
 
 class _NeuTRENOLinear(torch.autograd.Function):
-    """``F.linear(a + λ (v0 − v), W, b)`` that saves a, v, v0 (already alive) instead of its input."""
+    """``F.linear(a + λ (v0 − v), W, b)`` that saves a, v, v0 (already alive) instead of its input.
+
+    Lean on purpose: on small GPU shapes the host's time per layer, not the GPU's, sets the step time, and each Python
+    line of this function runs once per layer and step.
+    """
 
     @staticmethod
     def forward(ctx, attn_output, value_states, first_layer_values, weight, bias, neutreno_lambda):
-        inputs = _residual(attn_output, value_states, first_layer_values, neutreno_lambda)
-        # Under autocast the linear runs in the autocast dtype; backward (which runs outside autocast) uses the
-        # same dtype for the matmuls and returns parameter gradients in the parameters' dtype.
-        output = nn.functional.linear(inputs, weight, bias)
-        ctx.save_for_backward(attn_output, value_states, first_layer_values, weight)
+        device = attn_output.device.type
+        if torch.is_autocast_enabled(device):  # cast once and keep the cast weight, as autocast's own linear does
+            weight_used = weight.to(torch.get_autocast_dtype(device))
+        else:
+            weight_used = weight
+        output = nn.functional.linear(_residual(attn_output, value_states, first_layer_values, neutreno_lambda),
+                                      weight_used, bias)  # fmt: skip
+        ctx.save_for_backward(attn_output, value_states, first_layer_values, weight_used)
         ctx.neutreno_lambda = neutreno_lambda
-        ctx.bias_dtype = None if bias is None else bias.dtype
+        ctx.weight_dtype = weight.dtype
         return output
 
     @staticmethod
     def backward(ctx, grad_output):
         attn_output, value_states, first_layer_values, weight = ctx.saved_tensors
         lam = ctx.neutreno_lambda
-        compute_dtype = grad_output.dtype
-        grad_inputs = grad_output @ weight.to(compute_dtype)
+        grad_inputs = grad_output.matmul(weight.to(grad_output.dtype))  # a no-op unless the dtypes differ
+        needs = ctx.needs_input_grad
         grad_weight = grad_bias = None
-        if ctx.needs_input_grad[3]:
-            inputs = _residual(attn_output, value_states, first_layer_values, lam).to(compute_dtype)
-            grad_weight = (grad_output.reshape(-1, grad_output.shape[-1]).T @ inputs.reshape(-1, inputs.shape[-1]))
-            grad_weight = grad_weight.to(weight.dtype)
-        if ctx.bias_dtype is not None and ctx.needs_input_grad[4]:
-            grad_bias = grad_output.reshape(-1, grad_output.shape[-1]).sum(0).to(ctx.bias_dtype)
-        grad_attn = grad_inputs.to(attn_output.dtype) if ctx.needs_input_grad[0] else None
-        grad_values = (-lam * grad_inputs).to(value_states.dtype) if ctx.needs_input_grad[1] else None
-        grad_first = (lam * grad_inputs).to(first_layer_values.dtype) if ctx.needs_input_grad[2] else None
-        return grad_attn, grad_values, grad_first, grad_weight, grad_bias, None
+        rows = grad_output.flatten(0, -2)
+        if needs[3]:
+            inputs = _residual(attn_output, value_states, first_layer_values, lam).to(rows.dtype)
+            grad_weight = rows.t().mm(inputs.flatten(0, -2)).to(ctx.weight_dtype)
+        if needs[4]:
+            grad_bias = rows.sum(0)
+        grad_values = grad_inputs * -lam if needs[1] else None
+        grad_first = grad_inputs * lam if needs[2] else None
+        return grad_inputs if needs[0] else None, grad_values, grad_first, grad_weight, grad_bias, None
 
 
 def eager_attention_forward(
