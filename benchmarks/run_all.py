@@ -67,6 +67,11 @@ BENCHMARKS = {
         "full": ["--threads", "1", "--clock", "cpu"],
         "gpu": ["--dtype", "bf16", "--batch-size", "8", "--rounds", "20"],
         "gpu-smoke": ["--dtype", "bf16", "--quick", "--batch-size", "1", "--rounds", "1"]}),
+    "generation": ("bench_generation.py", {
+        "quick": ["--quick", "--threads", "1", "--clock", "cpu", "--num-hidden-layers", "4", "--rounds", "5"],
+        "full": ["--threads", "1", "--clock", "cpu"],
+        "gpu": ["--dtype", "bf16", "--rounds", "30"],
+        "gpu-smoke": ["--dtype", "bf16", "--contexts", "8", "16", "--vocab-size", "512", "--rounds", "1"]}),
     # The setting is a CPU one (GPT-2-small and ViT-tiny shapes): one thread and the process's CPU time.
     "value_path": ("bench_value_path.py", {
         "quick": ["--quick", "--threads", "1", "--clock", "cpu", "--context", "64", "--rounds", "3"],

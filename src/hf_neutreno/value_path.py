@@ -340,6 +340,14 @@ class _ValuePathAttention:
         learnable = isinstance(coefficient, torch.Tensor)
         recompute = context["recompute_saved"] and not torch.compiler.is_compiling()  # compiled: traces no hooks
         saved = _SavedForBackward() if recompute and (context["method"] == "neutreno" or learnable) else None
+        if context["method"] == "value_residual" and context["cached"] and not torch.is_grad_enabled():
+            # Generation: the mix is token-wise, so the KV cache can hold mixed values. Mix only the current tokens'
+            # rows, in the cache's own tensor (which `value` is), and the past rows are already mixed: O(d) per new
+            # token and layer instead of a pass over the whole cache.
+            start, length = context["past"], query.shape[-2]
+            rows = value.narrow(-2, start, length)
+            rows.lerp_(first.narrow(-2, start, length), coefficient)
+            return attention(module, query, key, value, attention_mask, *args, **kwargs)
         if context["method"] == "value_residual":
             # (1 − α) V_ℓ + α V_0, exactly V_ℓ at α = 0
             mixed = _Lerp.apply(value, first, coefficient) if learnable else torch.lerp(value, first, coefficient)
@@ -525,6 +533,7 @@ def _begin_forward(model, settings, module, args, kwargs):
         ),
         "layers": {layer: position for position, layer in enumerate(settings["layers"])},
         "past": int(cache.get_seq_length()) if cache is not None else 0,
+        "cached": cache is not None,
         "grad_enabled": torch.is_grad_enabled(),
         "recompute_saved": _recompute_saved(model),
         "first_values": None,
