@@ -28,7 +28,8 @@ from common import interleaved_medians, machine, train_step
 
 def models_and_inputs(shape: str, args, device):
     if shape == "deit-tiny":
-        models = {name: build_vit(name, args.image_size, "sdpa", device, args.layers) for name in ("native", "neutreno")}
+        names = ("native", "neutreno")
+        models = {name: build_vit(name, args.image_size, "sdpa", device, args.layers) for name in names}
         pixels = torch.randn(args.vit_batch, 3, args.image_size, args.image_size, device=device)
         labels = torch.randint(0, 1000, (args.vit_batch,), device=device)
         return models, {"pixel_values": pixels, "labels": labels}, args.vit_batch
