@@ -7,7 +7,8 @@ a timing, the count is exact and the same on every CPU, so a test can hold it (t
 
 What is counted: every ATen operation that reaches a backend kernel during one forward and backward pass (a training
 step without the optimizer), or during one forward of a single new token with the KV cache, except the ones that
-launch nothing: views and aliases, detaches, and allocations of uninitialised memory (`empty*`).
+launch nothing: views and aliases, detaches, allocations of uninitialised memory (`empty*`), and dropout that hands
+its input back (outside training, or p = 0).
 
 **Per layer** is the slope over depth, (count at 4 layers − count at 2 layers) / 2: what each layer costs. **Per
 step** is the rest, count at 2 layers − 2 × per layer: the embeddings, the head, the loss, the input checks. Both are
@@ -18,7 +19,6 @@ reported for each model and as differences to its native counterpart.
 """
 
 import argparse
-import json
 from collections import Counter
 from collections.abc import Callable
 
@@ -26,6 +26,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import GPT2Config, GPT2LMHeadModel, ViTConfig, ViTForImageClassification
 from transformers.cache_utils import DynamicCache
+
+from common import report
+from transformers import __version__ as transformers_version
 
 from hf_neutreno import (
     EigenViTConfig,
@@ -40,6 +43,11 @@ from hf_neutreno.convert import gpt2_to_neutreno
 _NO_KERNEL = {"detach", "alias", "_unsafe_view", "empty", "empty_like", "empty_strided", "lift_fresh", "_reshape_alias"}
 
 
+def _returns_its_input(name: str, args) -> bool:
+    """Dropout outside training or with p = 0 hands its input back (seen as one operation without autograd)."""
+    return name == "dropout" and (not args[2] or args[1] == 0)
+
+
 class OperationCounter(TorchDispatchMode):
     """Counts the ATen operations that launch a kernel, by name (`counts`), while the mode is active."""
 
@@ -49,7 +57,7 @@ class OperationCounter(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = func.overloadpacket.__name__
-        if not (func.is_view or name in _NO_KERNEL):
+        if not (func.is_view or name in _NO_KERNEL or _returns_its_input(name, args)):
             self.counts[name] += 1
         return func(*args, **(kwargs or {}))
 
@@ -218,17 +226,11 @@ def all_rows() -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", help="write the rows as JSON here")
+    parser.add_argument("--out", help="also write the rows as JSON here")
     args = parser.parse_args()
-    table = all_rows()
-    columns = list(table[0])
-    print("| " + " | ".join(columns) + " |")
-    print("|" + "---|" * len(columns))
-    for row in table:
-        print("| " + " | ".join(str(row[c]) for c in columns) + " |")
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"torch": torch.__version__, "rows": table}, f, indent=1)
+    meta = {"device": "any CPU (the count is exact)", "torch": torch.__version__, "transformers": transformers_version,
+            "command": "python benchmarks/count_ops.py" + (f" --out {args.out}" if args.out else "")}  # fmt: skip
+    report("Kernel-launching operations per training step and per generated token", all_rows(), meta, args.out)
 
 
 if __name__ == "__main__":

@@ -67,6 +67,8 @@ BENCHMARKS = {
         "full": ["--threads", "1", "--clock", "cpu"],
         "gpu": ["--dtype", "bf16", "--batch-size", "8", "--rounds", "20"],
         "gpu-smoke": ["--dtype", "bf16", "--quick", "--batch-size", "1", "--rounds", "1"]}),
+    # Exact on every CPU, so one count serves every tier that runs on a CPU.
+    "op_counts": ("count_ops.py", {"quick": [], "full": []}),
     "generation": ("bench_generation.py", {
         "quick": ["--quick", "--threads", "1", "--clock", "cpu", "--num-hidden-layers", "4", "--rounds", "5"],
         "full": ["--threads", "1", "--clock", "cpu"],
@@ -97,7 +99,7 @@ REPRODUCE = {
 PAGES = {"gpu": ("benchmarks-gpu.md", "results-gpu.md")}
 DEFAULT_PAGES = ("benchmarks.md", "results.md")
 
-# What each table is checked against (issues 2-5, 13): (row filter, column, comparison, target).
+# What each table is checked against: (row filter, column, comparison, target).
 TARGETS = {
     "vit": [(None, "throughput ratio", ">=", 0.97), (None, "total memory ratio", "<=", 1.03),
             ({"mode": "train"}, "step peak ratio", "<=", 1.03)],
@@ -120,39 +122,48 @@ TARGETS = {
                    (None, "step peak ratio", "<=", 1.03)],
 }
 SECTIONS = {  # JSON file -> (heading, what it measures)
-    "vit": ("NeuTRENO ViT vs the native ViT (issue 2)",
+    "vit": ("NeuTRENO ViT vs the native ViT",
             "DeiT-tiny shape, λ = 0.6 in layers 1-11, against `transformers`' `ViTForImageClassification` of the "
             "same shape and attention kernel. A training step is forward + backward + AdamW; inference is a forward "
             "under `torch.inference_mode`. `step peak` is the memory allocated during a step above what was allocated "
             "before it; `total` adds weights and optimizer state."),
-    "eigen_vit": ("EigenViT vs the NeuTRENO ViT and the native ViT (issues 4, 13)",
+    "eigen_vit": ("EigenViT vs the NeuTRENO ViT and the native ViT",
                   "vit-tiny-224 shape. EigenViT makes the value and output weights of all its layers from Θ, ψ with "
                   "one QR batched over layers and heads in every forward with gradients; without gradients it makes "
                   "them once and reuses them while Θ and ψ are unchanged. `→ to_neutreno_vit()` is its export with "
                   "those weights stored (timed at inference only). Ratios are to the native ViT."),
-    "gpt": ("NeuTRENO GPT vs the native GPT-2 (issue 3)",
+    "gpt": ("NeuTRENO GPT vs the native GPT-2",
             "The NeuTRENO model is `gpt2_to_neutreno(native, λ = 0.4)`: the same weights and architecture (the λ = 0 "
             "column checks they give the same logits). Training on Zipf-distributed token ids; generation is greedy "
             "`generate` with the KV cache. `as-trained` (informational) is the paper's preset with its tied adaptive "
             "softmax over 267,735 words against GPT-2 of the same dimensions with a full softmax."),
-    "gpt_scaling": ("Context scaling of the NeuTRENO GPT (issue 7)",
+    "gpt_scaling": ("Context scaling of the NeuTRENO GPT",
                     "The paper's shape at contexts 256 → 2048 with the same number of tokens per step (the batch "
                     "shrinks as the context grows): the NeuTRENO term is O(N·d), so the ratio should stay flat while "
                     "attention's O(N²) share grows in both models."),
-    "diagnostics": ("Cost of `measure_oversmoothing` (issue 5)",
+    "diagnostics": ("Cost of `measure_oversmoothing`",
                     "DeiT-tiny (NeuTRENO, λ = 0.6) on real CIFAR-10 test images resized to 224 px: time relative to "
                     "plain inference over the same images, and the peak memory of a fresh process at two numbers of "
                     "images (it must not grow with them). `hidden`: the default hidden-state metrics (cosine "
                     "similarity, HFC/LFC, distance to rank one); `hidden+erank`: those and the effective rank, "
                     "measured only when asked for by name; `default`: the default metric set, attention metrics "
                     "included; `all`: every metric."),
+    "op_counts": ("Kernels per training step and per generated token",
+                  "Every ATen operation that launches a kernel (views, detaches and uninitialised allocations "
+                  "excluded) in one forward and backward pass (`training`), one forward without gradients "
+                  "(`inference`) or one new token's forward with the KV cache (`generation`), counted on a CPU by "
+                  "`benchmarks/count_ops.py`: exact, the same on every CPU. `per layer` is the slope over depth, "
+                  "(count at 4 layers − count at 2) / 2; `per step` the rest. `+` columns are differences to the "
+                  "native counterpart (transformers' GPT-2 or ViT of the same shape); a negative `+ per step` is "
+                  "layer 0, which has no term. On small GPU shapes each kernel's launch sets the step time. "
+                  "tests/test_op_counts.py holds each count under its ceiling."),
     "generation": ("Time per generated token with the KV cache",
                    "GPT-2-small shape, batch 1: the forward of one new token after 128 and after 2,048 cached tokens, "
                    "for the native `GPT2LMHeadModel`, the NeuTRENO GPT converted from it (λ = 0.4) and the native "
                    "model with `apply_value_path` NeuTRENO (λ = 0.4) and value residual (α = ½). Each method's extra "
                    "work per new token is O(d) per layer (only the new token's values), so a ratio must not fall as "
                    "the cache grows."),
-    "segmenter": ("NeuTRENO Segmenter vs the λ = 0 Segmenter (issue 11)",
+    "segmenter": ("NeuTRENO Segmenter vs the λ = 0 Segmenter",
                   "The `segmenter-deit-tiny` preset (DeiT-tiny encoder, 2-block mask transformer, 150 classes) with "
                   "λ = 0.6 in the encoder and in the decoder (its own V_0), against the same model and initial "
                   "weights with λ = 0 in both. A training step is forward + loss on 512 × 512 labels + backward + "
@@ -194,6 +205,8 @@ def run_everything(args) -> None:
             (folder / "notes.md").write_text(SMOKE_NOTE + "\n")
     start = time.perf_counter()
     for name, (script, flags) in BENCHMARKS.items():
+        if args.tier not in flags:
+            continue
         extra = ["--data-dir", args.data] if name == "diagnostics" and args.data else []
         if args.smoke:  # two layers: the NeuTRENO term (layers 1 on) runs, at a fraction of the models' cost
             extra += ["--num-hidden-layers", "2"]
