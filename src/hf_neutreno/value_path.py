@@ -28,6 +28,8 @@ where this package is not installed. This file imports only torch and transforme
 import copy
 import inspect
 import math
+import numbers
+import operator
 import sys
 
 import torch
@@ -182,8 +184,10 @@ def check_settings(method, coefficient, learnable, layers, num_layers: int) -> d
     symbol = "λ" if method == "neutreno" else "α"
     if coefficient is None:
         coefficient = DEFAULT_COEFFICIENTS[method]
-    if isinstance(coefficient, bool) or not isinstance(coefficient, (int, float)) or not math.isfinite(coefficient):
+    number = _as_real(coefficient)
+    if number is None or not math.isfinite(number):
         raise ValueError(f"`coefficient` ({symbol} of {method!r}) must be a finite number, got {coefficient!r}.")
+    coefficient = number
     if method == "neutreno" and coefficient < 0:
         raise ValueError(f"`coefficient` (λ of 'neutreno') must be >= 0 (0 is the plain model), got {coefficient}.")
     if method == "value_residual" and not 0 <= coefficient <= 1:
@@ -198,14 +202,37 @@ def check_settings(method, coefficient, learnable, layers, num_layers: int) -> d
         layers = list(range(1, num_layers))
     if isinstance(layers, (str, bytes)) or not hasattr(layers, "__iter__"):
         raise ValueError(f"`layers` must be a list of layer indices, got {layers!r}.")
-    layers = list(layers)
-    bad = [i for i in layers if isinstance(i, bool) or not isinstance(i, int) or not 1 <= i < num_layers]
+    layers = [_as_index(i) for i in layers]
+    bad = [i for i in layers if not isinstance(i, int) or not 1 <= i < num_layers]
     if bad or not layers or len(set(layers)) != len(layers):
         raise ValueError(
             f"`layers` must list distinct self-attention layers in 1..{num_layers - 1} (layer 0 provides V_0), got "
             f"{layers}."
         )
     return {"method": method, "coefficient": float(coefficient), "learnable": learnable, "layers": sorted(layers)}
+
+
+def _as_real(value) -> float | None:
+    """A real number of any numeric type (Python, NumPy, a one-element tensor) as a float; None for anything else
+    (booleans and strings included)."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1 or value.dtype == torch.bool or value.is_complex():
+            return None
+        return float(value.item())
+    if isinstance(value, (bool, str, bytes)) or type(value).__name__ == "bool_" or not isinstance(value, numbers.Real):
+        return None
+    return float(value)
+
+
+def _as_index(value):
+    """An integer of any integer type (Python, NumPy, a one-element integer tensor) as an int; else the value as it
+    is, for the error message."""
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
+        return value
+    try:
+        return operator.index(value)
+    except TypeError:
+        return value
 
 
 def self_attention_layers(model: nn.Module) -> list[nn.Module]:
@@ -699,6 +726,12 @@ def value_path_class(base: type, auto_class: str | None = None) -> type:
         def __init__(self, config, *args, **kwargs):
             super().__init__(config, *args, **kwargs)
             _adapt(self)
+
+        def __setstate__(self, state):
+            # Unpickled in a new process (torch.load of a whole model): its attention implementation is registered
+            # there by nobody else.
+            super().__setstate__(state)
+            register_value_path_attention(self.config._attn_implementation.removeprefix(ATTENTION_PREFIX))
 
         @torch.no_grad()
         def _init_weights(self, module):
