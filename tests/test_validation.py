@@ -117,17 +117,32 @@ def earlier_save_and_empty_folder(model_class, config, tmp_path):
     "name, edit, message",
     [
         ("neutreno_vit", lambda config: config.neutreno_layers.append(0), "`neutreno_layers` cannot contain 0"),
-        ("neutreno_vit", lambda config: setattr(config, "neutreno_layers", [1, 3]),
-         r"`neutreno_layers` entries must be integers in \[0, 2\] \(num_hidden_layers=3\), got \[3\]"),
+        (
+            "neutreno_vit",
+            lambda config: setattr(config, "neutreno_layers", [1, 3]),
+            r"`neutreno_layers` entries must be integers in \[0, 2\] \(num_hidden_layers=3\), got \[3\]",
+        ),
         ("eigen_vit", lambda config: config.neutreno_layers.append(0), "`neutreno_layers` cannot contain 0"),
-        ("eigen_vit", lambda config: setattr(config, "neutreno_layers", [1, 3]),
-         r"`neutreno_layers` entries must be integers in \[0, 2\] \(num_hidden_layers=3\), got \[3\]"),
+        (
+            "eigen_vit",
+            lambda config: setattr(config, "neutreno_layers", [1, 3]),
+            r"`neutreno_layers` entries must be integers in \[0, 2\] \(num_hidden_layers=3\), got \[3\]",
+        ),
         ("neutreno_gpt", lambda config: config.neutreno_layers.append(0), "`neutreno_layers` cannot contain 0"),
-        ("neutreno_gpt", lambda config: setattr(config, "neutreno_layers", [1, 3]),
-         r"`neutreno_layers` entries must be integers in \[0, 2\] \(num_hidden_layers=3\), got \[3\]"),
+        (
+            "neutreno_gpt",
+            lambda config: setattr(config, "neutreno_layers", [1, 3]),
+            r"`neutreno_layers` entries must be integers in \[0, 2\] \(num_hidden_layers=3\), got \[3\]",
+        ),
     ],
-    ids=["vit in place", "vit beyond the layers", "eigen in place", "eigen beyond the layers", "gpt in place",
-         "gpt beyond the layers"],
+    ids=[
+        "vit in place",
+        "vit beyond the layers",
+        "eigen in place",
+        "eigen beyond the layers",
+        "gpt in place",
+        "gpt beyond the layers",
+    ],
 )
 def test_an_edit_breaking_a_rule_across_fields_is_refused_by_validate_build_and_save_writing_nothing(
     name, edit, message, tmp_path
@@ -263,11 +278,20 @@ def test_generate_grows_a_left_padded_mask_and_matches_greedy_full_forwards(use_
 # refused before anything trains or is written, with a message naming the flag or path.
 
 
-
-
 EXAMPLE_SCRIPTS = ("run_image_classification", "run_clm_wikitext103", "run_semantic_segmentation", "run_eigen_vit")
-COMPARE_TINY = ["--max-steps", "2", "--max-train-samples", "16", "--max-eval-samples", "8", "--probe-samples", "4",
-                "--batch-size", "8", "--no-progress"]
+COMPARE_TINY = [
+    "--max-steps",
+    "2",
+    "--max-train-samples",
+    "16",
+    "--max-eval-samples",
+    "8",
+    "--probe-samples",
+    "4",
+    "--batch-size",
+    "8",
+    "--no-progress",
+]
 
 
 @pytest.fixture
@@ -299,8 +323,10 @@ def test_compare_refuses_a_segmentation_folder_without_id2label(data_dir, tmp_pa
     folder.mkdir()
     for split in ("train", "validation"):
         shutil.copy(data_dir / "fashion-scenes" / f"{split}-00000-of-00001.parquet", folder)
-    message = _compare_error(["--model", "segmenter-micro", "--dataset", str(folder), "--output-dir",
-                              str(tmp_path / "out"), *COMPARE_TINY], capsys)
+    message = _compare_error(
+        ["--model", "segmenter-micro", "--dataset", str(folder), "--output-dir", str(tmp_path / "out"), *COMPARE_TINY],
+        capsys,
+    )
     assert f"--dataset {str(folder)!r} has no id2label.json" in message and str(folder / "id2label.json") in message
     assert "not guessed" in message and not (tmp_path / "out").exists()
 
@@ -311,8 +337,20 @@ def test_compare_resume_refuses_other_settings_naming_them(tmp_path, capsys, mon
     monkeypatch.undo()
     work = tmp_path / "run.incomplete"
     before = (work / "results.json").read_text()
-    message = _compare_error(["--output-dir", str(out), "--seeds", "1", *COMPARE_TINY[:-1], "--batch-size", "4",
-                              "--no-progress", "--resume"], capsys)
+    message = _compare_error(
+        [
+            "--output-dir",
+            str(out),
+            "--seeds",
+            "1",
+            *COMPARE_TINY[:-1],
+            "--batch-size",
+            "4",
+            "--no-progress",
+            "--resume",
+        ],
+        capsys,
+    )
     assert "--resume" in message and str(work) in message and "--batch-size 8 (now 4)" in message
     assert (work / "results.json").read_text() == before and not out.exists()
 
@@ -339,8 +377,11 @@ def _example_args(script: str, data_dir: Path, output_dir: Path) -> list[str]:
 def test_each_example_refuses_to_overwrite_a_finished_run(script, data_dir, tmp_path, no_training):
     output_dir = _finished_model(tmp_path / "run")
     before = sorted(p.name for p in output_dir.iterdir())
-    with pytest.raises(ValueError, match=r"--output-dir .* already holds .*--resume-from-checkpoint.*"
-                       r"--overwrite-output-dir") as error:
+    with pytest.raises(
+        ValueError,
+        match=r"--output-dir .* already holds .*--resume-from-checkpoint.*"
+        r"--overwrite-output-dir",
+    ) as error:
         load_example(script).main(_example_args(script, data_dir, output_dir))
     assert str(output_dir) in str(error.value)
     assert sorted(p.name for p in output_dir.iterdir()) == before
@@ -348,8 +389,7 @@ def test_each_example_refuses_to_overwrite_a_finished_run(script, data_dir, tmp_
 
 @pytest.mark.parametrize("script", EXAMPLE_SCRIPTS[:3])
 @pytest.mark.parametrize("spelling", [[], ["true"]], ids=["no path", "true"])
-def test_resuming_without_a_checkpoint_names_the_flag_and_the_folder(script, spelling, data_dir, tmp_path,
-                                                                      no_training):
+def test_resuming_without_a_checkpoint_names_the_flag_and_the_folder(script, spelling, data_dir, tmp_path, no_training):
     output_dir = tmp_path / "run"
     argv = _example_args(script, data_dir, output_dir) + ["--resume-from-checkpoint", *spelling]
     with pytest.raises(ValueError, match=r"--resume-from-checkpoint: --output-dir .* holds no checkpoint-\* folder"):
@@ -368,16 +408,20 @@ def test_resuming_from_a_folder_that_is_no_checkpoint_names_it(script, data_dir,
 def test_eigen_example_resumes_only_its_own_interrupted_run(data_dir, tmp_path, no_training):
     example = load_example("run_eigen_vit")
     with pytest.raises(ValueError, match=r"--resume-from-checkpoint '.*ckpt': this script takes no path"):
-        example.main(_example_args("run_eigen_vit", data_dir, tmp_path / "run") + ["--resume-from-checkpoint",
-                                                                                  str(tmp_path / "ckpt")])
+        example.main(
+            _example_args("run_eigen_vit", data_dir, tmp_path / "run")
+            + ["--resume-from-checkpoint", str(tmp_path / "ckpt")]
+        )
     with pytest.raises(ValueError, match=r"--resume-from-checkpoint: --output-dir .* holds no interrupted run"):
         example.main(_example_args("run_eigen_vit", data_dir, tmp_path / "run") + ["--resume-from-checkpoint"])
     assert not (tmp_path / "run").exists()
+
 
 # ====================================================================================================================
 # Model-level "nothing silent": live edits, the segmentation ignore index, missing folders, GPT ids and labels, and
 # input checks that never wait for a device.
 # ====================================================================================================================
+
 
 def _assert_edit_is_live(model_class, config_class, fields: dict, edit: dict, inputs, tmp_path) -> None:
     """Edit `model.config` of a built model: the model must compute what a model built from the edited config (same
@@ -423,8 +467,14 @@ def test_an_edited_setting_applies_at_once_and_is_what_the_saved_model_computes(
     "edit", [dict(decoder_neutreno_lambda=0.9), dict(neutreno_lambda=0.1)], ids=["decoder λ", "λ the decoder follows"]
 )
 def test_an_edited_decoder_lambda_applies_at_once_and_is_what_the_saved_segmenter_computes(edit, tmp_path):
-    _assert_edit_is_live(hf_neutreno.NeuTRENOViTForSemanticSegmentation, hf_neutreno.NeuTRENOViTConfig,
-                         {**SEGMENTER, "neutreno_lambda": 0.6}, edit, torch.randn(2, 3, 16, 16), tmp_path)
+    _assert_edit_is_live(
+        hf_neutreno.NeuTRENOViTForSemanticSegmentation,
+        hf_neutreno.NeuTRENOViTConfig,
+        {**SEGMENTER, "neutreno_lambda": 0.6},
+        edit,
+        torch.randn(2, 3, 16, 16),
+        tmp_path,
+    )
 
 
 @pytest.mark.parametrize(
@@ -477,8 +527,9 @@ def test_gpt_token_ids_outside_the_vocabulary_are_named_with_the_vocabulary_size
     for bad in (GPT["vocab_size"], GPT["vocab_size"] + 5, -1):
         ids = token_ids(2, 5)
         ids[1, 2] = bad
-        with pytest.raises(ValueError, match=re.escape(f"`input_ids` hold [{bad}], outside the vocabulary [0, 96] "
-                                                       "(`vocab_size`=97)")):
+        with pytest.raises(
+            ValueError, match=re.escape(f"`input_ids` hold [{bad}], outside the vocabulary [0, 96] (`vocab_size`=97)")
+        ):
             model(ids)
     ids = token_ids(2, 5)
     labels = ids.clone()
@@ -548,8 +599,9 @@ def test_an_edited_architecture_field_makes_the_built_model_refuse_to_run_naming
     before = model(inputs).logits
     original = getattr(model.config, field)
     setattr(model.config, field, value)
-    with pytest.raises(ValueError, match=re.escape(f"`{field}` was set to {value!r} on the config of a model built "
-                                                   f"with {original!r}")):
+    with pytest.raises(
+        ValueError, match=re.escape(f"`{field}` was set to {value!r} on the config of a model built with {original!r}")
+    ):
         model(inputs)
     setattr(model.config, field, original)  # set back: the model runs as before
     torch.testing.assert_close(model(inputs).logits, before, atol=0, rtol=0)
@@ -569,15 +621,37 @@ def test_an_edited_decoder_field_makes_the_segmenter_refuse_to_run_naming_it():
         (hf_neutreno.EigenViTForImageClassification, hf_neutreno.EigenViTConfig, VIT, "num_hidden_layers", 4),
         (hf_neutreno.NeuTRENOGPTForCausalLM, hf_neutreno.NeuTRENOGPTConfig, GPT, "num_hidden_layers", 4),
         (hf_neutreno.NeuTRENOViTModel, hf_neutreno.NeuTRENOViTConfig, VIT, "attention_kernel", "linear"),
-        (hf_neutreno.NeuTRENOViTForSemanticSegmentation, hf_neutreno.NeuTRENOViTConfig, SEGMENTER,
-         "num_hidden_layers", 4),
-        (hf_neutreno.NeuTRENOViTForSemanticSegmentation, hf_neutreno.NeuTRENOViTConfig, SEGMENTER,
-         "decoder_num_layers", 3),
-        (hf_neutreno.NeuTRENOViTForSemanticSegmentation, hf_neutreno.NeuTRENOViTConfig, SEGMENTER,
-         "decoder_hidden_size", 32),
+        (
+            hf_neutreno.NeuTRENOViTForSemanticSegmentation,
+            hf_neutreno.NeuTRENOViTConfig,
+            SEGMENTER,
+            "num_hidden_layers",
+            4,
+        ),
+        (
+            hf_neutreno.NeuTRENOViTForSemanticSegmentation,
+            hf_neutreno.NeuTRENOViTConfig,
+            SEGMENTER,
+            "decoder_num_layers",
+            3,
+        ),
+        (
+            hf_neutreno.NeuTRENOViTForSemanticSegmentation,
+            hf_neutreno.NeuTRENOViTConfig,
+            SEGMENTER,
+            "decoder_hidden_size",
+            32,
+        ),
     ],
-    ids=["vit layers", "eigen layers", "gpt layers", "vit kernel", "segmenter layers", "segmenter decoder layers",
-         "segmenter decoder size"],
+    ids=[
+        "vit layers",
+        "eigen layers",
+        "gpt layers",
+        "vit kernel",
+        "segmenter layers",
+        "segmenter decoder layers",
+        "segmenter decoder size",
+    ],
 )
 def test_an_edited_architecture_field_is_refused_by_save_pretrained_writing_nothing(
     model_class, config_class, fields, field, value, tmp_path

@@ -4,7 +4,6 @@ This file travels with every checkpoint (``trust_remote_code``): it imports only
 huggingface_hub (a dependency of transformers, whose own configs take their validated fields from it too).
 """
 
-
 import copy
 import math
 import os
@@ -122,7 +121,7 @@ class _NeuTRENOLinear(torch.autograd.Function):
         grad_weight = grad_bias = None
         if ctx.needs_input_grad[3]:
             inputs = _residual(attn_output, value_states, first_layer_values, lam).to(compute_dtype)
-            grad_weight = (grad_output.reshape(-1, grad_output.shape[-1]).T @ inputs.reshape(-1, inputs.shape[-1]))
+            grad_weight = grad_output.reshape(-1, grad_output.shape[-1]).T @ inputs.reshape(-1, inputs.shape[-1])
             grad_weight = grad_weight.to(weight.dtype)
         if ctx.bias_dtype is not None and ctx.needs_input_grad[4]:
             grad_bias = grad_output.reshape(-1, grad_output.shape[-1]).sum(0).to(ctx.bias_dtype)
@@ -239,9 +238,7 @@ def check_layer_indices(name: str, indices: Iterable[int] | None, num_hidden_lay
 
 def check_heads(hidden_size: int, num_attention_heads: int, names=("hidden_size", "num_attention_heads")) -> None:
     if hidden_size % num_attention_heads:
-        raise ValueError(
-            f"`{names[0]}` ({hidden_size}) must be divisible by `{names[1]}` ({num_attention_heads})."
-        )
+        raise ValueError(f"`{names[0]}` ({hidden_size}) must be divisible by `{names[1]}` ({num_attention_heads}).")
 
 
 def built_fields(config, names: Iterable[str]) -> dict[str, Any]:
