@@ -169,6 +169,39 @@ def test_an_edit_breaking_a_rule_across_fields_is_refused_by_validate_build_and_
     assert files(empty) == {}
 
 
+@pytest.mark.parametrize("value", NON_FINITE, ids=str)
+@pytest.mark.parametrize("name", MODELS)
+def test_a_value_set_past_the_field_check_is_refused_by_validate_and_save_writing_nothing(name, value, tmp_path):
+    """`object.__setattr__` skips the field's rule on assignment; `validate()` and both saves run it again, so a NaN
+    λ is never written (json would write it as {"__float__": "NaN"})."""
+    _, model_class, _ = MODELS[name]
+    config = small(name)
+    earlier, empty = earlier_save_and_empty_folder(model_class, config, tmp_path)
+    before = files(earlier)
+    model = model_class(config)
+    object.__setattr__(model.config, "neutreno_lambda", value)
+    message = r"`neutreno_lambda` must be a finite float >= 0 \(0 gives the plain transformer\), got " + re.escape(
+        repr(value)
+    )
+    with pytest.raises(StrictDataclassError, match=message):
+        model.config.validate()
+    for folder in (earlier, empty):
+        with pytest.raises(StrictDataclassError, match=message):
+            model.config.save_pretrained(folder)
+        with pytest.raises(StrictDataclassError, match=message):
+            model.save_pretrained(folder)
+    assert files(earlier) == before
+    assert files(empty) == {}
+
+
+def test_a_wrong_type_set_past_the_field_check_is_refused_at_save(tmp_path):
+    config = small("neutreno_vit")
+    object.__setattr__(config, "num_hidden_layers", "3")
+    with pytest.raises(StrictDataclassError, match="Field 'num_hidden_layers' expected int, got str"):
+        config.save_pretrained(tmp_path)
+    assert files(tmp_path) == {}
+
+
 @pytest.mark.parametrize("name", MODELS)
 def test_a_bad_value_in_config_json_is_rejected_by_from_pretrained(name, tmp_path):
     config_class = MODELS[name][0]
