@@ -31,8 +31,18 @@ HUB_DATASETS = {
 DERIVED = {"fashion-scenes": "fashion_mnist"}
 FASHION_SCENES = {"train": 4000, "validation": 1000}  # scenes per split, as in the mirror
 FETCH_TIMEOUT = 1800  # seconds: three datasets, about 120 MB
-FASHION_NAMES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag",
-                 "Ankle boot"]
+FASHION_NAMES = [
+    "T-shirt/top",
+    "Trouser",
+    "Pullover",
+    "Dress",
+    "Coat",
+    "Sandal",
+    "Shirt",
+    "Sneaker",
+    "Bag",
+    "Ankle boot",
+]
 
 
 def _offline(value: str | None) -> bool:
@@ -77,8 +87,10 @@ def make_fashion_scenes(fashion_mnist: Path, out: Path) -> None:
 
     def load(split):
         table = pq.read_table(fashion_mnist / f"{split}-00000-of-00001.parquet").to_pydict()
-        return (np.stack([np.array(Image.open(io.BytesIO(image["bytes"]))) for image in table["image"]]),
-                np.array(table["label"]))
+        return (
+            np.stack([np.array(Image.open(io.BytesIO(image["bytes"]))) for image in table["image"]]),
+            np.array(table["label"]),
+        )
 
     def png(array, mode):
         buffer = io.BytesIO()
@@ -97,20 +109,24 @@ def make_fashion_scenes(fashion_mnist: Path, out: Path) -> None:
                 y, x = rng.integers(0, size - 28 + 1, 2)
                 mask = binary_fill_holes(item > 24)
                 tint = rng.uniform(0.35, 1.0, 3)
-                canvas[y:y + 28, x:x + 28][mask] = item[mask][:, None] * tint[None, :]
-                annotation[y:y + 28, x:x + 28][mask] = label + 1
+                canvas[y : y + 28, x : x + 28][mask] = item[mask][:, None] * tint[None, :]
+                annotation[y : y + 28, x : x + 28][mask] = label + 1
             rows["image"].append(png(canvas.astype(np.uint8), "RGB"))
             rows["annotation"].append(png(annotation, "L"))
         return rows
 
     rng = np.random.default_rng(0)
-    splits = {"train": (*load("train"), FASHION_SCENES["train"]),
-              "validation": (*load("test"), FASHION_SCENES["validation"])}
+    splits = {
+        "train": (*load("train"), FASHION_SCENES["train"]),
+        "validation": (*load("test"), FASHION_SCENES["validation"]),
+    }
     out.mkdir(parents=True, exist_ok=True)
     image = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
     features = {"image": {"_type": "Image"}, "annotation": {"_type": "Image"}}
-    schema = pa.schema([("image", image), ("annotation", image)],
-                       metadata={b"huggingface": json.dumps({"info": {"features": features}}).encode()})
+    schema = pa.schema(
+        [("image", image), ("annotation", image)],
+        metadata={b"huggingface": json.dumps({"info": {"features": features}}).encode()},
+    )
     for split, (images, labels, count) in splits.items():
         table = pa.Table.from_pydict(scenes(images, labels, count, rng), schema=schema)
         pq.write_table(table, out / f"{split}-00000-of-00001.parquet")
@@ -118,19 +134,26 @@ def make_fashion_scenes(fashion_mnist: Path, out: Path) -> None:
     (out / "id2label.json").write_text(json.dumps(id2label, indent=1))
 
 
-def resolve(mirror: Path = MIRROR, cache: Path = CACHE, user_offline: str | None = None,
-            run_fetch: Callable[[Path], None] | None = None) -> tuple[Path | None, str]:
+def resolve(
+    mirror: Path = MIRROR,
+    cache: Path = CACHE,
+    user_offline: str | None = None,
+    run_fetch: Callable[[Path], None] | None = None,
+) -> tuple[Path | None, str]:
     """(the data folder, "") or (None, the one-line reason the tests skip)."""
     if mirror.is_dir():
         return mirror, ""
+
     def complete() -> bool:
         return all((cache / name).is_dir() for name in (*HUB_DATASETS, *DERIVED))
 
     if complete():
         return cache, ""
     if _offline(user_offline):
-        return None, (f"no local datasets in {mirror} and HF_HUB_OFFLINE=1: run the tests without it to fetch them "
-                      "from the Hub once, or set HF_NEUTRENO_DATA")
+        return None, (
+            f"no local datasets in {mirror} and HF_HUB_OFFLINE=1: run the tests without it to fetch them "
+            "from the Hub once, or set HF_NEUTRENO_DATA"
+        )
     cache.mkdir(parents=True, exist_ok=True)
     with FileLock(str(cache / ".fetch.lock")):  # parallel test workers (pytest -n): one fetches, the others wait
         if complete():  # another worker fetched it while this one waited
@@ -146,8 +169,9 @@ def resolve(mirror: Path = MIRROR, cache: Path = CACHE, user_offline: str | None
 def _fetch_in_child(cache: Path) -> None:
     offline = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")
     env = {k: v for k, v in os.environ.items() if k not in offline}
-    proc = subprocess.run([sys.executable, __file__, str(cache)], env=env, capture_output=True, text=True,
-                          timeout=FETCH_TIMEOUT)
+    proc = subprocess.run(
+        [sys.executable, __file__, str(cache)], env=env, capture_output=True, text=True, timeout=FETCH_TIMEOUT
+    )
     if proc.returncode != 0:
         raise RuntimeError(proc.stderr.strip() or f"exit status {proc.returncode}")
 

@@ -28,30 +28,40 @@ def few_scenes(monkeypatch):
 def test_without_the_mirror_the_datasets_come_from_the_hub_in_the_mirrors_layout(data_dir, tmp_path, few_scenes):
     calls = []
     folder, reason = real_data.resolve(
-        mirror=tmp_path / "absent", cache=tmp_path / "cache", user_offline=None,
+        mirror=tmp_path / "absent",
+        cache=tmp_path / "cache",
+        user_offline=None,
         run_fetch=lambda cache: real_data.fetch(cache, load=_fake_hub(data_dir, calls)),
     )
     assert reason == "" and folder == tmp_path / "cache"
-    assert calls == [("uoft-cs/cifar10", None), ("zalando-datasets/fashion_mnist", None),
-                     ("Salesforce/wikitext", "wikitext-2-v1")]
+    assert calls == [
+        ("uoft-cs/cifar10", None),
+        ("zalando-datasets/fashion_mnist", None),
+        ("Salesforce/wikitext", "wikitext-2-v1"),
+    ]
     for name in real_data.HUB_DATASETS:  # the same files and columns as the mirror
-        assert sorted(p.name for p in (folder / name).iterdir()) == sorted(p.name for p in (data_dir / name).iterdir()
-                                                                           if p.suffix == ".parquet")
+        assert sorted(p.name for p in (folder / name).iterdir()) == sorted(
+            p.name for p in (data_dir / name).iterdir() if p.suffix == ".parquet"
+        )
         for path in (folder / name).iterdir():
             assert pq.read_schema(path).names == pq.read_schema(data_dir / name / path.name).names
     reloaded = datasets.load_dataset("parquet", data_dir=str(folder / "cifar10"))
-    assert reloaded["train"].features["label"].names == datasets.load_dataset(
-        "parquet", data_dir=str(data_dir / "cifar10"), split="test").features["label"].names
+    assert (
+        reloaded["train"].features["label"].names
+        == datasets.load_dataset("parquet", data_dir=str(data_dir / "cifar10"), split="test").features["label"].names
+    )
     assert sorted(p.name for p in (folder / "fashion-scenes").iterdir()) == sorted(
-        p.name for p in (data_dir / "fashion-scenes").iterdir() if p.suffix in (".parquet", ".json"))
+        p.name for p in (data_dir / "fashion-scenes").iterdir() if p.suffix in (".parquet", ".json")
+    )
     # A second resolve finds the complete cache and fetches nothing.
     assert real_data.resolve(mirror=tmp_path / "absent", cache=folder, run_fetch=pytest.fail) == (folder, "")
 
 
 def test_an_unreachable_hub_gives_a_one_line_reason(tmp_path):
     def unreachable(cache):
-        raise RuntimeError("Traceback (most recent call last):\n  ...\n"
-                           "ConnectionError: Couldn't reach 'uoft-cs/cifar10'")
+        raise RuntimeError(
+            "Traceback (most recent call last):\n  ...\nConnectionError: Couldn't reach 'uoft-cs/cifar10'"
+        )
 
     folder, reason = real_data.resolve(mirror=tmp_path / "absent", cache=tmp_path / "cache", run_fetch=unreachable)
     assert folder is None and "\n" not in reason
@@ -59,8 +69,9 @@ def test_an_unreachable_hub_gives_a_one_line_reason(tmp_path):
 
 
 def test_the_users_offline_setting_is_respected(tmp_path):
-    folder, reason = real_data.resolve(mirror=tmp_path / "absent", cache=tmp_path / "cache", user_offline="1",
-                                       run_fetch=pytest.fail)
+    folder, reason = real_data.resolve(
+        mirror=tmp_path / "absent", cache=tmp_path / "cache", user_offline="1", run_fetch=pytest.fail
+    )
     assert folder is None and "HF_HUB_OFFLINE=1" in reason and "\n" not in reason
 
 
@@ -80,11 +91,22 @@ def test_without_data_or_hub_the_tests_skip_and_ci_fails_on_a_skip(tmp_path, no_
     import subprocess
     import sys
 
-    env = {**os.environ, "HF_NEUTRENO_DATA": str(tmp_path / "absent"), "HF_NEUTRENO_TEST_DATA": str(tmp_path / "c"),
-           "HF_HUB_OFFLINE": "1", "HF_NEUTRENO_NO_SKIPS": no_skips}
+    env = {
+        **os.environ,
+        "HF_NEUTRENO_DATA": str(tmp_path / "absent"),
+        "HF_NEUTRENO_TEST_DATA": str(tmp_path / "c"),
+        "HF_HUB_OFFLINE": "1",
+        "HF_NEUTRENO_NO_SKIPS": no_skips,
+    }
     test = f"{real_data.REPO_ROOT / 'tests' / 'test_real_data.py'}::test_a_missing_dataset_file_is_fetched_again"
-    proc = subprocess.run([sys.executable, "-m", "pytest", test, "-q", "-rs", "-p", "no:cacheprovider"],
-                          cwd=real_data.REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", test, "-q", "-rs", "-p", "no:cacheprovider"],
+        cwd=real_data.REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == status, proc.stdout + proc.stderr
     skip_lines = [line for line in proc.stdout.splitlines() if line.startswith("SKIPPED")]
     assert len(skip_lines) == 1 and "no local datasets in" in skip_lines[0] and "HF_HUB_OFFLINE=1" in skip_lines[0]
@@ -107,4 +129,5 @@ def test_fashion_scenes_built_from_fashion_mnist_equal_the_mirrors(data_dir, tmp
         for i, (ours, theirs) in enumerate(zip(built["train"][column], mirror["train"].select(range(200))[column])):
             assert np.array_equal(np.array(ours), np.array(theirs)), (i, column)
     assert json.loads((tmp_path / "scenes" / "id2label.json").read_text()) == json.loads(
-        (data_dir / "fashion-scenes" / "id2label.json").read_text())
+        (data_dir / "fashion-scenes" / "id2label.json").read_text()
+    )
