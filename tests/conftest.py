@@ -54,11 +54,19 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    # pytest-xdist, in the main process: each worker starts from this process's environment, where the tests' default
+    # HF_HUB_OFFLINE=1 is already set, and would take it for the user's own. Hand the user's setting over instead.
+    node.workerinput["user_hub_offline"] = USER_OFFLINE
+
+
 @pytest.fixture(scope="session")
-def data_dir():
+def data_dir(request):
     """The real datasets: the local mirror (`HF_NEUTRENO_DATA`), else the same datasets fetched from the Hub once
     (tests/real_data.py), else the test is skipped with the reason."""
-    folder, reason = real_data.resolve(user_offline=USER_OFFLINE)
+    worker = getattr(request.config, "workerinput", None)  # set in a pytest-xdist worker
+    folder, reason = real_data.resolve(user_offline=worker["user_hub_offline"] if worker else USER_OFFLINE)
     if folder is None:
         pytest.skip(reason)
     return folder

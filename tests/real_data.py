@@ -4,8 +4,9 @@ The mirror (`HF_NEUTRENO_DATA`, by default a `shared/data` folder beside the rep
 `<folder>/<split>-00000-of-00001.parquet`, with the Hub datasets' columns. A clone without it fetches those datasets
 from the Hub once, by name (and builds `fashion-scenes`, which is not on the Hub, from Fashion-MNIST as the mirror
 did), into the same layout under `HF_NEUTRENO_TEST_DATA` (default `~/.cache/hf-neutreno/test-data`), in a child
-process: the tests themselves always run offline. Where the Hub cannot be reached, or the user set HF_HUB_OFFLINE=1,
-the tests that need data skip with the reason.
+process: the tests themselves always run offline. Whether the Hub answers is asked first, with a short timeout, so that
+a machine without a network skips at once instead of waiting on the fetch. Where the Hub cannot be reached, or the
+user set HF_HUB_OFFLINE=1, the tests that need data skip with the reason.
 
     python tests/real_data.py FOLDER     # the fetch itself (what the tests run in the child process)
 """
@@ -13,13 +14,16 @@ the tests that need data skip with the reason.
 import os
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
 from filelock import FileLock
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-MIRROR = Path(os.environ.get("HF_NEUTRENO_DATA", REPO_ROOT.parent / "shared" / "data"))
+MIRROR_NAMED = bool(os.environ.get("HF_NEUTRENO_DATA"))  # by the user (else the default beside the repository)
+MIRROR = Path(os.environ.get("HF_NEUTRENO_DATA") or REPO_ROOT.parent / "shared" / "data")
 CACHE = Path(os.environ.get("HF_NEUTRENO_TEST_DATA", Path.home() / ".cache" / "hf-neutreno" / "test-data"))
 # Mirror folder: (Hub dataset, configuration).
 HUB_DATASETS = {
@@ -31,6 +35,7 @@ HUB_DATASETS = {
 DERIVED = {"fashion-scenes": "fashion_mnist"}
 FASHION_SCENES = {"train": 4000, "validation": 1000}  # scenes per split, as in the mirror
 FETCH_TIMEOUT = 1800  # seconds: three datasets, about 120 MB
+REACH_TIMEOUT = 5  # seconds the Hub has to answer before the machine counts as offline
 FASHION_NAMES = [
     "T-shirt/top",
     "Trouser",
@@ -134,11 +139,30 @@ def make_fashion_scenes(fashion_mnist: Path, out: Path) -> None:
     (out / "id2label.json").write_text(json.dumps(id2label, indent=1))
 
 
+def hub_unreachable(endpoint: str | None = None, timeout: float = REACH_TIMEOUT) -> str:
+    """ "" if the Hub (`HF_ENDPOINT`, else huggingface.co) answers an HTTP request within `timeout` seconds (any status:
+    it answered), else why not, in a few words."""
+    if endpoint is None:
+        from huggingface_hub import constants
+
+        endpoint = constants.ENDPOINT
+    try:
+        urllib.request.urlopen(urllib.request.Request(endpoint, method="HEAD"), timeout=timeout).close()
+    except urllib.error.HTTPError:  # a status other than 2xx: still an answer
+        return ""
+    except (OSError, ValueError) as error:  # no network, DNS, refused, timed out, a malformed endpoint
+        reason = getattr(error, "reason", None) or error
+        return f"{endpoint} did not answer within {timeout:g} s: {reason}"
+    return ""
+
+
 def resolve(
     mirror: Path = MIRROR,
     cache: Path = CACHE,
     user_offline: str | None = None,
     run_fetch: Callable[[Path], None] | None = None,
+    check_hub: Callable[[], str] = hub_unreachable,
+    mirror_named: bool = MIRROR_NAMED,
 ) -> tuple[Path | None, str]:
     """(the data folder, "") or (None, the one-line reason the tests skip)."""
     if mirror.is_dir():
@@ -149,10 +173,20 @@ def resolve(
 
     if complete():
         return cache, ""
+    # The reason names the user's own settings only: the default folder beside the repository is this project's.
+    missing = (
+        f"the real datasets are not in HF_NEUTRENO_DATA ({mirror})"
+        if mirror_named
+        else "the real datasets are not on this machine (HF_NEUTRENO_DATA is not set)"
+    )
+    fetch_once = f"to fetch them from the Hub once (about 120 MB, into {cache}), or set HF_NEUTRENO_DATA to a copy"
     if _offline(user_offline):
-        return None, (
-            f"no local datasets in {mirror} and HF_HUB_OFFLINE=1: run the tests without it to fetch them "
-            "from the Hub once, or set HF_NEUTRENO_DATA"
+        return None, f"{missing} and HF_HUB_OFFLINE=1 is set in your environment: unset it {fetch_once}"
+    unreachable = check_hub()
+    if unreachable:
+        return (
+            None,
+            f"{missing} and the Hugging Face Hub cannot be reached ({unreachable}): connect to a network {fetch_once}",
         )
     cache.mkdir(parents=True, exist_ok=True)
     with FileLock(str(cache / ".fetch.lock")):  # parallel test workers (pytest -n): one fetches, the others wait
@@ -160,9 +194,9 @@ def resolve(
             return cache, ""
         try:
             (run_fetch or _fetch_in_child)(cache)
-        except Exception as error:  # the Hub unreachable, a timeout, a failing download
+        except Exception as error:  # a timeout, a failing download
             reason = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
-            return None, f"no local datasets in {mirror} and the Hub could not be reached ({reason[:200]})"
+            return None, f"{missing} and fetching them from the Hub failed ({reason[:200]})"
     return cache, ""
 
 
