@@ -154,9 +154,9 @@ def test_trainer_callback_logs_per_layer_metrics(tmp_path):
         assert {f"oversmoothing/functional_j/layer_{layer}" for layer in (1, 2, 3)} <= set(entry)
     assert sum("oversmoothing/functional_j/layer_2" in logs for logs in recorder.logs) == 2
     assert callback.last_report.num_samples == 6
-    assert entries[-1]["oversmoothing/cosine_similarity/layer_3"] == callback.last_report.per_layer(
-        "cosine_similarity"
-    )[3]
+    assert (
+        entries[-1]["oversmoothing/cosine_similarity/layer_3"] == callback.last_report.per_layer("cosine_similarity")[3]
+    )
 
 
 def test_unbound_callback_says_how_to_bind():
@@ -309,8 +309,21 @@ def test_cli_variants_measure_the_model_with_each_value_path(native_vit_dir, cif
     from transformers import ViTForImageClassification
 
     common = ["--dataset", str(cifar_dir), "--num-samples", "12", "--batch-size", "5", "--no-progress"]
-    code = main(["diagnose", str(native_vit_dir), *common, "--variants", "softmax,neutreno,value-residual-learnable",
-                 "--neutreno-lambda", "0.6", "--out", str(tmp_path / "r.json"), "--plot", str(tmp_path / "r.png")])
+    code = main(
+        [
+            "diagnose",
+            str(native_vit_dir),
+            *common,
+            "--variants",
+            "softmax,neutreno,value-residual-learnable",
+            "--neutreno-lambda",
+            "0.6",
+            "--out",
+            str(tmp_path / "r.json"),
+            "--plot",
+            str(tmp_path / "r.png"),
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     reports = {v: OversmoothingReport.from_json(tmp_path / f"r-{v}.json")
                for v in ("softmax", "neutreno", "value-residual-learnable")}  # fmt: skip

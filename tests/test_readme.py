@@ -51,12 +51,15 @@ def test_readme_usage_block_runs_as_written(tmp_path):
     assert "NeuTRENOViTConfig.from_preset" in code
     _run_python(code, tmp_path)
     # "anywhere, even without hf_neutreno installed": the folder it saved, in a process where the package is blocked
-    out = run_fresh(f"""
+    out = run_fresh(
+        f"""
         from transformers import AutoModelForImageClassification
-        model = AutoModelForImageClassification.from_pretrained({str(tmp_path / 'neutreno-deit-tiny')!r},
+        model = AutoModelForImageClassification.from_pretrained({str(tmp_path / "neutreno-deit-tiny")!r},
                                                                 trust_remote_code=True)
         print(type(model).__name__, model.config.neutreno_lambda)
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     assert out.split() == ["NeuTRENOViTForImageClassification", "0.6"]
 
 
@@ -67,17 +70,24 @@ def test_readme_value_path_block_runs_and_reloads_as_the_readme_says(tmp_path):
     code = blocks(README, "python")[1]
     assert "apply_value_path" in code
     _run_python(code, tmp_path)
-    out = json.loads(run_fresh(f"""
+    out = json.loads(
+        run_fresh(
+            f"""
         import json, torch
         from transformers import AutoModelForCausalLM
-        folder = {str(tmp_path / 'qwen-value-residual')!r}
+        folder = {str(tmp_path / "qwen-value-residual")!r}
         adapted = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True).eval()
         plain = AutoModelForCausalLM.from_pretrained(folder).eval()
         ids = torch.randint(3, 50, (1, 8))
         with torch.no_grad():
             difference = (adapted(ids).logits - plain(ids).logits).abs().max().item()
         print(json.dumps([type(adapted).__name__, type(plain).__name__, difference]))
-    """, tmp_path).strip().splitlines()[-1])
+    """,
+            tmp_path,
+        )
+        .strip()
+        .splitlines()[-1]
+    )
     adapted_class, plain_class, difference = out
     assert (adapted_class, plain_class) == ("ValuePathQwen2ForCausalLM", "Qwen2ForCausalLM") and difference > 0
 
@@ -86,12 +96,16 @@ def test_readme_value_path_block_runs_and_reloads_as_the_readme_says(tmp_path):
 def test_guide_segmenter_conversion_block_runs(tmp_path):
     code = next(block for block in blocks(GUIDE, "python") if "vit_to_neutreno" in block)
     # Scaled down in data only: the stand-in DeiT-tiny at the block's 512-pixel size, then a forward pass.
-    _run_python(code + textwrap.dedent("""
+    _run_python(
+        code
+        + textwrap.dedent("""
         import torch
         assert type(model).__name__ == "NeuTRENOViTForSemanticSegmentation" and model.config.num_labels == 150
         with torch.no_grad():
             assert model(torch.randn(1, 3, 512, 512)).logits.shape == (1, 150, 32, 32)
-    """), tmp_path)
+    """),
+        tmp_path,
+    )
 
 
 @pytest.mark.slow
@@ -102,10 +116,24 @@ def test_guide_wikitext_compare_command_runs(data_dir, tmp_path):
     args.remove("--dataset-config"), args.remove("wikitext-2-v1")
     args[args.index("--max-steps") + 1] = "2"  # scaled down: steps and data
     args[args.index("--max-eval-samples") + 1] = "2"
-    args += ["--seeds", "2", "--max-train-samples", "16", "--probe-samples", "2", "--no-progress",
-             "--output-dir", str(tmp_path / "out")]
-    proc = subprocess.run([sys.executable, "-m", "hf_neutreno", "compare", *args], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=900)
+    args += [
+        "--seeds",
+        "2",
+        "--max-train-samples",
+        "16",
+        "--probe-samples",
+        "2",
+        "--no-progress",
+        "--output-dir",
+        str(tmp_path / "out"),
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-m", "hf_neutreno", "compare", *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     assert results["complete"] and results["metric"] == "perplexity" and results["seeds"] == [0, 1]

@@ -43,10 +43,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--compare", nargs="+", default=(), metavar="OTHER.json", help="earlier reports to draw and tabulate alongside"
     )
-    parser.add_argument("--variants", default="softmax", metavar="NAME[,NAME...]",
-                        help=f"comma-separated, any of {list(VARIANTS)} (default: softmax, the model as loaded)")
-    parser.add_argument("--neutreno-lambda", type=float, default=DEFAULT_COEFFICIENTS["neutreno"],
-                        help="λ of the neutreno variants (default: %(default)s)")
+    parser.add_argument(
+        "--variants",
+        default="softmax",
+        metavar="NAME[,NAME...]",
+        help=f"comma-separated, any of {list(VARIANTS)} (default: softmax, the model as loaded)",
+    )
+    parser.add_argument(
+        "--neutreno-lambda",
+        type=float,
+        default=DEFAULT_COEFFICIENTS["neutreno"],
+        help="λ of the neutreno variants (default: %(default)s)",
+    )
     parser.add_argument("--value-residual-alpha", type=float, default=DEFAULT_COEFFICIENTS["value_residual"],
                         help="α of the value-residual variants (default: %(default)s)")  # fmt: skip
     parser.add_argument("--trust-remote-code", action="store_true", help="allow code from the model folder or repo")

@@ -26,8 +26,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dataset", default="Salesforce/wikitext", help="Hub dataset or local Parquet folder.")
     parser.add_argument("--dataset-config", default="wikitext-103-v1", help="Hub configuration (ignored for folders).")
     parser.add_argument("--split", nargs="+", default=["validation", "test"], help="Splits to evaluate.")
-    parser.add_argument("--context-length", type=int, default=None, help="Window / block length (default: the "
-                        "model's max_position_embeddings; use the training context).")
+    parser.add_argument(
+        "--context-length",
+        type=int,
+        default=None,
+        help="Window / block length (default: the model's max_position_embeddings; use the training context).",
+    )
     parser.add_argument("--protocol", nargs="+", choices=PROTOCOLS, default=list(PROTOCOLS))
     parser.add_argument("--batch-size", type=int, default=32, help="Sliding windows per forward.")
     parser.add_argument("--block-batch-size", type=int, default=1, help="Blocks per forward.")
@@ -40,8 +44,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # Cheap checks first: a typo should not cost loading a model.
-    for flag, value, least in (("--context-length", args.context_length, 1), ("--batch-size", args.batch_size, 1),
-                               ("--block-batch-size", args.block_batch_size, 1), ("--max-tokens", args.max_tokens, 2)):
+    for flag, value, least in (
+        ("--context-length", args.context_length, 1),
+        ("--batch-size", args.batch_size, 1),
+        ("--block-batch-size", args.block_batch_size, 1),
+        ("--max-tokens", args.max_tokens, 2),
+    ):
         if value is not None and value < least:
             raise ValueError(f"{flag} must be at least {least}, got {value}.")
     check_model_folder(args.model)

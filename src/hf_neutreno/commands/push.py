@@ -27,16 +27,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dataset", help="Hub id or local folder the results were measured on.")
     parser.add_argument("--dataset-config", help="Hub dataset configuration.")
     parser.add_argument("--split", default="test", help="Split the results were measured on (default: test).")
-    parser.add_argument("--results", help="JSON of metrics (default: MODEL_DIR/all_results.json or eval_results.json "
-                        "as Trainer writes them, if present).")
-    parser.add_argument("--oversmoothing", help="JSON of per-layer over-smoothing values: an OversmoothingReport "
-                        "(hf_neutreno.diagnostics) or {metric: [value per hidden state]}.")
+    parser.add_argument(
+        "--results",
+        help="JSON of metrics (default: MODEL_DIR/all_results.json or eval_results.json "
+        "as Trainer writes them, if present).",
+    )
+    parser.add_argument(
+        "--oversmoothing",
+        help="JSON of per-layer over-smoothing values: an OversmoothingReport "
+        "(hf_neutreno.diagnostics) or {metric: [value per hidden state]}.",
+    )
     parser.add_argument("--base-model", help="Hub id of the checkpoint this model was fine-tuned from.")
     parser.add_argument("--template", help="Model card template file (default: the one for the model type).")
     parser.add_argument("--private", action="store_true", help="Create the repository as private.")
     parser.add_argument("--token", help="Hub token (default: the logged-in one).")
-    parser.add_argument("--save-to", metavar="FOLDER",
-                        help="Write the folder that would be pushed to FOLDER instead of pushing.")
+    parser.add_argument(
+        "--save-to", metavar="FOLDER", help="Write the folder that would be pushed to FOLDER instead of pushing."
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -44,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
     if not (model_dir / "config.json").is_file():
         raise ValueError(f"model_dir {str(model_dir)!r} has no config.json: not a saved model.")
     results_path = args.results or next(
-        (str(p) for p in (model_dir / "all_results.json", model_dir / "eval_results.json") if p.is_file()), None)
+        (str(p) for p in (model_dir / "all_results.json", model_dir / "eval_results.json") if p.is_file()), None
+    )
     card_kwargs = dict(
         dataset=args.dataset,
         dataset_config=args.dataset_config,
@@ -89,5 +97,8 @@ def load_saved(model_dir: Path):
 def _load_oversmoothing(path: str) -> OversmoothingReport:
     """An `OversmoothingReport` JSON (it has "values") or a plain ``{metric: [value per hidden state]}``."""
     data = json.loads(Path(path).read_text())
-    return OversmoothingReport.from_dict(data) if isinstance(data, Mapping) and "values" in data else (
-        oversmoothing_report(data))
+    return (
+        OversmoothingReport.from_dict(data)
+        if isinstance(data, Mapping) and "values" in data
+        else (oversmoothing_report(data))
+    )
