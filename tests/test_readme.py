@@ -45,6 +45,17 @@ def test_the_readme_is_short_and_shows_what_a_newcomer_needs():
     assert links and all((ROOT / link).exists() for link in links), links
 
 
+def test_the_readme_says_how_to_get_the_cpu_only_torch_and_keeps_ci_commands_runnable_offline():
+    """On Linux PyPI's torch is the CUDA build: the README names PyTorch's CPU wheel index for the CPU-only build and
+    PyTorch's own instructions for a GPU, outside the ```bash commands, which CI runs verbatim on a machine that reaches
+    only a local package mirror."""
+    text = README.read_text(encoding="utf-8")
+    assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in text
+    assert "https://pytorch.org/get-started/locally/" in text
+    assert not [block for block in blocks(README, "bash") if "download.pytorch.org" in block]
+    assert "multi-GB CUDA build" not in text  # the pin alone does not avoid it
+
+
 @pytest.mark.slow
 def test_readme_usage_block_runs_as_written(tmp_path):
     code = blocks(README, "python")[0]
