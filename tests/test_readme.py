@@ -56,6 +56,18 @@ def test_the_readme_says_how_to_get_the_cpu_only_torch_and_keeps_ci_commands_run
     assert "multi-GB CUDA build" not in text  # the pin alone does not avoid it
 
 
+def test_the_prose_under_the_example_output_claims_nothing_one_run_did():
+    """The table is one CPU's run; the sentence under it says what to read in it, which holds on any CPU, not which
+    way one run went ("lowered ... on 2 seeds" was false on another CPU)."""
+    text = README.read_text(encoding="utf-8")
+    start, end = "<!-- compare-default-output -->", "<!-- /compare-default-output -->"
+    assert re.search(r"^On a [^\n]*\(Zen 3, AVX2\)", text.split(start)[1], flags=re.M)  # names the CPU that printed it
+    prose = text.split(end)[1].split("\n## ")[0]
+    assert "Δ" in prose and "std" in prose and "wins" in prose
+    claims = re.findall(r"\b(?:lowered|raised|improved|beat|won|reduced|increased)\b|\bon (?:all )?\d\b", prose)
+    assert not claims, claims
+
+
 @pytest.mark.slow
 def test_readme_usage_block_runs_as_written(tmp_path):
     code = blocks(README, "python")[0]
