@@ -69,7 +69,7 @@ def test_the_prose_under_the_example_output_claims_nothing_one_run_did():
 
 
 @pytest.mark.slow
-def test_readme_usage_block_runs_as_written(tmp_path):
+def test_readme_usage_block_runs_as_written(tmp_path, data_dir):
     code = blocks(README, "python")[0]
     assert "NeuTRENOViTConfig.from_preset" in code
     _run_python(code, tmp_path)
@@ -84,6 +84,23 @@ def test_readme_usage_block_runs_as_written(tmp_path):
         tmp_path,
     )
     assert out.split() == ["NeuTRENOViTForImageClassification", "0.6"]
+    # The folder holds the model's inputs too: `hf-neutreno diagnose` measures it on images as it is.
+    import pyarrow.parquet as pq
+
+    (tmp_path / "images").mkdir()
+    cifar = pq.read_table(data_dir / "cifar10" / "test-00000-of-00001.parquet").slice(0, 2)
+    pq.write_table(cifar, tmp_path / "images" / "test-00000-of-00001.parquet")
+    argv = ["diagnose", "neutreno-deit-tiny", "--dataset", "images", "--metrics", "cosine_similarity", "--no-progress"]
+    import os
+
+    import hf_neutreno
+
+    env = {**os.environ, "PYTHONPATH": str(Path(hf_neutreno.__file__).resolve().parents[1])}  # the code under test
+    proc = subprocess.run(
+        [sys.executable, "-m", "hf_neutreno", *argv], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"^layer 12 +\d\.\d{4}$", proc.stdout, flags=re.M), proc.stdout  # deit-tiny: 12 blocks
 
 
 @pytest.mark.slow
