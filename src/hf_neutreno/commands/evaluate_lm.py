@@ -5,19 +5,18 @@ r"""Perplexity of a causal LM on WikiText, with the paper's sliding window and w
 
 MODEL is a checkpoint folder or Hub id of a causal LM saved with its tokenizer. The protocols (`sliding`: the
 paper's, every token scored with a full window of context; `blocks`: cheaper and pessimistic) are described in
-`hf_neutreno.lm_eval`.
+`hf_neutreno.lm_eval`. --output never replaces an existing file unless --overwrite is given.
 """
 
 import argparse
 import json
 import sys
-from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ..lm_eval import PROTOCOLS, evaluate_lm
-from . import check_model_folder
+from . import check_model_folder, check_output_file
 from ..text_data import load_wikitext, token_stream  # importing hf_neutreno registered the NeuTRENO classes
 
 
@@ -40,6 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
     parser.add_argument("--trust-remote-code", action="store_true", help="Allow code saved with the checkpoint.")
     parser.add_argument("--output", default=None, help="Also write the results as JSON to this file.")
+    parser.add_argument("--overwrite", action="store_true", help="Replace an existing --output file.")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -53,8 +53,7 @@ def run(args: argparse.Namespace) -> int:
         if value is not None and value < least:
             raise ValueError(f"{flag} must be at least {least}, got {value}.")
     check_model_folder(args.model)
-    if args.output and not Path(args.output).absolute().parent.is_dir():
-        raise ValueError(f"--output {args.output!r}: the folder {str(Path(args.output).parent)!r} does not exist.")
+    output = check_output_file(args.output, "--output", args.overwrite) if args.output else None
     dataset = load_wikitext(args.dataset, args.dataset_config)
     for split in args.split:
         if split not in dataset:
@@ -83,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
                 f"{split:>10} {name:>7}: perplexity {result.perplexity:10.3f}  loss {result.loss:.4f}  "
                 f"tokens {result.num_tokens}  context {result.context_length}"
             )
-    if args.output:
-        with open(args.output, "w") as f:
+    if output is not None:
+        with open(output, "w") as f:
             json.dump(report, f, indent=2)
     return 0
