@@ -55,8 +55,10 @@ def read_id2label(path: str | os.PathLike, flag: str = "--id2label-file") -> dic
     except (OSError, ValueError, AttributeError) as error:
         raise ValueError(f"{flag} {str(path)!r} is not a readable JSON object of label id -> name ({error}).") from None
     if sorted(id2label) != list(range(len(id2label))) or len(id2label) < 2:
-        raise ValueError(f"{flag} {str(path)!r} must name the classes 0, 1, ..., K - 1 (K >= 2); it has keys "
-                         f"{sorted(id2label)[:12]}.")
+        raise ValueError(
+            f"{flag} {str(path)!r} must name the classes 0, 1, ..., K - 1 (K >= 2); it has keys "
+            f"{sorted(id2label)[:12]}."
+        )
     return id2label
 
 
