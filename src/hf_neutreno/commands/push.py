@@ -10,9 +10,12 @@ commit (`hf_neutreno.hub.push_to_hub`); --save-to writes the same folder locally
 
 import argparse
 import json
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
+from huggingface_hub.errors import HFValidationError
+from huggingface_hub.utils import validate_repo_id
 from transformers import AutoConfig, AutoImageProcessor, AutoTokenizer
 
 import hf_neutreno
@@ -47,6 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_repo_id(args.repo_id)  # it goes into the model card and the Hub's URLs: checked before anything is written
     model_dir = Path(args.model_dir)
     if not (model_dir / "config.json").is_file():
         raise ValueError(f"model_dir {str(model_dir)!r} has no config.json: not a saved model.")
@@ -75,6 +79,17 @@ def run(args: argparse.Namespace) -> int:
                          **card_kwargs)  # fmt: skip
     print(f"Pushed to {getattr(commit, 'commit_url', args.repo_id)}")
     return 0
+
+
+def check_repo_id(repo_id: str) -> None:
+    """The Hub's own rule for a repository id (`huggingface_hub.utils.validate_repo_id`), as one line naming it."""
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as error:
+        rule = re.sub(r": '.*'\.?$", "", str(error), flags=re.S).rstrip(".")  # without the id, written raw
+        raise ValueError(
+            f"repo_id {repo_id!r} is not a Hub repository id (`name` or `namespace/name`): {rule}."
+        ) from None
 
 
 def load_saved(model_dir: Path):
