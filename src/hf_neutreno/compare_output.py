@@ -66,6 +66,13 @@ class OutputFolders:
         self.replaced = self.final.with_name(self.final.name + REPLACED)
         self.model_dirs = tuple(model_dirs)
         self.resumed = self.finished = None
+        for path in (self.work, self.replaced):  # this command's own folders: written into, so never through a link
+            if path.is_symlink():
+                raise ValueError(
+                    f"--output-dir {settings.output_dir!r}: the folder beside it, {str(path)!r}, is a symbolic link "
+                    f"(to {os.readlink(path)!r}); compare writes its run there and never through a link. Remove the "
+                    "link or choose another --output-dir; nothing was written."
+                )
         self._finish_swap()
         final = self._check(self.final, "--output-dir")
         work = self._check(self.work, f"--output-dir {settings.output_dir!r}: the folder beside it,")
