@@ -793,3 +793,32 @@ def test_bad_input_is_refused_before_training(case, options, expected, tmp_path,
         assert part in message, (case, message)
     assert not (tmp_path / "out").exists()
     assert {p: sorted(q.name for q in p.iterdir()) for p in before} == before
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flags", [[], ["--no-progress"], ["--verbose"]], ids=["default", "no progress", "verbose"])
+def test_the_output_is_one_bar_per_run_and_the_table_unless_verbose(tmp_path, flags):
+    """The command as a user runs it: by default, one progress bar per run (stderr) and the runs' headers and the table
+    (stdout), no Trainer log dictionaries; --no-progress hides the bars too; --verbose shows Trainer's logs."""
+    from cli_process import run_cli
+
+    tiny = [flag for flag in TINY if flag != "--no-progress"]
+    proc = run_cli("compare", "--output-dir", tmp_path / "out", "--seeds", "2", *tiny, *flags)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    output = proc.stdout + proc.stderr
+    runs = 4  # 2 variants x 2 seeds
+    headers = re.findall(r"^\[(softmax|neutreno), seed [01]\] ", proc.stdout, flags=re.M)
+    assert len(headers) == runs and "last-layer cosine" in proc.stdout
+    if flags == ["--verbose"]:
+        assert output.count("{'loss'") >= runs
+        return
+    assert "{'loss'" not in output and "'train_runtime'" not in output and "'eval_" not in output
+    assert len(proc.stdout.splitlines()) < 30, proc.stdout
+    # Every line on stderr is a training bar of 4 steps (redrawn with \r, or a line per redraw where stderr is no
+    # terminal), and one starts per run.
+    lines = [line for line in re.split(r"[\r\n]", proc.stderr) if line.strip()]
+    if flags == ["--no-progress"]:
+        assert lines == [], proc.stderr
+    else:
+        assert all(re.fullmatch(r" *\d+%\|.*\| [0-4]/4 \[.*\]", line) for line in lines), proc.stderr
+        assert sum(" 0/4 [" in line for line in lines) == runs, proc.stderr

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from transformers import Trainer, TrainingArguments
+from transformers import PrinterCallback, ProgressCallback, Trainer, TrainingArguments
 
 from .compare_output import COMMAND, FORMAT_VERSION, PLOT_FILE, RESULTS_FILE, OutputFolders, no_nan, write_complete
 from .compare_output import settings_record, write_json
@@ -102,6 +102,7 @@ class CompareSettings:
     seeds: int = 3
     threads: int = 1
     no_progress: bool = False
+    verbose: bool = False
 
 
 def run_comparison(settings: CompareSettings) -> dict:
@@ -204,6 +205,21 @@ def _load_dataset(name: str, config_name: str | None):
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Training, measuring, saving
+
+
+class _TrainingBar(ProgressCallback):
+    """Trainer's training bar alone, for the default output: no log dictionaries, no evaluation bar."""
+
+    def on_prediction_step(self, args, state, control, **kwargs):
+        pass
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        pass
+
+
+def detailed_progress(settings) -> bool:
+    """Whether the bars beyond training's (evaluation, over-smoothing measurement) show: with --verbose only."""
+    return settings.verbose and not settings.no_progress
 
 
 def _training_arguments(settings, output_dir: str, seed: int, remove_unused_columns: bool) -> TrainingArguments:
@@ -320,12 +336,17 @@ def _compare(settings: CompareSettings, task, folders: OutputFolders) -> dict:
                     args=_training_arguments(settings, scratch, seed, remove_unused_columns=task.name == "causal-lm"),
                     **task.trainer_arguments(),
                 )
+                if not settings.verbose:  # one bar per run; Trainer's log dictionaries and evaluation bar: --verbose
+                    trainer.remove_callback(PrinterCallback)
+                    trainer.remove_callback(ProgressCallback)
+                    if not settings.no_progress:
+                        trainer.add_callback(_TrainingBar)
                 start = time.perf_counter()
                 train_output = trainer.train()
                 seconds = time.perf_counter() - start
                 score = task.score(trainer)
             report = measure_oversmoothing(
-                model, probe, metrics=["cosine_similarity"], progress=not settings.no_progress, model_name=variant
+                model, probe, metrics=["cosine_similarity"], progress=detailed_progress(settings), model_name=variant
             )
             if seed == seeds[0] and VARIANTS[variant].saved:
 

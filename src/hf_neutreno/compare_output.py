@@ -20,7 +20,7 @@ FORMAT_VERSION = 3
 RESULTS_FILE, PLOT_FILE = "results.json", "comparison.png"
 PARTIAL = ".partial."  # prefix of an entry being written; it is renamed to its real name once complete
 INCOMPLETE, REPLACED = ".incomplete", ".replaced"  # suffixes of the folders beside --output-dir
-UNCOMPARED_SETTINGS = ("output_dir", "no_progress", "resume")  # a resumed run may differ in these
+UNCOMPARED_SETTINGS = ("output_dir", "no_progress", "verbose", "resume")  # a resumed run may differ in these
 LEGACY_ENTRIES = ("baseline",)  # the softmax model's folder in format 2
 
 

@@ -179,7 +179,7 @@ class TextTask:
         return dict(data_collator=DataCollatorForLanguageModeling(self.processing, mlm=False))
 
     def score(self, trainer: Trainer) -> float:
-        progress = not self.settings.no_progress
+        progress = self.settings.verbose and not self.settings.no_progress  # the training bar is the run's one bar
         return block_eval(trainer.model, self.stream, self.block_size, self.settings.batch_size, progress).perplexity
 
     def probe_batches(self) -> list[dict]:

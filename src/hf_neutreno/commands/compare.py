@@ -145,7 +145,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         help="CPU threads for torch (default: %(default)s; the micro presets train fastest on one core)",
     )
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    parser.add_argument(
+        "--no-progress", action="store_true", help="hide the progress bars: each run's training bar (and --verbose's)"
+    )
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="also print Trainer's logs (loss, learning rate, ...) and the bars of evaluation, measurement, data "
+        "preparation and saving; by default each run shows one progress bar, then the table",
+    )
     parser.set_defaults(**dataclasses.asdict(CompareSettings()))  # one set of defaults: the library's
 
 
@@ -157,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
     if args.vit_minus:  # the deprecated spelling of adding vit-minus to --variants
         args.variants = (*args.variants, "vit-minus")
     settings = CompareSettings(**{f.name: getattr(args, f.name) for f in dataclasses.fields(CompareSettings)})
-    if settings.no_progress:  # also the bars of datasets (tokenizing) and transformers (saving)
+    if settings.no_progress or not settings.verbose:  # the bars of datasets (tokenizing) and transformers (saving)
         import datasets
         import transformers
 
