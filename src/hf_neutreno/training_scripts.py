@@ -26,8 +26,10 @@ LAST_CHECKPOINT = "last"  # `--resume-from-checkpoint` without a path (also `tru
 class ScriptArguments:
     overwrite_output_dir: bool = field(
         default=False,
-        metadata={"help": "Train into --output-dir even if it holds a trained model, results or checkpoints (its "
-                  "checkpoint-* folders are removed first). Without it such a folder is refused."},
+        metadata={
+            "help": "Train into --output-dir even if it holds a trained model, results or checkpoints (its "
+            "checkpoint-* folders are removed first). Without it such a folder is refused."
+        },
     )
 
 
@@ -39,8 +41,9 @@ def script_parser(*dataclass_types) -> HfArgumentParser:
     for action in parser._actions:  # argparse offers no public way to change an option once added
         if action.dest == "resume_from_checkpoint":
             action.nargs, action.const = "?", LAST_CHECKPOINT
-            action.help = ("A checkpoint folder to resume training from; without a path, the last checkpoint-* in "
-                           "--output-dir.")
+            action.help = (
+                "A checkpoint folder to resume training from; without a path, the last checkpoint-* in --output-dir."
+            )
     return parser
 
 
@@ -57,14 +60,18 @@ def resolve_checkpoint(output_dir: str | os.PathLike, resume_from_checkpoint: st
     if value.lower() in (LAST_CHECKPOINT, "true"):
         last = get_last_checkpoint(str(output_dir)) if Path(output_dir).is_dir() else None
         if last is None:
-            raise ValueError(f"--resume-from-checkpoint: --output-dir {str(output_dir)!r} holds no "
-                             f"{PREFIX_CHECKPOINT_DIR}-* folder to resume from; pass a checkpoint's path, or train "
-                             "without the flag.")
+            raise ValueError(
+                f"--resume-from-checkpoint: --output-dir {str(output_dir)!r} holds no "
+                f"{PREFIX_CHECKPOINT_DIR}-* folder to resume from; pass a checkpoint's path, or train "
+                "without the flag."
+            )
         return last
     if not (Path(value) / TRAINER_STATE_NAME).is_file():
-        raise ValueError(f"--resume-from-checkpoint {value!r} is not a checkpoint folder (it has no "
-                         f"{TRAINER_STATE_NAME}); give a {PREFIX_CHECKPOINT_DIR}-* folder, or no path for the last "
-                         "one in --output-dir.")
+        raise ValueError(
+            f"--resume-from-checkpoint {value!r} is not a checkpoint folder (it has no "
+            f"{TRAINER_STATE_NAME}); give a {PREFIX_CHECKPOINT_DIR}-* folder, or no path for the last "
+            "one in --output-dir."
+        )
     return value
 
 
@@ -78,8 +85,15 @@ def refuse_to_overwrite(output_dir: str | os.PathLike, overwrite_output_dir: boo
         return
     if not overwrite_output_dir:
         checkpoints = [name for name in entries if name.startswith(f"{PREFIX_CHECKPOINT_DIR}-")]
-        what = ("a trained model" if "config.json" in entries else "results" if any(
-            name.endswith("results.json") for name in entries) else "checkpoints" if checkpoints else "files")
+        what = (
+            "a trained model"
+            if "config.json" in entries
+            else "results"
+            if any(name.endswith("results.json") for name in entries)
+            else "checkpoints"
+            if checkpoints
+            else "files"
+        )
         shown = ", ".join(entries[:6]) + (", ..." if len(entries) > 6 else "")
         raise ValueError(
             f"--output-dir {str(folder)!r} already holds {what} ({shown}). Pass --resume-from-checkpoint to continue "
@@ -122,8 +136,10 @@ def train_metrics(trainer, result, checkpoint: str | None) -> dict:
     metrics = dict(result.metrics)
     if checkpoint is not None:
         resumed_at = TrainerState.load_from_json(os.path.join(checkpoint, TRAINER_STATE_NAME)).global_step
-        metrics.update(train_loss=whole_run_training_loss(trainer.state, result.training_loss, resumed_at),
-                       resumed_from_step=resumed_at)
+        metrics.update(
+            train_loss=whole_run_training_loss(trainer.state, result.training_loss, resumed_at),
+            resumed_from_step=resumed_at,
+        )
     return metrics
 
 
