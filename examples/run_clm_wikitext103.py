@@ -39,7 +39,13 @@ from hf_neutreno.convert import gpt2_to_neutreno
 from hf_neutreno.hub import HubTrainer, prepare_trainer_push
 from hf_neutreno.lm_eval import PROTOCOLS, evaluate_lm
 from hf_neutreno.model_factories import language_model
-from hf_neutreno.training_scripts import checkpoint_to_resume, parse_config_overrides, script_parser, train_metrics
+from hf_neutreno.training_scripts import (
+    checkpoint_to_resume,
+    parse_config_overrides,
+    run_script,
+    script_parser,
+    train_metrics,
+)
 from hf_neutreno.text_data import group_into_blocks, load_wikitext, token_stream, train_word_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -225,5 +231,5 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)
     sys.exit(0)

@@ -42,7 +42,14 @@ from hf_neutreno.hub import HubTrainer, create_repo
 from hf_neutreno.image_transforms import collate_images, image_transform
 from hf_neutreno.metrics import accuracy
 from hf_neutreno.model_factories import IMAGE_PRESETS, image_classifier
-from hf_neutreno.training_scripts import LAST_CHECKPOINT, refuse_to_overwrite, resolve_checkpoint, resume_requested
+from hf_neutreno.training_scripts import (
+    LAST_CHECKPOINT,
+    has_accelerator,
+    refuse_to_overwrite,
+    resolve_checkpoint,
+    resume_requested,
+    run_script,
+)
 
 VARIANTS = ("vit", "vit+", "vit-")
 # Arguments that a resumed run may change: where it pushes, and the flags that ask for resuming or overwriting.
@@ -256,6 +263,7 @@ def main(argv=None) -> dict:
                 save_strategy="epoch",
                 save_total_limit=1,  # what --resume-from-checkpoint continues from
                 report_to=[],
+                dataloader_pin_memory=has_accelerator(),  # torch warns about pinning without one
                 remove_unused_columns=False,
                 dataloader_num_workers=args.num_workers,
                 **pairing_arguments(args.seed),
@@ -345,4 +353,4 @@ def markdown(results: dict, args) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

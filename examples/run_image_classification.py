@@ -47,6 +47,7 @@ from hf_neutreno.training_scripts import (
     check_distributed_launch,
     checkpoint_to_resume,
     parse_config_overrides,
+    run_script,
     script_parser,
     train_metrics,
 )
@@ -229,4 +230,4 @@ def _base_model(model_name_or_path: str) -> str | None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

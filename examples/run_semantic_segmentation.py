@@ -54,6 +54,7 @@ from hf_neutreno.training_scripts import (
     check_distributed_launch,
     checkpoint_to_resume,
     parse_config_overrides,
+    run_script,
     script_parser,
     train_metrics,
 )
@@ -499,4 +500,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -4,14 +4,18 @@ a model is built."""
 
 import json
 import math
+import os
 import re
+import shlex
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 import transformers
-from examples_loader import load_example
+from examples_loader import EXAMPLES, load_example
 from huggingface_hub.errors import StrictDataclassError
 from tiny_models import TINY_NEUTRENO_GPT, TINY_VIT
 
@@ -744,3 +748,39 @@ def test_a_segmenter_whose_ignore_index_was_edited_into_the_classes_is_not_saved
             model.save_pretrained(folder)
     assert files(earlier) == before
     assert files(empty) == {}
+
+
+@pytest.mark.parametrize("script", EXAMPLE_SCRIPTS)
+def test_each_example_says_in_one_line_that_the_hub_cannot_be_reached(script, tmp_path):
+    """A Hub dataset without a network (here offline mode): one line naming the dataset and what runs offline, exit
+    status 2, no traceback."""
+    from cli_process import SRC
+
+    flag = "--dataset" if script == "run_eigen_vit" else "--dataset-name"
+    dataset = {"run_clm_wikitext103": "Salesforce/wikitext", "run_semantic_segmentation": "scene_parse_150"}.get(
+        script, "uoft-cs/cifar10"
+    )
+    env = {**os.environ, "PYTHONPATH": SRC, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf_home")}
+    command = [sys.executable, str(EXAMPLES / f"{script}.py"), flag, dataset, "--output-dir", str(tmp_path / "out")]
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"{script}.py: error: Couldn't reach '{dataset}' on the Hub"), proc.stderr[-3000:]
+    assert last.endswith("the image dataset `digits` (bundled with scikit-learn) needs no network.")
+
+
+@pytest.mark.slow
+def test_the_offline_example_trains_on_a_cpu_without_pin_memory_warnings(tmp_path):
+    """examples/README.md's first command, as written but for its length, in a fresh process on this CPU."""
+    from cli_process import SRC
+
+    readme = (EXAMPLES / "README.md").read_text()
+    command = shlex.split(re.sub(r"\\\n\s*", " ", re.findall(r"```bash\n(.*?)```", readme, re.S)[0]))
+    assert command[:2] == ["python", "examples/run_image_classification.py"] and "digits" in command
+    command = [sys.executable, str(EXAMPLES.parent / command[1]), *command[2:], "--max-steps", "3"]
+    command[command.index("--output-dir") + 1] = str(tmp_path / "run")
+    env = {**os.environ, "PYTHONPATH": SRC, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "pin_memory" not in proc.stdout + proc.stderr
+    assert 0 <= json.loads((tmp_path / "run" / "all_results.json").read_text())["eval_accuracy"] <= 1

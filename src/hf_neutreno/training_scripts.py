@@ -12,9 +12,11 @@ overrides are parsed from one flag, and a multi-process launch that Trainer woul
 import json
 import os
 import shutil
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
 from transformers import HfArgumentParser, TrainerState, TrainingArguments
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
@@ -33,11 +35,51 @@ class ScriptArguments:
     )
 
 
+class _ScriptParser(HfArgumentParser):
+    """Parses as `HfArgumentParser`; then pins DataLoader memory only where an accelerator can use it (torch warns
+    about `pin_memory` on every DataLoader of a machine without one). The parsed arguments alone are changed."""
+
+    def parse_args_into_dataclasses(self, *args, **kwargs):
+        return _pin_memory_where_useful(super().parse_args_into_dataclasses(*args, **kwargs))
+
+    def parse_json_file(self, *args, **kwargs):
+        return _pin_memory_where_useful(super().parse_json_file(*args, **kwargs))
+
+
+def has_accelerator() -> bool:
+    """Whether torch sees an accelerator (CUDA, MPS, XPU, ...): where pinned DataLoader memory can help."""
+    accelerator = getattr(torch, "accelerator", None)  # torch >= 2.6
+    return accelerator.is_available() if accelerator is not None else torch.cuda.is_available()
+
+
+def _pin_memory_where_useful(parsed: tuple) -> tuple:
+    for arguments in parsed:
+        if isinstance(arguments, TrainingArguments) and not has_accelerator():
+            arguments.dataloader_pin_memory = False
+    return parsed
+
+
+def run_script(main) -> None:
+    """An example script's entry point: `main()`, where a dataset the Hub cannot serve (no network, offline mode)
+    ends the script with one line naming it and exit status 2, not a traceback."""
+    try:
+        main()
+    except ConnectionError as error:  # datasets: "Couldn't reach 'name' on the Hub (...)"
+        message = " ".join(str(error).split())
+        print(
+            f"{Path(sys.argv[0]).name}: error: {message}. Check the network (and HF_HUB_OFFLINE), or pass a local "
+            "copy (a folder of the dataset's Parquet files) in place of the Hub name; the image dataset `digits` "
+            "(bundled with scikit-learn) needs no network.",
+            file=sys.stderr,
+        )
+        sys.exit(2)
+
+
 def script_parser(*dataclass_types) -> HfArgumentParser:
     """`HfArgumentParser` over `dataclass_types`, `ScriptArguments` and `TrainingArguments` (parsed in that order),
     whose `--resume-from-checkpoint` also works without a path: then it resumes from the output folder's last
     checkpoint."""
-    parser = HfArgumentParser((*dataclass_types, ScriptArguments, TrainingArguments))
+    parser = _ScriptParser((*dataclass_types, ScriptArguments, TrainingArguments))
     for action in parser._actions:  # argparse offers no public way to change an option once added
         if action.dest == "resume_from_checkpoint":
             action.nargs, action.const = "?", LAST_CHECKPOINT
