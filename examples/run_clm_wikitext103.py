@@ -39,7 +39,13 @@ from hf_neutreno.convert import gpt2_to_neutreno
 from hf_neutreno.hub import HubTrainer, prepare_trainer_push
 from hf_neutreno.lm_eval import PROTOCOLS, evaluate_lm
 from hf_neutreno.model_factories import language_model
-from hf_neutreno.training_scripts import checkpoint_to_resume, parse_config_overrides, script_parser, train_metrics
+from hf_neutreno.training_scripts import (
+    checkpoint_to_resume,
+    parse_config_overrides,
+    run_script,
+    script_parser,
+    train_metrics,
+)
 from hf_neutreno.text_data import group_into_blocks, load_wikitext, token_stream, train_word_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -49,8 +55,10 @@ logger = logging.getLogger(__name__)
 class ModelArguments:
     model_name_or_path: str = field(
         default="wikitext103-small",
-        metadata={"help": f"A preset {sorted(NeuTRENOGPTConfig.presets)} to train from scratch, or a NeuTRENO GPT "
-                  "or GPT-2 checkpoint (folder or Hub id) to continue from."},
+        metadata={
+            "help": f"A preset {sorted(NeuTRENOGPTConfig.presets)} to train from scratch, or a NeuTRENO GPT "
+            "or GPT-2 checkpoint (folder or Hub id) to continue from."
+        },
     )
     neutreno_lambda: float = field(default=0.4, metadata={"help": "λ of the NeuTRENO term; 0 = softmax baseline."})
     neutreno_layers: list[int] | None = field(
@@ -79,15 +87,15 @@ class ModelArguments:
 class DataArguments:
     dataset_name: str = field(
         default="Salesforce/wikitext",
-        metadata={
-            "help": "Hub dataset name, or a local folder of Parquet files with the same columns."
-        },
+        metadata={"help": "Hub dataset name, or a local folder of Parquet files with the same columns."},
     )
     dataset_config_name: str | None = field(default="wikitext-103-v1", metadata={"help": "Hub configuration."})
     block_size: int | None = field(
         default=None,
-        metadata={"help": "Training context (default: the model's max_position_embeddings). A model trained from a "
-                  "preset gets max_position_embeddings = block_size, so evaluate-lm uses it as its default window."},
+        metadata={
+            "help": "Training context (default: the model's max_position_embeddings). A model trained from a "
+            "preset gets max_position_embeddings = block_size, so evaluate-lm uses it as its default window."
+        },
     )
     max_train_tokens: int | None = field(default=None, metadata={"help": "Train on the first N tokens only."})
     max_eval_tokens: int | None = field(
@@ -144,8 +152,13 @@ def main(argv: list[str] | None = None) -> dict:
     tokenizer = build_tokenizer(model_args, raw["train"])
     model = build_model(model_args, tokenizer, data_args.block_size)
     block_size = data_args.block_size or model.config.max_position_embeddings
-    logger.info("%s, λ = %s, %.1fM parameters, block %d", type(model).__name__, model.config.neutreno_lambda,
-                model.num_parameters() / 1e6, block_size)
+    logger.info(
+        "%s, λ = %s, %.1fM parameters, block %d",
+        type(model).__name__,
+        model.config.neutreno_lambda,
+        model.num_parameters() / 1e6,
+        block_size,
+    )
 
     train_blocks = group_into_blocks(raw["train"], tokenizer, block_size)
     if data_args.max_train_tokens is not None:
@@ -182,8 +195,13 @@ def main(argv: list[str] | None = None) -> dict:
         )
         for protocol, result in results.items():
             prefix = f"{split}_{protocol}"
-            metrics.update({f"{prefix}_perplexity": result.perplexity, f"{prefix}_loss": result.loss,
-                            f"{prefix}_tokens": result.num_tokens})
+            metrics.update(
+                {
+                    f"{prefix}_perplexity": result.perplexity,
+                    f"{prefix}_loss": result.loss,
+                    f"{prefix}_tokens": result.num_tokens,
+                }
+            )
     metrics["context_length"] = block_size
     trainer.log_metrics("final", metrics)
     trainer.save_metrics("final", metrics)
@@ -191,17 +209,27 @@ def main(argv: list[str] | None = None) -> dict:
     if push:
         # Weights, code, tokenizer and a model card with the test perplexities, in one commit.
         split = "test" if "test" in data_args.eval_splits else (data_args.eval_splits or [None])[-1]
-        results = {f"{protocol} perplexity": metrics[f"{split}_{protocol}_perplexity"]
-                   for protocol in data_args.final_eval_protocols} if split else None
+        results = (
+            {
+                f"{protocol} perplexity": metrics[f"{split}_{protocol}_perplexity"]
+                for protocol in data_args.final_eval_protocols
+            }
+            if split
+            else None
+        )
         from_preset = model_args.model_name_or_path in NeuTRENOGPTConfig.presets
         base_model = None if from_preset else model_args.model_name_or_path
-        trainer.push_to_hub(dataset=data_args.dataset_name, dataset_config=data_args.dataset_config_name,
-                            dataset_split=split, results=results,
-                            base_model=None if base_model is None or os.path.exists(base_model) else base_model,
-                            training={"context": block_size})
+        trainer.push_to_hub(
+            dataset=data_args.dataset_name,
+            dataset_config=data_args.dataset_config_name,
+            dataset_split=split,
+            results=results,
+            base_model=None if base_model is None or os.path.exists(base_model) else base_model,
+            training={"context": block_size},
+        )
     return metrics
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)
     sys.exit(0)

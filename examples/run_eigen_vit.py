@@ -42,12 +42,25 @@ from hf_neutreno.hub import HubTrainer, create_repo
 from hf_neutreno.image_transforms import collate_images, image_transform
 from hf_neutreno.metrics import accuracy
 from hf_neutreno.model_factories import IMAGE_PRESETS, image_classifier
-from hf_neutreno.training_scripts import LAST_CHECKPOINT, refuse_to_overwrite, resolve_checkpoint, resume_requested
+from hf_neutreno.training_scripts import (
+    LAST_CHECKPOINT,
+    has_accelerator,
+    refuse_to_overwrite,
+    resolve_checkpoint,
+    resume_requested,
+    run_script,
+)
 
 VARIANTS = ("vit", "vit+", "vit-")
 # Arguments that a resumed run may change: where it pushes, and the flags that ask for resuming or overwriting.
-UNCOMPARED_ARGS = ("resume_from_checkpoint", "overwrite_output_dir", "push_to_hub", "hub_model_id",
-                   "hub_private_repo", "hub_token")
+UNCOMPARED_ARGS = (
+    "resume_from_checkpoint",
+    "overwrite_output_dir",
+    "push_to_hub",
+    "hub_model_id",
+    "hub_private_repo",
+    "hub_token",
+)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -67,15 +80,22 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--severities", nargs="+", type=int, default=[0, 1, 2, 3, 4, 5])
     p.add_argument("--preset", default="vit-tiny", choices=IMAGE_PRESETS)
     p.add_argument("--num-hidden-layers", type=int, default=None, help="Override the preset's depth.")
-    p.add_argument("--eigenvalue-range", nargs=2, type=float, default=None, metavar=("LOW", "HIGH"),
-                   help="Clip ViT⁻'s eigenvalues, e.g. -1 0 (ViT⁺ gets the mirrored range).")
+    p.add_argument(
+        "--eigenvalue-range",
+        nargs=2,
+        type=float,
+        default=None,
+        metavar=("LOW", "HIGH"),
+        help="Clip ViT⁻'s eigenvalues, e.g. -1 0 (ViT⁺ gets the mirrored range).",
+    )
     p.add_argument("--epochs", type=float, default=recipe["num_train_epochs"])
     p.add_argument("--max-steps", type=int, default=-1, help="Overrides --epochs when > 0.")
     p.add_argument("--batch-size", type=int, default=recipe["per_device_train_batch_size"])
     p.add_argument("--learning-rate", type=float, default=recipe["learning_rate"])
     p.add_argument("--weight-decay", type=float, default=recipe["weight_decay"])
-    p.add_argument("--warmup", type=float, default=recipe["warmup_steps"],
-                   help="Warm-up steps, or a fraction of them if < 1.")
+    p.add_argument(
+        "--warmup", type=float, default=recipe["warmup_steps"], help="Warm-up steps, or a fraction of them if < 1."
+    )
     p.add_argument("--label-smoothing", type=float, default=recipe["label_smoothing_factor"])
     p.add_argument("--drop-path-rate", type=float, default=recipes.POSTER_CIFAR_DROP_PATH)
     p.add_argument("--no-augment", action="store_true", help="No random crop (4 px padding) / horizontal flip.")
@@ -85,20 +105,36 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--bf16", action="store_true")
     p.add_argument("--num-workers", type=int, default=0)
-    p.add_argument("--push-to-hub", action="store_true",
-                   help="Push each variant trained on the largest fraction, with code, processor and a model card, to "
-                   "<hub-model-id>-<variant> (vit, vit-plus, vit-minus). The Hub is checked before any training.")
-    p.add_argument("--hub-model-id", default=None, help="Repository prefix, `namespace/name` (default: the output "
-                   "folder's name).")
+    p.add_argument(
+        "--push-to-hub",
+        action="store_true",
+        help="Push each variant trained on the largest fraction, with code, processor and a model card, to "
+        "<hub-model-id>-<variant> (vit, vit-plus, vit-minus). The Hub is checked before any training.",
+    )
+    p.add_argument(
+        "--hub-model-id", default=None, help="Repository prefix, `namespace/name` (default: the output folder's name)."
+    )
     p.add_argument("--hub-private-repo", action="store_true")
     p.add_argument("--hub-token", default=None)
-    p.add_argument("--overwrite-output-dir", action="store_true",
-                   help="Run into --output-dir even if it holds results (they are replaced).")
-    p.add_argument("--resume-from-checkpoint", nargs="?", const=LAST_CHECKPOINT, default=None, metavar="last",
-                   help="Continue the interrupted run in --output-dir: its finished runs are kept, the run it stopped "
-                   "in resumes from its last checkpoint.")
-    p.add_argument("--quick", action="store_true",
-                   help="CPU smoke run: 2 layers, 512 training / 64 test images, 10 steps, severities 0, 3, 5.")
+    p.add_argument(
+        "--overwrite-output-dir",
+        action="store_true",
+        help="Run into --output-dir even if it holds results (they are replaced).",
+    )
+    p.add_argument(
+        "--resume-from-checkpoint",
+        nargs="?",
+        const=LAST_CHECKPOINT,
+        default=None,
+        metavar="last",
+        help="Continue the interrupted run in --output-dir: its finished runs are kept, the run it stopped "
+        "in resumes from its last checkpoint.",
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="CPU smoke run: 2 layers, 512 training / 64 test images, 10 steps, severities 0, 3, 5.",
+    )
     args = p.parse_args(argv)
     if args.quick:
         args.num_hidden_layers = args.num_hidden_layers or 2
@@ -137,17 +173,26 @@ def start_or_resume(args) -> dict:
         refuse_to_overwrite(args.output_dir, args.overwrite_output_dir)
         return {"args": recorded, "complete": False, "data_efficiency": [], "robustness": [], "spectral": {}}
     if str(args.resume_from_checkpoint).lower() not in (LAST_CHECKPOINT, "true"):
-        raise ValueError(f"--resume-from-checkpoint {args.resume_from_checkpoint!r}: this script takes no path; each "
-                         "run resumes from the last checkpoint in its own folder of --output-dir.")
+        raise ValueError(
+            f"--resume-from-checkpoint {args.resume_from_checkpoint!r}: this script takes no path; each "
+            "run resumes from the last checkpoint in its own folder of --output-dir."
+        )
     if not path.is_file():
-        raise ValueError(f"--resume-from-checkpoint: --output-dir {args.output_dir!r} holds no interrupted run "
-                         "(no results.json); run without the flag.")
+        raise ValueError(
+            f"--resume-from-checkpoint: --output-dir {args.output_dir!r} holds no interrupted run "
+            "(no results.json); run without the flag."
+        )
     results = json.loads(path.read_text())
-    changed = [f"--{k.replace('_', '-')} {results['args'].get(k)} (now {v})" for k, v in recorded.items()
-               if results["args"].get(k) != json.loads(json.dumps(v))]
+    changed = [
+        f"--{k.replace('_', '-')} {results['args'].get(k)} (now {v})"
+        for k, v in recorded.items()
+        if results["args"].get(k) != json.loads(json.dumps(v))
+    ]
     if changed:
-        raise ValueError(f"--resume-from-checkpoint: the run in --output-dir {args.output_dir!r} had other arguments: "
-                         f"{'; '.join(changed)}. Resume with the same ones, or pass --overwrite-output-dir instead.")
+        raise ValueError(
+            f"--resume-from-checkpoint: the run in --output-dir {args.output_dir!r} had other arguments: "
+            f"{'; '.join(changed)}. Resume with the same ones, or pass --overwrite-output-dir instead."
+        )
     return results
 
 
@@ -176,8 +221,9 @@ def main(argv=None) -> dict:
 
     size = build("vit").config.image_size_2d
     processor = ViTImageProcessorPil(size={"height": size[0], "width": size[1]})
-    train_transform = image_transform(processor, image_col, label_col, augment=not args.no_augment,
-                                      crop_padding=recipes.CIFAR_CROP_PADDING)
+    train_transform = image_transform(
+        processor, image_col, label_col, augment=not args.no_augment, crop_padding=recipes.CIFAR_CROP_PADDING
+    )
 
     def save_results() -> None:
         (output_dir / "results.json").write_text(json.dumps(results, indent=2))
@@ -192,38 +238,69 @@ def main(argv=None) -> dict:
             # The plain ViT's initial weights of the seed, wherever the shapes coincide: the variants differ by design.
             model = paired_model(build, variant, args.seed, reference="vit")
             run_dir = output_dir / f"{variant}_{int(round(fraction * 100))}pct"
-            checkpoint = resolve_checkpoint(run_dir, LAST_CHECKPOINT) if resume_requested(
-                args.resume_from_checkpoint) and run_dir.is_dir() and any(run_dir.glob("checkpoint-*")) else None
+            checkpoint = (
+                resolve_checkpoint(run_dir, LAST_CHECKPOINT)
+                if resume_requested(args.resume_from_checkpoint)
+                and run_dir.is_dir()
+                and any(run_dir.glob("checkpoint-*"))
+                else None
+            )
             if checkpoint is None:
                 refuse_to_overwrite(run_dir, overwrite_output_dir=True)  # an earlier run's checkpoints
             training_args = TrainingArguments(
-                output_dir=str(run_dir), num_train_epochs=args.epochs, max_steps=args.max_steps,
-                per_device_train_batch_size=args.batch_size, per_device_eval_batch_size=2 * args.batch_size,
-                learning_rate=args.learning_rate, weight_decay=args.weight_decay,
+                output_dir=str(run_dir),
+                num_train_epochs=args.epochs,
+                max_steps=args.max_steps,
+                per_device_train_batch_size=args.batch_size,
+                per_device_eval_batch_size=2 * args.batch_size,
+                learning_rate=args.learning_rate,
+                weight_decay=args.weight_decay,
                 warmup_steps=args.warmup if args.warmup < 1 else int(args.warmup),
-                lr_scheduler_type="cosine", label_smoothing_factor=args.label_smoothing, bf16=args.bf16,
+                lr_scheduler_type="cosine",
+                label_smoothing_factor=args.label_smoothing,
+                bf16=args.bf16,
                 logging_steps=max(1, args.max_steps // 10) if args.max_steps > 0 else 50,
-                save_strategy="epoch", save_total_limit=1,  # what --resume-from-checkpoint continues from
-                report_to=[], remove_unused_columns=False, dataloader_num_workers=args.num_workers,
+                save_strategy="epoch",
+                save_total_limit=1,  # what --resume-from-checkpoint continues from
+                report_to=[],
+                dataloader_pin_memory=has_accelerator(),  # torch warns about pinning without one
+                remove_unused_columns=False,
+                dataloader_num_workers=args.num_workers,
                 **pairing_arguments(args.seed),
-                hub_model_id=repo_ids.get(variant), hub_private_repo=args.hub_private_repo,
+                hub_model_id=repo_ids.get(variant),
+                hub_private_repo=args.hub_private_repo,
                 hub_token=args.hub_token,  # read by trainer.push_to_hub
             )
-            trainer = HubTrainer(model=model, args=training_args, train_dataset=train.with_transform(train_transform),
-                                 data_collator=collate_images, processing_class=processor)
+            trainer = HubTrainer(
+                model=model,
+                args=training_args,
+                train_dataset=train.with_transform(train_transform),
+                data_collator=collate_images,
+                processing_class=processor,
+            )
             trainer.train(resume_from_checkpoint=checkpoint)
             if fraction != largest:
                 clean = accuracy(model, processor(test_images, return_tensors="pt")["pixel_values"], test_labels)
             else:  # the clean accuracy is severity 0 of the robustness evaluation, on the same images
-                by_severity = corruption_accuracy(model, processor, test_images, test_labels, args.corruptions,
-                                                  args.severities, seed=args.seed)
+                by_severity = corruption_accuracy(
+                    model, processor, test_images, test_labels, args.corruptions, args.severities, seed=args.seed
+                )
                 for severity, per_corruption in by_severity.items():
                     mean = float(np.mean(list(per_corruption.values())))
-                    results["robustness"].append({"variant": variant, "severity": int(severity), "accuracy": mean,
-                                                  "per_corruption": per_corruption})
+                    results["robustness"].append(
+                        {
+                            "variant": variant,
+                            "severity": int(severity),
+                            "accuracy": mean,
+                            "per_corruption": per_corruption,
+                        }
+                    )
                     print(f"[{variant}] severity {severity}: mean accuracy {mean:.4f}")
-                clean = by_severity["0"]["none"] if "0" in by_severity else accuracy(
-                    model, processor(test_images, return_tensors="pt")["pixel_values"], test_labels)
+                clean = (
+                    by_severity["0"]["none"]
+                    if "0" in by_severity
+                    else accuracy(model, processor(test_images, return_tensors="pt")["pixel_values"], test_labels)
+                )
             print(f"[{variant} {fraction:.0%}] clean test accuracy {clean:.4f}")
             if fraction == largest:
                 pixel_values = processor(test_images[: args.spectral_samples], return_tensors="pt")["pixel_values"]
@@ -231,11 +308,18 @@ def main(argv=None) -> dict:
                 results["spectral"][variant] = spectral.to_dict()["overall"]
                 print(f"[{variant}] dominating eigenvalue on test images:\n{spectral}")
                 if variant in repo_ids:
-                    robustness = {f"accuracy_severity_{r['severity']}": r["accuracy"] for r in results["robustness"]
-                                  if r["variant"] == variant and r["severity"] > 0}
-                    trainer.push_to_hub(dataset=args.dataset, dataset_config=args.dataset_config,
-                                        dataset_split=args.eval_split, results={"accuracy": clean, **robustness},
-                                        training={"training images": len(train), "variant": variant})
+                    robustness = {
+                        f"accuracy_severity_{r['severity']}": r["accuracy"]
+                        for r in results["robustness"]
+                        if r["variant"] == variant and r["severity"] > 0
+                    }
+                    trainer.push_to_hub(
+                        dataset=args.dataset,
+                        dataset_config=args.dataset_config,
+                        dataset_split=args.eval_split,
+                        results={"accuracy": clean, **robustness},
+                        training={"training images": len(train), "variant": variant},
+                    )
             results["data_efficiency"].append({"variant": variant, "fraction": fraction, "accuracy": clean})
             save_results()  # this run is finished: a resumed run skips it
             for stale in run_dir.glob("checkpoint-*"):
@@ -269,4 +353,4 @@ def markdown(results: dict, args) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

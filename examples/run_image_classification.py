@@ -47,6 +47,7 @@ from hf_neutreno.training_scripts import (
     check_distributed_launch,
     checkpoint_to_resume,
     parse_config_overrides,
+    run_script,
     script_parser,
     train_metrics,
 )
@@ -62,8 +63,10 @@ class MixupHubTrainer(ModelCardMixin, MixupTrainer):
 class ModelArguments:
     model_name_or_path: str = field(
         default="deit-tiny",
-        metadata={"help": f"A preset {IMAGE_PRESETS} to train from scratch, or a NeuTRENO, "
-                  "ViT or DeiT checkpoint (folder or Hub id) to fine-tune."},
+        metadata={
+            "help": f"A preset {IMAGE_PRESETS} to train from scratch, or a NeuTRENO, "
+            "ViT or DeiT checkpoint (folder or Hub id) to fine-tune."
+        },
     )
     neutreno_lambda: float = field(default=0.6, metadata={"help": "λ of the NeuTRENO term; 0 = softmax baseline."})
     neutreno_layers: list[int] | None = field(
@@ -105,8 +108,13 @@ def build_model(args: ModelArguments, labels: list[str]) -> tuple[torch.nn.Modul
         overrides = {k: v for k, v in (("image_size", args.image_size), ("patch_size", args.patch_size)) if v}
         overrides.update(parse_config_overrides(args.config_overrides, NeuTRENOViTConfig))
         model = image_classifier(
-            "neutreno", args.model_name_or_path, labels, neutreno_lambda=args.neutreno_lambda,
-            neutreno_layers=args.neutreno_layers, drop_path_rate=args.drop_path_rate, **overrides,
+            "neutreno",
+            args.model_name_or_path,
+            labels,
+            neutreno_lambda=args.neutreno_lambda,
+            neutreno_layers=args.neutreno_layers,
+            drop_path_rate=args.drop_path_rate,
+            **overrides,
         )
         size = model.config.image_size_2d
         processor = ViTImageProcessorPil(
@@ -164,10 +172,15 @@ def main(argv: list[str] | None = None) -> tuple[dict, Trainer]:
 
     set_seed(training_args.seed)  # the model's initial weights are part of the run
     model, processor = build_model(model_args, labels)
-    logger.info("Model: %s, %.2fM parameters, λ=%s", type(model).__name__, model.num_parameters() / 1e6,
-                model.config.neutreno_lambda)
-    train.set_transform(image_transform(processor, image_column, label_column, data_args.augment,
-                                        data_args.crop_padding))
+    logger.info(
+        "Model: %s, %.2fM parameters, λ=%s",
+        type(model).__name__,
+        model.num_parameters() / 1e6,
+        model.config.neutreno_lambda,
+    )
+    train.set_transform(
+        image_transform(processor, image_column, label_column, data_args.augment, data_args.crop_padding)
+    )
     evaluation.set_transform(image_transform(processor, image_column, label_column))
 
     common = dict(
@@ -181,8 +194,9 @@ def main(argv: list[str] | None = None) -> tuple[dict, Trainer]:
     )
     if data_args.mixup_alpha > 0 or data_args.cutmix_alpha > 0:
         # Label smoothing goes into Mixup's soft targets; the loss is a soft-target cross-entropy.
-        mixup = MixupCutmix(len(labels), data_args.mixup_alpha, data_args.cutmix_alpha,
-                            training_args.label_smoothing_factor)
+        mixup = MixupCutmix(
+            len(labels), data_args.mixup_alpha, data_args.cutmix_alpha, training_args.label_smoothing_factor
+        )
         trainer = MixupHubTrainer(**common, mixup=mixup, compute_loss_func=soft_target_cross_entropy)
     else:
         trainer = HubTrainer(**common)
@@ -198,9 +212,13 @@ def main(argv: list[str] | None = None) -> tuple[dict, Trainer]:
     trainer.save_metrics("all", metrics)
     if push:
         # Weights, code, image processor and a model card with these results, in one commit.
-        trainer.push_to_hub(dataset=data_args.dataset_name, dataset_config=data_args.dataset_config_name,
-                            dataset_split=eval_split, results=eval_metrics,
-                            base_model=_base_model(model_args.model_name_or_path))
+        trainer.push_to_hub(
+            dataset=data_args.dataset_name,
+            dataset_config=data_args.dataset_config_name,
+            dataset_split=eval_split,
+            results=eval_metrics,
+            base_model=_base_model(model_args.model_name_or_path),
+        )
     return metrics, trainer
 
 
@@ -212,4 +230,4 @@ def _base_model(model_name_or_path: str) -> str | None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -54,6 +54,7 @@ from hf_neutreno.training_scripts import (
     check_distributed_launch,
     checkpoint_to_resume,
     parse_config_overrides,
+    run_script,
     script_parser,
     train_metrics,
 )
@@ -64,26 +65,44 @@ ADE20K = "scene_parse_150"
 # Segmenter's ADE20K recipe (its train.py and config.yml): SGD, momentum 0.9, no weight decay, lr 1e-3 decaying
 # polynomially (power 0.9) to 1e-5 over 160k iterations (64 epochs) at batch 8.
 SEGMENTER_TRAINING = dict(
-    optim="sgd", optim_args="momentum=0.9", learning_rate=1e-3, weight_decay=0.0, lr_scheduler_type="polynomial",
-    lr_scheduler_kwargs={"power": 0.9, "lr_end": 1e-5}, warmup_steps=0, max_steps=160_000,
-    per_device_train_batch_size=8, per_device_eval_batch_size=8, do_train=True,
+    optim="sgd",
+    optim_args="momentum=0.9",
+    learning_rate=1e-3,
+    weight_decay=0.0,
+    lr_scheduler_type="polynomial",
+    lr_scheduler_kwargs={"power": 0.9, "lr_end": 1e-5},
+    warmup_steps=0,
+    max_steps=160_000,
+    per_device_train_batch_size=8,
+    per_device_eval_batch_size=8,
+    do_train=True,
 )
 # Segmenter's training-time fields that a converted encoder takes from the preset (its own shape stays).
-PRESET_SEGMENTATION_FIELDS = ("drop_path_rate", "decoder_type", "decoder_num_layers", "decoder_hidden_size",
-                              "decoder_num_attention_heads", "decoder_dropout")
+PRESET_SEGMENTATION_FIELDS = (
+    "drop_path_rate",
+    "decoder_type",
+    "decoder_num_layers",
+    "decoder_hidden_size",
+    "decoder_num_attention_heads",
+    "decoder_dropout",
+)
 
 
 @dataclass
 class ModelArguments:
     model_name_or_path: str | None = field(
         default=None,
-        metadata={"help": "A checkpoint (folder or Hub id) to start the encoder from: a ViT or DeiT (converted), a "
-                  "NeuTRENO classifier or Segmenter. Default: train from scratch in the shape of --preset."},
+        metadata={
+            "help": "A checkpoint (folder or Hub id) to start the encoder from: a ViT or DeiT (converted), a "
+            "NeuTRENO classifier or Segmenter. Default: train from scratch in the shape of --preset."
+        },
     )
     preset: str = field(
         default="segmenter-deit-tiny",
-        metadata={"help": f"A NeuTRENOViTConfig preset {sorted(NeuTRENOViTConfig.presets)}: the model trained from "
-                  "scratch; with --model-name-or-path only its decoder fields and drop path apply."},
+        metadata={
+            "help": f"A NeuTRENOViTConfig preset {sorted(NeuTRENOViTConfig.presets)}: the model trained from "
+            "scratch; with --model-name-or-path only its decoder fields and drop path apply."
+        },
     )
     neutreno_lambda: float = field(default=0.6, metadata={"help": "λ of the encoder; 0 = the softmax Segmenter."})
     decoder_neutreno_lambda: float | None = field(
@@ -130,9 +149,11 @@ class DataArguments:
     )
     metric_backend: str = field(
         default="auto",
-        metadata={"help": f"Who computes mean IoU, of {METRIC_BACKENDS}: `evaluate`'s mean_iou (fetched from the Hub), "
-                  "the package's direct computation (the same definitions; offline), or auto: evaluate's where it "
-                  "loads and the evaluation runs in one process, else the direct one."},
+        metadata={
+            "help": f"Who computes mean IoU, of {METRIC_BACKENDS}: `evaluate`'s mean_iou (fetched from the Hub), "
+            "the package's direct computation (the same definitions; offline), or auto: evaluate's where it "
+            "loads and the evaluation runs in one process, else the direct one."
+        },
     )
 
 
@@ -149,8 +170,10 @@ def load_id2label(data_args: DataArguments) -> dict[int, str]:
 
         path = Path(hf_hub_download("huggingface/label-files", "ade20k-id2label.json", repo_type="dataset"))
         return {int(k): v for k, v in json.loads(path.read_text()).items()}
-    raise ValueError(f"--id2label-file is needed: --dataset-name {data_args.dataset_name!r} has no {LABELS_FILE} and "
-                     f"is not {ADE20K!r}.")
+    raise ValueError(
+        f"--id2label-file is needed: --dataset-name {data_args.dataset_name!r} has no {LABELS_FILE} and "
+        f"is not {ADE20K!r}."
+    )
 
 
 def reduce_labels(label: np.ndarray) -> np.ndarray:
@@ -224,8 +247,9 @@ def train_transform(processor, data_args: DataArguments, reduce: bool, ignore_in
     def transform(batch: dict) -> dict:
         pixel_values, labels = [], []
         for image, annotation in zip(batch["image"], batch["annotation"]):
-            image, annotation = random_resize(image.convert("RGB"), annotation, crop,
-                                              (data_args.min_scale, data_args.max_scale))
+            image, annotation = random_resize(
+                image.convert("RGB"), annotation, crop, (data_args.min_scale, data_args.max_scale)
+            )
             label = np.asarray(annotation, dtype=np.int64)
             label = reduce_labels(label) if reduce else label
             image, label = random_crop(np.asarray(image), label, crop, data_args.cat_max_ratio, ignore_index)
@@ -267,8 +291,10 @@ def mean_iou_factory(backend: str, world_size: int):
     try:
         metric = evaluate_metric("mean_iou", backend)
     except Exception as error:  # not installed, or no Hub
-        raise RuntimeError(f"--metric_backend evaluate: evaluate.load('mean_iou') failed ({error}). Use "
-                           "--metric_backend direct (the same definitions, computed here) offline.") from error
+        raise RuntimeError(
+            f"--metric_backend evaluate: evaluate.load('mean_iou') failed ({error}). Use "
+            "--metric_backend direct (the same definitions, computed here) offline."
+        ) from error
     if metric is None:
         return None
     import evaluate
@@ -285,16 +311,20 @@ class SegmenterTrainer(HubTrainer):
         super().__init__(*args, **kwargs)
         self.data_args, self.reduce, self.mean_iou_factory = data_args, reduce, mean_iou_factory
 
-    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval",
-                 multi_scale: bool = False) -> dict[str, float]:
+    def evaluate(
+        self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval", multi_scale: bool = False
+    ) -> dict[str, float]:
         dataset = eval_dataset if eval_dataset is not None else self.eval_dataset
         model = self.accelerator.unwrap_model(self.model)
         config = model.config
         scales = {"ss": ((1.0,), False), **({"ms": (MS_SCALES, True)} if multi_scale else {})}
         # evaluate's mean_iou modules (one process), else the direct computation's confusion matrices
         modules = {name: self.mean_iou_factory(name) for name in scales} if self.mean_iou_factory else {}
-        meters = {name: MeanIoU(config.num_labels, config.semantic_loss_ignore_index)
-                  for name in scales if name not in modules}
+        meters = {
+            name: MeanIoU(config.num_labels, config.semantic_loss_ignore_index)
+            for name in scales
+            if name not in modules
+        }
         short_side = self.data_args.eval_size or self.data_args.crop_size
         batch_size = self.args.per_device_eval_batch_size
         shard = range(self.args.process_index, len(dataset), self.args.world_size)
@@ -306,8 +336,9 @@ class SegmenterTrainer(HubTrainer):
             for name, (ms_scales, flip) in scales.items():
                 with self.autocast_smart_context_manager():
                     probabilities = multi_scale_probabilities(model, pixels, ms_scales, flip, batch_size=batch_size)
-                probabilities = nn.functional.interpolate(probabilities.float(), size=label.shape, mode="bilinear",
-                                                          align_corners=False)
+                probabilities = nn.functional.interpolate(
+                    probabilities.float(), size=label.shape, mode="bilinear", align_corners=False
+                )
                 prediction = probabilities.argmax(1)[0].cpu()
                 if name in modules:
                     modules[name].add(predictions=prediction.numpy(), references=label.numpy())
@@ -316,8 +347,9 @@ class SegmenterTrainer(HubTrainer):
         metrics = {}
         for name in scales:
             if name in modules:
-                result = modules[name].compute(num_labels=config.num_labels,
-                                               ignore_index=config.semantic_loss_ignore_index, reduce_labels=False)
+                result = modules[name].compute(
+                    num_labels=config.num_labels, ignore_index=config.semantic_loss_ignore_index, reduce_labels=False
+                )
             else:
                 meter = meters[name]
                 confusion = meter.confusion.to(self.args.device)
@@ -333,9 +365,11 @@ class SegmenterTrainer(HubTrainer):
 def segmentation_metrics(result: dict, id2label: dict[int, str], suffix: str = "") -> dict[str, float]:
     """`MeanIoU.compute()` as flat numbers (Trainer logs scalars): mean IoU, pixel accuracy, mean class accuracy and
     `iou_<class>` per class (NaN where the class is neither labelled nor predicted)."""
-    metrics = {f"mean_iou{suffix}": float(result["mean_iou"]),
-               f"pixel_accuracy{suffix}": float(result["overall_accuracy"]),
-               f"mean_accuracy{suffix}": float(result["mean_accuracy"])}
+    metrics = {
+        f"mean_iou{suffix}": float(result["mean_iou"]),
+        f"pixel_accuracy{suffix}": float(result["overall_accuracy"]),
+        f"mean_accuracy{suffix}": float(result["mean_accuracy"]),
+    }
     metrics.update({f"iou{suffix}_{id2label[i]}": float(v) for i, v in enumerate(result["per_category_iou"])})
     return metrics
 
@@ -358,8 +392,10 @@ def build_model(args: ModelArguments, id2label: dict[int, str], crop_size: int):
     path = args.model_name_or_path
     source = AutoConfig.from_pretrained(path, trust_remote_code=args.trust_remote_code)
     if source.model_type not in ("vit", "deit", NeuTRENOViTConfig.model_type):
-        raise ValueError(f"--model_name_or_path {path!r} has model_type {source.model_type!r}; expected a vit, deit or "
-                         f"{NeuTRENOViTConfig.model_type} checkpoint.")
+        raise ValueError(
+            f"--model_name_or_path {path!r} has model_type {source.model_type!r}; expected a vit, deit or "
+            f"{NeuTRENOViTConfig.model_type} checkpoint."
+        )
     try:
         source_processor = AutoImageProcessor.from_pretrained(path, trust_remote_code=args.trust_remote_code)
         normalisation = {k: list(getattr(source_processor, k)) for k in ("image_mean", "image_std")}
@@ -371,14 +407,17 @@ def build_model(args: ModelArguments, id2label: dict[int, str], crop_size: int):
         model = NeuTRENOViTForSemanticSegmentation.from_pretrained(path, **lambdas, **overrides)
         return model, normalisation
     fields = {k: preset[k] for k in PRESET_SEGMENTATION_FIELDS if k in preset}
-    model = vit_to_neutreno(path, task="semantic-segmentation", image_size=crop_size, **lambdas,
-                            **{**fields, **labels, **overrides})
+    model = vit_to_neutreno(
+        path, task="semantic-segmentation", image_size=crop_size, **lambdas, **{**fields, **labels, **overrides}
+    )
     return model, normalisation
 
 
 def collate(examples: list[dict]) -> dict[str, torch.Tensor]:
-    return {"pixel_values": torch.stack([e["pixel_values"] for e in examples]),
-            "labels": torch.stack([e["labels"] for e in examples])}
+    return {
+        "pixel_values": torch.stack([e["pixel_values"] for e in examples]),
+        "labels": torch.stack([e["labels"] for e in examples]),
+    }
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -392,8 +431,10 @@ def main(argv: list[str] | None = None) -> dict:
     training_args.remove_unused_columns = False  # the transform needs the raw image and annotation columns
     check_distributed_launch(training_args)
     if not 0 < data_args.min_scale <= data_args.max_scale:
-        raise ValueError(f"--min_scale ({data_args.min_scale}) and --max_scale ({data_args.max_scale}) must satisfy "
-                         "0 < min_scale <= max_scale.")
+        raise ValueError(
+            f"--min_scale ({data_args.min_scale}) and --max_scale ({data_args.max_scale}) must satisfy "
+            "0 < min_scale <= max_scale."
+        )
     # Never overwrite an earlier run by accident; --resume-from-checkpoint (no path: the last one) continues one.
     checkpoint = checkpoint_to_resume(training_args, script_args.overwrite_output_dir)
     push = prepare_trainer_push(training_args)  # --push_to_hub: fail now, not after training
@@ -403,25 +444,39 @@ def main(argv: list[str] | None = None) -> dict:
     for split in dataset.values():
         missing = {"image", "annotation"} - set(split.column_names)
         if missing:
-            raise ValueError(f"The dataset needs `image` and `annotation` columns (as {ADE20K}); it has "
-                             f"{split.column_names}.")
+            raise ValueError(
+                f"The dataset needs `image` and `annotation` columns (as {ADE20K}); it has {split.column_names}."
+            )
     train = subset(get_split(dataset, data_args.train_split), data_args.max_train_samples, training_args.seed)
     evaluation = subset(get_split(dataset, data_args.eval_split), data_args.max_eval_samples, training_args.seed)
     id2label = load_id2label(data_args)
-    reduce = data_args.do_reduce_labels if data_args.do_reduce_labels is not None else (
-        data_args.dataset_name == ADE20K)
+    reduce = (
+        data_args.do_reduce_labels if data_args.do_reduce_labels is not None else (data_args.dataset_name == ADE20K)
+    )
 
     set_seed(training_args.seed)  # the model's initial weights are part of the run
     model, normalisation = build_model(model_args, id2label, data_args.crop_size)
     processor = make_image_processor(model.config, do_reduce_labels=reduce, **normalisation)
-    logger.info("Model: %s, %.2fM parameters, λ=%s (decoder %s)", type(model).__name__, model.num_parameters() / 1e6,
-                model.config.neutreno_lambda, model.decoder.config.neutreno_lambda
-                if hasattr(model.decoder, "layers") else "-")
+    logger.info(
+        "Model: %s, %.2fM parameters, λ=%s (decoder %s)",
+        type(model).__name__,
+        model.num_parameters() / 1e6,
+        model.config.neutreno_lambda,
+        model.decoder.config.neutreno_lambda if hasattr(model.decoder, "layers") else "-",
+    )
     train.set_transform(train_transform(processor, data_args, reduce, model.config.semantic_loss_ignore_index))
 
-    trainer = SegmenterTrainer(model=model, args=training_args, train_dataset=train, eval_dataset=evaluation,
-                               data_collator=collate, processing_class=processor, data_args=data_args, reduce=reduce,
-                               mean_iou_factory=metric_factory)
+    trainer = SegmenterTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=train,
+        eval_dataset=evaluation,
+        data_collator=collate,
+        processing_class=processor,
+        data_args=data_args,
+        reduce=reduce,
+        mean_iou_factory=metric_factory,
+    )
     metrics = {}
     if training_args.do_train:
         result = trainer.train(resume_from_checkpoint=checkpoint)
@@ -432,13 +487,17 @@ def main(argv: list[str] | None = None) -> dict:
     trainer.log_metrics("all", metrics)
     trainer.save_metrics("all", metrics)
     if push:
-        trainer.push_to_hub(dataset=data_args.dataset_name, dataset_config=data_args.dataset_config_name,
-                            dataset_split=data_args.eval_split, results=eval_metrics,
-                            base_model=model_args.model_name_or_path
-                            if model_args.model_name_or_path and not os.path.exists(model_args.model_name_or_path)
-                            else None)
+        trainer.push_to_hub(
+            dataset=data_args.dataset_name,
+            dataset_config=data_args.dataset_config_name,
+            dataset_split=data_args.eval_split,
+            results=eval_metrics,
+            base_model=model_args.model_name_or_path
+            if model_args.model_name_or_path and not os.path.exists(model_args.model_name_or_path)
+            else None,
+        )
     return metrics
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

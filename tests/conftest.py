@@ -31,8 +31,16 @@ def pytest_configure(config):
 # others: pytest-xdist's `--dist worksteal` (the README's command) gives each worker a contiguous half of the collection
 # and lets an idle worker take tests from the end of the other's, so the long tests start at once and the short ones
 # fill in at the end, instead of one worker starting a five-minute test when the other is nearly done.
-LONGEST_FIRST = ("test_run_all.py", "test_compare.py", "test_example_commands.py", "test_reproduce.py",
-                 "test_segmenter.py", "test_readme.py", "test_neutreno_gpt.py", "test_value_path.py")
+LONGEST_FIRST = (
+    "test_run_all.py",
+    "test_compare.py",
+    "test_example_commands.py",
+    "test_reproduce.py",
+    "test_segmenter.py",
+    "test_readme.py",
+    "test_neutreno_gpt.py",
+    "test_value_path.py",
+)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -46,11 +54,19 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    # pytest-xdist, in the main process: each worker starts from this process's environment, where the tests' default
+    # HF_HUB_OFFLINE=1 is already set, and would take it for the user's own. Hand the user's setting over instead.
+    node.workerinput["user_hub_offline"] = USER_OFFLINE
+
+
 @pytest.fixture(scope="session")
-def data_dir():
+def data_dir(request):
     """The real datasets: the local mirror (`HF_NEUTRENO_DATA`), else the same datasets fetched from the Hub once
     (tests/real_data.py), else the test is skipped with the reason."""
-    folder, reason = real_data.resolve(user_offline=USER_OFFLINE)
+    worker = getattr(request.config, "workerinput", None)  # set in a pytest-xdist worker
+    folder, reason = real_data.resolve(user_offline=worker["user_hub_offline"] if worker else USER_OFFLINE)
     if folder is None:
         pytest.skip(reason)
     return folder
@@ -83,8 +99,11 @@ def pytest_sessionfinish(session, exitstatus):
     # CI sets HF_NEUTRENO_NO_SKIPS=1: there every dataset and extra is installed, so a skip means a broken set-up.
     # The slow tier skipping itself (RUN_SLOW unset) is not one.
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-    skipped = [report for report in (reporter.stats.get("skipped", []) if reporter else [])
-               if "RUN_SLOW" not in str(report.longrepr)]
+    skipped = [
+        report
+        for report in (reporter.stats.get("skipped", []) if reporter else [])
+        if "RUN_SLOW" not in str(report.longrepr)
+    ]
     if os.environ.get("HF_NEUTRENO_NO_SKIPS") == "1" and skipped and session.exitstatus == 0:
         reporter.write_line(f"HF_NEUTRENO_NO_SKIPS=1: {len(skipped)} test(s) skipped; failing the run.", red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

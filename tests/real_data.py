@@ -4,8 +4,9 @@ The mirror (`HF_NEUTRENO_DATA`, by default a `shared/data` folder beside the rep
 `<folder>/<split>-00000-of-00001.parquet`, with the Hub datasets' columns. A clone without it fetches those datasets
 from the Hub once, by name (and builds `fashion-scenes`, which is not on the Hub, from Fashion-MNIST as the mirror
 did), into the same layout under `HF_NEUTRENO_TEST_DATA` (default `~/.cache/hf-neutreno/test-data`), in a child
-process: the tests themselves always run offline. Where the Hub cannot be reached, or the user set HF_HUB_OFFLINE=1,
-the tests that need data skip with the reason.
+process: the tests themselves always run offline. Whether the Hub answers is asked first, with a short timeout, so that
+a machine without a network skips at once instead of waiting on the fetch. Where the Hub cannot be reached, or the
+user set HF_HUB_OFFLINE=1, the tests that need data skip with the reason.
 
     python tests/real_data.py FOLDER     # the fetch itself (what the tests run in the child process)
 """
@@ -13,13 +14,16 @@ the tests that need data skip with the reason.
 import os
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
 from filelock import FileLock
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-MIRROR = Path(os.environ.get("HF_NEUTRENO_DATA", REPO_ROOT.parent / "shared" / "data"))
+MIRROR_NAMED = bool(os.environ.get("HF_NEUTRENO_DATA"))  # by the user (else the default beside the repository)
+MIRROR = Path(os.environ.get("HF_NEUTRENO_DATA") or REPO_ROOT.parent / "shared" / "data")
 CACHE = Path(os.environ.get("HF_NEUTRENO_TEST_DATA", Path.home() / ".cache" / "hf-neutreno" / "test-data"))
 # Mirror folder: (Hub dataset, configuration).
 HUB_DATASETS = {
@@ -31,8 +35,19 @@ HUB_DATASETS = {
 DERIVED = {"fashion-scenes": "fashion_mnist"}
 FASHION_SCENES = {"train": 4000, "validation": 1000}  # scenes per split, as in the mirror
 FETCH_TIMEOUT = 1800  # seconds: three datasets, about 120 MB
-FASHION_NAMES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag",
-                 "Ankle boot"]
+REACH_TIMEOUT = 5  # seconds the Hub has to answer before the machine counts as offline
+FASHION_NAMES = [
+    "T-shirt/top",
+    "Trouser",
+    "Pullover",
+    "Dress",
+    "Coat",
+    "Sandal",
+    "Shirt",
+    "Sneaker",
+    "Bag",
+    "Ankle boot",
+]
 
 
 def _offline(value: str | None) -> bool:
@@ -77,8 +92,10 @@ def make_fashion_scenes(fashion_mnist: Path, out: Path) -> None:
 
     def load(split):
         table = pq.read_table(fashion_mnist / f"{split}-00000-of-00001.parquet").to_pydict()
-        return (np.stack([np.array(Image.open(io.BytesIO(image["bytes"]))) for image in table["image"]]),
-                np.array(table["label"]))
+        return (
+            np.stack([np.array(Image.open(io.BytesIO(image["bytes"]))) for image in table["image"]]),
+            np.array(table["label"]),
+        )
 
     def png(array, mode):
         buffer = io.BytesIO()
@@ -97,20 +114,24 @@ def make_fashion_scenes(fashion_mnist: Path, out: Path) -> None:
                 y, x = rng.integers(0, size - 28 + 1, 2)
                 mask = binary_fill_holes(item > 24)
                 tint = rng.uniform(0.35, 1.0, 3)
-                canvas[y:y + 28, x:x + 28][mask] = item[mask][:, None] * tint[None, :]
-                annotation[y:y + 28, x:x + 28][mask] = label + 1
+                canvas[y : y + 28, x : x + 28][mask] = item[mask][:, None] * tint[None, :]
+                annotation[y : y + 28, x : x + 28][mask] = label + 1
             rows["image"].append(png(canvas.astype(np.uint8), "RGB"))
             rows["annotation"].append(png(annotation, "L"))
         return rows
 
     rng = np.random.default_rng(0)
-    splits = {"train": (*load("train"), FASHION_SCENES["train"]),
-              "validation": (*load("test"), FASHION_SCENES["validation"])}
+    splits = {
+        "train": (*load("train"), FASHION_SCENES["train"]),
+        "validation": (*load("test"), FASHION_SCENES["validation"]),
+    }
     out.mkdir(parents=True, exist_ok=True)
     image = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
     features = {"image": {"_type": "Image"}, "annotation": {"_type": "Image"}}
-    schema = pa.schema([("image", image), ("annotation", image)],
-                       metadata={b"huggingface": json.dumps({"info": {"features": features}}).encode()})
+    schema = pa.schema(
+        [("image", image), ("annotation", image)],
+        metadata={b"huggingface": json.dumps({"info": {"features": features}}).encode()},
+    )
     for split, (images, labels, count) in splits.items():
         table = pa.Table.from_pydict(scenes(images, labels, count, rng), schema=schema)
         pq.write_table(table, out / f"{split}-00000-of-00001.parquet")
@@ -118,36 +139,73 @@ def make_fashion_scenes(fashion_mnist: Path, out: Path) -> None:
     (out / "id2label.json").write_text(json.dumps(id2label, indent=1))
 
 
-def resolve(mirror: Path = MIRROR, cache: Path = CACHE, user_offline: str | None = None,
-            run_fetch: Callable[[Path], None] | None = None) -> tuple[Path | None, str]:
+def hub_unreachable(endpoint: str | None = None, timeout: float = REACH_TIMEOUT) -> str:
+    """ "" if the Hub (`HF_ENDPOINT`, else huggingface.co) answers an HTTP request within `timeout` seconds (any status:
+    it answered), else why not, in a few words."""
+    if endpoint is None:
+        from huggingface_hub import constants
+
+        endpoint = constants.ENDPOINT
+    try:
+        urllib.request.urlopen(urllib.request.Request(endpoint, method="HEAD"), timeout=timeout).close()
+    except urllib.error.HTTPError:  # a status other than 2xx: still an answer
+        return ""
+    except (OSError, ValueError) as error:  # no network, DNS, refused, timed out, a malformed endpoint
+        reason = getattr(error, "reason", None) or error
+        return f"{endpoint} did not answer within {timeout:g} s: {reason}"
+    return ""
+
+
+def resolve(
+    mirror: Path = MIRROR,
+    cache: Path = CACHE,
+    user_offline: str | None = None,
+    run_fetch: Callable[[Path], None] | None = None,
+    check_hub: Callable[[], str] = hub_unreachable,
+    mirror_named: bool = MIRROR_NAMED,
+) -> tuple[Path | None, str]:
     """(the data folder, "") or (None, the one-line reason the tests skip)."""
     if mirror.is_dir():
         return mirror, ""
+
     def complete() -> bool:
         return all((cache / name).is_dir() for name in (*HUB_DATASETS, *DERIVED))
 
     if complete():
         return cache, ""
+    # The reason names the user's own settings only: the default folder beside the repository is this project's.
+    missing = (
+        f"the real datasets are not in HF_NEUTRENO_DATA ({mirror})"
+        if mirror_named
+        else "the real datasets are not on this machine (HF_NEUTRENO_DATA is not set)"
+    )
+    fetch_once = f"to fetch them from the Hub once (about 120 MB, into {cache}), or set HF_NEUTRENO_DATA to a copy"
     if _offline(user_offline):
-        return None, (f"no local datasets in {mirror} and HF_HUB_OFFLINE=1: run the tests without it to fetch them "
-                      "from the Hub once, or set HF_NEUTRENO_DATA")
+        return None, f"{missing} and HF_HUB_OFFLINE=1 is set in your environment: unset it {fetch_once}"
+    unreachable = check_hub()
+    if unreachable:
+        return (
+            None,
+            f"{missing} and the Hugging Face Hub cannot be reached ({unreachable}): connect to a network {fetch_once}",
+        )
     cache.mkdir(parents=True, exist_ok=True)
     with FileLock(str(cache / ".fetch.lock")):  # parallel test workers (pytest -n): one fetches, the others wait
         if complete():  # another worker fetched it while this one waited
             return cache, ""
         try:
             (run_fetch or _fetch_in_child)(cache)
-        except Exception as error:  # the Hub unreachable, a timeout, a failing download
+        except Exception as error:  # a timeout, a failing download
             reason = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
-            return None, f"no local datasets in {mirror} and the Hub could not be reached ({reason[:200]})"
+            return None, f"{missing} and fetching them from the Hub failed ({reason[:200]})"
     return cache, ""
 
 
 def _fetch_in_child(cache: Path) -> None:
     offline = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")
     env = {k: v for k, v in os.environ.items() if k not in offline}
-    proc = subprocess.run([sys.executable, __file__, str(cache)], env=env, capture_output=True, text=True,
-                          timeout=FETCH_TIMEOUT)
+    proc = subprocess.run(
+        [sys.executable, __file__, str(cache)], env=env, capture_output=True, text=True, timeout=FETCH_TIMEOUT
+    )
     if proc.returncode != 0:
         raise RuntimeError(proc.stderr.strip() or f"exit status {proc.returncode}")
 

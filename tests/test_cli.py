@@ -2,6 +2,7 @@
 stderr, `hf-neutreno COMMAND: error: ...`, and exit status 2, never a traceback; flags are kebab-case; help and error
 texts name Hub datasets, not this machine's folders."""
 
+import json
 import os
 import re
 import shutil
@@ -16,6 +17,7 @@ from transformers import ViTImageProcessorPil
 
 import hf_neutreno
 import real_data
+from cli_process import one_line_error, run_cli
 from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForImageClassification
 from hf_neutreno.cli import SUBCOMMANDS, main
 
@@ -130,3 +132,76 @@ def test_flags_are_kebab_case_and_help_names_no_local_folder(command, capsys):
     flags = set(re.findall(r"--[\w-]+", text))
     assert "--dataset" in flags and not [flag for flag in flags if "_" in flag], flags
     assert str(real_data.MIRROR) not in text and "HF_NEUTRENO_DATA" not in text  # no machine's local data folder
+
+
+@pytest.fixture(scope="module")
+def lm_dir(tmp_path_factory) -> Path:
+    """A tiny GPT-2 with a word-level tokenizer for text_dir's words."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    folder = tmp_path_factory.mktemp("lm")
+    tokenizer = Tokenizer(models.WordLevel(unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer.train_from_iterator(["a b c d e f"], trainers.WordLevelTrainer(special_tokens=["<unk>", "<eos>"]))
+    hf_tokenizer = PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>", eos_token="<eos>")
+    GPT2LMHeadModel(GPT2Config(vocab_size=len(hf_tokenizer), n_embd=16, n_layer=1, n_head=2)).save_pretrained(folder)
+    hf_tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_evaluate_lm_never_replaces_an_output_file_silently(lm_dir, text_dir, tmp_path):
+    existing = tmp_path / "eval.json"
+    existing.write_text("{}\n")
+    argv = ["evaluate-lm", lm_dir, "--dataset", text_dir, "--split", "test", "--context-length", "2", "--output"]
+    message = one_line_error(run_cli(*argv, existing), "evaluate-lm")
+    assert (
+        message
+        == f"--output {str(existing)!r} already exists; pass --overwrite to replace it, or give another file name."
+    )
+    assert existing.read_text() == "{}\n"
+    proc = run_cli(*argv, existing, "--overwrite")
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads(existing.read_text())["results"]["test"]
+    assert set(results) == {"sliding", "blocks"} and results["blocks"]["context_length"] == 2
+
+
+@pytest.mark.parametrize("repo_id", ["../x", "me/model\nname", "a/b/c", "me/model."], ids=repr)
+def test_push_refuses_a_repo_id_the_hub_refuses_before_writing_anything(model_dir, tmp_path, repo_id):
+    proc = run_cli("push", model_dir, repo_id, "--save-to", tmp_path / "upload")
+    message = one_line_error(proc, "push")
+    assert message.startswith(f"repo_id {repo_id!r} is not a Hub repository id (`name` or `namespace/name`): Repo id ")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("files", [{"my_dataset.py": "import datasets\n"}, {}], ids=["loading script", "empty"])
+@pytest.mark.parametrize("command", ["compare", "diagnose"])
+def test_a_dataset_folder_without_data_files_is_named_with_what_it_should_hold(model_dir, tmp_path, files, command):
+    folder = tmp_path / "data"
+    folder.mkdir()
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    argv = (
+        ["--dataset", folder, "--output-dir", tmp_path / "out"]
+        if command == "compare"
+        else [model_dir, "--dataset", folder]
+    )
+    message = one_line_error(run_cli(command, *argv), command)
+    found = "only a loading script (my_dataset.py), which is not run" if files else "no data files"
+    assert message.endswith(  # compare names its flag first
+        f"Dataset folder {str(folder)!r} holds {found}. A dataset folder holds the data itself: Parquet files "
+        "named as on the Hub (train-00000-of-00001.parquet, test-...), CSV or JSON-lines files named by split "
+        "(train.csv, test.jsonl), or an image folder (train/<label>/*.png)."
+    )
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("name, text", [("test.csv", "text\na b c\nd e f\n"), ("test.jsonl", '{"text": "a b c"}\n')])
+def test_a_dataset_folder_of_csv_or_json_lines_is_read(lm_dir, tmp_path, name, text):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / name).write_text(text)
+    proc = run_cli(
+        "diagnose", lm_dir, "--dataset", tmp_path / "data", "--metrics", "cosine_similarity", "--no-progress"
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"^layer 1 +-?\d\.\d{4}$", proc.stdout, flags=re.M), proc.stdout

@@ -33,8 +33,17 @@ from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForImageClassification, cl
 from hf_neutreno.data import load_image_dataset
 
 CHANCE = 0.1  # digits: 10 balanced classes
-TINY = ["--max-steps", "4", "--max-train-samples", "128", "--max-eval-samples", "64", "--probe-samples", "16",
-        "--no-progress"]
+TINY = [
+    "--max-steps",
+    "4",
+    "--max-train-samples",
+    "128",
+    "--max-eval-samples",
+    "64",
+    "--probe-samples",
+    "16",
+    "--no-progress",
+]
 README = Path(__file__).resolve().parents[1] / "README.md"
 # The README's example output lies between these markers (invisible once rendered).
 README_START, README_END = "<!-- compare-default-output -->", "<!-- /compare-default-output -->"
@@ -125,8 +134,7 @@ def test_default_compare_as_the_readme_runs_it(tmp_path):
             curve = run["learning_curve"]  # about ten points: every tenth of the steps, rounded
             assert 8 <= len(curve) <= 10 and curve[-1]["loss"] < curve[0]["loss"], curve
         assert rows[variant][1] == _mean_std([run["accuracy"] for run in runs])
-        assert rows[variant][2 if variant == "softmax" else 3] == _mean_std(
-            [run["last_layer_cosine"] for run in runs])
+        assert rows[variant][2 if variant == "softmax" else 3] == _mean_std([run["last_layer_cosine"] for run in runs])
     for key, column, better in (("accuracy", 2, 1), ("last_layer_cosine", 4, -1)):
         difference = np.array([n[key] - b[key] for n, b in zip(per_seed["neutreno"], per_seed["softmax"])])
         wins = int((better * difference > 0).sum())
@@ -158,11 +166,13 @@ def test_default_compare_as_the_readme_runs_it(tmp_path):
     torch.save({"raw": torch.from_numpy(raw), "logits": expected}, tmp_path / "expected.pt")
 
     # Each saved folder loads where hf_neutreno cannot be imported, and predicts the same.
-    report = json.loads(run_fresh(f"""
+    report = json.loads(
+        run_fresh(
+            f"""
         import json, torch
         from PIL import Image
         from transformers import AutoImageProcessor, AutoModelForImageClassification
-        expected = torch.load("{tmp_path / 'expected.pt'}")
+        expected = torch.load("{tmp_path / "expected.pt"}")
         images = [Image.fromarray(a.numpy()).convert("RGB") for a in expected["raw"]]
         report = {{}}
         for variant, logits in expected["logits"].items():
@@ -174,7 +184,12 @@ def test_default_compare_as_the_readme_runs_it(tmp_path):
             report[variant] = [type(model).__module__, (got - logits).abs().max().item(),
                                bool((got.argmax(-1) == logits.argmax(-1)).all())]
         print(json.dumps(report))
-    """, tmp_path).strip().splitlines()[-1])
+    """,
+            tmp_path,
+        )
+        .strip()
+        .splitlines()[-1]
+    )
     for variant in ("softmax", "neutreno"):
         module, difference, same_predictions = report[variant]
         assert module.startswith("transformers_modules") and difference == 0.0 and same_predictions, report
@@ -209,11 +224,19 @@ def test_each_seed_pairs_the_variants_vit_minus_included(tmp_path, monkeypatch):
     assert list(results["variants"]) == ["softmax", "vit-minus", "neutreno"] and results["seeds"] == [5, 6]
     for entry in results["variants"].values():
         assert [run["seed"] for run in entry["per_seed"]] == [5, 6]
-        assert all(math.isfinite(run["accuracy"]) and math.isfinite(run["last_layer_cosine"])
-                   for run in entry["per_seed"])
+        assert all(
+            math.isfinite(run["accuracy"]) and math.isfinite(run["last_layer_cosine"]) for run in entry["per_seed"]
+        )
         assert entry.get("difference_from_baseline", {"accuracy": {"n": 2}})["accuracy"]["n"] == 2
-    assert sorted(starts) == sorted(labels) == [(seed, variant) for seed in (5, 6) for variant in (
-        "eigen_vit λ=0.0", "neutreno_vit λ=0.0", "neutreno_vit λ=0.6")]
+    assert (
+        sorted(starts)
+        == sorted(labels)
+        == [
+            (seed, variant)
+            for seed in (5, 6)
+            for variant in ("eigen_vit λ=0.0", "neutreno_vit λ=0.0", "neutreno_vit λ=0.6")
+        ]
+    )
     for seed in (5, 6):
         baseline, neutreno = starts[seed, "neutreno_vit λ=0.0"], starts[seed, "neutreno_vit λ=0.6"]
         vit_minus = starts[seed, "eigen_vit λ=0.0"]
@@ -253,23 +276,42 @@ def test_value_path_variants_are_the_seeds_softmax_model_adapted_trained_and_not
     starts, train = {}, transformers.Trainer.train
 
     def recording_train(self, *args, **kwargs):
-        starts[len(starts)] = ({k: v.clone() for k, v in self.model.state_dict().items()},
-                               getattr(self.model.config, "value_path", None))
+        starts[len(starts)] = (
+            {k: v.clone() for k, v in self.model.state_dict().items()},
+            getattr(self.model.config, "value_path", None),
+        )
         return train(self, *args, **kwargs)
 
     monkeypatch.setattr(transformers.Trainer, "train", recording_train)
     out = tmp_path / "run"
-    argv = ["compare", "--variants", "softmax,value-residual,neutreno-learnable", "--value-residual-alpha", "0.25",
-            "--seeds", "1", "--output-dir", str(out), *TINY]
+    argv = [
+        "compare",
+        "--variants",
+        "softmax,value-residual,neutreno-learnable",
+        "--value-residual-alpha",
+        "0.25",
+        "--seeds",
+        "1",
+        "--output-dir",
+        str(out),
+        *TINY,
+    ]
     assert cli.main(argv) == 0
     results = json.loads((out / "results.json").read_text())
     assert list(results["variants"]) == ["softmax", "value-residual", "neutreno-learnable"]
     (softmax, none), (residual, residual_path), (learnable, learnable_path) = starts.values()
     assert none is None
-    assert residual_path == {"method": "value_residual", "coefficient": 0.25, "learnable": False,
-                             "layers": [1, 2, 3, 4, 5]}
-    assert (learnable_path["method"], learnable_path["learnable"], learnable_path["coefficient"]) == ("neutreno", True,
-                                                                                                      0.6)
+    assert residual_path == {
+        "method": "value_residual",
+        "coefficient": 0.25,
+        "learnable": False,
+        "layers": [1, 2, 3, 4, 5],
+    }
+    assert (learnable_path["method"], learnable_path["learnable"], learnable_path["coefficient"]) == (
+        "neutreno",
+        True,
+        0.6,
+    )
     assert residual.keys() == softmax.keys() and all(torch.equal(softmax[k], residual[k]) for k in softmax)
     assert learnable.keys() - softmax.keys() == {"value_path_coefficients"}
     assert all(torch.equal(softmax[k], learnable[k]) for k in softmax)
@@ -284,9 +326,26 @@ def test_value_path_variants_are_the_seeds_softmax_model_adapted_trained_and_not
 
 def test_text_compare_on_wikitext2_gives_the_perplexity_of_the_saved_models(data_dir, tmp_path, capsys):
     out = tmp_path / "text"
-    argv = ["compare", "--model", "gpt-micro", "--dataset", str(data_dir / "wikitext-2-v1"), "--max-steps", "6",
-            "--batch-size", "8", "--max-eval-samples", "8", "--probe-samples", "4", "--output-dir", str(out),
-            "--no-progress", "--seeds", "1"]
+    argv = [
+        "compare",
+        "--model",
+        "gpt-micro",
+        "--dataset",
+        str(data_dir / "wikitext-2-v1"),
+        "--max-steps",
+        "6",
+        "--batch-size",
+        "8",
+        "--max-eval-samples",
+        "8",
+        "--probe-samples",
+        "4",
+        "--output-dir",
+        str(out),
+        "--no-progress",
+        "--seeds",
+        "1",
+    ]
     assert cli.main(argv) == 0
     results = json.loads((out / "results.json").read_text())
     assert list(results["variants"]) == ["softmax", "neutreno"] and results["metric"] == "perplexity"
@@ -336,13 +395,35 @@ def test_segmenter_compare_on_fashion_scenes_scores_the_saved_models_by_mean_iou
 
     scenes = data_dir / "fashion-scenes"
     out = tmp_path / "segmentation"
-    argv = ["compare", "--model", "segmenter-micro", "--dataset", str(scenes), "--max-steps", "3", "--batch-size",
-            "8", "--max-train-samples", "48", "--max-eval-samples", "16", "--probe-samples", "4", "--seeds", "2",
-            "--output-dir", str(out), "--no-progress"]
+    argv = [
+        "compare",
+        "--model",
+        "segmenter-micro",
+        "--dataset",
+        str(scenes),
+        "--max-steps",
+        "3",
+        "--batch-size",
+        "8",
+        "--max-train-samples",
+        "48",
+        "--max-eval-samples",
+        "16",
+        "--probe-samples",
+        "4",
+        "--seeds",
+        "2",
+        "--output-dir",
+        str(out),
+        "--no-progress",
+    ]
     assert cli.main(argv) == 0
     results = json.loads((out / "results.json").read_text())
-    assert (results["task"], results["metric"], results["eval_split"]) == ("semantic-segmentation", "mean_iou",
-                                                                           "validation")
+    assert (results["task"], results["metric"], results["eval_split"]) == (
+        "semantic-segmentation",
+        "mean_iou",
+        "validation",
+    )
     assert list(results["variants"]) == ["softmax", "neutreno"] and results["complete"]
     # the encoder's 6 blocks after the embeddings, then the mask transformer's 2; the table's cosine is block 6's
     assert results["cosine_layers"] == list(range(9)) and results["decoder_layers"] == [7, 8]
@@ -385,8 +466,14 @@ def test_library_entry_point_returns_what_it_writes_and_the_cli_shares_its_defau
 
     args = build_parser("compare").parse_args(["compare"])
     assert CompareSettings(**{k: getattr(args, k) for k in vars(CompareSettings())}) == CompareSettings()
-    settings = CompareSettings(output_dir=str(tmp_path / "run"), max_steps=2, max_train_samples=64,
-                               max_eval_samples=32, probe_samples=8, no_progress=True)
+    settings = CompareSettings(
+        output_dir=str(tmp_path / "run"),
+        max_steps=2,
+        max_train_samples=64,
+        max_eval_samples=32,
+        probe_samples=8,
+        no_progress=True,
+    )
     threads = torch.get_num_threads()
     results = run_comparison(settings)
     assert results == json.loads((tmp_path / "run" / "results.json").read_text()) and results["complete"]
@@ -397,13 +484,21 @@ def test_library_entry_point_returns_what_it_writes_and_the_cli_shares_its_defau
     assert not (tmp_path / "bad").exists()
 
 
-NUMBERS = ("initial_weights_sha256", "accuracy", "last_layer_cosine", "cosine_similarity", "train_loss",
-           "learning_curve")  # what a run computes (not how long it took)
+NUMBERS = (
+    "initial_weights_sha256",
+    "accuracy",
+    "last_layer_cosine",
+    "cosine_similarity",
+    "train_loss",
+    "learning_curve",
+)  # what a run computes (not how long it took)
 
 
 def _numbers(results: dict) -> dict:
-    return {variant: [{key: run[key] for key in NUMBERS} for run in entry["per_seed"]]
-            for variant, entry in results["variants"].items()}
+    return {
+        variant: [{key: run[key] for key in NUMBERS} for run in entry["per_seed"]]
+        for variant, entry in results["variants"].items()
+    }
 
 
 @pytest.fixture(scope="module")
@@ -416,8 +511,9 @@ def complete_run(tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize("where", ["training", "saving"])
-def test_ctrl_c_keeps_finished_runs_and_resume_ends_as_an_uninterrupted_run(tmp_path, monkeypatch, capsys, where,
-                                                                            complete_run, request):
+def test_ctrl_c_keeps_finished_runs_and_resume_ends_as_an_uninterrupted_run(
+    tmp_path, monkeypatch, capsys, where, complete_run, request
+):
     """Ctrl-C in the first seed's neutreno run: the finished softmax run stays usable beside --output-dir and nothing
     half-written remains; a rerun without --resume refuses to drop it; --resume trains only what is left, with the
     numbers of an uninterrupted run."""
@@ -458,17 +554,22 @@ def test_ctrl_c_keeps_finished_runs_and_resume_ends_as_an_uninterrupted_run(tmp_
     assert not trained and not out.exists() and json.loads((work / "results.json").read_text()) == results
 
     assert cli.main([*argv, "--resume"]) == 0
-    assert trained == [(0, 0.6), (1, 0.0), (1, 0.6)][:2 * seeds - 1]  # only what was left
+    assert trained == [(0, 0.6), (1, 0.0), (1, 0.6)][: 2 * seeds - 1]  # only what was left
     assert not work.exists() and sorted(p.name for p in out.iterdir()) == [
-        "comparison.png", "neutreno", "results.json", "softmax"]
+        "comparison.png",
+        "neutreno",
+        "results.json",
+        "softmax",
+    ]
     resumed = json.loads((out / "results.json").read_text())
     assert resumed["complete"] and list(resumed["variants"]) == ["softmax", "neutreno"]
     if where == "training":  # the same numbers as a run that was never interrupted
         assert _numbers(resumed) == _numbers(json.loads((complete_run / "results.json").read_text()))
 
 
-def test_a_rerun_keeps_the_earlier_run_until_it_is_complete(tmp_path, monkeypatch, capsys, complete_run,
-                                                           interrupt_neutreno_training):
+def test_a_rerun_keeps_the_earlier_run_until_it_is_complete(
+    tmp_path, monkeypatch, capsys, complete_run, interrupt_neutreno_training
+):
     """A second run into the same --output-dir, stopped in its last training: the first run is there, complete and
     untouched; the second replaces it only once it completes."""
     out = tmp_path / "run"
@@ -476,11 +577,11 @@ def test_a_rerun_keeps_the_earlier_run_until_it_is_complete(tmp_path, monkeypatc
     argv = ["compare", "--output-dir", str(out), "--seeds", "1", *TINY]
     first = (out / "results.json").read_text()
     weights = (out / "neutreno" / "model.safetensors").read_bytes()
-    assert cli.main([*argv[:-len(TINY)], "--max-steps", "5", *TINY[2:]]) == 130
+    assert cli.main([*argv[: -len(TINY)], "--max-steps", "5", *TINY[2:]]) == 130
     assert (out / "results.json").read_text() == first
     assert (out / "neutreno" / "model.safetensors").read_bytes() == weights
     monkeypatch.undo()
-    second_argv = [*argv[:-len(TINY)], "--max-steps", "5", *TINY[2:], "--resume"]
+    second_argv = [*argv[: -len(TINY)], "--max-steps", "5", *TINY[2:], "--resume"]
     assert cli.main(second_argv) == 0
     second = (out / "results.json").read_text()
     assert json.loads(second)["complete"] and json.loads(second)["settings"]["max_steps"] == 5
@@ -518,13 +619,24 @@ def test_a_killed_run_resumes_to_the_numbers_of_an_uninterrupted_one(tmp_path):
         return sum(finished(out.with_name(out.name + suffix)) for suffix in ("", ".incomplete", ".replaced"))
 
     def run(out: Path, *extra: str) -> subprocess.CompletedProcess:
-        return subprocess.run([*command, "--output-dir", str(out), *extra], env=env, cwd=tmp_path,
-                              capture_output=True, text=True, timeout=600)
+        return subprocess.run(
+            [*command, "--output-dir", str(out), *extra],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
 
     def killed(out: Path, when, *extra: str) -> None:
         """Start a run and SIGKILL it once `when(seconds since start)` holds."""
-        process = subprocess.Popen([*command, "--output-dir", str(out), *extra], env=env, cwd=tmp_path,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        process = subprocess.Popen(
+            [*command, "--output-dir", str(out), *extra],
+            env=env,
+            cwd=tmp_path,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         start = time.monotonic()
         while process.poll() is None and not when(time.monotonic() - start):
             time.sleep(0.02)
@@ -561,8 +673,9 @@ def _parquet_folder(folder: Path) -> Path:
 
 
 def _saved_model(folder: Path) -> Path:
-    config = NeuTRENOViTConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16,
-                               image_size=8, patch_size=4)
+    config = NeuTRENOViTConfig(
+        hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16, image_size=8, patch_size=4
+    )
     NeuTRENOViTForImageClassification(config).save_pretrained(folder)
     return folder
 
@@ -571,38 +684,82 @@ def _saved_model(folder: Path) -> Path:
     "case, options, expected",
     [
         ("unknown model", ["--model", "vit-huge"], ["--model", "invalid choice", "vit-micro", "gpt-micro"]),
-        ("unknown dataset", ["--dataset", "no-such-dataset-xyz"], ["--dataset 'no-such-dataset-xyz'", "'digits'",
-                                                                    "HF_HUB_OFFLINE"]),
+        (
+            "unknown dataset",
+            ["--dataset", "no-such-dataset-xyz"],
+            ["--dataset 'no-such-dataset-xyz'", "'digits'", "HF_HUB_OFFLINE"],
+        ),
         ("missing folder", ["--dataset", "{tmp}/missing"], ["--dataset", "does not exist"]),
-        ("image preset, text data", ["--dataset", "{data}/wikitext-2-v1"], [
-            "--model vit-micro is an image classifier", "no Image column and ClassLabel column", "'text'"]),
-        ("text preset, image data", ["--model", "gpt-micro"], ["--model gpt-micro is a language model",
-                                                               "--dataset 'digits' has no `text` column"]),
+        (
+            "image preset, text data",
+            ["--dataset", "{data}/wikitext-2-v1"],
+            ["--model vit-micro is an image classifier", "no Image column and ClassLabel column", "'text'"],
+        ),
+        (
+            "text preset, image data",
+            ["--model", "gpt-micro"],
+            ["--model gpt-micro is a language model", "--dataset 'digits' has no `text` column"],
+        ),
         ("wrong columns", ["--dataset", "{parquet}"], ["--dataset", "no Image column", "'pixels'", "'y'"]),
-        ("vit-minus for text", ["--model", "gpt-micro", "--variants", "softmax,vit-minus"], [
-            "--variants vit-minus needs an image classifier preset", "gpt-micro is a language model"]),
-        ("unknown variant", ["--variants", "softmax,neutreno,linear"], ["--variants 'softmax,neutreno,linear'",
-                                                                        "'vit-minus'", "unknown: ['linear']"]),
+        (
+            "vit-minus for text",
+            ["--model", "gpt-micro", "--variants", "softmax,vit-minus"],
+            ["--variants vit-minus needs an image classifier preset", "gpt-micro is a language model"],
+        ),
+        (
+            "unknown variant",
+            ["--variants", "softmax,neutreno,linear"],
+            ["--variants 'softmax,neutreno,linear'", "'vit-minus'", "unknown: ['linear']"],
+        ),
         ("no baseline", ["--variants", "neutreno"], ["--variants 'neutreno'", "softmax (the baseline"]),
-        ("output dir with a model", ["--output-dir", "{model}"], ["--output-dir", "a model (config.json)",
-                                                                   "nothing was written"]),
+        (
+            "output dir with a model",
+            ["--output-dir", "{model}"],
+            ["--output-dir", "a model (config.json)", "nothing was written"],
+        ),
         ("output dir with files", ["--output-dir", "{files}"], ["--output-dir", "notes.txt", "not an earlier"]),
         ("bad budget", ["--batch-size", "0"], ["--batch-size must be at least 1"]),
         ("no seeds", ["--seeds", "0"], ["--seeds must be at least 1, got 0"]),
-        ("segmentation preset, classification data", ["--model", "segmenter-micro"], [
-            "--model segmenter-micro is a segmentation preset", "--dataset 'digits' has no Image column and "
-            "`annotation` label-map column", "an image-classification dataset", "'vit-micro'"]),
-        ("classifier preset, segmentation data", ["--dataset", "{data}/fashion-scenes"], [
-            "--model vit-micro is an image classifier", "'annotation'", "it is a segmentation dataset",
-            "'segmenter-micro'"]),
-        ("segmentation preset, text data", ["--model", "segmenter-micro", "--dataset", "{data}/wikitext-2-v1"], [
-            "--model segmenter-micro is a segmentation preset", "'text'", "scene_parse_150"]),
-        ("vit-minus for a segmenter", ["--model", "segmenter-micro", "--vit-minus"], [
-            "--variants vit-minus needs an image classifier preset", "segmentation preset"]),
-        ("value path for a segmenter", ["--model", "segmenter-micro", "--variants", "softmax,value-residual"], [
-            "--variants value-residual needs an image classifier or language-model preset", "two stacks"]),
-        ("value-residual alpha", ["--variants", "softmax,value-residual", "--value-residual-alpha", "1.5"], [
-            "--value-residual-alpha must be in (0, 1]", "got 1.5"]),
+        (
+            "segmentation preset, classification data",
+            ["--model", "segmenter-micro"],
+            [
+                "--model segmenter-micro is a segmentation preset",
+                "--dataset 'digits' has no Image column and `annotation` label-map column",
+                "an image-classification dataset",
+                "'vit-micro'",
+            ],
+        ),
+        (
+            "classifier preset, segmentation data",
+            ["--dataset", "{data}/fashion-scenes"],
+            [
+                "--model vit-micro is an image classifier",
+                "'annotation'",
+                "it is a segmentation dataset",
+                "'segmenter-micro'",
+            ],
+        ),
+        (
+            "segmentation preset, text data",
+            ["--model", "segmenter-micro", "--dataset", "{data}/wikitext-2-v1"],
+            ["--model segmenter-micro is a segmentation preset", "'text'", "scene_parse_150"],
+        ),
+        (
+            "vit-minus for a segmenter",
+            ["--model", "segmenter-micro", "--vit-minus"],
+            ["--variants vit-minus needs an image classifier preset", "segmentation preset"],
+        ),
+        (
+            "value path for a segmenter",
+            ["--model", "segmenter-micro", "--variants", "softmax,value-residual"],
+            ["--variants value-residual needs an image classifier or language-model preset", "two stacks"],
+        ),
+        (
+            "value-residual alpha",
+            ["--variants", "softmax,value-residual", "--value-residual-alpha", "1.5"],
+            ["--value-residual-alpha must be in (0, 1]", "got 1.5"],
+        ),
     ],
 )
 def test_bad_input_is_refused_before_training(case, options, expected, tmp_path, data_dir, monkeypatch, capsys):
@@ -613,8 +770,13 @@ def test_bad_input_is_refused_before_training(case, options, expected, tmp_path,
     files = tmp_path / "files"
     files.mkdir()
     (files / "notes.txt").write_text("mine")
-    paths = {"tmp": tmp_path, "data": data_dir, "parquet": _parquet_folder(tmp_path / "parquet"),
-             "model": _saved_model(tmp_path / "model"), "files": files}
+    paths = {
+        "tmp": tmp_path,
+        "data": data_dir,
+        "parquet": _parquet_folder(tmp_path / "parquet"),
+        "model": _saved_model(tmp_path / "model"),
+        "files": files,
+    }
     before = {p: sorted(q.name for q in p.iterdir()) for p in (paths["model"], files)}
     options = [option.format(**paths) for option in options]
     if "--output-dir" not in options:
@@ -631,3 +793,32 @@ def test_bad_input_is_refused_before_training(case, options, expected, tmp_path,
         assert part in message, (case, message)
     assert not (tmp_path / "out").exists()
     assert {p: sorted(q.name for q in p.iterdir()) for p in before} == before
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flags", [[], ["--no-progress"], ["--verbose"]], ids=["default", "no progress", "verbose"])
+def test_the_output_is_one_bar_per_run_and_the_table_unless_verbose(tmp_path, flags):
+    """The command as a user runs it: by default, one progress bar per run (stderr) and the runs' headers and the table
+    (stdout), no Trainer log dictionaries; --no-progress hides the bars too; --verbose shows Trainer's logs."""
+    from cli_process import run_cli
+
+    tiny = [flag for flag in TINY if flag != "--no-progress"]
+    proc = run_cli("compare", "--output-dir", tmp_path / "out", "--seeds", "2", *tiny, *flags)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    output = proc.stdout + proc.stderr
+    runs = 4  # 2 variants x 2 seeds
+    headers = re.findall(r"^\[(softmax|neutreno), seed [01]\] ", proc.stdout, flags=re.M)
+    assert len(headers) == runs and "last-layer cosine" in proc.stdout
+    if flags == ["--verbose"]:
+        assert output.count("{'loss'") >= runs
+        return
+    assert "{'loss'" not in output and "'train_runtime'" not in output and "'eval_" not in output
+    assert len(proc.stdout.splitlines()) < 30, proc.stdout
+    # Every line on stderr is a training bar of 4 steps (redrawn with \r, or a line per redraw where stderr is no
+    # terminal), and one starts per run.
+    lines = [line for line in re.split(r"[\r\n]", proc.stderr) if line.strip()]
+    if flags == ["--no-progress"]:
+        assert lines == [], proc.stderr
+    else:
+        assert all(re.fullmatch(r" *\d+%\|.*\| [0-4]/4 \[.*\]", line) for line in lines), proc.stderr
+        assert sum(" 0/4 [" in line for line in lines) == runs, proc.stderr

@@ -31,6 +31,7 @@ from hf_neutreno.diagnostics import (
 )
 from hf_neutreno.commands import diagnose as diagnose_cli
 
+from cli_process import one_line_error, run_cli
 from tiny_models import TINY_VIT
 
 TINY = dict(TINY_VIT, image_size=32, patch_size=8)
@@ -154,9 +155,9 @@ def test_trainer_callback_logs_per_layer_metrics(tmp_path):
         assert {f"oversmoothing/functional_j/layer_{layer}" for layer in (1, 2, 3)} <= set(entry)
     assert sum("oversmoothing/functional_j/layer_2" in logs for logs in recorder.logs) == 2
     assert callback.last_report.num_samples == 6
-    assert entries[-1]["oversmoothing/cosine_similarity/layer_3"] == callback.last_report.per_layer(
-        "cosine_similarity"
-    )[3]
+    assert (
+        entries[-1]["oversmoothing/cosine_similarity/layer_3"] == callback.last_report.per_layer("cosine_similarity")[3]
+    )
 
 
 def test_unbound_callback_says_how_to_bind():
@@ -309,8 +310,21 @@ def test_cli_variants_measure_the_model_with_each_value_path(native_vit_dir, cif
     from transformers import ViTForImageClassification
 
     common = ["--dataset", str(cifar_dir), "--num-samples", "12", "--batch-size", "5", "--no-progress"]
-    code = main(["diagnose", str(native_vit_dir), *common, "--variants", "softmax,neutreno,value-residual-learnable",
-                 "--neutreno-lambda", "0.6", "--out", str(tmp_path / "r.json"), "--plot", str(tmp_path / "r.png")])
+    code = main(
+        [
+            "diagnose",
+            str(native_vit_dir),
+            *common,
+            "--variants",
+            "softmax,neutreno,value-residual-learnable",
+            "--neutreno-lambda",
+            "0.6",
+            "--out",
+            str(tmp_path / "r.json"),
+            "--plot",
+            str(tmp_path / "r.png"),
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     reports = {v: OversmoothingReport.from_json(tmp_path / f"r-{v}.json")
                for v in ("softmax", "neutreno", "value-residual-learnable")}  # fmt: skip
@@ -346,3 +360,83 @@ def test_cli_variants_measure_the_model_with_each_value_path(native_vit_dir, cif
 def test_cli_variant_errors(image_model_dir, cifar_dir, capsys, extra, message):
     assert main(["diagnose", str(image_model_dir), "--dataset", str(cifar_dir), "--no-progress", *extra]) == 2
     assert __import__("re").search(message, capsys.readouterr().err)
+
+
+# --- `hf-neutreno diagnose` as a user meets it: a fresh process, one line and exit 2 for a user's mistake -----------
+
+
+def test_cli_more_variants_on_a_model_saved_with_a_value_path_are_refused_with_a_flag_as_advice(
+    native_vit_dir, cifar_dir, tmp_path
+):
+    from transformers import ViTForImageClassification
+
+    model = ViTForImageClassification.from_pretrained(native_vit_dir)
+    adapted = _save_with_processor(hf_neutreno.apply_value_path(model, "neutreno", 0.6), tmp_path / "adapted")
+    proc = run_cli("diagnose", adapted, "--dataset", cifar_dir, "--trust-remote-code", "--num-samples", "4",
+                   "--variants", "softmax,value-residual", "--no-progress")  # fmt: skip
+    message = one_line_error(proc, "diagnose")
+    assert message.startswith(f"--variants 'softmax,value-residual': {str(adapted)!r} already has a value path")
+    assert "['value-residual'] would put another on it" in message and "`--variants softmax` (the default)" in message
+    assert "remove_value_path" not in message  # Python advice, from a command line
+
+
+def _tokenizer_dropping_control_characters(folder):
+    """A GPT-2 with a word-level tokenizer that drops control characters (as BERT's normaliser does): text made of
+    them is not empty to Python (`"\\x01".strip()`), but gives no tokens."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.WordLevel(unk_token="<unk>"))
+    tokenizer.normalizer = normalizers.BertNormalizer(clean_text=True, lowercase=False)
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer.train_from_iterator(["a b c", "d e f"], trainers.WordLevelTrainer(special_tokens=["<pad>", "<unk>"]))
+    hf_tokenizer = PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>", pad_token="<pad>")
+    GPT2LMHeadModel(GPT2Config(vocab_size=len(hf_tokenizer), n_embd=16, n_layer=2, n_head=2)).save_pretrained(folder)
+    hf_tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_cli_text_that_gives_no_tokens_is_one_line_naming_the_sample(tmp_path):
+    import pyarrow as pa
+
+    model_dir = _tokenizer_dropping_control_characters(tmp_path / "gpt2")
+    (tmp_path / "text").mkdir()
+    pq.write_table(pa.table({"text": ["a b", "\x01\x02"]}), tmp_path / "text" / "test-00000-of-00001.parquet")
+    proc = run_cli("diagnose", model_dir, "--dataset", tmp_path / "text", "--no-progress")
+    message = one_line_error(proc, "diagnose")
+    assert message == (
+        f"--dataset {str(tmp_path / 'text')!r}: 1 text sample(s) of a batch give 0 tokens with the tokenizer of "
+        f"{str(model_dir)!r} (the first: '\\x01\\x02'); every sample needs at least 1."
+    )
+    proc = run_cli("diagnose", model_dir, "--dataset", tmp_path / "text", "--max-length", "0")
+    assert one_line_error(proc, "diagnose") == "`--max-length` must be at least 1, got 0."
+
+
+def test_cli_a_folder_without_an_image_processor_says_what_is_missing(cifar_dir, tmp_path):
+    torch.manual_seed(0)
+    NeuTRENOViTForImageClassification(NeuTRENOViTConfig(**TINY, num_labels=10)).save_pretrained(tmp_path / "bare")
+    message = one_line_error(run_cli("diagnose", tmp_path / "bare", "--dataset", cifar_dir), "diagnose")
+    assert message.startswith(
+        f"MODEL_OR_DIR {str(tmp_path / 'bare')!r} has no image processor (the folder has no preprocessor_config.json)"
+    )
+
+
+def test_cli_output_files_are_never_replaced_silently_and_the_plot_path_printed_is_the_real_one(
+    image_model_dir, cifar_dir, tmp_path
+):
+    common = ["diagnose", image_model_dir, "--dataset", cifar_dir, "--num-samples", "4", "--no-progress"]
+    proc = run_cli(*common, "--out", "report.json", "--plot", "curves", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["curves.png", "report.json"]  # matplotlib adds .png
+    assert proc.stdout.strip().splitlines()[-2:] == ["Report written to report.json", "Plot written to curves.png"]
+    with Image.open(tmp_path / "curves.png") as image:
+        assert image.format == "PNG"
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    for flag, value, existing in (("--out", "report.json", "report.json"), ("--plot", "curves", "curves.png")):
+        message = one_line_error(run_cli(*common, flag, value, cwd=tmp_path), "diagnose")
+        assert (
+            message == f"{flag} {existing!r} already exists; pass --overwrite to replace it, or give another file name."
+        )
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+    proc = run_cli(*common, "--seed", "1", "--out", "report.json", "--overwrite", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert OversmoothingReport.from_json(tmp_path / "report.json").metadata["seed"] == 1

@@ -26,8 +26,11 @@ README = EXAMPLES / "README.md"
 SCRIPTS = ("run_image_classification", "run_clm_wikitext103", "run_eigen_vit", "run_semantic_segmentation")
 SHELL_VARIABLES = {"NODE_RANK": "0", "MAIN_IP": "127.0.0.1", "HF_NEUTRENO_DATA": "HF_NEUTRENO_DATA"}
 # Hub dataset -> the local copy's folder (the `data_dir` fixture).
-LOCAL_COPIES = {"uoft-cs/cifar10": "cifar10", "Salesforce/wikitext": "wikitext-2-v1",
-                "scene_parse_150": "fashion-scenes"}  # ADE20K's columns (image, annotation), a local segmentation set
+LOCAL_COPIES = {
+    "uoft-cs/cifar10": "cifar10",
+    "Salesforce/wikitext": "wikitext-2-v1",
+    "scene_parse_150": "fashion-scenes",
+}  # ADE20K's columns (image, annotation), a local segmentation set
 # Hub checkpoint -> a local stand-in of the same architecture and processor (random weights: no Hub here).
 DEIT_TINY = "facebook/deit-tiny-patch16-224"
 CIFAR100 = "uoft-cs/cifar100"
@@ -58,14 +61,16 @@ def docstring_commands(script: str) -> list[str]:
 
 
 ALL_COMMANDS = [("README", c) for c in readme_commands()] + [
-    (script, c) for script in SCRIPTS for c in docstring_commands(script)]
+    (script, c) for script in SCRIPTS for c in docstring_commands(script)
+]
 
 
 def test_the_documents_show_the_commands_this_test_runs():
     readme = [c for source, c in ALL_COMMANDS if source == "README"]
-    assert len(readme) == 12 and sum(c.startswith("torchrun") for c in readme) == 3
-    assert [c.split()[1] for c in readme[:4]] == [f"examples/{script}.py" for script in (
-        "run_image_classification", "run_clm_wikitext103", "run_eigen_vit", "run_semantic_segmentation")]
+    assert len(readme) == 13 and sum(c.startswith("torchrun") for c in readme) == 3
+    first = ("run_image_classification", "run_image_classification", "run_clm_wikitext103", "run_eigen_vit")
+    assert [c.split()[1] for c in readme[:5]] == [f"examples/{s}.py" for s in (*first, "run_semantic_segmentation")]
+    assert _flag(shlex.split(readme[0]), "--dataset-name") == "digits"  # the first command needs no network
     assert {source for source, _ in ALL_COMMANDS} == {"README", *SCRIPTS}
     for _, command in ALL_COMMANDS:
         assert "$" not in command and "../shared" not in command, command
@@ -75,7 +80,7 @@ def _split(command: str) -> tuple[list[str], str, list[str]]:
     """(launcher tokens, script name, script arguments)."""
     tokens = shlex.split(command)
     index = next(i for i, t in enumerate(tokens) if t.startswith("examples/run_"))
-    return tokens[:index], Path(tokens[index]).stem, tokens[index + 1:]
+    return tokens[:index], Path(tokens[index]).stem, tokens[index + 1 :]
 
 
 def _flag(args: list[str], name: str) -> str | None:
@@ -88,8 +93,13 @@ def _local_cifar100(data_dir: Path, folder: Path) -> Path:
     as written."""
     import datasets
 
-    features = datasets.Features({"img": datasets.Image(), "fine_label": datasets.ClassLabel(num_classes=100),
-                                  "coarse_label": datasets.ClassLabel(num_classes=20)})
+    features = datasets.Features(
+        {
+            "img": datasets.Image(),
+            "fine_label": datasets.ClassLabel(num_classes=100),
+            "coarse_label": datasets.ClassLabel(num_classes=20),
+        }
+    )
     for split in ("train", "test"):
         source = datasets.load_dataset("parquet", data_dir=str(data_dir / "cifar10"), split=split).select(range(64))
         rows = {"img": source["img"], "fine_label": source["label"], "coarse_label": [0] * len(source)}
@@ -107,7 +117,7 @@ def _scaled(script: str, args: list[str], data_dir: Path, output_dir: Path) -> l
             i = args.index(flag) + 1
             if args[i] == CIFAR100:
                 args[i] = str(_local_cifar100(data_dir, output_dir.parent / "cifar100"))
-            else:  # a Hub name, or a folder of the local copy (`$HF_NEUTRENO_DATA/...`)
+            elif args[i] != "digits":  # bundled (as written); else a Hub name or a folder of the local copy
                 name = args[i].removeprefix("HF_NEUTRENO_DATA/")
                 args[i] = str(data_dir / LOCAL_COPIES.get(name, name))
     for flag in ("--output-dir",):
@@ -116,16 +126,33 @@ def _scaled(script: str, args: list[str], data_dir: Path, output_dir: Path) -> l
     if script == "run_clm_wikitext103":
         if "--dataset-name" not in args:  # the paper's WikiText-103 from the Hub by default: its little sibling
             args += ["--dataset-name", str(data_dir / "wikitext-2-v1")]
-        return args + ("--max-steps 2 --max-train-tokens 1024 --max-eval-tokens 64 --block-size 32 "
-                       "--per-device-train-batch-size 2 --per-device-eval-batch-size 2").split()
+        return (
+            args
+            + (
+                "--max-steps 2 --max-train-tokens 1024 --max-eval-tokens 64 --block-size 32 "
+                "--per-device-train-batch-size 2 --per-device-eval-batch-size 2"
+            ).split()
+        )
     if script == "run_semantic_segmentation":  # 128-pixel crops, not 512: a few images, one evaluated
-        return args + ("--max-steps 2 --max-train-samples 2 --per-device-train-batch-size 1 --crop-size 128 "
-                       "--max-eval-samples 1").split()
+        return (
+            args
+            + (
+                "--max-steps 2 --max-train-samples 2 --per-device-train-batch-size 1 --crop-size 128 "
+                "--max-eval-samples 1"
+            ).split()
+        )
     if script == "run_eigen_vit":
-        return args + ("--max-steps 2 --max-train-samples 40 --max-eval-samples 8 --batch-size 4 "
-                       "--spectral-samples 4").split()
-    return args + ("--max-steps 2 --max-train-samples 16 --max-eval-samples 8 --per-device-train-batch-size 4 "
-                   "--per-device-eval-batch-size 8").split()
+        return (
+            args
+            + ("--max-steps 2 --max-train-samples 40 --max-eval-samples 8 --batch-size 4 --spectral-samples 4").split()
+        )
+    return (
+        args
+        + (
+            "--max-steps 2 --max-train-samples 16 --max-eval-samples 8 --per-device-train-batch-size 4 "
+            "--per-device-eval-batch-size 8"
+        ).split()
+    )
 
 
 def _check_trained(script: str, output_dir: Path) -> None:
@@ -162,8 +189,14 @@ def test_documented_command_trains(source, command, data_dir, tmp_path):
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         # `torchrun` is this interpreter's `torch.distributed.run`: the venv's own, activated or not.
         torchrun = [sys.executable, "-m", "torch.distributed.run", *launcher[1:]]
-        subprocess.run(torchrun + [str(EXAMPLES / f"{script}.py"), *args], cwd=EXAMPLES.parent, env=env, check=True,
-                       timeout=600, capture_output=True)
+        subprocess.run(
+            torchrun + [str(EXAMPLES / f"{script}.py"), *args],
+            cwd=EXAMPLES.parent,
+            env=env,
+            check=True,
+            timeout=600,
+            capture_output=True,
+        )
     else:
         if gpu or "--bf16" in args:
             args += ["--use-cpu"]  # bf16 on a machine without a GPU (the only change besides the size)

@@ -31,25 +31,49 @@ from hf_neutreno.diagnostics import OversmoothingReport
 REPO_ROOT = Path(__file__).resolve().parents[1]
 LABELS = {0: "t-shirt", 1: "trouser", 2: "pullover"}
 REPO_ID = "neutreno-tests/tiny-neutreno-vit-card"
-TRAINER_METRICS = {"eval_loss": 0.61, "eval_accuracy": 0.8125, "eval_top5_accuracy": 0.97, "eval_runtime": 1.5,
-                   "eval_samples_per_second": 300.0, "epoch": 3.0, "train_loss": 0.9, "train_runtime": 20.0}
+TRAINER_METRICS = {
+    "eval_loss": 0.61,
+    "eval_accuracy": 0.8125,
+    "eval_top5_accuracy": 0.97,
+    "eval_runtime": 1.5,
+    "eval_samples_per_second": 300.0,
+    "epoch": 3.0,
+    "train_loss": 0.9,
+    "train_runtime": 20.0,
+}
 COSINE = [0.21, 0.35, 0.42, 0.47]  # one per hidden state: embeddings + 3 blocks
 
 
 def measured_report() -> OversmoothingReport:
     """Shaped as `measure_oversmoothing` returns it: hidden-state metrics from the embeddings (0) to block 3,
     attention metrics from block 1, NaN where undefined."""
-    values = {"cosine_similarity": COSINE, "hfc_lfc_ratio": [1.0, 0.8, 0.7, 0.6],
-              "effective_rank": [9.0, 8.0, 7.0, 6.0], "attention_map_similarity": [float("nan"), 0.5, 0.6]}
+    values = {
+        "cosine_similarity": COSINE,
+        "hfc_lfc_ratio": [1.0, 0.8, 0.7, 0.6],
+        "effective_rank": [9.0, 8.0, 7.0, 6.0],
+        "attention_map_similarity": [float("nan"), 0.5, 0.6],
+    }
     layers = {metric: [1, 2, 3] if metric == "attention_map_similarity" else [0, 1, 2, 3] for metric in values}
-    return OversmoothingReport(values=values, layers=layers, counts={m: [8] * len(v) for m, v in layers.items()},
-                               num_samples=8, model_name="tiny")
+    return OversmoothingReport(
+        values=values,
+        layers=layers,
+        counts={m: [8] * len(v) for m, v in layers.items()},
+        num_samples=8,
+        model_name="tiny",
+    )
 
 
 def tiny_model() -> NeuTRENOViTForImageClassification:
     config = NeuTRENOViTConfig(
-        hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64, image_size=16,
-        patch_size=4, neutreno_lambda=0.6, id2label=LABELS, label2id={v: k for k, v in LABELS.items()},
+        hidden_size=32,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        intermediate_size=64,
+        image_size=16,
+        patch_size=4,
+        neutreno_lambda=0.6,
+        id2label=LABELS,
+        label2id={v: k for k, v in LABELS.items()},
     )
     return NeuTRENOViTForImageClassification(config).eval()
 
@@ -83,8 +107,11 @@ class FakeHubApi:
 
     def upload_folder(self, *, repo_id, folder_path, commit_message=None, ignore_patterns=(), **_):
         folder = Path(folder_path)
-        files = {p.name: p.read_bytes() for p in folder.iterdir()
-                 if p.is_file() and not any(fnmatch.fnmatch(p.name, pattern) for pattern in ignore_patterns)}
+        files = {
+            p.name: p.read_bytes()
+            for p in folder.iterdir()
+            if p.is_file() and not any(fnmatch.fnmatch(p.name, pattern) for pattern in ignore_patterns)
+        }
         FakeHubApi.calls.append(("upload_folder", repo_id, folder, files))
         if FakeHubApi.fail_upload:
             raise ConnectionError("connection reset during upload")
@@ -110,14 +137,23 @@ def offline(monkeypatch):
 
 
 def test_card_parses_and_carries_metrics_tags_curve_and_citations(tmp_path):
-    card = hub.model_card(tiny_model(), repo_id=REPO_ID, dataset="zalando-datasets/fashion_mnist",
-                          results=TRAINER_METRICS, oversmoothing=measured_report(), training={"learning rate": 2e-3})
+    card = hub.model_card(
+        tiny_model(),
+        repo_id=REPO_ID,
+        dataset="zalando-datasets/fashion_mnist",
+        results=TRAINER_METRICS,
+        oversmoothing=measured_report(),
+        training={"learning rate": 2e-3},
+    )
     card.save(tmp_path / "README.md")
     loaded = ModelCard.load(tmp_path / "README.md")  # what the Hub and users read back
 
     results = {r.metric_type: r for r in loaded.data.eval_results}
-    assert {name: r.metric_value for name, r in results.items()} == {"loss": 0.61, "accuracy": 0.8125,
-                                                                     "top5_accuracy": 0.97}
+    assert {name: r.metric_value for name, r in results.items()} == {
+        "loss": 0.61,
+        "accuracy": 0.8125,
+        "top5_accuracy": 0.97,
+    }
     assert {r.dataset_type for r in results.values()} == {"zalando-datasets/fashion_mnist"}
     assert {r.task_type for r in results.values()} == {"image-classification"}
     assert "custom_code" in loaded.data.tags
@@ -141,8 +177,10 @@ def test_card_parses_and_carries_metrics_tags_curve_and_citations(tmp_path):
 def test_card_table_aligns_metrics_by_layer_index():
     """Attention metrics start at block 1 and may be NaN: the table keys every value by its layer index."""
     table = measured_report().markdown_table(["cosine_similarity", "hfc_lfc_ratio", "attention_map_similarity"])
-    assert table.splitlines()[:2] == ["| hidden state | cosine_similarity | hfc_lfc_ratio | attention_map_similarity |",
-                                      "|---|---|---|---|"]
+    assert table.splitlines()[:2] == [
+        "| hidden state | cosine_similarity | hfc_lfc_ratio | attention_map_similarity |",
+        "|---|---|---|---|",
+    ]
     assert "| 0 (embeddings) | 0.2100 | 1.0000 |  |" in table and "| 1 | 0.3500 | 0.8000 | n/a |" in table
     assert "| 3 | 0.4700 | 0.6000 | 0.6000 |" in table and len(table.splitlines()) == 2 + 4
 
@@ -174,8 +212,9 @@ def test_card_plot_leaves_the_matplotlib_backend_alone(tmp_path):
 def test_every_template_renders_a_card_that_parses(template, tmp_path):
     """Each shipped template is valid Jinja and gives a parseable card with results, citations and the papers'
     numbers marked as such. (Rendered with the ViT; the GPT's and EigenViT's own fields render with their models.)"""
-    card = hub.model_card(tiny_model(), template=template, dataset="uoft-cs/cifar100",
-                          results={"accuracy": 0.5}, oversmoothing=COSINE)
+    card = hub.model_card(
+        tiny_model(), template=template, dataset="uoft-cs/cifar100", results={"accuracy": 0.5}, oversmoothing=COSINE
+    )
     card.save(tmp_path / "README.md")
     loaded = ModelCard.load(tmp_path / "README.md")
     assert loaded.data.eval_results[0].metric_value == 0.5
@@ -188,11 +227,26 @@ def test_every_template_renders_a_card_that_parses(template, tmp_path):
 
 def test_pushed_folder_loads_by_repo_id_in_a_fresh_process(tmp_path):
     model = tiny_model()
-    folder = hub.save_for_hub(tmp_path / "upload", model, processor(), dataset="zalando-datasets/fashion_mnist",
-                              results={"accuracy": 0.8125}, oversmoothing=measured_report(), repo_id=REPO_ID)
+    folder = hub.save_for_hub(
+        tmp_path / "upload",
+        model,
+        processor(),
+        dataset="zalando-datasets/fashion_mnist",
+        results={"accuracy": 0.8125},
+        oversmoothing=measured_report(),
+        repo_id=REPO_ID,
+    )
     files = {p.name for p in folder.iterdir()}
-    assert {"config.json", "model.safetensors", "configuration_neutreno_vit.py", "modeling_neutreno_vit.py",
-            "neutreno_common.py", "preprocessor_config.json", "README.md", hub.OVERSMOOTHING_PLOT} <= files
+    assert {
+        "config.json",
+        "model.safetensors",
+        "configuration_neutreno_vit.py",
+        "modeling_neutreno_vit.py",
+        "neutreno_common.py",
+        "preprocessor_config.json",
+        "README.md",
+        hub.OVERSMOOTHING_PLOT,
+    } <= files
     assert Image.open(folder / hub.OVERSMOOTHING_PLOT).size[0] > 100
     assert f"]({hub.OVERSMOOTHING_PLOT})" in (folder / "README.md").read_text()
     assert [p.name for p in tmp_path.iterdir()] == ["upload"]  # no staging folder left
@@ -202,11 +256,12 @@ def test_pushed_folder_loads_by_repo_id_in_a_fresh_process(tmp_path):
         torch.save({"pixels": pixels, "logits": model(pixels).logits}, tmp_path / "expected.pt")
     hf_home = tmp_path / "hf_home"
     make_local_hub_cache(hf_home, REPO_ID, folder)
-    out = run_fresh(f"""
+    out = run_fresh(
+        f"""
         import json, torch
         from huggingface_hub import ModelCard, hf_hub_download
         from transformers import AutoImageProcessor, AutoModelForImageClassification
-        expected = torch.load("{tmp_path / 'expected.pt'}")
+        expected = torch.load("{tmp_path / "expected.pt"}")
         model = AutoModelForImageClassification.from_pretrained("{REPO_ID}", trust_remote_code=True).eval()
         processor = AutoImageProcessor.from_pretrained("{REPO_ID}")
         card = ModelCard.load(hf_hub_download("{REPO_ID}", "README.md"))
@@ -215,7 +270,10 @@ def test_pushed_folder_loads_by_repo_id_in_a_fresh_process(tmp_path):
         print(json.dumps({{"diff": diff, "module": type(model).__module__,
                            "size": [processor.size.height, processor.size.width],
                            "accuracy": card.data.eval_results[0].metric_value}}))
-    """, tmp_path, hf_home=hf_home)
+    """,
+        tmp_path,
+        hf_home=hf_home,
+    )
     report = json.loads(out.strip().splitlines()[-1])
     assert report["diff"] == 0.0 and report["module"].startswith("transformers_modules")
     assert report["size"] == [16, 16] and report["accuracy"] == 0.8125
@@ -262,15 +320,27 @@ def test_push_to_an_unreachable_hub_fails_clearly_before_writing(private_tmp, mo
 
 def test_push_uploads_the_prepared_folder_in_one_commit_and_cleans_up(fake_hub, private_tmp, tmp_path):
     model = tiny_model()
-    commit = hub.push_to_hub(model, REPO_ID, processor(), private=True, dataset="zalando-datasets/fashion_mnist",
-                             results={"accuracy": 0.8125})
+    commit = hub.push_to_hub(
+        model,
+        REPO_ID,
+        processor(),
+        private=True,
+        dataset="zalando-datasets/fashion_mnist",
+        results={"accuracy": 0.8125},
+    )
     assert commit == "commit-info"
     names = [call[0] for call in fake_hub.calls]
     assert names == ["create_repo", "upload_folder"]  # created (the first request: it fails fast), then ONE commit
     assert fake_hub.calls[0] == ("create_repo", REPO_ID, True)
     uploaded = fake_hub.calls[1][3]
-    reference = hub.save_for_hub(tmp_path / "reference", model, processor(), dataset="zalando-datasets/fashion_mnist",
-                                 results={"accuracy": 0.8125}, repo_id=REPO_ID)
+    reference = hub.save_for_hub(
+        tmp_path / "reference",
+        model,
+        processor(),
+        dataset="zalando-datasets/fashion_mnist",
+        results={"accuracy": 0.8125},
+        repo_id=REPO_ID,
+    )
     assert set(uploaded) == {p.name for p in reference.iterdir()}  # exactly what save_for_hub writes
     assert uploaded["README.md"] == (reference / "README.md").read_bytes()
     assert list(private_tmp.iterdir()) == []
@@ -296,20 +366,48 @@ def single_upload(fake_hub, repo_id: str) -> dict[str, bytes]:
 
 def example_args(data_dir: Path, output_dir: Path) -> list[str]:
     return [
-        "--model_name_or_path", "deit-tiny",
-        "--config_overrides", "num_hidden_layers=2,hidden_size=32,num_attention_heads=4,intermediate_size=64",
-        "--image_size", "28", "--patch_size", "7", "--dataset_name", str(data_dir / "fashion_mnist"),
-        "--max_train_samples", "64", "--max_eval_samples", "64", "--max_steps", "2",
-        "--per_device_train_batch_size", "32", "--output_dir", str(output_dir), "--save_strategy", "no",
-        "--report_to", "none", "--disable_tqdm", "true", "--push_to_hub", "--hub_model_id", REPO_ID,
+        "--model_name_or_path",
+        "deit-tiny",
+        "--config_overrides",
+        "num_hidden_layers=2,hidden_size=32,num_attention_heads=4,intermediate_size=64",
+        "--image_size",
+        "28",
+        "--patch_size",
+        "7",
+        "--dataset_name",
+        str(data_dir / "fashion_mnist"),
+        "--max_train_samples",
+        "64",
+        "--max_eval_samples",
+        "64",
+        "--max_steps",
+        "2",
+        "--per_device_train_batch_size",
+        "32",
+        "--output_dir",
+        str(output_dir),
+        "--save_strategy",
+        "no",
+        "--report_to",
+        "none",
+        "--disable_tqdm",
+        "true",
+        "--push_to_hub",
+        "--hub_model_id",
+        REPO_ID,
     ]
 
 
 def test_example_push_to_hub_publishes_model_code_processor_and_card(data_dir, tmp_path, fake_hub):
     metrics, trainer = load_example("run_image_classification").main(example_args(data_dir, tmp_path / "run"))
     files = single_upload(fake_hub, REPO_ID)
-    assert {"config.json", "model.safetensors", "modeling_neutreno_vit.py", "preprocessor_config.json",
-            "README.md"} <= set(files)
+    assert {
+        "config.json",
+        "model.safetensors",
+        "modeling_neutreno_vit.py",
+        "preprocessor_config.json",
+        "README.md",
+    } <= set(files)
     card = uploaded_card(files, tmp_path)
     accuracy = next(r for r in card.data.eval_results if r.metric_type == "accuracy")
     assert accuracy.metric_value == metrics["eval_accuracy"] and accuracy.dataset_name == "fashion_mnist"
@@ -322,20 +420,54 @@ def test_example_push_to_hub_publishes_model_code_processor_and_card(data_dir, t
 
 def lm_example_args(data_dir: Path, output_dir: Path) -> list[str]:
     return [
-        "--dataset_name", str(data_dir / "wikitext-2-v1"), "--max_vocab_size", "500",
-        "--config_overrides", "num_hidden_layers=2,hidden_size=32,num_attention_heads=4,intermediate_size=64",
-        "--adaptive_softmax_cutoffs", "100", "--block_size", "16", "--max_train_tokens", "2048",
-        "--max_eval_tokens", "64", "--max_steps", "2", "--warmup_steps", "0", "--per_device_train_batch_size", "8",
-        "--output_dir", str(output_dir), "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "true",
-        "--use_cpu", "true", "--push_to_hub", "--hub_model_id", "neutreno-tests/tiny-neutreno-gpt",
+        "--dataset_name",
+        str(data_dir / "wikitext-2-v1"),
+        "--max_vocab_size",
+        "500",
+        "--config_overrides",
+        "num_hidden_layers=2,hidden_size=32,num_attention_heads=4,intermediate_size=64",
+        "--adaptive_softmax_cutoffs",
+        "100",
+        "--block_size",
+        "16",
+        "--max_train_tokens",
+        "2048",
+        "--max_eval_tokens",
+        "64",
+        "--max_steps",
+        "2",
+        "--warmup_steps",
+        "0",
+        "--per_device_train_batch_size",
+        "8",
+        "--output_dir",
+        str(output_dir),
+        "--save_strategy",
+        "no",
+        "--report_to",
+        "none",
+        "--disable_tqdm",
+        "true",
+        "--use_cpu",
+        "true",
+        "--push_to_hub",
+        "--hub_model_id",
+        "neutreno-tests/tiny-neutreno-gpt",
     ]
 
 
 def test_lm_example_push_to_hub_publishes_model_code_tokenizer_and_card(data_dir, tmp_path, fake_hub):
     metrics = load_example("run_clm_wikitext103").main(lm_example_args(data_dir, tmp_path / "run"))
     files = single_upload(fake_hub, "neutreno-tests/tiny-neutreno-gpt")
-    assert {"config.json", "model.safetensors", "modeling_neutreno_gpt.py", "configuration_neutreno_gpt.py",
-            "neutreno_common.py", "tokenizer.json", "README.md"} <= set(files)
+    assert {
+        "config.json",
+        "model.safetensors",
+        "modeling_neutreno_gpt.py",
+        "configuration_neutreno_gpt.py",
+        "neutreno_common.py",
+        "tokenizer.json",
+        "README.md",
+    } <= set(files)
     card = uploaded_card(files, tmp_path)
     perplexity = {r.metric_type: r for r in card.data.eval_results}
     assert perplexity["sliding perplexity"].metric_value == metrics["test_sliding_perplexity"]
@@ -345,16 +477,37 @@ def test_lm_example_push_to_hub_publishes_model_code_tokenizer_and_card(data_dir
 
 
 def eigen_example_args(data_dir: Path, output_dir: Path) -> list[str]:
-    return ["--dataset", str(data_dir / "cifar10"), "--output-dir", str(output_dir), "--quick", "--variants", "vit-",
-            "--fractions", "1.0", "--corruptions", "gaussian_noise", "--severities", "0", "5",
-            "--push-to-hub", "--hub-model-id", "neutreno-tests/tiny-eigenvit", "--hub-private-repo"]
+    return [
+        "--dataset",
+        str(data_dir / "cifar10"),
+        "--output-dir",
+        str(output_dir),
+        "--quick",
+        "--variants",
+        "vit-",
+        "--fractions",
+        "1.0",
+        "--corruptions",
+        "gaussian_noise",
+        "--severities",
+        "0",
+        "5",
+        "--push-to-hub",
+        "--hub-model-id",
+        "neutreno-tests/tiny-eigenvit",
+        "--hub-private-repo",
+    ]
 
 
-@pytest.mark.parametrize("script, make_args", [("run_image_classification", example_args),
-                                               ("run_clm_wikitext103", lm_example_args),
-                                               ("run_eigen_vit", eigen_example_args),
-                                               ("run_semantic_segmentation",
-                                                lambda *args: segmentation_example_args(*args))])  # defined below
+@pytest.mark.parametrize(
+    "script, make_args",
+    [
+        ("run_image_classification", example_args),
+        ("run_clm_wikitext103", lm_example_args),
+        ("run_eigen_vit", eigen_example_args),
+        ("run_semantic_segmentation", lambda *args: segmentation_example_args(*args)),
+    ],
+)  # defined below
 def test_example_push_to_hub_offline_stops_before_training(script, make_args, data_dir, tmp_path, offline):
     with pytest.raises(OfflineModeIsEnabled, match="Nothing was written"):
         load_example(script).main(make_args(data_dir, tmp_path / "run"))
@@ -367,12 +520,21 @@ def test_eigen_example_push_to_hub_publishes_each_variant_with_its_card(data_dir
     assert [call[1] for call in uploads] == ["neutreno-tests/tiny-eigenvit-vit-minus"]
     assert ("create_repo", "neutreno-tests/tiny-eigenvit-vit-minus", True) in fake_hub.calls  # --hub_private_repo
     files = uploads[0][3]
-    assert {"config.json", "model.safetensors", "modeling_eigen_vit.py", "modeling_neutreno_vit.py",
-            "preprocessor_config.json", "README.md"} <= set(files)
+    assert {
+        "config.json",
+        "model.safetensors",
+        "modeling_eigen_vit.py",
+        "modeling_neutreno_vit.py",
+        "preprocessor_config.json",
+        "README.md",
+    } <= set(files)
     metrics = {r.metric_type: r.metric_value for r in uploaded_card(files, tmp_path).data.eval_results}
     clean = next(r["accuracy"] for r in results["data_efficiency"] if r["variant"] == "vit-")
-    corrupted = {f"accuracy_severity_{r['severity']}": r["accuracy"] for r in results["robustness"]
-                 if r["variant"] == "vit-" and r["severity"] > 0}
+    corrupted = {
+        f"accuracy_severity_{r['severity']}": r["accuracy"]
+        for r in results["robustness"]
+        if r["variant"] == "vit-" and r["severity"] > 0
+    }
     assert "accuracy_severity_5" in corrupted
     assert metrics == {"accuracy": clean, **corrupted}
 
@@ -383,11 +545,28 @@ def test_cli_push_save_to_writes_the_folder_with_the_run_results(data_dir, tmp_p
     processor().save_pretrained(model_dir)
     (model_dir / "all_results.json").write_text(json.dumps(TRAINER_METRICS))  # as Trainer.save_metrics writes it
     (tmp_path / "curve.json").write_text(json.dumps({"cosine_similarity": COSINE}))
-    assert cli_main(["push", str(model_dir), REPO_ID, "--dataset", str(data_dir / "fashion_mnist"),
-                     "--oversmoothing", str(tmp_path / "curve.json"), "--save-to", str(tmp_path / "out")]) == 0
+    assert (
+        cli_main(
+            [
+                "push",
+                str(model_dir),
+                REPO_ID,
+                "--dataset",
+                str(data_dir / "fashion_mnist"),
+                "--oversmoothing",
+                str(tmp_path / "curve.json"),
+                "--save-to",
+                str(tmp_path / "out"),
+            ]
+        )
+        == 0
+    )
     card = ModelCard.load(tmp_path / "out" / "README.md")
     assert {r.metric_type: r.metric_value for r in card.data.eval_results} == {
-        "loss": 0.61, "accuracy": 0.8125, "top5_accuracy": 0.97}
+        "loss": 0.61,
+        "accuracy": 0.8125,
+        "top5_accuracy": 0.97,
+    }
     assert card.data.datasets is None  # a local folder is not a Hub dataset id
     assert (tmp_path / "out" / "modeling_neutreno_vit.py").is_file()
     assert (tmp_path / "out" / hub.OVERSMOOTHING_PLOT).is_file()
@@ -423,7 +602,10 @@ def test_templates_ship_in_the_wheel(tmp_path):
     shutil.copytree(REPO_ROOT / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), "."],
-        cwd=source, capture_output=True, text=True, timeout=300,
+        cwd=source,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     with zipfile.ZipFile(next(tmp_path.glob("hf_neutreno-*.whl"))) as wheel:
@@ -437,17 +619,32 @@ def test_templates_ship_in_the_wheel(tmp_path):
 # --- the Segmenter's card and the segmentation example's push -------------------------------------------------------
 
 SEGMENTATION_LABELS = {0: "background", 1: "T-shirt/top", 2: "Trouser"}
-SEGMENTATION_METRICS = {"eval_mean_iou": 0.4125, "eval_pixel_accuracy": 0.875, "eval_mean_accuracy": 0.5,
-                        "eval_iou_background": 0.9, "eval_iou_T-shirt/top": 0.3375, "eval_iou_Trouser": float("nan"),
-                        "eval_mean_iou_ms": 0.42, "eval_runtime": 3.0, "train_loss": 0.7}
+SEGMENTATION_METRICS = {
+    "eval_mean_iou": 0.4125,
+    "eval_pixel_accuracy": 0.875,
+    "eval_mean_accuracy": 0.5,
+    "eval_iou_background": 0.9,
+    "eval_iou_T-shirt/top": 0.3375,
+    "eval_iou_Trouser": float("nan"),
+    "eval_mean_iou_ms": 0.42,
+    "eval_runtime": 3.0,
+    "train_loss": 0.7,
+}
 
 
 def tiny_segmenter():
     from hf_neutreno import NeuTRENOViTForSemanticSegmentation
 
     config = NeuTRENOViTConfig(
-        hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64, image_size=16,
-        patch_size=4, neutreno_lambda=0.6, decoder_neutreno_lambda=0.3, id2label=SEGMENTATION_LABELS,
+        hidden_size=32,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        intermediate_size=64,
+        image_size=16,
+        patch_size=4,
+        neutreno_lambda=0.6,
+        decoder_neutreno_lambda=0.3,
+        id2label=SEGMENTATION_LABELS,
         label2id={v: k for k, v in SEGMENTATION_LABELS.items()},
     )
     return NeuTRENOViTForSemanticSegmentation(config).eval()
@@ -457,15 +654,26 @@ def test_segmenter_card_renders_offline_with_its_own_template(tmp_path):
     """A Segmenter (model type neutreno_vit, like the classifier) gets the segmentation card: the pipeline tag,
     mean IoU and pixel accuracy in the eval results (a NaN IoU left out), a per-class table, the paper's Table 2 marked
     as the paper's, and the segmentation loading example."""
-    card = hub.model_card(tiny_segmenter(), repo_id=REPO_ID, dataset="scene_parse_150", dataset_split="validation",
-                          results=SEGMENTATION_METRICS, oversmoothing=measured_report())
+    card = hub.model_card(
+        tiny_segmenter(),
+        repo_id=REPO_ID,
+        dataset="scene_parse_150",
+        dataset_split="validation",
+        results=SEGMENTATION_METRICS,
+        oversmoothing=measured_report(),
+    )
     card.save(tmp_path / "README.md")
     loaded = ModelCard.load(tmp_path / "README.md")
     assert loaded.data.pipeline_tag == "image-segmentation" and "custom_code" in loaded.data.tags
     results = {r.metric_type: r for r in loaded.data.eval_results}
     assert {name: r.metric_value for name, r in results.items()} == {
-        "mean_iou": 0.4125, "pixel_accuracy": 0.875, "mean_accuracy": 0.5, "iou_background": 0.9,
-        "iou_T-shirt/top": 0.3375, "mean_iou_ms": 0.42}
+        "mean_iou": 0.4125,
+        "pixel_accuracy": 0.875,
+        "mean_accuracy": 0.5,
+        "iou_background": 0.9,
+        "iou_T-shirt/top": 0.3375,
+        "mean_iou_ms": 0.42,
+    }
     assert {r.task_type for r in results.values()} == {"image-segmentation"}
     assert {r.dataset_split for r in results.values()} == {"validation"}
 
@@ -488,19 +696,46 @@ def test_segmenter_card_renders_offline_with_its_own_template(tmp_path):
 
 def segmentation_example_args(data_dir: Path, output_dir: Path) -> list[str]:
     return [
-        "--config_overrides", "num_hidden_layers=2,hidden_size=32,num_attention_heads=4,intermediate_size=64,"
-        "patch_size=16,decoder_num_layers=1", "--crop_size", "64", "--dataset_name", str(data_dir / "fashion-scenes"),
-        "--max_train_samples", "16", "--max_eval_samples", "4", "--max_steps", "2", "--per_device_train_batch_size",
-        "4", "--no_eval_multi_scale", "--output_dir", str(output_dir), "--save_strategy", "no", "--report_to", "none",
-        "--disable_tqdm", "true", "--push_to_hub", "--hub_model_id", "neutreno-tests/tiny-segmenter",
+        "--config_overrides",
+        "num_hidden_layers=2,hidden_size=32,num_attention_heads=4,intermediate_size=64,"
+        "patch_size=16,decoder_num_layers=1",
+        "--crop_size",
+        "64",
+        "--dataset_name",
+        str(data_dir / "fashion-scenes"),
+        "--max_train_samples",
+        "16",
+        "--max_eval_samples",
+        "4",
+        "--max_steps",
+        "2",
+        "--per_device_train_batch_size",
+        "4",
+        "--no_eval_multi_scale",
+        "--output_dir",
+        str(output_dir),
+        "--save_strategy",
+        "no",
+        "--report_to",
+        "none",
+        "--disable_tqdm",
+        "true",
+        "--push_to_hub",
+        "--hub_model_id",
+        "neutreno-tests/tiny-segmenter",
     ]
 
 
 def test_segmentation_example_push_to_hub_publishes_model_code_processor_and_card(data_dir, tmp_path, fake_hub):
     metrics = load_example("run_semantic_segmentation").main(segmentation_example_args(data_dir, tmp_path / "run"))
     files = single_upload(fake_hub, "neutreno-tests/tiny-segmenter")
-    assert {"config.json", "model.safetensors", "modeling_neutreno_vit.py", "preprocessor_config.json",
-            "README.md"} <= set(files)
+    assert {
+        "config.json",
+        "model.safetensors",
+        "modeling_neutreno_vit.py",
+        "preprocessor_config.json",
+        "README.md",
+    } <= set(files)
     assert json.loads(files["preprocessor_config.json"])["image_processor_type"] == "SegformerImageProcessor"
     card = uploaded_card(files, tmp_path)
     results = {r.metric_type: r for r in card.data.eval_results}

@@ -4,14 +4,18 @@ a model is built."""
 
 import json
 import math
+import os
 import re
+import shlex
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 import transformers
-from examples_loader import load_example
+from examples_loader import EXAMPLES, load_example
 from huggingface_hub.errors import StrictDataclassError
 from tiny_models import TINY_NEUTRENO_GPT, TINY_VIT
 
@@ -117,17 +121,32 @@ def earlier_save_and_empty_folder(model_class, config, tmp_path):
     "name, edit, message",
     [
         ("neutreno_vit", lambda config: config.neutreno_layers.append(0), "`neutreno_layers` cannot contain 0"),
-        ("neutreno_vit", lambda config: setattr(config, "neutreno_layers", [1, 3]),
-         r"`neutreno_layers` entries must be integers in \[0, 2\] \(num_hidden_layers=3\), got \[3\]"),
+        (
+            "neutreno_vit",
+            lambda config: setattr(config, "neutreno_layers", [1, 3]),
+            r"`neutreno_layers` entries must be integers in \[0, 2\] \(num_hidden_layers=3\), got \[3\]",
+        ),
         ("eigen_vit", lambda config: config.neutreno_layers.append(0), "`neutreno_layers` cannot contain 0"),
-        ("eigen_vit", lambda config: setattr(config, "neutreno_layers", [1, 3]),
-         r"`neutreno_layers` entries must be integers in \[0, 2\] \(num_hidden_layers=3\), got \[3\]"),
+        (
+            "eigen_vit",
+            lambda config: setattr(config, "neutreno_layers", [1, 3]),
+            r"`neutreno_layers` entries must be integers in \[0, 2\] \(num_hidden_layers=3\), got \[3\]",
+        ),
         ("neutreno_gpt", lambda config: config.neutreno_layers.append(0), "`neutreno_layers` cannot contain 0"),
-        ("neutreno_gpt", lambda config: setattr(config, "neutreno_layers", [1, 3]),
-         r"`neutreno_layers` entries must be integers in \[0, 2\] \(num_hidden_layers=3\), got \[3\]"),
+        (
+            "neutreno_gpt",
+            lambda config: setattr(config, "neutreno_layers", [1, 3]),
+            r"`neutreno_layers` entries must be integers in \[0, 2\] \(num_hidden_layers=3\), got \[3\]",
+        ),
     ],
-    ids=["vit in place", "vit beyond the layers", "eigen in place", "eigen beyond the layers", "gpt in place",
-         "gpt beyond the layers"],
+    ids=[
+        "vit in place",
+        "vit beyond the layers",
+        "eigen in place",
+        "eigen beyond the layers",
+        "gpt in place",
+        "gpt beyond the layers",
+    ],
 )
 def test_an_edit_breaking_a_rule_across_fields_is_refused_by_validate_build_and_save_writing_nothing(
     name, edit, message, tmp_path
@@ -152,6 +171,39 @@ def test_an_edit_breaking_a_rule_across_fields_is_refused_by_validate_build_and_
             model.config.save_pretrained(folder)
     assert files(earlier) == before
     assert files(empty) == {}
+
+
+@pytest.mark.parametrize("value", NON_FINITE, ids=str)
+@pytest.mark.parametrize("name", MODELS)
+def test_a_value_set_past_the_field_check_is_refused_by_validate_and_save_writing_nothing(name, value, tmp_path):
+    """`object.__setattr__` skips the field's rule on assignment; `validate()` and both saves run it again, so a NaN
+    λ is never written (json would write it as {"__float__": "NaN"})."""
+    _, model_class, _ = MODELS[name]
+    config = small(name)
+    earlier, empty = earlier_save_and_empty_folder(model_class, config, tmp_path)
+    before = files(earlier)
+    model = model_class(config)
+    object.__setattr__(model.config, "neutreno_lambda", value)
+    message = r"`neutreno_lambda` must be a finite float >= 0 \(0 gives the plain transformer\), got " + re.escape(
+        repr(value)
+    )
+    with pytest.raises(StrictDataclassError, match=message):
+        model.config.validate()
+    for folder in (earlier, empty):
+        with pytest.raises(StrictDataclassError, match=message):
+            model.config.save_pretrained(folder)
+        with pytest.raises(StrictDataclassError, match=message):
+            model.save_pretrained(folder)
+    assert files(earlier) == before
+    assert files(empty) == {}
+
+
+def test_a_wrong_type_set_past_the_field_check_is_refused_at_save(tmp_path):
+    config = small("neutreno_vit")
+    object.__setattr__(config, "num_hidden_layers", "3")
+    with pytest.raises(StrictDataclassError, match="Field 'num_hidden_layers' expected int, got str"):
+        config.save_pretrained(tmp_path)
+    assert files(tmp_path) == {}
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -263,11 +315,20 @@ def test_generate_grows_a_left_padded_mask_and_matches_greedy_full_forwards(use_
 # refused before anything trains or is written, with a message naming the flag or path.
 
 
-
-
 EXAMPLE_SCRIPTS = ("run_image_classification", "run_clm_wikitext103", "run_semantic_segmentation", "run_eigen_vit")
-COMPARE_TINY = ["--max-steps", "2", "--max-train-samples", "16", "--max-eval-samples", "8", "--probe-samples", "4",
-                "--batch-size", "8", "--no-progress"]
+COMPARE_TINY = [
+    "--max-steps",
+    "2",
+    "--max-train-samples",
+    "16",
+    "--max-eval-samples",
+    "8",
+    "--probe-samples",
+    "4",
+    "--batch-size",
+    "8",
+    "--no-progress",
+]
 
 
 @pytest.fixture
@@ -299,8 +360,10 @@ def test_compare_refuses_a_segmentation_folder_without_id2label(data_dir, tmp_pa
     folder.mkdir()
     for split in ("train", "validation"):
         shutil.copy(data_dir / "fashion-scenes" / f"{split}-00000-of-00001.parquet", folder)
-    message = _compare_error(["--model", "segmenter-micro", "--dataset", str(folder), "--output-dir",
-                              str(tmp_path / "out"), *COMPARE_TINY], capsys)
+    message = _compare_error(
+        ["--model", "segmenter-micro", "--dataset", str(folder), "--output-dir", str(tmp_path / "out"), *COMPARE_TINY],
+        capsys,
+    )
     assert f"--dataset {str(folder)!r} has no id2label.json" in message and str(folder / "id2label.json") in message
     assert "not guessed" in message and not (tmp_path / "out").exists()
 
@@ -311,8 +374,20 @@ def test_compare_resume_refuses_other_settings_naming_them(tmp_path, capsys, mon
     monkeypatch.undo()
     work = tmp_path / "run.incomplete"
     before = (work / "results.json").read_text()
-    message = _compare_error(["--output-dir", str(out), "--seeds", "1", *COMPARE_TINY[:-1], "--batch-size", "4",
-                              "--no-progress", "--resume"], capsys)
+    message = _compare_error(
+        [
+            "--output-dir",
+            str(out),
+            "--seeds",
+            "1",
+            *COMPARE_TINY[:-1],
+            "--batch-size",
+            "4",
+            "--no-progress",
+            "--resume",
+        ],
+        capsys,
+    )
     assert "--resume" in message and str(work) in message and "--batch-size 8 (now 4)" in message
     assert (work / "results.json").read_text() == before and not out.exists()
 
@@ -323,6 +398,29 @@ def test_compare_refuses_a_folder_beside_the_output_that_is_not_a_compare_run(tm
     message = _compare_error(["--output-dir", str(tmp_path / "run"), *COMPARE_TINY], capsys)
     assert str(tmp_path / "run.incomplete") in message and "notes.txt" in message
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.incomplete"]
+
+
+@pytest.mark.parametrize("suffix", [".incomplete", ".replaced"])
+@pytest.mark.parametrize("target", ["an empty folder", "nowhere"])
+def test_compare_never_writes_through_a_link_beside_the_output(tmp_path, suffix, target):
+    """`<output-dir>.incomplete` (and `.replaced`) are compare's own folders: a link there is refused, not followed
+    (an empty folder it points to would have received the run) and not removed."""
+    from cli_process import one_line_error, run_cli
+
+    elsewhere = tmp_path / "elsewhere"
+    if target == "an empty folder":
+        elsewhere.mkdir()
+    link = tmp_path / f"run{suffix}"
+    link.symlink_to(elsewhere, target_is_directory=True)
+    message = one_line_error(run_cli("compare", "--output-dir", tmp_path / "run", *COMPARE_TINY), "compare")
+    assert message == (
+        f"--output-dir {str(tmp_path / 'run')!r}: the folder beside it, {str(link)!r}, is a symbolic link (to "
+        f"{str(elsewhere)!r}); compare writes its run there and never through a link. Remove the link or choose "
+        "another --output-dir; nothing was written."
+    )
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert link.is_symlink() and left == sorted([link.name, "elsewhere"] if elsewhere.exists() else [link.name])
+    assert not elsewhere.exists() or list(elsewhere.iterdir()) == []
 
 
 def _example_args(script: str, data_dir: Path, output_dir: Path) -> list[str]:
@@ -339,8 +437,11 @@ def _example_args(script: str, data_dir: Path, output_dir: Path) -> list[str]:
 def test_each_example_refuses_to_overwrite_a_finished_run(script, data_dir, tmp_path, no_training):
     output_dir = _finished_model(tmp_path / "run")
     before = sorted(p.name for p in output_dir.iterdir())
-    with pytest.raises(ValueError, match=r"--output-dir .* already holds .*--resume-from-checkpoint.*"
-                       r"--overwrite-output-dir") as error:
+    with pytest.raises(
+        ValueError,
+        match=r"--output-dir .* already holds .*--resume-from-checkpoint.*"
+        r"--overwrite-output-dir",
+    ) as error:
         load_example(script).main(_example_args(script, data_dir, output_dir))
     assert str(output_dir) in str(error.value)
     assert sorted(p.name for p in output_dir.iterdir()) == before
@@ -348,8 +449,7 @@ def test_each_example_refuses_to_overwrite_a_finished_run(script, data_dir, tmp_
 
 @pytest.mark.parametrize("script", EXAMPLE_SCRIPTS[:3])
 @pytest.mark.parametrize("spelling", [[], ["true"]], ids=["no path", "true"])
-def test_resuming_without_a_checkpoint_names_the_flag_and_the_folder(script, spelling, data_dir, tmp_path,
-                                                                      no_training):
+def test_resuming_without_a_checkpoint_names_the_flag_and_the_folder(script, spelling, data_dir, tmp_path, no_training):
     output_dir = tmp_path / "run"
     argv = _example_args(script, data_dir, output_dir) + ["--resume-from-checkpoint", *spelling]
     with pytest.raises(ValueError, match=r"--resume-from-checkpoint: --output-dir .* holds no checkpoint-\* folder"):
@@ -368,16 +468,20 @@ def test_resuming_from_a_folder_that_is_no_checkpoint_names_it(script, data_dir,
 def test_eigen_example_resumes_only_its_own_interrupted_run(data_dir, tmp_path, no_training):
     example = load_example("run_eigen_vit")
     with pytest.raises(ValueError, match=r"--resume-from-checkpoint '.*ckpt': this script takes no path"):
-        example.main(_example_args("run_eigen_vit", data_dir, tmp_path / "run") + ["--resume-from-checkpoint",
-                                                                                  str(tmp_path / "ckpt")])
+        example.main(
+            _example_args("run_eigen_vit", data_dir, tmp_path / "run")
+            + ["--resume-from-checkpoint", str(tmp_path / "ckpt")]
+        )
     with pytest.raises(ValueError, match=r"--resume-from-checkpoint: --output-dir .* holds no interrupted run"):
         example.main(_example_args("run_eigen_vit", data_dir, tmp_path / "run") + ["--resume-from-checkpoint"])
     assert not (tmp_path / "run").exists()
+
 
 # ====================================================================================================================
 # Model-level "nothing silent": live edits, the segmentation ignore index, missing folders, GPT ids and labels, and
 # input checks that never wait for a device.
 # ====================================================================================================================
+
 
 def _assert_edit_is_live(model_class, config_class, fields: dict, edit: dict, inputs, tmp_path) -> None:
     """Edit `model.config` of a built model: the model must compute what a model built from the edited config (same
@@ -423,8 +527,14 @@ def test_an_edited_setting_applies_at_once_and_is_what_the_saved_model_computes(
     "edit", [dict(decoder_neutreno_lambda=0.9), dict(neutreno_lambda=0.1)], ids=["decoder λ", "λ the decoder follows"]
 )
 def test_an_edited_decoder_lambda_applies_at_once_and_is_what_the_saved_segmenter_computes(edit, tmp_path):
-    _assert_edit_is_live(hf_neutreno.NeuTRENOViTForSemanticSegmentation, hf_neutreno.NeuTRENOViTConfig,
-                         {**SEGMENTER, "neutreno_lambda": 0.6}, edit, torch.randn(2, 3, 16, 16), tmp_path)
+    _assert_edit_is_live(
+        hf_neutreno.NeuTRENOViTForSemanticSegmentation,
+        hf_neutreno.NeuTRENOViTConfig,
+        {**SEGMENTER, "neutreno_lambda": 0.6},
+        edit,
+        torch.randn(2, 3, 16, 16),
+        tmp_path,
+    )
 
 
 @pytest.mark.parametrize(
@@ -477,8 +587,9 @@ def test_gpt_token_ids_outside_the_vocabulary_are_named_with_the_vocabulary_size
     for bad in (GPT["vocab_size"], GPT["vocab_size"] + 5, -1):
         ids = token_ids(2, 5)
         ids[1, 2] = bad
-        with pytest.raises(ValueError, match=re.escape(f"`input_ids` hold [{bad}], outside the vocabulary [0, 96] "
-                                                       "(`vocab_size`=97)")):
+        with pytest.raises(
+            ValueError, match=re.escape(f"`input_ids` hold [{bad}], outside the vocabulary [0, 96] (`vocab_size`=97)")
+        ):
             model(ids)
     ids = token_ids(2, 5)
     labels = ids.clone()
@@ -548,8 +659,9 @@ def test_an_edited_architecture_field_makes_the_built_model_refuse_to_run_naming
     before = model(inputs).logits
     original = getattr(model.config, field)
     setattr(model.config, field, value)
-    with pytest.raises(ValueError, match=re.escape(f"`{field}` was set to {value!r} on the config of a model built "
-                                                   f"with {original!r}")):
+    with pytest.raises(
+        ValueError, match=re.escape(f"`{field}` was set to {value!r} on the config of a model built with {original!r}")
+    ):
         model(inputs)
     setattr(model.config, field, original)  # set back: the model runs as before
     torch.testing.assert_close(model(inputs).logits, before, atol=0, rtol=0)
@@ -569,15 +681,37 @@ def test_an_edited_decoder_field_makes_the_segmenter_refuse_to_run_naming_it():
         (hf_neutreno.EigenViTForImageClassification, hf_neutreno.EigenViTConfig, VIT, "num_hidden_layers", 4),
         (hf_neutreno.NeuTRENOGPTForCausalLM, hf_neutreno.NeuTRENOGPTConfig, GPT, "num_hidden_layers", 4),
         (hf_neutreno.NeuTRENOViTModel, hf_neutreno.NeuTRENOViTConfig, VIT, "attention_kernel", "linear"),
-        (hf_neutreno.NeuTRENOViTForSemanticSegmentation, hf_neutreno.NeuTRENOViTConfig, SEGMENTER,
-         "num_hidden_layers", 4),
-        (hf_neutreno.NeuTRENOViTForSemanticSegmentation, hf_neutreno.NeuTRENOViTConfig, SEGMENTER,
-         "decoder_num_layers", 3),
-        (hf_neutreno.NeuTRENOViTForSemanticSegmentation, hf_neutreno.NeuTRENOViTConfig, SEGMENTER,
-         "decoder_hidden_size", 32),
+        (
+            hf_neutreno.NeuTRENOViTForSemanticSegmentation,
+            hf_neutreno.NeuTRENOViTConfig,
+            SEGMENTER,
+            "num_hidden_layers",
+            4,
+        ),
+        (
+            hf_neutreno.NeuTRENOViTForSemanticSegmentation,
+            hf_neutreno.NeuTRENOViTConfig,
+            SEGMENTER,
+            "decoder_num_layers",
+            3,
+        ),
+        (
+            hf_neutreno.NeuTRENOViTForSemanticSegmentation,
+            hf_neutreno.NeuTRENOViTConfig,
+            SEGMENTER,
+            "decoder_hidden_size",
+            32,
+        ),
     ],
-    ids=["vit layers", "eigen layers", "gpt layers", "vit kernel", "segmenter layers", "segmenter decoder layers",
-         "segmenter decoder size"],
+    ids=[
+        "vit layers",
+        "eigen layers",
+        "gpt layers",
+        "vit kernel",
+        "segmenter layers",
+        "segmenter decoder layers",
+        "segmenter decoder size",
+    ],
 )
 def test_an_edited_architecture_field_is_refused_by_save_pretrained_writing_nothing(
     model_class, config_class, fields, field, value, tmp_path
@@ -614,3 +748,39 @@ def test_a_segmenter_whose_ignore_index_was_edited_into_the_classes_is_not_saved
             model.save_pretrained(folder)
     assert files(earlier) == before
     assert files(empty) == {}
+
+
+@pytest.mark.parametrize("script", EXAMPLE_SCRIPTS)
+def test_each_example_says_in_one_line_that_the_hub_cannot_be_reached(script, tmp_path):
+    """A Hub dataset without a network (here offline mode): one line naming the dataset and what runs offline, exit
+    status 2, no traceback."""
+    from cli_process import SRC
+
+    flag = "--dataset" if script == "run_eigen_vit" else "--dataset-name"
+    dataset = {"run_clm_wikitext103": "Salesforce/wikitext", "run_semantic_segmentation": "scene_parse_150"}.get(
+        script, "uoft-cs/cifar10"
+    )
+    env = {**os.environ, "PYTHONPATH": SRC, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf_home")}
+    command = [sys.executable, str(EXAMPLES / f"{script}.py"), flag, dataset, "--output-dir", str(tmp_path / "out")]
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"{script}.py: error: Couldn't reach '{dataset}' on the Hub"), proc.stderr[-3000:]
+    assert last.endswith("the image dataset `digits` (bundled with scikit-learn) needs no network.")
+
+
+@pytest.mark.slow
+def test_the_offline_example_trains_on_a_cpu_without_pin_memory_warnings(tmp_path):
+    """examples/README.md's first command, as written but for its length, in a fresh process on this CPU."""
+    from cli_process import SRC
+
+    readme = (EXAMPLES / "README.md").read_text()
+    command = shlex.split(re.sub(r"\\\n\s*", " ", re.findall(r"```bash\n(.*?)```", readme, re.S)[0]))
+    assert command[:2] == ["python", "examples/run_image_classification.py"] and "digits" in command
+    command = [sys.executable, str(EXAMPLES.parent / command[1]), *command[2:], "--max-steps", "3"]
+    command[command.index("--output-dir") + 1] = str(tmp_path / "run")
+    env = {**os.environ, "PYTHONPATH": SRC, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "pin_memory" not in proc.stdout + proc.stderr
+    assert 0 <= json.loads((tmp_path / "run" / "all_results.json").read_text())["eval_accuracy"] <= 1

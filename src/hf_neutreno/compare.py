@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from transformers import Trainer, TrainingArguments
+from transformers import PrinterCallback, ProgressCallback, Trainer, TrainingArguments
 
 from .compare_output import COMMAND, FORMAT_VERSION, PLOT_FILE, RESULTS_FILE, OutputFolders, no_nan, write_complete
 from .compare_output import settings_record, write_json
@@ -65,10 +65,14 @@ VARIANTS = {
     "softmax": Variant("softmax, λ=0", "softmax"),
     "neutreno": Variant("NeuTRENO, λ={lam:g}", "neutreno"),
     "vit-minus": Variant("ViT⁻, Λ=−ψ²", "vit-minus"),  # the poster's eigen-parameterised ViT, negative spectrum
-    **{name: Variant(description, "value-path", _value_path(**VALUE_PATHS[name]), saved=False)
-       for name, description in (("neutreno-learnable", "NeuTRENO, learnable λ from {lam:g}"),
-                                 ("value-residual", "value residual, α={alpha:g}"),
-                                 ("value-residual-learnable", "value residual, learnable α from {alpha:g}"))},
+    **{
+        name: Variant(description, "value-path", _value_path(**VALUE_PATHS[name]), saved=False)
+        for name, description in (
+            ("neutreno-learnable", "NeuTRENO, learnable λ from {lam:g}"),
+            ("value-residual", "value residual, α={alpha:g}"),
+            ("value-residual-learnable", "value residual, learnable α from {alpha:g}"),
+        )
+    },
 }
 
 
@@ -98,6 +102,7 @@ class CompareSettings:
     seeds: int = 3
     threads: int = 1
     no_progress: bool = False
+    verbose: bool = False
 
 
 def run_comparison(settings: CompareSettings) -> dict:
@@ -117,8 +122,10 @@ def run_comparison(settings: CompareSettings) -> dict:
         raise ValueError("The comparison plot needs matplotlib: pip install 'hf-neutreno[compare]'.") from None
     dataset = _load_dataset(settings.dataset, settings.dataset_config)
     if "train" not in dataset or not any(split in dataset for split in EVAL_SPLITS):
-        raise ValueError(f"--dataset {settings.dataset!r} needs a `train` split and a `test` or `validation` split; "
-                         f"it has {sorted(dataset)}.")
+        raise ValueError(
+            f"--dataset {settings.dataset!r} needs a `train` split and a `test` or `validation` split; "
+            f"it has {sorted(dataset)}."
+        )
     task = task_for(settings, dataset)
     threads = torch.get_num_threads()
     torch.set_num_threads(settings.threads)
@@ -130,8 +137,15 @@ def run_comparison(settings: CompareSettings) -> dict:
 
 def _checked(settings: CompareSettings) -> CompareSettings:
     """`settings` with the defaults that depend on the preset filled in; ValueError naming the flag on bad input."""
-    for name in ("batch_size", "max_steps", "max_train_samples", "max_eval_samples", "probe_samples", "seeds",
-                 "threads"):
+    for name in (
+        "batch_size",
+        "max_steps",
+        "max_train_samples",
+        "max_eval_samples",
+        "probe_samples",
+        "seeds",
+        "threads",
+    ):
         value = getattr(settings, name)
         if value is not None and value < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {value}.")
@@ -139,23 +153,31 @@ def _checked(settings: CompareSettings) -> CompareSettings:
         if getattr(settings, name) is not None and not getattr(settings, name) > 0:
             raise ValueError(f"--{name.replace('_', '-')} must be > 0, got {getattr(settings, name)}.")
     if settings.neutreno_lambda is not None and not settings.neutreno_lambda > 0:
-        raise ValueError(f"--neutreno-lambda must be > 0 (λ = 0 is the softmax variant), got "
-                         f"{settings.neutreno_lambda}.")
+        raise ValueError(
+            f"--neutreno-lambda must be > 0 (λ = 0 is the softmax variant), got {settings.neutreno_lambda}."
+        )
     if not 0 < settings.value_residual_alpha <= 1:  # NaN fails too
-        raise ValueError(f"--value-residual-alpha must be in (0, 1] (α = 0 is the softmax variant), got "
-                         f"{settings.value_residual_alpha}.")
+        raise ValueError(
+            f"--value-residual-alpha must be in (0, 1] (α = 0 is the softmax variant), got "
+            f"{settings.value_residual_alpha}."
+        )
     names = list(dict.fromkeys(settings.variants))
     unknown = [name for name in names if name not in VARIANTS]
     if unknown or BASELINE not in names or len(names) < 2:
-        raise ValueError(f"--variants {','.join(settings.variants)!r}: choose two or more of {list(VARIANTS)}, "
-                         f"{BASELINE} (the baseline the others are compared with) among them"
-                         + (f"; unknown: {unknown}." if unknown else "."))
+        raise ValueError(
+            f"--variants {','.join(settings.variants)!r}: choose two or more of {list(VARIANTS)}, "
+            f"{BASELINE} (the baseline the others are compared with) among them"
+            + (f"; unknown: {unknown}." if unknown else ".")
+        )
     task = task_class(settings.model)
     for name in names:
         if VARIANTS[name].architecture not in task.architectures:  # ViT⁻: image classifiers only
-            which = (f"an image classifier preset {IMAGE_MODELS}" if name == "vit-minus" else
-                     "an image classifier or language-model preset (a Segmenter has two stacks of layers, each of "
-                     "which would need its own V_0)")
+            which = (
+                f"an image classifier preset {IMAGE_MODELS}"
+                if name == "vit-minus"
+                else "an image classifier or language-model preset (a Segmenter has two stacks of layers, each of "
+                "which would need its own V_0)"
+            )
             raise ValueError(f"--variants {name} needs {which}; --model {settings.model} is {task.kind}.")
     settings.variants = tuple([BASELINE] + [name for name in names if name != BASELINE])  # the baseline first
     if settings.learning_rate is None:
@@ -183,6 +205,21 @@ def _load_dataset(name: str, config_name: str | None):
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Training, measuring, saving
+
+
+class _TrainingBar(ProgressCallback):
+    """Trainer's training bar alone, for the default output: no log dictionaries, no evaluation bar."""
+
+    def on_prediction_step(self, args, state, control, **kwargs):
+        pass
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        pass
+
+
+def detailed_progress(settings) -> bool:
+    """Whether the bars beyond training's (evaluation, over-smoothing measurement) show: with --verbose only."""
+    return settings.verbose and not settings.no_progress
 
 
 def _training_arguments(settings, output_dir: str, seed: int, remove_unused_columns: bool) -> TrainingArguments:
@@ -217,19 +254,26 @@ def _summarise(results: dict) -> None:
         for key in (metric, "last_layer_cosine"):
             entry[key] = no_nan(summary({run["seed"]: run[key] for run in runs}))
         layers = list(zip(*(run["cosine_similarity"] for run in runs)))
-        entry["cosine_similarity"] = {"mean": [statistics.fmean(layer) for layer in layers],
-                                      "min": [min(layer) for layer in layers], "max": [max(layer) for layer in layers]}
+        entry["cosine_similarity"] = {
+            "mean": [statistics.fmean(layer) for layer in layers],
+            "min": [min(layer) for layer in layers],
+            "max": [max(layer) for layer in layers],
+        }
         entry["train_seconds"] = statistics.fmean(run["train_seconds"] for run in runs)
         base = variants[BASELINE]
         if name != BASELINE and set(entry[metric]["per_seed"]) & set(base[metric]["per_seed"]):
-            entry["difference_from_baseline"] = {key: no_nan(paired(
-                entry[key]["per_seed"], base[key]["per_seed"], HIGHER_IS_BETTER[key])) for key in (metric,
-                                                                                                    "last_layer_cosine")}
+            entry["difference_from_baseline"] = {
+                key: no_nan(paired(entry[key]["per_seed"], base[key]["per_seed"], HIGHER_IS_BETTER[key]))
+                for key in (metric, "last_layer_cosine")
+            }
 
 
 def _learning_curve(trainer: Trainer) -> list[dict]:
-    return [{"step": log["step"], "epoch": log["epoch"], "loss": log["loss"]}
-            for log in trainer.state.log_history if "loss" in log]
+    return [
+        {"step": log["step"], "epoch": log["epoch"], "loss": log["loss"]}
+        for log in trainer.state.log_history
+        if "loss" in log
+    ]
 
 
 def _coefficients(settings: CompareSettings, task) -> dict:
@@ -248,13 +292,23 @@ def _compare(settings: CompareSettings, task, folders: OutputFolders) -> dict:
     work, variants = folders.work, settings.variants
     seeds = list(range(settings.seed, settings.seed + settings.seeds))
     budget = f"{settings.max_steps} steps" if settings.max_steps else f"{settings.epochs:g} epochs"
-    print(f"{COMMAND}: {task.summary}; {', '.join(variants)}; {budget}, batch {settings.batch_size}, "
-          f"seeds {', '.join(map(str, seeds))}")
+    print(
+        f"{COMMAND}: {task.summary}; {', '.join(variants)}; {budget}, batch {settings.batch_size}, "
+        f"seeds {', '.join(map(str, seeds))}"
+    )
     results = folders.resumed or {
-        "command": COMMAND, "format_version": FORMAT_VERSION, "complete": False,
-        "settings": settings_record(settings), "task": task.name, "metric": task.metric,
-        "eval_split": task.eval_split, "data": task.sizes, "seeds": seeds, "models_from_seed": seeds[0],
-        "baseline": BASELINE, "variants": {},
+        "command": COMMAND,
+        "format_version": FORMAT_VERSION,
+        "complete": False,
+        "settings": settings_record(settings),
+        "task": task.name,
+        "metric": task.metric,
+        "eval_split": task.eval_split,
+        "data": task.sizes,
+        "seeds": seeds,
+        "models_from_seed": seeds[0],
+        "baseline": BASELINE,
+        "variants": {},
     }
     if folders.resumed:
         print(f"Resuming the interrupted run in {work}.")
@@ -267,26 +321,35 @@ def _compare(settings: CompareSettings, task, folders: OutputFolders) -> dict:
             if any(run["seed"] == seed for run in finished):
                 continue
             coefficients = _coefficients(settings, task)
-            description = VARIANTS[variant].description.format(lam=coefficients["neutreno"],
-                                                               alpha=coefficients["value_residual"])
+            description = VARIANTS[variant].description.format(
+                lam=coefficients["neutreno"], alpha=coefficients["value_residual"]
+            )
             print(f"\n[{variant}, seed {seed}] {description}")
             # This seed's softmax initial weights, whichever variants ran before: a resumed run trains the same.
             model = paired_model(lambda name: _build(task, name, coefficients), variant, seed, reference=BASELINE)
             initial_weights = weights_fingerprint(model)
             with tempfile.TemporaryDirectory(prefix="hf-neutreno-compare-") as scratch:
                 trainer = Trainer(
-                    model=model, train_dataset=task.train, processing_class=task.processing,
+                    model=model,
+                    train_dataset=task.train,
+                    processing_class=task.processing,
                     args=_training_arguments(settings, scratch, seed, remove_unused_columns=task.name == "causal-lm"),
                     **task.trainer_arguments(),
                 )
+                if not settings.verbose:  # one bar per run; Trainer's log dictionaries and evaluation bar: --verbose
+                    trainer.remove_callback(PrinterCallback)
+                    trainer.remove_callback(ProgressCallback)
+                    if not settings.no_progress:
+                        trainer.add_callback(_TrainingBar)
                 start = time.perf_counter()
                 train_output = trainer.train()
                 seconds = time.perf_counter() - start
                 score = task.score(trainer)
             report = measure_oversmoothing(
-                model, probe, metrics=["cosine_similarity"], progress=not settings.no_progress, model_name=variant
+                model, probe, metrics=["cosine_similarity"], progress=detailed_progress(settings), model_name=variant
             )
             if seed == seeds[0] and VARIANTS[variant].saved:
+
                 def save(folder: Path, model=model) -> None:
                     model.save_pretrained(folder)
                     task.processing.save_pretrained(folder)
@@ -297,24 +360,36 @@ def _compare(settings: CompareSettings, task, folders: OutputFolders) -> dict:
             layers = report.layer_indices("cosine_similarity")
             cosine = report.per_layer("cosine_similarity")
             last_layer = max(layer for layer in layers if layer not in decoder_layers)
-            results.update(cosine_layers=layers, decoder_layers=decoder_layers, last_layer=last_layer,
-                           probe_samples=report.num_samples)
-            entry = results["variants"].setdefault(variant, {
-                "description": description, "model_type": model.config.model_type,
-                "neutreno_lambda": getattr(model.config, "neutreno_lambda", None),
-                "parameters": model.num_parameters(), "model_dir": variant if VARIANTS[variant].saved else None,
-                "value_path": getattr(model.config, "value_path", None), "per_seed": [],
-            })
-            entry["per_seed"].append({
-                "seed": seed,
-                "initial_weights_sha256": initial_weights,  # what pairs the variants of a seed
-                task.metric: score,
-                "last_layer_cosine": cosine[layers.index(last_layer)],
-                "cosine_similarity": cosine,  # per hidden state in `cosine_layers`: 0 = embeddings, ℓ = block ℓ
-                "train_seconds": seconds,
-                "train_loss": train_output.training_loss,
-                "learning_curve": _learning_curve(trainer),  # training loss, ten points
-            })
+            results.update(
+                cosine_layers=layers,
+                decoder_layers=decoder_layers,
+                last_layer=last_layer,
+                probe_samples=report.num_samples,
+            )
+            entry = results["variants"].setdefault(
+                variant,
+                {
+                    "description": description,
+                    "model_type": model.config.model_type,
+                    "neutreno_lambda": getattr(model.config, "neutreno_lambda", None),
+                    "parameters": model.num_parameters(),
+                    "model_dir": variant if VARIANTS[variant].saved else None,
+                    "value_path": getattr(model.config, "value_path", None),
+                    "per_seed": [],
+                },
+            )
+            entry["per_seed"].append(
+                {
+                    "seed": seed,
+                    "initial_weights_sha256": initial_weights,  # what pairs the variants of a seed
+                    task.metric: score,
+                    "last_layer_cosine": cosine[layers.index(last_layer)],
+                    "cosine_similarity": cosine,  # per hidden state in `cosine_layers`: 0 = embeddings, ℓ = block ℓ
+                    "train_seconds": seconds,
+                    "train_loss": train_output.training_loss,
+                    "learning_curve": _learning_curve(trainer),  # training loss, ten points
+                }
+            )
             _summarise(results)
             write_json(work / RESULTS_FILE, results)  # after the model: a recorded run has its model
 

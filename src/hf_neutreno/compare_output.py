@@ -20,7 +20,7 @@ FORMAT_VERSION = 3
 RESULTS_FILE, PLOT_FILE = "results.json", "comparison.png"
 PARTIAL = ".partial."  # prefix of an entry being written; it is renamed to its real name once complete
 INCOMPLETE, REPLACED = ".incomplete", ".replaced"  # suffixes of the folders beside --output-dir
-UNCOMPARED_SETTINGS = ("output_dir", "no_progress", "resume")  # a resumed run may differ in these
+UNCOMPARED_SETTINGS = ("output_dir", "no_progress", "verbose", "resume")  # a resumed run may differ in these
 LEGACY_ENTRIES = ("baseline",)  # the softmax model's folder in format 2
 
 
@@ -46,8 +46,11 @@ def settings_differences(recorded: dict, settings) -> list[str]:
     """'--flag recorded (now value)' for every setting that differs from an earlier run's (`UNCOMPARED_SETTINGS`
     aside)."""
     now = settings_record(settings)
-    return [f"--{k.replace('_', '-')} {recorded.get(k)} (now {v})" for k, v in now.items()
-            if k not in UNCOMPARED_SETTINGS and recorded.get(k) != v]
+    return [
+        f"--{k.replace('_', '-')} {recorded.get(k)} (now {v})"
+        for k, v in now.items()
+        if k not in UNCOMPARED_SETTINGS and recorded.get(k) != v
+    ]
 
 
 class OutputFolders:
@@ -63,6 +66,13 @@ class OutputFolders:
         self.replaced = self.final.with_name(self.final.name + REPLACED)
         self.model_dirs = tuple(model_dirs)
         self.resumed = self.finished = None
+        for path in (self.work, self.replaced):  # this command's own folders: written into, so never through a link
+            if path.is_symlink():
+                raise ValueError(
+                    f"--output-dir {settings.output_dir!r}: the folder beside it, {str(path)!r}, is a symbolic link "
+                    f"(to {os.readlink(path)!r}); compare writes its run there and never through a link. Remove the "
+                    "link or choose another --output-dir; nothing was written."
+                )
         self._finish_swap()
         final = self._check(self.final, "--output-dir")
         work = self._check(self.work, f"--output-dir {settings.output_dir!r}: the folder beside it,")
@@ -72,16 +82,28 @@ class OutputFolders:
         elif work is not None:
             where = f"{settings.output_dir!r}: the interrupted run in {str(self.work)!r} ({done} runs finished)"
             if not settings.resume:
-                raise ValueError(f"--output-dir {where} would be lost. Pass --resume to continue it, or remove that "
-                                 "folder to start afresh; nothing was written.")
-            changed = settings_differences(work["settings"], settings) if work.get(
-                "format_version") == FORMAT_VERSION else [f"results format {work.get('format_version')}"]
+                raise ValueError(
+                    f"--output-dir {where} would be lost. Pass --resume to continue it, or remove that "
+                    "folder to start afresh; nothing was written."
+                )
+            changed = (
+                settings_differences(work["settings"], settings)
+                if work.get("format_version") == FORMAT_VERSION
+                else [f"results format {work.get('format_version')}"]
+            )
             if changed:
-                raise ValueError(f"--resume: --output-dir {where} had other settings: {'; '.join(changed)}. Rerun "
-                                 "with the same flags, or remove that folder; nothing was written.")
+                raise ValueError(
+                    f"--resume: --output-dir {where} had other settings: {'; '.join(changed)}. Rerun "
+                    "with the same flags, or remove that folder; nothing was written."
+                )
             self.resumed = work
-        elif settings.resume and final is not None and final.get("complete") and final.get(
-                "format_version") == FORMAT_VERSION and not settings_differences(final["settings"], settings):
+        elif (
+            settings.resume
+            and final is not None
+            and final.get("complete")
+            and final.get("format_version") == FORMAT_VERSION
+            and not settings_differences(final["settings"], settings)
+        ):
             self.finished = final
 
     def _check(self, path: Path, flag: str) -> dict | None:
@@ -94,8 +116,10 @@ class OutputFolders:
         if entries and results is None:
             what = "a model (config.json)" if "config.json" in entries else "files"
             shown = ", ".join(entries[:6]) + (", ..." if len(entries) > 6 else "")
-            raise ValueError(f"{flag} {str(path)!r} already holds {what}, not an earlier `{COMMAND}` run ({shown}). "
-                             "Choose another --output-dir or empty this one; nothing was written.")
+            raise ValueError(
+                f"{flag} {str(path)!r} already holds {what}, not an earlier `{COMMAND}` run ({shown}). "
+                "Choose another --output-dir or empty this one; nothing was written."
+            )
         return results
 
     def _finish_swap(self) -> None:

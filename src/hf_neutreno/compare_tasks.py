@@ -110,8 +110,11 @@ class ImageTask(_ImageTask):
         try:
             image_column, label_column = image_and_label_columns(dataset)
         except ValueError:
-            kind = (f" it is a segmentation dataset; segmentation presets: {SEGMENTATION_MODELS}."
-                    if _segmentation_columns(dataset) else "")
+            kind = (
+                f" it is a segmentation dataset; segmentation presets: {SEGMENTATION_MODELS}."
+                if _segmentation_columns(dataset)
+                else ""
+            )
             raise ValueError(
                 f"--model {settings.model} is an image classifier, but --dataset {settings.dataset!r} has no Image "
                 f"column and ClassLabel column (it has {_columns(dataset)}).{kind} Image datasets: {IMAGE_DATASETS}."
@@ -158,8 +161,10 @@ class TextTask:
         max_tokens = None if settings.max_eval_samples is None else settings.max_eval_samples * self.block_size
         self.stream = token_stream(dataset[self.eval_split], self.processing, max_tokens=max_tokens)
         if self.stream.numel() < self.block_size:
-            raise ValueError(f"Split {self.eval_split!r} of --dataset {settings.dataset!r} is shorter than one block "
-                             f"({self.block_size} tokens).")
+            raise ValueError(
+                f"Split {self.eval_split!r} of --dataset {settings.dataset!r} is shorter than one block "
+                f"({self.block_size} tokens)."
+            )
         self.sizes = {"train_blocks": len(self.train), "block_size": self.block_size, "eval_tokens": len(self.stream)}
         self.summary = (
             f"{settings.model} on {settings.dataset} ({len(self.train)} train blocks of {self.block_size} tokens, "
@@ -174,7 +179,7 @@ class TextTask:
         return dict(data_collator=DataCollatorForLanguageModeling(self.processing, mlm=False))
 
     def score(self, trainer: Trainer) -> float:
-        progress = not self.settings.no_progress
+        progress = self.settings.verbose and not self.settings.no_progress  # the training bar is the run's one bar
         return block_eval(trainer.model, self.stream, self.block_size, self.settings.batch_size, progress).perplexity
 
     def probe_batches(self) -> list[dict]:
@@ -190,8 +195,11 @@ class SegmentationTask(_ImageTask):
     def __init__(self, settings, dataset):
         columns = _segmentation_columns(dataset)
         if columns is None:
-            kind = (f" it is an image-classification dataset; classifier presets: {IMAGE_MODELS}."
-                    if _has_class_labels(dataset) else "")
+            kind = (
+                f" it is an image-classification dataset; classifier presets: {IMAGE_MODELS}."
+                if _has_class_labels(dataset)
+                else ""
+            )
             raise ValueError(
                 f"--model {settings.model} is a segmentation preset, but --dataset {settings.dataset!r} has no Image "
                 f"column and `{ANNOTATION_COLUMN}` label-map column (it has {_columns(dataset)}).{kind} Segmentation "
@@ -205,8 +213,11 @@ class SegmentationTask(_ImageTask):
         self.processing = make_image_processor(self.preset, do_reduce_labels=reduce_labels)
 
         def transform(batch: dict) -> dict:
-            encoded = self.processing(images=[image.convert("RGB") for image in batch[image_column]],
-                                      segmentation_maps=list(batch[annotation_column]), return_tensors="pt")
+            encoded = self.processing(
+                images=[image.convert("RGB") for image in batch[image_column]],
+                segmentation_maps=list(batch[annotation_column]),
+                return_tensors="pt",
+            )
             return {"pixel_values": encoded["pixel_values"], "labels": encoded["labels"]}
 
         self._set_splits(dataset, transform)
@@ -228,8 +239,9 @@ class SegmentationTask(_ImageTask):
             for start in range(0, len(self.eval), size):
                 batch = self.eval[start : start + size]
                 logits = model(pixel_values=batch["pixel_values"]).logits
-                logits = torch.nn.functional.interpolate(logits, size=batch["labels"].shape[-2:], mode="bilinear",
-                                                         align_corners=False)
+                logits = torch.nn.functional.interpolate(
+                    logits, size=batch["labels"].shape[-2:], mode="bilinear", align_corners=False
+                )
                 metric.update(logits.argmax(dim=1), batch["labels"])
         return float(metric.compute()["mean_iou"])
 
@@ -243,12 +255,14 @@ def segmentation_labels(dataset_name: str) -> tuple[list[str], bool]:
         if not path.is_file():
             raise ValueError(
                 f"--dataset {dataset_name!r} has no {LABELS_FILE}: a segmentation folder names its classes in "
-                f"{path} ({{\"0\": \"background\", \"1\": ...}}, as its label maps number them); the classes are not "
+                f'{path} ({{"0": "background", "1": ...}}, as its label maps number them); the classes are not '
                 "guessed."
             )
         id2label = read_id2label(path, flag="--dataset")
         return [id2label[i] for i in range(len(id2label))], False
     if dataset_name.rsplit("/", 1)[-1] == ADE20K:
         return [str(i) for i in range(ADE20K_CLASSES)], True
-    raise ValueError(f"--dataset {dataset_name!r}: its classes are unknown here; compare knows {ADE20K}'s (ADE20K) "
-                     f"and reads a local folder's {LABELS_FILE}. Segmentation datasets: {SEGMENTATION_DATASETS}.")
+    raise ValueError(
+        f"--dataset {dataset_name!r}: its classes are unknown here; compare knows {ADE20K}'s (ADE20K) "
+        f"and reads a local folder's {LABELS_FILE}. Segmentation datasets: {SEGMENTATION_DATASETS}."
+    )

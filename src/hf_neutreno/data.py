@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Image, load_dataset
+from datasets.packaged_modules.imagefolder.imagefolder import ImageFolder
 
 BUILTIN_DIGITS = "digits"
 LABELS_FILE = "id2label.json"  # a local dataset folder's class names: {label id: name}
@@ -19,20 +20,44 @@ def load_dataset_splits(name_or_dir: str | os.PathLike, config_name: str | None 
     """Every split of a dataset of any kind.
 
     `name_or_dir` is `"digits"` (scikit-learn's bundled 8×8 handwritten digits, no download), a local folder of
-    Parquet files named like the Hub's (`train-00000-of-00001.parquet`, at the top or one level down), a local
-    `imagefolder` tree (`train/<label>/*.png`), or a Hub dataset name (with `config_name`). A path that looks like
-    a folder (starts with `.` or `/`, or has a suffix) but does not exist raises `ValueError`.
+    Parquet files named like the Hub's (`train-00000-of-00001.parquet`, at the top or one level down) or of CSV or
+    JSON-lines files named by split (`train.csv`, `test.jsonl`), a local `imagefolder` tree (`train/<label>/*.png`),
+    or a Hub dataset name (with `config_name`). A path that looks like a folder (starts with `.` or `/`, or has a
+    suffix) but does not exist, and a folder without data files (a loading script is not run), raise `ValueError`.
     """
     if str(name_or_dir) == BUILTIN_DIGITS:
         return load_digits()
     path = Path(name_or_dir)
     if path.is_dir():
-        if any(path.glob("*.parquet")) or any(path.glob("*/*.parquet")):
-            return load_dataset("parquet", data_dir=str(path))
-        return load_dataset("imagefolder", data_dir=str(path))
+        builder = _local_builder(path)
+        if builder is None:
+            scripts = sorted(file.name for file in path.glob("*.py"))
+            found = f"only a loading script ({', '.join(scripts)}), which is not run" if scripts else "no data files"
+            raise ValueError(
+                f"Dataset folder {str(name_or_dir)!r} holds {found}. A dataset folder holds the data itself: Parquet "
+                "files named as on the Hub (train-00000-of-00001.parquet, test-...), CSV or JSON-lines files named by "
+                "split (train.csv, test.jsonl), or an image folder (train/<label>/*.png)."
+            )
+        return load_dataset(builder, data_dir=str(path))
     if is_local_path(name_or_dir):
         raise ValueError(f"Dataset folder {str(name_or_dir)!r} does not exist.")
     return load_dataset(str(name_or_dir), config_name)
+
+
+def _local_builder(path: Path) -> str | None:
+    """The `datasets` builder of a local folder's data files (at the top or one level down), None if it has none.
+    Parquet first, then images (an image folder may hold metadata.csv/.jsonl), then CSV, then JSON lines."""
+
+    def has(*suffixes: str) -> bool:
+        files = (file for levels in ("*", "*/*") for file in path.glob(levels))
+        return any(file.suffix.lower() in suffixes and file.name != LABELS_FILE for file in files)
+
+    if has(".parquet"):
+        return "parquet"
+    images = set(ImageFolder.EXTENSIONS)  # the image files `imagefolder` reads
+    if any(file.suffix.lower() in images for file in path.rglob("*")):
+        return "imagefolder"
+    return "csv" if has(".csv") else "json" if has(".jsonl", ".json") else None
 
 
 def is_local_path(name_or_dir: str | os.PathLike) -> bool:
@@ -55,8 +80,10 @@ def read_id2label(path: str | os.PathLike, flag: str = "--id2label-file") -> dic
     except (OSError, ValueError, AttributeError) as error:
         raise ValueError(f"{flag} {str(path)!r} is not a readable JSON object of label id -> name ({error}).") from None
     if sorted(id2label) != list(range(len(id2label))) or len(id2label) < 2:
-        raise ValueError(f"{flag} {str(path)!r} must name the classes 0, 1, ..., K - 1 (K >= 2); it has keys "
-                         f"{sorted(id2label)[:12]}.")
+        raise ValueError(
+            f"{flag} {str(path)!r} must name the classes 0, 1, ..., K - 1 (K >= 2); it has keys "
+            f"{sorted(id2label)[:12]}."
+        )
     return id2label
 
 

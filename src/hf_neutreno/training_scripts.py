@@ -12,9 +12,11 @@ overrides are parsed from one flag, and a multi-process launch that Trainer woul
 import json
 import os
 import shutil
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
 from transformers import HfArgumentParser, TrainerState, TrainingArguments
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
@@ -26,21 +28,64 @@ LAST_CHECKPOINT = "last"  # `--resume-from-checkpoint` without a path (also `tru
 class ScriptArguments:
     overwrite_output_dir: bool = field(
         default=False,
-        metadata={"help": "Train into --output-dir even if it holds a trained model, results or checkpoints (its "
-                  "checkpoint-* folders are removed first). Without it such a folder is refused."},
+        metadata={
+            "help": "Train into --output-dir even if it holds a trained model, results or checkpoints (its "
+            "checkpoint-* folders are removed first). Without it such a folder is refused."
+        },
     )
+
+
+class _ScriptParser(HfArgumentParser):
+    """Parses as `HfArgumentParser`; then pins DataLoader memory only where an accelerator can use it (torch warns
+    about `pin_memory` on every DataLoader of a machine without one). The parsed arguments alone are changed."""
+
+    def parse_args_into_dataclasses(self, *args, **kwargs):
+        return _pin_memory_where_useful(super().parse_args_into_dataclasses(*args, **kwargs))
+
+    def parse_json_file(self, *args, **kwargs):
+        return _pin_memory_where_useful(super().parse_json_file(*args, **kwargs))
+
+
+def has_accelerator() -> bool:
+    """Whether torch sees an accelerator (CUDA, MPS, XPU, ...): where pinned DataLoader memory can help."""
+    accelerator = getattr(torch, "accelerator", None)  # torch >= 2.6
+    return accelerator.is_available() if accelerator is not None else torch.cuda.is_available()
+
+
+def _pin_memory_where_useful(parsed: tuple) -> tuple:
+    for arguments in parsed:
+        if isinstance(arguments, TrainingArguments) and not has_accelerator():
+            arguments.dataloader_pin_memory = False
+    return parsed
+
+
+def run_script(main) -> None:
+    """An example script's entry point: `main()`, where a dataset the Hub cannot serve (no network, offline mode)
+    ends the script with one line naming it and exit status 2, not a traceback."""
+    try:
+        main()
+    except ConnectionError as error:  # datasets: "Couldn't reach 'name' on the Hub (...)"
+        message = " ".join(str(error).split())
+        print(
+            f"{Path(sys.argv[0]).name}: error: {message}. Check the network (and HF_HUB_OFFLINE), or pass a local "
+            "copy (a folder of the dataset's Parquet files) in place of the Hub name; the image dataset `digits` "
+            "(bundled with scikit-learn) needs no network.",
+            file=sys.stderr,
+        )
+        sys.exit(2)
 
 
 def script_parser(*dataclass_types) -> HfArgumentParser:
     """`HfArgumentParser` over `dataclass_types`, `ScriptArguments` and `TrainingArguments` (parsed in that order),
     whose `--resume-from-checkpoint` also works without a path: then it resumes from the output folder's last
     checkpoint."""
-    parser = HfArgumentParser((*dataclass_types, ScriptArguments, TrainingArguments))
+    parser = _ScriptParser((*dataclass_types, ScriptArguments, TrainingArguments))
     for action in parser._actions:  # argparse offers no public way to change an option once added
         if action.dest == "resume_from_checkpoint":
             action.nargs, action.const = "?", LAST_CHECKPOINT
-            action.help = ("A checkpoint folder to resume training from; without a path, the last checkpoint-* in "
-                           "--output-dir.")
+            action.help = (
+                "A checkpoint folder to resume training from; without a path, the last checkpoint-* in --output-dir."
+            )
     return parser
 
 
@@ -57,14 +102,18 @@ def resolve_checkpoint(output_dir: str | os.PathLike, resume_from_checkpoint: st
     if value.lower() in (LAST_CHECKPOINT, "true"):
         last = get_last_checkpoint(str(output_dir)) if Path(output_dir).is_dir() else None
         if last is None:
-            raise ValueError(f"--resume-from-checkpoint: --output-dir {str(output_dir)!r} holds no "
-                             f"{PREFIX_CHECKPOINT_DIR}-* folder to resume from; pass a checkpoint's path, or train "
-                             "without the flag.")
+            raise ValueError(
+                f"--resume-from-checkpoint: --output-dir {str(output_dir)!r} holds no "
+                f"{PREFIX_CHECKPOINT_DIR}-* folder to resume from; pass a checkpoint's path, or train "
+                "without the flag."
+            )
         return last
     if not (Path(value) / TRAINER_STATE_NAME).is_file():
-        raise ValueError(f"--resume-from-checkpoint {value!r} is not a checkpoint folder (it has no "
-                         f"{TRAINER_STATE_NAME}); give a {PREFIX_CHECKPOINT_DIR}-* folder, or no path for the last "
-                         "one in --output-dir.")
+        raise ValueError(
+            f"--resume-from-checkpoint {value!r} is not a checkpoint folder (it has no "
+            f"{TRAINER_STATE_NAME}); give a {PREFIX_CHECKPOINT_DIR}-* folder, or no path for the last "
+            "one in --output-dir."
+        )
     return value
 
 
@@ -78,8 +127,15 @@ def refuse_to_overwrite(output_dir: str | os.PathLike, overwrite_output_dir: boo
         return
     if not overwrite_output_dir:
         checkpoints = [name for name in entries if name.startswith(f"{PREFIX_CHECKPOINT_DIR}-")]
-        what = ("a trained model" if "config.json" in entries else "results" if any(
-            name.endswith("results.json") for name in entries) else "checkpoints" if checkpoints else "files")
+        what = (
+            "a trained model"
+            if "config.json" in entries
+            else "results"
+            if any(name.endswith("results.json") for name in entries)
+            else "checkpoints"
+            if checkpoints
+            else "files"
+        )
         shown = ", ".join(entries[:6]) + (", ..." if len(entries) > 6 else "")
         raise ValueError(
             f"--output-dir {str(folder)!r} already holds {what} ({shown}). Pass --resume-from-checkpoint to continue "
@@ -122,8 +178,10 @@ def train_metrics(trainer, result, checkpoint: str | None) -> dict:
     metrics = dict(result.metrics)
     if checkpoint is not None:
         resumed_at = TrainerState.load_from_json(os.path.join(checkpoint, TRAINER_STATE_NAME)).global_step
-        metrics.update(train_loss=whole_run_training_loss(trainer.state, result.training_loss, resumed_at),
-                       resumed_from_step=resumed_at)
+        metrics.update(
+            train_loss=whole_run_training_loss(trainer.state, result.training_loss, resumed_at),
+            resumed_from_step=resumed_at,
+        )
     return metrics
 
 

@@ -10,3 +10,16 @@ def check_model_folder(name: str, what: str = "MODEL") -> None:
     form ..."); name the missing folder instead. Hub ids (`gpt2`, `me/model`) pass unchecked."""
     if name.startswith((".", "/", "~")) and not Path(name).expanduser().is_dir():
         raise ValueError(f"{what} {name!r}: no such folder.")
+
+
+def check_output_file(path: str, flag: str, overwrite: bool) -> Path:
+    """Where a command will write `flag`'s file, checked before any work: not a folder, in a folder that exists, and
+    not an existing file unless `overwrite` (`--overwrite`): a finished report is not replaced by accident."""
+    target = Path(path)
+    if target.is_dir():
+        raise ValueError(f"{flag} {path!r} is a folder; give a file name.")
+    if not target.absolute().parent.is_dir():
+        raise ValueError(f"{flag} {path!r}: the folder {str(target.parent)!r} does not exist.")
+    if (target.exists() or target.is_symlink()) and not overwrite:
+        raise ValueError(f"{flag} {path!r} already exists; pass --overwrite to replace it, or give another file name.")
+    return target

@@ -53,55 +53,107 @@ from ..compare_tasks import IMAGE_MODELS, SEGMENTATION_MODELS, TEXT_MODELS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", choices=IMAGE_MODELS + SEGMENTATION_MODELS + TEXT_MODELS, metavar="PRESET",
-                        help=f"image classifier presets {IMAGE_MODELS}, segmentation presets {SEGMENTATION_MODELS}, "
-                        f"language-model presets {TEXT_MODELS} (default: %(default)s)")
-    parser.add_argument("--dataset", metavar="NAME_OR_DIR",
-                        help="'digits' (bundled with scikit-learn, no download; the default), a Hub dataset name or a "
-                        "local folder (Parquet files named as on the Hub, or an imagefolder tree); its kind must "
-                        "match --model's")
+    parser.add_argument(
+        "--model",
+        choices=IMAGE_MODELS + SEGMENTATION_MODELS + TEXT_MODELS,
+        metavar="PRESET",
+        help=f"image classifier presets {IMAGE_MODELS}, segmentation presets {SEGMENTATION_MODELS}, "
+        f"language-model presets {TEXT_MODELS} (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--dataset",
+        metavar="NAME_OR_DIR",
+        help="'digits' (bundled with scikit-learn, no download; the default), a Hub dataset name or a "
+        "local folder (Parquet files named as on the Hub, or an imagefolder tree); its kind must "
+        "match --model's",
+    )
     parser.add_argument("--dataset-config", help="configuration name of a Hub dataset")
-    parser.add_argument("--variants", type=_variants, metavar="NAME,NAME",
-                        help=f"the variants to train, comma-separated, of {list(VARIANTS)}; softmax (the baseline) "
-                        "is always among them; vit-minus for image classifier presets (default: softmax,neutreno)")
-    parser.add_argument("--vit-minus", action="store_true",
-                        help="deprecated: the same as adding vit-minus to --variants (--variants "
-                        "softmax,neutreno,vit-minus)")
-    parser.add_argument("--neutreno-lambda", type=float,
-                        help="λ of the neutreno variant, also in a Segmenter's decoder (default: the preset's, 0.6 "
-                        "for images, 0.4 for text)")
-    parser.add_argument("--value-residual-alpha", type=float,
-                        help="α of the value-residual variants (ResFormer: V_0's weight in the mix; default "
-                        "%(default)s)")
-    parser.add_argument("--output-dir",
-                        help="results, plot and the first seed's models (default: %(default)s); an earlier compare "
-                        "run there is replaced once this one is complete, any other content is refused")
-    parser.add_argument("--resume", action="store_true",
-                        help="continue the interrupted run of the same command (in <output-dir>.incomplete) with "
-                        "the seeds and variants it has not finished")
+    parser.add_argument(
+        "--variants",
+        type=_variants,
+        metavar="NAME,NAME",
+        help=f"the variants to train, comma-separated, of {list(VARIANTS)}; softmax (the baseline) "
+        "is always among them; vit-minus for image classifier presets (default: softmax,neutreno)",
+    )
+    parser.add_argument(
+        "--vit-minus",
+        action="store_true",
+        help="deprecated: the same as adding vit-minus to --variants (--variants softmax,neutreno,vit-minus)",
+    )
+    parser.add_argument(
+        "--neutreno-lambda",
+        type=float,
+        help="λ of the neutreno variant, also in a Segmenter's decoder (default: the preset's, 0.6 "
+        "for images, 0.4 for text)",
+    )
+    parser.add_argument(
+        "--value-residual-alpha",
+        type=float,
+        help="α of the value-residual variants (ResFormer: V_0's weight in the mix; default %(default)s)",
+    )
+    parser.add_argument(
+        "--output-dir",
+        help="results, plot and the first seed's models (default: %(default)s); an earlier compare "
+        "run there is replaced once this one is complete, any other content is refused",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the interrupted run of the same command (in <output-dir>.incomplete) with "
+        "the seeds and variants it has not finished",
+    )
     parser.add_argument("--epochs", type=float, help="training epochs (default: %(default)s)")
     parser.add_argument("--max-steps", type=int, help="train for this many steps instead of --epochs")
     parser.add_argument("--batch-size", type=int, help="training batch size (default: %(default)s)")
-    parser.add_argument("--learning-rate", type=float,
-                        help="AdamW peak learning rate; 10%% warm-up, then cosine decay (default: 3e-3 for image "
-                        "classifiers, 1e-3 for Segmenters and for language models, whose post-LN softmax baseline "
-                        "diverges at 3e-3)")
-    parser.add_argument("--max-train-samples", type=int,
-                        help="train on a seeded random subset of this many samples (images, or blocks of text)")
-    parser.add_argument("--max-eval-samples", type=int,
-                        help="evaluate on a seeded random subset of this many images, or the first blocks of text")
-    parser.add_argument("--probe-samples", type=int,
-                        help="evaluation samples the token cosine similarity is measured on (default: %(default)s)")
-    parser.add_argument("--seed", type=int, help="the first seed, which also draws the --max-*-samples subsets "
-                        "(the same for every seed) (default: %(default)s)")
-    parser.add_argument("--seeds", type=int,
-                        help="number of seeds, --seed, --seed + 1, ...: each gives the initial weights and the data "
-                        "order of one paired run of every variant; the saved models are the first seed's (default: "
-                        "%(default)s)")
-    parser.add_argument("--threads", type=int,
-                        help="CPU threads for torch (default: %(default)s; the micro presets train fastest on one "
-                        "core)")
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    parser.add_argument(
+        "--learning-rate",
+        type=float,
+        help="AdamW peak learning rate; 10%% warm-up, then cosine decay (default: 3e-3 for image "
+        "classifiers, 1e-3 for Segmenters and for language models, whose post-LN softmax baseline "
+        "diverges at 3e-3)",
+    )
+    parser.add_argument(
+        "--max-train-samples",
+        type=int,
+        help="train on a seeded random subset of this many samples (images, or blocks of text)",
+    )
+    parser.add_argument(
+        "--max-eval-samples",
+        type=int,
+        help="evaluate on a seeded random subset of this many images, or the first blocks of text",
+    )
+    parser.add_argument(
+        "--probe-samples",
+        type=int,
+        help="evaluation samples the token cosine similarity is measured on (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        help="the first seed, which also draws the --max-*-samples subsets "
+        "(the same for every seed) (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        help="number of seeds, --seed, --seed + 1, ...: each gives the initial weights and the data "
+        "order of one paired run of every variant; the saved models are the first seed's (default: "
+        "%(default)s)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        help="CPU threads for torch (default: %(default)s; the micro presets train fastest on one core)",
+    )
+    parser.add_argument(
+        "--no-progress", action="store_true", help="hide the progress bars: each run's training bar (and --verbose's)"
+    )
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="also print Trainer's logs (loss, learning rate, ...) and the bars of evaluation, measurement, data "
+        "preparation and saving; by default each run shows one progress bar, then the table",
+    )
     parser.set_defaults(**dataclasses.asdict(CompareSettings()))  # one set of defaults: the library's
 
 
@@ -113,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
     if args.vit_minus:  # the deprecated spelling of adding vit-minus to --variants
         args.variants = (*args.variants, "vit-minus")
     settings = CompareSettings(**{f.name: getattr(args, f.name) for f in dataclasses.fields(CompareSettings)})
-    if settings.no_progress:  # also the bars of datasets (tokenizing) and transformers (saving)
+    if settings.no_progress or not settings.verbose:  # the bars of datasets (tokenizing) and transformers (saving)
         import datasets
         import transformers
 
@@ -124,8 +176,11 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         output_dir = Path(settings.output_dir)
         work = output_dir.with_name(output_dir.name + INCOMPLETE)
-        print(f"\nStopped: {work / RESULTS_FILE} lists the runs that finished (their models are complete); rerun "
-              "the command with --resume to continue.", file=sys.stderr)
+        print(
+            f"\nStopped: {work / RESULTS_FILE} lists the runs that finished (their models are complete); rerun "
+            "the command with --resume to continue.",
+            file=sys.stderr,
+        )
         raise  # the CLI exits with 130
     print()
     print(format_table(results))

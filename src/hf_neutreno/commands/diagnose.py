@@ -13,6 +13,10 @@ through its tokenizer, with padding per batch (excluded from every metric). The 
 (`hf_neutreno.apply_value_path`: `neutreno` at --neutreno-lambda, `value-residual` at --value-residual-alpha; the
 `-learnable` variants start at the same values, so before training they measure the same), on the same batches. With
 several variants, --out and --plot hold every variant: REPORT-<variant>.json per variant, one curve per variant.
+A model saved with a value path is measured as it is (`--variants softmax`, with --trust-remote-code).
+
+--out and --plot never replace an existing file unless --overwrite is given; --plot without an extension writes PNG
+to REPORT.png. Every flag is checked, and the files' folders, before the model or the data is loaded.
 """
 
 import argparse
@@ -21,7 +25,7 @@ from pathlib import Path
 
 from ..diagnostics.metrics import DEFAULT_METRICS, METRICS, check_metrics
 from ..value_path import DEFAULT_COEFFICIENTS, VARIANTS
-from . import check_model_folder
+from . import check_model_folder, check_output_file
 
 DEFAULT_SPLITS = ("test", "validation", "train")
 
@@ -39,14 +43,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "effective_rank costs about one more forward pass on CPU)")  # fmt: skip
     parser.add_argument("--layers", nargs="+", type=int, default=None, help="hidden-state indices (default: all)")
     parser.add_argument("--out", default=None, metavar="REPORT.json", help="write the report as JSON")
-    parser.add_argument("--plot", default=None, metavar="REPORT.png", help="write per-layer curves as PNG")
+    parser.add_argument(
+        "--plot", default=None, metavar="REPORT.png", help="write per-layer curves as PNG (no extension: .png added)"
+    )
+    parser.add_argument("--overwrite", action="store_true", help="replace existing --out and --plot files")
     parser.add_argument(
         "--compare", nargs="+", default=(), metavar="OTHER.json", help="earlier reports to draw and tabulate alongside"
     )
-    parser.add_argument("--variants", default="softmax", metavar="NAME[,NAME...]",
-                        help=f"comma-separated, any of {list(VARIANTS)} (default: softmax, the model as loaded)")
-    parser.add_argument("--neutreno-lambda", type=float, default=DEFAULT_COEFFICIENTS["neutreno"],
-                        help="λ of the neutreno variants (default: %(default)s)")
+    parser.add_argument(
+        "--variants",
+        default="softmax",
+        metavar="NAME[,NAME...]",
+        help=f"comma-separated, any of {list(VARIANTS)} (default: softmax, the model as loaded)",
+    )
+    parser.add_argument(
+        "--neutreno-lambda",
+        type=float,
+        default=DEFAULT_COEFFICIENTS["neutreno"],
+        help="λ of the neutreno variants (default: %(default)s)",
+    )
     parser.add_argument("--value-residual-alpha", type=float, default=DEFAULT_COEFFICIENTS["value_residual"],
                         help="α of the value-residual variants (default: %(default)s)")  # fmt: skip
     parser.add_argument("--trust-remote-code", action="store_true", help="allow code from the model folder or repo")
@@ -94,9 +109,12 @@ def _image_encoder(args, column: str):
     try:
         processor = AutoImageProcessor.from_pretrained(args.model, trust_remote_code=args.trust_remote_code)
     except (OSError, ValueError) as error:
+        reason = error
+        if Path(args.model).is_dir() and not (Path(args.model) / "preprocessor_config.json").is_file():
+            reason = "the folder has no preprocessor_config.json"
         raise ValueError(
-            f"No image processor found for {args.model!r} ({error}); save one next to the model with "
-            "`processor.save_pretrained(folder)`."
+            f"MODEL_OR_DIR {args.model!r} has no image processor ({reason}), which turns the dataset's images into the "
+            "model's inputs: save the model's image processor in the folder (`processor.save_pretrained(folder)`)."
         ) from None
 
     def encode(rows):
@@ -118,9 +136,16 @@ def _text_encoder(args):
         tokenizer.pad_token = tokenizer.eos_token
 
     def encode(rows):
-        return dict(
-            tokenizer(rows["text"], padding=True, truncation=True, max_length=args.max_length, return_tensors="pt")
-        )
+        batch = tokenizer(rows["text"], padding=True, truncation=True, max_length=args.max_length, return_tensors="pt")
+        mask = batch.get("attention_mask", batch["input_ids"].new_ones(batch["input_ids"].shape))
+        lengths = mask.sum(-1).tolist()
+        empty = [text for text, length in zip(rows["text"], lengths) if length == 0]
+        if empty:  # a model cannot run on no tokens (a reshape error deep in its forward)
+            raise ValueError(
+                f"--dataset {args.dataset!r}: {len(empty)} text sample(s) of a batch give 0 tokens with the "
+                f"tokenizer of {args.model!r} (the first: {empty[0][:60]!r}); every sample needs at least 1."
+            )
+        return dict(batch)
 
     return encode
 
@@ -175,6 +200,11 @@ def _variant_path(path: str, variant: str, several: bool) -> str:
     return str(path.with_name(f"{path.stem}-{variant}{path.suffix}"))
 
 
+def _plot_path(path: str) -> str:
+    """--plot's file: matplotlib writes a name without an extension as PNG, with `.png` added."""
+    return path if Path(path).suffix else path + ".png"
+
+
 def run(args: argparse.Namespace) -> int:
     import torch
 
@@ -183,10 +213,21 @@ def run(args: argparse.Namespace) -> int:
 
     # Cheap checks first: a typo should not cost a model download.
     metrics = check_metrics(args.metrics) if args.metrics is not None else None
-    for name, value in (("--num-samples", args.num_samples), ("--batch-size", args.batch_size)):
+    for name, value in (
+        ("--num-samples", args.num_samples),
+        ("--batch-size", args.batch_size),
+        ("--max-length", args.max_length),
+    ):
         if value < 1:
             raise ValueError(f"`{name}` must be at least 1, got {value}.")
     variants = _variants(args)
+    several = len(variants) > 1
+    outs = (
+        [check_output_file(_variant_path(args.out, v, several), "--out", args.overwrite) for v in variants]
+        if args.out
+        else []
+    )
+    plot = check_output_file(_plot_path(args.plot), "--plot", args.overwrite) if args.plot else None
     for name, settings in variants.items():
         if settings is not None:  # the coefficient's range, before any model is loaded (2 layers stand for any)
             try:
@@ -205,6 +246,13 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(
             f"{args.model!r} was saved with a value path ({saved_value_path}), which only "
             "--trust-remote-code loads; without it transformers builds the plain model."
+        )
+    adding = [name for name, settings in variants.items() if settings is not None]
+    if saved_value_path is not None and adding:
+        raise ValueError(
+            f"--variants {args.variants!r}: {args.model!r} already has a value path ({saved_value_path}), and "
+            f"{adding} would put another on it. Measure it as saved with `--variants softmax` (the default), or give "
+            "MODEL_OR_DIR the plain model it was adapted from to compare the variants."
         )
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     model.to(device)
@@ -230,14 +278,11 @@ def run(args: argparse.Namespace) -> int:
             value_path=settings,
         )  # fmt: skip
         reports.append(report)
-    several = len(reports) > 1
     print(reports[0].table([*reports[1:], *others]))
-    if args.out:
-        for variant, report in zip(variants, reports):
-            path = _variant_path(args.out, variant, several)
-            report.to_json(path)
-            print(f"Report written to {path}")
-    if args.plot:
-        reports[0].plot(args.plot, others=[*reports[1:], *others])
-        print(f"Plot written to {args.plot}")
+    for path, report in zip(outs, reports):
+        report.to_json(path)
+        print(f"Report written to {path}")
+    if plot is not None:
+        reports[0].plot(plot, others=[*reports[1:], *others])
+        print(f"Plot written to {plot}")
     return 0

@@ -5,19 +5,18 @@ r"""Perplexity of a causal LM on WikiText, with the paper's sliding window and w
 
 MODEL is a checkpoint folder or Hub id of a causal LM saved with its tokenizer. The protocols (`sliding`: the
 paper's, every token scored with a full window of context; `blocks`: cheaper and pessimistic) are described in
-`hf_neutreno.lm_eval`.
+`hf_neutreno.lm_eval`. --output never replaces an existing file unless --overwrite is given.
 """
 
 import argparse
 import json
 import sys
-from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ..lm_eval import PROTOCOLS, evaluate_lm
-from . import check_model_folder
+from . import check_model_folder, check_output_file
 from ..text_data import load_wikitext, token_stream  # importing hf_neutreno registered the NeuTRENO classes
 
 
@@ -26,8 +25,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dataset", default="Salesforce/wikitext", help="Hub dataset or local Parquet folder.")
     parser.add_argument("--dataset-config", default="wikitext-103-v1", help="Hub configuration (ignored for folders).")
     parser.add_argument("--split", nargs="+", default=["validation", "test"], help="Splits to evaluate.")
-    parser.add_argument("--context-length", type=int, default=None, help="Window / block length (default: the "
-                        "model's max_position_embeddings; use the training context).")
+    parser.add_argument(
+        "--context-length",
+        type=int,
+        default=None,
+        help="Window / block length (default: the model's max_position_embeddings; use the training context).",
+    )
     parser.add_argument("--protocol", nargs="+", choices=PROTOCOLS, default=list(PROTOCOLS))
     parser.add_argument("--batch-size", type=int, default=32, help="Sliding windows per forward.")
     parser.add_argument("--block-batch-size", type=int, default=1, help="Blocks per forward.")
@@ -36,17 +39,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
     parser.add_argument("--trust-remote-code", action="store_true", help="Allow code saved with the checkpoint.")
     parser.add_argument("--output", default=None, help="Also write the results as JSON to this file.")
+    parser.add_argument("--overwrite", action="store_true", help="Replace an existing --output file.")
 
 
 def run(args: argparse.Namespace) -> int:
     # Cheap checks first: a typo should not cost loading a model.
-    for flag, value, least in (("--context-length", args.context_length, 1), ("--batch-size", args.batch_size, 1),
-                               ("--block-batch-size", args.block_batch_size, 1), ("--max-tokens", args.max_tokens, 2)):
+    for flag, value, least in (
+        ("--context-length", args.context_length, 1),
+        ("--batch-size", args.batch_size, 1),
+        ("--block-batch-size", args.block_batch_size, 1),
+        ("--max-tokens", args.max_tokens, 2),
+    ):
         if value is not None and value < least:
             raise ValueError(f"{flag} must be at least {least}, got {value}.")
     check_model_folder(args.model)
-    if args.output and not Path(args.output).absolute().parent.is_dir():
-        raise ValueError(f"--output {args.output!r}: the folder {str(Path(args.output).parent)!r} does not exist.")
+    output = check_output_file(args.output, "--output", args.overwrite) if args.output else None
     dataset = load_wikitext(args.dataset, args.dataset_config)
     for split in args.split:
         if split not in dataset:
@@ -75,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
                 f"{split:>10} {name:>7}: perplexity {result.perplexity:10.3f}  loss {result.loss:.4f}  "
                 f"tokens {result.num_tokens}  context {result.context_length}"
             )
-    if args.output:
-        with open(args.output, "w") as f:
+    if output is not None:
+        with open(output, "w") as f:
             json.dump(report, f, indent=2)
     return 0

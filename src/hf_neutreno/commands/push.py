@@ -10,9 +10,12 @@ commit (`hf_neutreno.hub.push_to_hub`); --save-to writes the same folder locally
 
 import argparse
 import json
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
+from huggingface_hub.errors import HFValidationError
+from huggingface_hub.utils import validate_repo_id
 from transformers import AutoConfig, AutoImageProcessor, AutoTokenizer
 
 import hf_neutreno
@@ -27,24 +30,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dataset", help="Hub id or local folder the results were measured on.")
     parser.add_argument("--dataset-config", help="Hub dataset configuration.")
     parser.add_argument("--split", default="test", help="Split the results were measured on (default: test).")
-    parser.add_argument("--results", help="JSON of metrics (default: MODEL_DIR/all_results.json or eval_results.json "
-                        "as Trainer writes them, if present).")
-    parser.add_argument("--oversmoothing", help="JSON of per-layer over-smoothing values: an OversmoothingReport "
-                        "(hf_neutreno.diagnostics) or {metric: [value per hidden state]}.")
+    parser.add_argument(
+        "--results",
+        help="JSON of metrics (default: MODEL_DIR/all_results.json or eval_results.json "
+        "as Trainer writes them, if present).",
+    )
+    parser.add_argument(
+        "--oversmoothing",
+        help="JSON of per-layer over-smoothing values: an OversmoothingReport "
+        "(hf_neutreno.diagnostics) or {metric: [value per hidden state]}.",
+    )
     parser.add_argument("--base-model", help="Hub id of the checkpoint this model was fine-tuned from.")
     parser.add_argument("--template", help="Model card template file (default: the one for the model type).")
     parser.add_argument("--private", action="store_true", help="Create the repository as private.")
     parser.add_argument("--token", help="Hub token (default: the logged-in one).")
-    parser.add_argument("--save-to", metavar="FOLDER",
-                        help="Write the folder that would be pushed to FOLDER instead of pushing.")
+    parser.add_argument(
+        "--save-to", metavar="FOLDER", help="Write the folder that would be pushed to FOLDER instead of pushing."
+    )
 
 
 def run(args: argparse.Namespace) -> int:
+    check_repo_id(args.repo_id)  # it goes into the model card and the Hub's URLs: checked before anything is written
     model_dir = Path(args.model_dir)
     if not (model_dir / "config.json").is_file():
         raise ValueError(f"model_dir {str(model_dir)!r} has no config.json: not a saved model.")
     results_path = args.results or next(
-        (str(p) for p in (model_dir / "all_results.json", model_dir / "eval_results.json") if p.is_file()), None)
+        (str(p) for p in (model_dir / "all_results.json", model_dir / "eval_results.json") if p.is_file()), None
+    )
     card_kwargs = dict(
         dataset=args.dataset,
         dataset_config=args.dataset_config,
@@ -69,6 +81,17 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def check_repo_id(repo_id: str) -> None:
+    """The Hub's own rule for a repository id (`huggingface_hub.utils.validate_repo_id`), as one line naming it."""
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as error:
+        rule = re.sub(r": '.*'\.?$", "", str(error), flags=re.S).rstrip(".")  # without the id, written raw
+        raise ValueError(
+            f"repo_id {repo_id!r} is not a Hub repository id (`name` or `namespace/name`): {rule}."
+        ) from None
+
+
 def load_saved(model_dir: Path):
     """A saved hf-neutreno model with its image processor and/or tokenizer (None where the folder has none)."""
     config = AutoConfig.from_pretrained(model_dir)
@@ -89,5 +112,8 @@ def load_saved(model_dir: Path):
 def _load_oversmoothing(path: str) -> OversmoothingReport:
     """An `OversmoothingReport` JSON (it has "values") or a plain ``{metric: [value per hidden state]}``."""
     data = json.loads(Path(path).read_text())
-    return OversmoothingReport.from_dict(data) if isinstance(data, Mapping) and "values" in data else (
-        oversmoothing_report(data))
+    return (
+        OversmoothingReport.from_dict(data)
+        if isinstance(data, Mapping) and "values" in data
+        else (oversmoothing_report(data))
+    )

@@ -4,7 +4,6 @@ This file travels with every checkpoint (``trust_remote_code``): it imports only
 huggingface_hub (a dependency of transformers, whose own configs take their validated fields from it too).
 """
 
-
 import copy
 import math
 import os
@@ -162,7 +161,8 @@ def eager_attention_forward(
 # --- Config fields and rules ------------------------------------------------------------------------------------
 # Rules on one field are `@strict` field validators: they run on every assignment, at construction and when a
 # config.json is read, so a bad value is refused where it is written (`config.neutreno_lambda = float("nan")` raises)
-# and a config can never hold one. Rules across fields are the configs' `validate_*` class validators.
+# and no assignment can store one; `validate()`, which every save runs first, runs them again for a value set past them
+# (`object.__setattr__`, an in-place edit). Rules across fields are the configs' `validate_*` class validators.
 
 
 def _field(rule, default):
@@ -245,9 +245,7 @@ def check_layer_indices(name: str, indices: Iterable[int] | None, num_hidden_lay
 
 def check_heads(hidden_size: int, num_attention_heads: int, names=("hidden_size", "num_attention_heads")) -> None:
     if hidden_size % num_attention_heads:
-        raise ValueError(
-            f"`{names[0]}` ({hidden_size}) must be divisible by `{names[1]}` ({num_attention_heads})."
-        )
+        raise ValueError(f"`{names[0]}` ({hidden_size}) must be divisible by `{names[1]}` ({num_attention_heads}).")
 
 
 def built_fields(config, names: Iterable[str]) -> dict[str, Any]:
@@ -304,6 +302,17 @@ class NeuTRENOConfigMixin:
     def validate_architecture(self) -> None:
         super().validate_architecture()
         check_heads(self.hidden_size, self.num_attention_heads)
+
+    def validate_fields(self) -> None:
+        # The field rules run on assignment only; a value set past them (`object.__setattr__`, an in-place edit of a
+        # list) would otherwise pass `validate()` and be saved. Run every field's rules again on what it holds now.
+        for name, rules in type(self).__validators__.items():
+            value = getattr(self, name)
+            for rule in rules:
+                try:
+                    rule(value)
+                except (TypeError, ValueError) as error:
+                    raise ValueError(str(error)) from error
 
     def validate_neutreno_layers(self) -> None:
         check_layer_indices("neutreno_layers", self.neutreno_layers, self.num_hidden_layers)
