@@ -108,7 +108,8 @@ class _NeuTRENOLinear(torch.autograd.Function):
     @staticmethod
     def forward(ctx, attn_output, value_states, first_layer_values, weight, bias, neutreno_lambda):
         device = attn_output.device.type
-        if torch.is_autocast_enabled(device):  # cast once and keep the cast weight, as autocast's own linear does
+        # Under autocast: cast once and keep the cast weight, as autocast's own linear does.
+        if torch.amp.is_autocast_available(device) and torch.is_autocast_enabled(device):
             weight_used = weight.to(torch.get_autocast_dtype(device))
         else:
             weight_used = weight
