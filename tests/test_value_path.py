@@ -8,6 +8,7 @@ import math
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -347,6 +348,7 @@ def test_remove_value_path_restores_class_config_and_parameters(tmp_path):
 def test_nothing_is_registered_until_a_model_is_adapted(tmp_path):
     code = """
 import sys
+import textwrap
 sys.path.insert(0, %r)
 from transformers import AttentionInterface, AttentionMaskInterface
 import hf_neutreno, hf_neutreno.value_path, hf_neutreno.diagnostics.probe
@@ -669,3 +671,86 @@ def test_packages_own_gpt_with_its_term_off_equals_its_built_in_neutreno_and_gen
         cached = adapted.generate(ids, max_new_tokens=5, do_sample=False, use_cache=True)
         uncached = adapted.generate(ids, max_new_tokens=5, do_sample=False, use_cache=False)
     assert torch.equal(cached, uncached)
+
+
+# --- the coefficients' order and range, numbers of any type, shared configs, pickling --------------------------------
+
+
+def test_learnable_coefficients_follow_increasing_layer_order_whatever_order_layers_were_given_in():
+    """`layers=(2, 1)`: entry 0 of `value_path_coefficients` belongs to layer 1. Zeroing it leaves the model adapted
+    in layer 2 alone, which the same method with `layers=[2]` and the fixed coefficient computes."""
+    inputs = tiny_inputs("llama")
+    model = apply_value_path(tiny_model("llama"), "neutreno", 0.3, learnable=True, layers=(2, 1))
+    _sharpen(model)
+    assert model.config.value_path["layers"] == [1, 2]
+    with torch.no_grad():
+        model.value_path_coefficients.copy_(torch.tensor([0.0, 0.3]))
+        only_layer_2 = apply_value_path(tiny_model("llama"), "neutreno", 0.3, layers=[2])
+        _sharpen(only_layer_2)
+        torch.testing.assert_close(model(**inputs).logits, only_layer_2(**inputs).logits, rtol=0, atol=1e-6)
+        plain = tiny_model("llama")
+        _sharpen(plain)
+        assert (model(**inputs).logits - plain(**inputs).logits).abs().max() > 1e-3  # layer 2's term is on
+
+
+@pytest.mark.parametrize("outside, inside", [(3.0, 1.0), (-0.5, 0.0)])
+def test_a_learnable_alpha_moved_outside_zero_one_computes_the_nearest_mix_also_after_saving(outside, inside, tmp_path):
+    inputs = tiny_inputs("llama")
+    base = tiny_model("llama")
+    _sharpen(base)
+    model = apply_value_path(copy.deepcopy(base), "value_residual", learnable=True)
+    reference = apply_value_path(copy.deepcopy(base), "value_residual", inside)
+    with torch.no_grad():
+        model.value_path_coefficients.fill_(outside)
+        expected = reference(**inputs).logits
+        torch.testing.assert_close(model(**inputs).logits, expected, rtol=0, atol=1e-6)
+        model.save_pretrained(tmp_path)
+        loaded = AutoModelForCausalLM.from_pretrained(tmp_path, trust_remote_code=True)
+        torch.testing.assert_close(loaded(**inputs).logits, expected, rtol=0, atol=1e-6)
+
+
+def test_coefficients_and_layers_of_any_numeric_type_are_numbers():
+    import numpy as np
+
+    inputs = tiny_inputs("gpt2")
+    expected = apply_value_path(tiny_model("gpt2"), "neutreno", 0.25, layers=[2])
+    for coefficient, layer in [(np.float32(0.25), np.int64(2)), (torch.tensor(0.25), torch.tensor(2))]:
+        model = apply_value_path(tiny_model("gpt2"), "neutreno", coefficient, layers=[layer])
+        assert model.config.value_path == expected.config.value_path
+        assert json.dumps(model.config.value_path)  # plain Python numbers: the config saves
+    for bad in ("0.25", True, np.bool_(True), torch.tensor([0.1, 0.2])):
+        with pytest.raises(ValueError, match="`coefficient` .* must be a finite number"):
+            apply_value_path(tiny_model("gpt2"), "neutreno", bad)
+    with pytest.raises(ValueError, match="`layers` must list distinct self-attention layers"):
+        apply_value_path(tiny_model("gpt2"), "neutreno", layers=[1.0])
+    del inputs
+
+
+def test_two_models_built_from_one_config_object_are_adapted_independently():
+    config = tiny_model("llama").config
+    first, second = LlamaForCausalLM(config), LlamaForCausalLM(config)
+    apply_value_path(first, "neutreno")
+    assert getattr(second.config, "value_path", None) is None
+    apply_value_path(second, "value_residual")  # was refused: "loaded without trust_remote_code"
+    assert first.config.value_path["method"] == "neutreno" and second.config.value_path["method"] == "value_residual"
+    assert all(m.config is first.config for m in first.modules() if hasattr(m, "config"))
+
+
+def test_a_whole_adapted_model_unpickled_in_a_new_process_runs(tmp_path):
+    model = apply_value_path(tiny_model("llama"), "value_residual", learnable=True)
+    inputs = tiny_inputs("llama")
+    with torch.no_grad():
+        expected = model(**inputs).logits
+    torch.save({"model": model, "inputs": inputs, "expected": expected}, tmp_path / "whole.pt")
+    code = f"""
+        import torch
+        saved = torch.load({str(tmp_path / "whole.pt")!r}, weights_only=False)
+        with torch.no_grad():
+            logits = saved["model"](**saved["inputs"]).logits
+        assert torch.equal(logits, saved["expected"]), (logits - saved["expected"]).abs().max()
+        print("ok")
+    """
+    env = {k: v for k, v in os.environ.items()} | {"OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env,
+                          timeout=300)  # fmt: skip
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]

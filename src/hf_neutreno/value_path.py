@@ -107,7 +107,9 @@ def apply_value_path(
         coefficient: λ for NeuTRENO (default 0.4, a finite number >= 0; 0 computes the unmodified model) or α for
             the value residual (default 0.5, in [0, 1]; 0 computes the unmodified model).
         learnable: one trainable scalar per adapted layer, initialised at `coefficient`, in the parameter
-            ``value_path_coefficients`` (in the order of `layers`).
+            ``value_path_coefficients``, in increasing layer order (``config.value_path["layers"]``, stored sorted):
+            entry i belongs to the i-th smallest adapted layer. A learnable α is used clamped to [0, 1], so that a
+            value moved outside by training or by hand still computes a mix (and the saved model computes the same).
         layers: the self-attention layers (0-based) that get the rule; default every layer after the first. Layer 0
             is where V_0 comes from, so it is never one of them.
 
@@ -139,12 +141,23 @@ def apply_value_path(
     auto_class = _auto_class_of(type(model)) if _is_transformers_class(type(model)) else None
     attention_layers, _ = _check_adaptable(model)  # everything is checked before anything changes
     settings = check_settings(method, coefficient, learnable, layers, len(attention_layers))
+    _own_config(model)
     model.config.value_path = settings
     model.__class__ = value_path_class(type(model), auto_class)
     if _CAN_RECORD_REGISTRY is not None:  # as __init__ would have registered the new class (hidden states, attentions)
         _CAN_RECORD_REGISTRY[model] = model._can_record_outputs
     _adapt(model)
     return model
+
+
+def _own_config(model: PreTrainedModel) -> None:
+    """Give the model a config object of its own before the settings go into it: models built from one config object
+    share it, and the settings of one would otherwise appear on the other (which then refused to be adapted)."""
+    shared = model.config
+    own = copy.deepcopy(shared)
+    for module in model.modules():
+        if getattr(module, "config", None) is shared:
+            module.config = own
 
 
 def remove_value_path(model: PreTrainedModel) -> PreTrainedModel:
@@ -553,11 +566,7 @@ def _begin_forward(model, settings, module, args, kwargs):
         cache = next((arg for arg in args if isinstance(arg, Cache)), None)
     kwargs[CONTEXT_KWARG] = {
         "method": settings["method"],
-        # Learnable: this forward's own copy, one scalar per layer (unbind: one gradient kernel per pass, not per
-        # layer); the backward pass's recompute reads the copy, which an optimizer step does not change.
-        "coefficient": (
-            getattr(model, COEFFICIENTS).clone().unbind() if settings["learnable"] else settings["coefficient"]
-        ),
+        "coefficient": _forward_coefficients(model, settings),
         "layers": {layer: position for position, layer in enumerate(settings["layers"])},
         "past": int(cache.get_seq_length()) if cache is not None else 0,
         "cached": cache is not None,
@@ -566,6 +575,16 @@ def _begin_forward(model, settings, module, args, kwargs):
         "first_values": None,
     }
     return args, kwargs
+
+
+def _forward_coefficients(model, settings):
+    """The coefficient of this forward pass: the fixed one, or the learnable ones as one scalar per layer. They are the
+    forward pass's own copy (the backward pass's recompute reads it; an optimizer step does not change it), unbound
+    (one gradient kernel per pass, not per layer); α clamped to [0, 1], where the mix is defined."""
+    if not settings["learnable"]:
+        return settings["coefficient"]
+    values = getattr(model, COEFFICIENTS)
+    return (values.clamp(0.0, 1.0) if settings["method"] == "value_residual" else values.clone()).unbind()
 
 
 def _recompute_saved(model) -> bool:
