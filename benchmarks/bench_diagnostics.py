@@ -165,13 +165,26 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=None, help="timed passes per mode (default 3; quick: 2)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dtype", choices=DTYPES, default="fp32", help="autocast dtype of every mode (GPU: bf16)")
-    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES),
-                        help="modes to time and measure (default: all); inference, the baseline, is always one")
+    parser.add_argument(
+        "--modes",
+        nargs="+",
+        choices=MODES,
+        default=list(MODES),
+        help="modes to time and measure (default: all); inference, the baseline, is always one",
+    )
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
-    parser.add_argument("--num-hidden-layers", type=int, default=None,
-                        help="depth of the model (default: DeiT-tiny's 12); a smaller one only checks the code")
-    parser.add_argument("--clock", choices=CLOCKS, default="wall",
-                        help="wall time, or the process's CPU time (with --threads 1 on a shared CPU machine)")
+    parser.add_argument(
+        "--num-hidden-layers",
+        type=int,
+        default=None,
+        help="depth of the model (default: DeiT-tiny's 12); a smaller one only checks the code",
+    )
+    parser.add_argument(
+        "--clock",
+        choices=CLOCKS,
+        default="wall",
+        help="wall time, or the process's CPU time (with --threads 1 on a shared CPU machine)",
+    )
     parser.add_argument("--data-dir", type=Path, default=default_data_dir())
     parser.add_argument("--out", "--json", default=None, help="also write the results as JSON here")
     parser.add_argument("--worker", choices=MODES, default=None, help=argparse.SUPPRESS)
@@ -192,14 +205,23 @@ def main() -> None:
     memory = {mode: [peak_memory(args, mode, n) for n in sizes] for mode in args.modes}
 
     rows = [
-        {"mode": mode, "seconds": seconds[mode], "× inference": seconds[mode] / seconds["inference"],
-         f"peak MiB @ {sizes[0]} images": memory[mode][0], f"peak MiB @ {sizes[1]} images": memory[mode][1]}
+        {
+            "mode": mode,
+            "seconds": seconds[mode],
+            "× inference": seconds[mode] / seconds["inference"],
+            f"peak MiB @ {sizes[0]} images": memory[mode][0],
+            f"peak MiB @ {sizes[1]} images": memory[mode][1],
+        }
         for mode in args.modes
     ]
     peak = "CUDA allocated" if args.device.startswith("cuda") else "resident (VmHWM)"
-    meta = machine() | {"dtype": args.dtype, "clock": args.clock, "batch": args.batch_size,
-                        "images": f"{sizes[1]} timed (median of {args.repeats}), {args.image_size} px; peak {peak} of "
-                                  f"a fresh process at {sizes[0]} and {sizes[1]}"}
+    meta = machine() | {
+        "dtype": args.dtype,
+        "clock": args.clock,
+        "batch": args.batch_size,
+        "images": f"{sizes[1]} timed (median of {args.repeats}), {args.image_size} px; peak {peak} of "
+        f"a fresh process at {sizes[0]} and {sizes[1]}",
+    }
     report("measure_oversmoothing vs plain inference, DeiT-tiny (NeuTRENO, λ = 0.6)", rows, meta, args.out)
 
 

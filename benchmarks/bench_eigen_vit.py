@@ -33,8 +33,9 @@ from hf_neutreno import (
 EXPORTED = "EigenViT (ViT⁻) → to_neutreno_vit()"
 
 
-def build_models(preset: str, neutreno_lambda: float, attn: str, device, layers: int | None = None
-                 ) -> dict[str, torch.nn.Module]:
+def build_models(
+    preset: str, neutreno_lambda: float, attn: str, device, layers: int | None = None
+) -> dict[str, torch.nn.Module]:
     shape = dict(EigenViTConfig.presets[preset], num_labels=1000, attn_implementation=attn)
     if layers:
         shape["num_hidden_layers"] = layers

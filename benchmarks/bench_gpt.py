@@ -33,18 +33,27 @@ from hf_neutreno import NeuTRENOGPTConfig, NeuTRENOGPTForCausalLM
 from hf_neutreno.convert import gpt2_to_neutreno
 
 SHAPES = {
-    "paper": dict(n_layer=16, n_embd=128, n_head=8, n_inner=2048, activation_function="relu", n_positions=256,
-                  vocab_size=33279),
-    "gpt2-small": dict(n_layer=12, n_embd=768, n_head=12, n_inner=3072, activation_function="gelu_new",
-                       n_positions=1024, vocab_size=50257),
+    "paper": dict(
+        n_layer=16, n_embd=128, n_head=8, n_inner=2048, activation_function="relu", n_positions=256, vocab_size=33279
+    ),
+    "gpt2-small": dict(
+        n_layer=12,
+        n_embd=768,
+        n_head=12,
+        n_inner=3072,
+        activation_function="gelu_new",
+        n_positions=1024,
+        vocab_size=50257,
+    ),
 }
 WT103_VOCAB = 267735
 NATIVE, NEUTRENO = "native", "neutreno"
 LABELS = {NATIVE: "native", NEUTRENO: "NeuTRENO"}
 
 
-def build_pair(shape: str, neutreno_lambda: float, attn: str, device, context: int, layers: int | None = None
-               ) -> dict[str, torch.nn.Module]:
+def build_pair(
+    shape: str, neutreno_lambda: float, attn: str, device, context: int, layers: int | None = None
+) -> dict[str, torch.nn.Module]:
     torch.manual_seed(0)
     dims = dict(SHAPES["paper" if shape == "as-trained" else shape])
     if layers:
@@ -56,8 +65,15 @@ def build_pair(shape: str, neutreno_lambda: float, attn: str, device, context: i
     native = GPT2LMHeadModel._from_config(config, attn_implementation=attn)
     if shape == "as-trained":
         preset = NeuTRENOGPTConfig.from_preset(
-            "wikitext103-small", embedding_dropout=0.0, hidden_dropout=0.0, activation_dropout=0.0, output_dropout=0.0,
-            neutreno_lambda=neutreno_lambda, bos_token_id=0, eos_token_id=0, num_hidden_layers=dims["n_layer"],
+            "wikitext103-small",
+            embedding_dropout=0.0,
+            hidden_dropout=0.0,
+            activation_dropout=0.0,
+            output_dropout=0.0,
+            neutreno_lambda=neutreno_lambda,
+            bos_token_id=0,
+            eos_token_id=0,
+            num_hidden_layers=dims["n_layer"],
         )
         neutreno = NeuTRENOGPTForCausalLM._from_config(preset, attn_implementation=attn)
     else:
@@ -81,8 +97,14 @@ def make_train_step(model, ids: torch.Tensor, device, dtype):
 
 def make_generate(model, prompt: torch.Tensor, new_tokens: int, device, dtype):
     model.eval()
-    kwargs = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, use_cache=True,
-                  pad_token_id=0, eos_token_id=None)
+    kwargs = dict(
+        max_new_tokens=new_tokens,
+        min_new_tokens=new_tokens,
+        do_sample=False,
+        use_cache=True,
+        pad_token_id=0,
+        eos_token_id=None,
+    )
 
     def generate():
         with torch.no_grad(), autocast(device, dtype):
@@ -111,8 +133,9 @@ def lambda_zero_logit_diff(models, device) -> float:
 def training_row(models, batch: int, context: int, device, dtype, args) -> dict:
     ids = zipf_ids(models[NATIVE].config.vocab_size, (batch, context), device)
     steps = {name: make_train_step(model, ids, device, dtype) for name, model in models.items()}
-    row = side_by_side(steps, models, LABELS, batch * context, "train tok/s", device, args,
-                       ratio="train throughput ratio")
+    row = side_by_side(
+        steps, models, LABELS, batch * context, "train tok/s", device, args, ratio="train throughput ratio"
+    )
     for _, optimizer in steps.values():
         optimizer.state.clear()  # the next row builds its own
     return row
@@ -121,10 +144,20 @@ def training_row(models, batch: int, context: int, device, dtype, args) -> dict:
 def generation_row(models, device, dtype, args) -> dict:
     vocab = models[NATIVE].config.vocab_size
     prompt = torch.randint(1, vocab, (args.gen_batch_size, args.prompt_len), device=device)
-    steps = {name: (make_generate(model, prompt, args.new_tokens, device, dtype), None)
-             for name, model in models.items()}
-    return side_by_side(steps, None, LABELS, args.gen_batch_size * args.new_tokens, "generate tok/s", device, args,
-                        ratio="generate throughput ratio", warmup=1)
+    steps = {
+        name: (make_generate(model, prompt, args.new_tokens, device, dtype), None) for name, model in models.items()
+    }
+    return side_by_side(
+        steps,
+        None,
+        LABELS,
+        args.gen_batch_size * args.new_tokens,
+        "generate tok/s",
+        device,
+        args,
+        ratio="generate throughput ratio",
+        warmup=1,
+    )
 
 
 def main() -> None:
@@ -134,8 +167,13 @@ def main() -> None:
     parser.add_argument("--as-trained", action="store_true", help="add the paper's preset with its adaptive softmax")
     parser.add_argument("--neutreno-lambda", type=float, default=0.4)
     parser.add_argument("--context", type=int, default=256, help="training context of the shape rows")
-    parser.add_argument("--scaling-contexts", type=int, nargs="*", default=[256, 512, 1024, 2048],
-                        help="contexts of the scaling rows (paper shape; none: skip them)")
+    parser.add_argument(
+        "--scaling-contexts",
+        type=int,
+        nargs="*",
+        default=[256, 512, 1024, 2048],
+        help="contexts of the scaling rows (paper shape; none: skip them)",
+    )
     parser.add_argument("--gen-batch-size", type=int, default=4)
     parser.add_argument("--prompt-len", type=int, default=32)
     parser.add_argument("--new-tokens", type=int, default=128)
@@ -149,8 +187,12 @@ def main() -> None:
     rows = []
     for shape in args.shapes + (["as-trained"] if args.as_trained else []):
         models = build_pair(shape, args.neutreno_lambda, args.attn, device, args.context, args.num_hidden_layers)
-        row = {"shape": shape, "context": args.context, "batch": batch,
-               "λ=0 max |Δlogit|": lambda_zero_logit_diff(models, device)}
+        row = {
+            "shape": shape,
+            "context": args.context,
+            "batch": batch,
+            "λ=0 max |Δlogit|": lambda_zero_logit_diff(models, device),
+        }
         row |= training_row(models, batch, args.context, device, dtype, args)
         row |= generation_row(models, device, dtype, args)
         rows.append(row)
@@ -159,18 +201,23 @@ def main() -> None:
     scaling = []
     if args.scaling_contexts:
         tokens_per_step = max(batch * min(args.scaling_contexts), max(args.scaling_contexts))
-        models = build_pair("paper", args.neutreno_lambda, args.attn, device, max(args.scaling_contexts),
-                            args.num_hidden_layers)
+        models = build_pair(
+            "paper", args.neutreno_lambda, args.attn, device, max(args.scaling_contexts), args.num_hidden_layers
+        )
         for context in args.scaling_contexts:
             scale_batch = max(1, tokens_per_step // context)
-            scaling.append({"shape": "paper", "context": context, "batch": scale_batch}
-                           | training_row(models, scale_batch, context, device, dtype, args))
+            scaling.append(
+                {"shape": "paper", "context": context, "batch": scale_batch}
+                | training_row(models, scale_batch, context, device, dtype, args)
+            )
         del models
 
-    meta = machine(args) | {"λ": args.neutreno_lambda, "rounds": args.rounds,
-                            "generate": f"{args.gen_batch_size} × ({args.prompt_len} prompt + {args.new_tokens} new)"}
-    report(f"NeuTRENO GPT (λ = {args.neutreno_lambda}) vs native GPT-2 of the same dimensions", rows, meta,
-           args.out)
+    meta = machine(args) | {
+        "λ": args.neutreno_lambda,
+        "rounds": args.rounds,
+        "generate": f"{args.gen_batch_size} × ({args.prompt_len} prompt + {args.new_tokens} new)",
+    }
+    report(f"NeuTRENO GPT (λ = {args.neutreno_lambda}) vs native GPT-2 of the same dimensions", rows, meta, args.out)
     if scaling:
         scaling_out = None if not args.out else str(Path(args.out).with_name(Path(args.out).stem + "_scaling.json"))
         report("Context scaling, paper shape, same tokens per step", scaling, meta, scaling_out)

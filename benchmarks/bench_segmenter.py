@@ -24,14 +24,19 @@ from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForSemanticSegmentation
 LAMBDAS = {"plain": 0.0, "neutreno": 0.6}
 
 
-def build(name: str, image_size: int, attn: str, device: torch.device, layers: int | None = None
-          ) -> NeuTRENOViTForSemanticSegmentation:
+def build(
+    name: str, image_size: int, attn: str, device: torch.device, layers: int | None = None
+) -> NeuTRENOViTForSemanticSegmentation:
     torch.manual_seed(0)  # the same initial weights for both (λ has no parameters)
     lam = LAMBDAS[name]
     depth = {"num_hidden_layers": layers} if layers else {}
     config = NeuTRENOViTConfig.from_preset(
-        "segmenter-deit-tiny", image_size=image_size, neutreno_lambda=lam, decoder_neutreno_lambda=lam,
-        attn_implementation=attn, **depth,
+        "segmenter-deit-tiny",
+        image_size=image_size,
+        neutreno_lambda=lam,
+        decoder_neutreno_lambda=lam,
+        attn_implementation=attn,
+        **depth,
     )
     return NeuTRENOViTForSemanticSegmentation(config).to(device).train()
 
@@ -57,8 +62,10 @@ def main() -> None:
 
     models = {name: build(name, image_size, args.attn, device, args.num_hidden_layers) for name in LAMBDAS}
     steps = {name: make_step(model, batch, image_size, device, dtype) for name, model in models.items()}
-    rows = [{"image_size": image_size, "mode": "train"}
-            | side_by_side(steps, models, {"plain": "λ=0", "neutreno": "NeuTRENO"}, batch, "img/s", device, args)]
+    rows = [
+        {"image_size": image_size, "mode": "train"}
+        | side_by_side(steps, models, {"plain": "λ=0", "neutreno": "NeuTRENO"}, batch, "img/s", device, args)
+    ]
     meta = machine(args) | {"batch": batch, "rounds": args.rounds}
     report("NeuTRENO Segmenter (λ = 0.6, encoder and decoder) vs the λ = 0 Segmenter", rows, meta, args.out)
 

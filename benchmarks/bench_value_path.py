@@ -47,11 +47,25 @@ def build(shape: str, args, device: torch.device) -> torch.nn.Module:
     torch.manual_seed(0)  # the same weights for every variant of a shape
     depth = args.num_hidden_layers or 12
     if shape == "gpt2-small":
-        config = GPT2Config(vocab_size=args.vocab_size, n_embd=768, n_layer=depth, n_head=12, n_positions=1024,
-                            attn_implementation=args.attn)
+        config = GPT2Config(
+            vocab_size=args.vocab_size,
+            n_embd=768,
+            n_layer=depth,
+            n_head=12,
+            n_positions=1024,
+            attn_implementation=args.attn,
+        )
         return GPT2LMHeadModel(config).to(device)
-    config = ViTConfig(hidden_size=192, num_hidden_layers=depth, num_attention_heads=3, intermediate_size=768,
-                       image_size=args.image_size, patch_size=16, num_labels=1000, attn_implementation=args.attn)
+    config = ViTConfig(
+        hidden_size=192,
+        num_hidden_layers=depth,
+        num_attention_heads=3,
+        intermediate_size=768,
+        image_size=args.image_size,
+        patch_size=16,
+        num_labels=1000,
+        attn_implementation=args.attn,
+    )
     return ViTForImageClassification(config).to(device)
 
 
@@ -106,8 +120,12 @@ def main() -> None:
     device, dtype = setup(args)
     args.rounds = args.rounds or (5 if args.quick else 11)
     rows = [row for shape in args.shapes for row in measure(shape, args, device, dtype)]
-    meta = machine(args) | {"rounds": args.rounds, "context": args.context, "vocab_size": args.vocab_size,
-                            "image_size": args.image_size}
+    meta = machine(args) | {
+        "rounds": args.rounds,
+        "context": args.context,
+        "vocab_size": args.vocab_size,
+        "image_size": args.image_size,
+    }
     report("Value paths (apply_value_path) vs the unmodified model", rows, meta, args.out)
 
 

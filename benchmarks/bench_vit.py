@@ -71,12 +71,13 @@ def main() -> None:
 
     rows = []
     for image_size in args.image_sizes:
-        models = {name: build(name, image_size, args.attn, device, args.num_hidden_layers)
-                  for name in LABELS}
+        models = {name: build(name, image_size, args.attn, device, args.num_hidden_layers) for name in LABELS}
         for mode in ("train", "infer"):
             steps = {name: make_step(m, batch, image_size, mode, device, dtype) for name, m in models.items()}
-            rows.append({"image_size": image_size, "mode": mode}
-                        | side_by_side(steps, models, LABELS, batch, "img/s", device, args))
+            rows.append(
+                {"image_size": image_size, "mode": mode}
+                | side_by_side(steps, models, LABELS, batch, "img/s", device, args)
+            )
     meta = machine(args) | {"batch": batch, "rounds": args.rounds}
     report("NeuTRENO DeiT-tiny (λ = 0.6) vs native ViT of the same shape", rows, meta, args.out)
 

@@ -32,12 +32,20 @@ def add_common_arguments(parser, batch_size: int | None = None) -> None:
     parser.add_argument("--batch-size", type=int, default=batch_size)
     parser.add_argument("--rounds", type=int, default=None, help="timed rounds (interleaved); the median is reported")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
-    parser.add_argument("--clock", choices=CLOCKS, default="wall",
-                        help="wall time, or the process's CPU time (with --threads 1 on a shared CPU machine)")
+    parser.add_argument(
+        "--clock",
+        choices=CLOCKS,
+        default="wall",
+        help="wall time, or the process's CPU time (with --threads 1 on a shared CPU machine)",
+    )
     parser.add_argument("--quick", action="store_true", help="CPU-sized run: small batches, few rounds")
-    parser.add_argument("--num-hidden-layers", type=int, default=None,
-                        help="depth of every model (default: the shape's); a smaller one only checks the code, as "
-                        "run_all.py --budget gpu --smoke does")
+    parser.add_argument(
+        "--num-hidden-layers",
+        type=int,
+        default=None,
+        help="depth of every model (default: the shape's); a smaller one only checks the code, as "
+        "run_all.py --budget gpu --smoke does",
+    )
     parser.add_argument("--out", default=None, help="also write the results as JSON here")
 
 
@@ -140,8 +148,9 @@ def peak_bytes(fn: Callable[[], None], device: torch.device) -> int:
     return max(totals) - totals[0]
 
 
-def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, inputs: dict, device: torch.device,
-               dtype: torch.dtype) -> Callable[[], None]:
+def train_step(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, inputs: dict, device: torch.device, dtype: torch.dtype
+) -> Callable[[], None]:
     """A closure running one training step on fixed inputs: forward (under autocast), backward, optimizer step."""
     model.train()
 

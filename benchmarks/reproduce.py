@@ -100,8 +100,10 @@ ADAPTATION_EPOCHS = 1 / 3  # of the training epochs, as the paper's NeuTRENO ada
 # α = 1/2, its learnable mix per layer (modded-nanogpt's form, from 1/2), and NeuTRENO with a learnable λ per layer
 # (from the official λ of each task), against the first run's ViT and softmax LM of the same seeds.
 VALUE_PATH_METHODS = ("value-residual", "value-residual-learnable", "neutreno-learnable")
-VALUE_PATH_COEFFICIENTS = {"cifar": {"value_residual": 0.5, "neutreno": VIT_LAMBDA},
-                           "lm": {"value_residual": 0.5, "neutreno": LM_LAMBDAS["neutreno"]}}
+VALUE_PATH_COEFFICIENTS = {
+    "cifar": {"value_residual": 0.5, "neutreno": VIT_LAMBDA},
+    "lm": {"value_residual": 0.5, "neutreno": LM_LAMBDAS["neutreno"]},
+}
 # Segmenter from trained encoders (NeuTRENO Table 2's protocol at this scale): the kept CIFAR-10 ViT and NeuTRENO ViT
 # of each seed (32-pixel patch-4 position grid resampled to fashion-scenes' 64 pixels) with a new 2-block mask
 # transformer, fine-tuned on fashion-scenes (λ 0.6 in encoder and decoder for NeuTRENO, as the paper), against the
@@ -165,18 +167,44 @@ PLAN_FIELDS = ("seeds", "main_claim_seeds")
 BUDGETS = {
     # Every experiment and table at a toy budget, with the real shapes: a smoke run, its numbers mean nothing.
     "quick": Budget(
-        seeds=[0, 1, 2], train_samples=64, epochs=1, batch_size=32, test_samples=100, corruption_samples=16,
-        oversmoothing_samples=32, spectral_samples=8, lm_steps=2, lm_batch_size=2, lm_learning_rate=2.5e-4,
-        lm_warmup_steps=1, sliding_tokens=270, block_tokens=1024, lm_eval_steps=1, lm_curve_tokens=512,
-        segment_steps=2, segment_batch_size=4, segment_eval_samples=8,
+        seeds=[0, 1, 2],
+        train_samples=64,
+        epochs=1,
+        batch_size=32,
+        test_samples=100,
+        corruption_samples=16,
+        oversmoothing_samples=32,
+        spectral_samples=8,
+        lm_steps=2,
+        lm_batch_size=2,
+        lm_learning_rate=2.5e-4,
+        lm_warmup_steps=1,
+        sliding_tokens=270,
+        block_tokens=1024,
+        lm_eval_steps=1,
+        lm_curve_tokens=512,
+        segment_steps=2,
+        segment_batch_size=4,
+        segment_eval_samples=8,
     ),
     # The run docs/results.md reports: about 2 hours on 2 shared CPU cores with --workers 2. The paper's LM learning
     # rate 2.5e-4 barely leaves the initial loss in 64 steps; 1e-3 was chosen by a 40-step pilot of the softmax
     # baseline alone over {2.5e-4, 1e-3, 3e-3} (validation block perplexity 5687, 1465, 1212; 3e-3 had stalled).
     "cpu": Budget(
-        seeds=[0, 1, 2], train_samples=1500, epochs=3, batch_size=32, test_samples=1000, corruption_samples=128,
-        oversmoothing_samples=500, spectral_samples=32, lm_steps=64, lm_batch_size=8, lm_learning_rate=1e-3,
-        lm_warmup_steps=6, sliding_tokens=512, block_tokens=16384,
+        seeds=[0, 1, 2],
+        train_samples=1500,
+        epochs=3,
+        batch_size=32,
+        test_samples=1000,
+        corruption_samples=128,
+        oversmoothing_samples=500,
+        spectral_samples=32,
+        lm_steps=64,
+        lm_batch_size=8,
+        lm_learning_rate=1e-3,
+        lm_warmup_steps=6,
+        sliding_tokens=512,
+        block_tokens=16384,
     ),
     # The papers' scale: the poster's CIFAR recipe (run_eigen_vit.py's defaults: 100 epochs, batch 128, all data) and
     # the paper's LM schedule (batch 96, lr 2.5e-4, 2000 warm-up steps) for as many epochs as its 500k steps make of
@@ -192,16 +220,43 @@ BUDGETS = {
     #   after 250 steps at batch 4), pre-LN reached 794 / 534 after 100 / 200 steps. Two epochs (1,020 steps of
     #   16 × 256 tokens), lr 1e-3, 50 warm-up steps, cosine to 0.
     "cpu-long": Budget(
-        seeds=[0, 1, 2], main_claim_seeds=[0, 1, 2, 3, 4], train_samples=None, epochs=10, batch_size=128,
-        test_samples=None, corruption_samples=10000, oversmoothing_samples=1000, spectral_samples=32,
-        lm_steps=1020, lm_batch_size=16, lm_learning_rate=1e-3, lm_warmup_steps=50, sliding_tokens=2048,
-        block_tokens=None, vit_hidden_size=64, vit_heads=4, lm_intermediate_size=512, lm_norm_position="pre",
-        lm_eval_steps=100, lm_curve_tokens=32768,
+        seeds=[0, 1, 2],
+        main_claim_seeds=[0, 1, 2, 3, 4],
+        train_samples=None,
+        epochs=10,
+        batch_size=128,
+        test_samples=None,
+        corruption_samples=10000,
+        oversmoothing_samples=1000,
+        spectral_samples=32,
+        lm_steps=1020,
+        lm_batch_size=16,
+        lm_learning_rate=1e-3,
+        lm_warmup_steps=50,
+        sliding_tokens=2048,
+        block_tokens=None,
+        vit_hidden_size=64,
+        vit_heads=4,
+        lm_intermediate_size=512,
+        lm_norm_position="pre",
+        lm_eval_steps=100,
+        lm_curve_tokens=32768,
     ),
     "full": Budget(
-        seeds=[0, 1, 2], train_samples=None, epochs=100, batch_size=128, test_samples=None, corruption_samples=10000,
-        oversmoothing_samples=1000, spectral_samples=32, lm_steps=10000, lm_batch_size=96, lm_learning_rate=2.5e-4,
-        lm_warmup_steps=2000, sliding_tokens=None, block_tokens=None,
+        seeds=[0, 1, 2],
+        train_samples=None,
+        epochs=100,
+        batch_size=128,
+        test_samples=None,
+        corruption_samples=10000,
+        oversmoothing_samples=1000,
+        spectral_samples=32,
+        lm_steps=10000,
+        lm_batch_size=96,
+        lm_learning_rate=2.5e-4,
+        lm_warmup_steps=2000,
+        sliding_tokens=None,
+        block_tokens=None,
     ),
     # The GPU tier (`benchmarks/run_all.py --budget gpu`, about 40 minutes of one H100 with the benchmarks; the estimate
     # is in docs/benchmarks.md). Not run yet: the one GPU lent so far, for 15 minutes, ran the speed benchmarks and
@@ -214,10 +269,26 @@ BUDGETS = {
     # without a new best, and the best epoch's weights evaluated (on the whole validation and test splits).
     # Corruptions on the first 2,000 test images: corrupting is CPU work, 400,000 images per model at 10,000.
     "gpu": Budget(
-        seeds=[0, 1, 2], train_samples=None, epochs=25, batch_size=128, test_samples=None, corruption_samples=2000,
-        oversmoothing_samples=1000, spectral_samples=32, lm_steps=3400, lm_batch_size=96, lm_learning_rate=1e-3,
-        lm_warmup_steps=170, sliding_tokens=None, block_tokens=None, lm_norm_position="pre", lm_eval_steps=85,
-        lm_patience=5, bf16=True, attn_implementation="sdpa", dataloader_workers=3,
+        seeds=[0, 1, 2],
+        train_samples=None,
+        epochs=25,
+        batch_size=128,
+        test_samples=None,
+        corruption_samples=2000,
+        oversmoothing_samples=1000,
+        spectral_samples=32,
+        lm_steps=3400,
+        lm_batch_size=96,
+        lm_learning_rate=1e-3,
+        lm_warmup_steps=170,
+        sliding_tokens=None,
+        block_tokens=None,
+        lm_norm_position="pre",
+        lm_eval_steps=85,
+        lm_patience=5,
+        bf16=True,
+        attn_implementation="sdpa",
+        dataloader_workers=3,
     ),
 }
 
@@ -227,28 +298,52 @@ def _optional_int(text: str) -> int | None:
 
 
 def parse_args(argv=None) -> tuple[argparse.Namespace, Budget]:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--budget", choices=sorted(BUDGETS), default="full")
     p.add_argument("--quick", action="store_const", const="quick", dest="budget", help="Same as --budget quick.")
-    p.add_argument("--experiments", nargs="+", choices=("cifar", "lm", *ROUND2_EXPERIMENTS), default=["cifar", "lm"],
-                   help="cifar and lm: the first run (the default); round 2: lambda (λ on a validation split), "
-                   "adaptation (NeuTRENO adaptation of trained ViTs), kernel (linear attention), value-path (the "
-                   "value residual and the learnable mixes), segmentation (Segmenter from the trained ViTs).")
-    p.add_argument("--data", default=os.environ.get("HF_NEUTRENO_DATA"), metavar="DIR",
-                   help="A local copy of the datasets (DIR/cifar10, DIR/wikitext-2-v1, Parquet as on the Hub); "
-                   "default: uoft-cs/cifar10 and Salesforce/wikitext from the Hub.")
+    p.add_argument(
+        "--experiments",
+        nargs="+",
+        choices=("cifar", "lm", *ROUND2_EXPERIMENTS),
+        default=["cifar", "lm"],
+        help="cifar and lm: the first run (the default); round 2: lambda (λ on a validation split), "
+        "adaptation (NeuTRENO adaptation of trained ViTs), kernel (linear attention), value-path (the "
+        "value residual and the learnable mixes), segmentation (Segmenter from the trained ViTs).",
+    )
+    p.add_argument(
+        "--data",
+        default=os.environ.get("HF_NEUTRENO_DATA"),
+        metavar="DIR",
+        help="A local copy of the datasets (DIR/cifar10, DIR/wikitext-2-v1, Parquet as on the Hub); "
+        "default: uoft-cs/cifar10 and Salesforce/wikitext from the Hub.",
+    )
     p.add_argument("--out", default=None, help="Results folder (default: runs/reproduce-<budget>).")
     p.add_argument("--docs", default=None, help="Also write the rendered markdown here (e.g. docs/results.md).")
     p.add_argument("--workers", type=int, default=1, help="Units trained in parallel processes.")
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch threads per worker (default: 1 with several workers, else torch's choice).")
-    p.add_argument("--bf16", action="store_const", const=True, default=None,
-                   help="bf16 autocast in training (GPU; the gpu budget's default).")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads per worker (default: 1 with several workers, else torch's choice).",
+    )
+    p.add_argument(
+        "--bf16",
+        action="store_const",
+        const=True,
+        default=None,
+        help="bf16 autocast in training (GPU; the gpu budget's default).",
+    )
     p.add_argument("--render", action="store_true", help="Only re-render the markdown from the JSON in --out.")
-    p.add_argument("--only", nargs="+", metavar="PATTERN", default=None,
-                   help="Run only the planned units whose names match one of these shell patterns (e.g. "
-                   "'valuepath-lm-*'): a share of the plan on another machine. The page still counts every unit.")
+    p.add_argument(
+        "--only",
+        nargs="+",
+        metavar="PATTERN",
+        default=None,
+        help="Run only the planned units whose names match one of these shell patterns (e.g. "
+        "'valuepath-lm-*'): a share of the plan on another machine. The page still counts every unit.",
+    )
     for field in dataclasses.fields(Budget):
         if field.name == "bf16":  # the switch above
             continue
@@ -257,8 +352,9 @@ def parse_args(argv=None) -> tuple[argparse.Namespace, Budget]:
             kind = dict(type=float) if "float" in str(field.type) else dict(type=_optional_int)
         if "str" in str(field.type):
             kind = dict(type=str)
-        p.add_argument(f"--{field.name.replace('_', '-')}", dest=field.name, default=None, **kind,
-                       help=argparse.SUPPRESS)
+        p.add_argument(
+            f"--{field.name.replace('_', '-')}", dest=field.name, default=None, **kind, help=argparse.SUPPRESS
+        )
     args = p.parse_args(argv)
     overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(Budget) if getattr(args, f.name) is not None}
     budget = dataclasses.replace(BUDGETS[args.budget], **overrides)
@@ -281,6 +377,7 @@ def plan(budget: Budget, experiments: list[str], out: Path | None = None) -> lis
     sweep on the validation split, the trained ViTs that adaptation starts from and the adaptation itself, the
     validated λ on all seeds (once the sweep has chosen one other than 0.6), kernel attention, and the trained
     NeuTRENO ViTs that Segmenter starts from. A run stopped early has then answered the most questions it could."""
+
     def cifar(variants, fraction, seeds):
         return [dict(kind="cifar", variant=v, fraction=fraction, seed=s) for s in seeds for v in variants]
 
@@ -307,8 +404,12 @@ def plan(budget: Budget, experiments: list[str], out: Path | None = None) -> lis
     if "kernel" in experiments:
         units += [dict(kind="kernel", variant=v, seed=s) for s in budget.seeds for v in KERNEL_VARIANTS]
     if "value-path" in experiments:  # the fixed value residual first, NeuTRENO's learnable λ last
-        units += [dict(kind="valuepath", task=task, variant=method, seed=s) for method in VALUE_PATH_METHODS
-                  for task in ("cifar", "lm") for s in budget.seeds]
+        units += [
+            dict(kind="valuepath", task=task, variant=method, seed=s)
+            for method in VALUE_PATH_METHODS
+            for task in ("cifar", "lm")
+            for s in budget.seeds
+        ]
     if "adaptation" in experiments or "segmentation" in experiments:  # Segmenter's NeuTRENO encoders
         units += [dict(kind="parent", variant="neutreno", seed=s) for s in budget.seeds]
     if "segmentation" in experiments:
@@ -366,8 +467,14 @@ def run_unit(unit: dict, budget: Budget, out: Path, data: str | None = None) -> 
     result = _run(unit, budget, out, str(work_dir), data)
     shutil.rmtree(work_dir, ignore_errors=True)
     seconds = time.perf_counter() - start + result.pop("seconds_before_resume", 0.0)
-    result.update(unit=unit, budget=dataclasses.asdict(budget), seconds=seconds,
-                  load_average=[load, os.getloadavg()[0]], threads=torch.get_num_threads(), device=device_name())
+    result.update(
+        unit=unit,
+        budget=dataclasses.asdict(budget),
+        seconds=seconds,
+        load_average=[load, os.getloadavg()[0]],
+        threads=torch.get_num_threads(),
+        device=device_name(),
+    )
     path = out / "units" / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.with_suffix(".tmp").write_text(json.dumps(result, indent=1))
@@ -399,8 +506,7 @@ def _run(unit: dict, budget: Budget, out: Path, work_dir: str, data: str | None)
     if kind == "kernel":
         return run_cifar(unit["variant"], 1.0, **common, kernel="linear", robustness=False)
     if kind == "parent":
-        return run_cifar(unit["variant"], 1.0, **common, robustness=False,
-                         keep=parent_dir(out, unit["variant"], seed))
+        return run_cifar(unit["variant"], 1.0, **common, robustness=False, keep=parent_dir(out, unit["variant"], seed))
     if kind == "adapt":
         parent = parent_dir(out, "vit", seed)
         if not (parent / "model.safetensors").is_file():
@@ -408,8 +514,15 @@ def _run(unit: dict, budget: Budget, out: Path, work_dir: str, data: str | None)
         lam = validated_lambda(out)
         if lam is None:
             raise FileNotFoundError(f"{unit_name(unit)} uses the λ the sweep chooses; the sweep has not finished.")
-        return run_cifar(unit["variant"], 1.0, **common, neutreno_lambda=lam, robustness=False, start_from=parent,
-                         epochs=budget.epochs * ADAPTATION_EPOCHS)
+        return run_cifar(
+            unit["variant"],
+            1.0,
+            **common,
+            neutreno_lambda=lam,
+            robustness=False,
+            start_from=parent,
+            epochs=budget.epochs * ADAPTATION_EPOCHS,
+        )
     if kind == "segpilot":
         return run_segment("vit", seed, budget, out, work_dir, data, SEGMENT_RECIPES[unit["recipe"]], pilot=True)
     if kind == "segment":
@@ -417,7 +530,8 @@ def _run(unit: dict, budget: Budget, out: Path, work_dir: str, data: str | None)
         if recipe is None:
             raise FileNotFoundError(f"{unit_name(unit)} uses the optimiser the pilot chooses; it has not finished.")
         return run_segment(unit["variant"], seed, budget, out, work_dir, data, SEGMENT_RECIPES[recipe]) | {
-            "recipe": recipe}
+            "recipe": recipe
+        }
     if kind == "valuepath":
         value_path = value_path_arguments(unit["task"], unit["variant"])
         if unit["task"] == "lm":
@@ -495,8 +609,14 @@ def budget_vit_shape(budget: Budget) -> dict:
     return shape
 
 
-def build_vit(variant: str, seed: int, labels: list[str], budget: Budget, neutreno_lambda: float = VIT_LAMBDA,
-              kernel: str | None = None):
+def build_vit(
+    variant: str,
+    seed: int,
+    labels: list[str],
+    budget: Budget,
+    neutreno_lambda: float = VIT_LAMBDA,
+    kernel: str | None = None,
+):
     """The variant's model, in the poster's ViT-Ti shape with the budget's overrides. Every variant starts from the
     seed's ViT initialisation wherever a parameter has the same name and shape (all of NeuTRENO's; all but the
     eigen-parameterised value/output maps of ViT⁻ and ViT⁺)."""
@@ -566,8 +686,14 @@ class EpochAccuracy(CurvePoints):
         self.pixel_values, self.labels = pixel_values, labels
 
     def on_epoch_end(self, args, state, control, model=None, **kwargs):
-        self.add(state, {"epoch": round(state.epoch, 4), "step": state.global_step,
-                         "accuracy": accuracy(model, self.pixel_values, self.labels)})
+        self.add(
+            state,
+            {
+                "epoch": round(state.epoch, 4),
+                "step": state.global_step,
+                "accuracy": accuracy(model, self.pixel_values, self.labels),
+            },
+        )
         model.train()
 
 
@@ -588,10 +714,23 @@ def analyse(model, pixel_values: torch.Tensor, budget: Budget) -> dict:
     return {"oversmoothing": smoothing.to_dict(), "spectral": spectral.to_dict()["overall"]}
 
 
-def run_cifar(variant: str, fraction: float, seed: int, budget: Budget, work_dir: str, data: str | None = None, *,
-              neutreno_lambda: float = VIT_LAMBDA, kernel: str | None = None, validation: bool = False,
-              start_from: Path | None = None, epochs: float | None = None, keep: Path | None = None,
-              robustness: bool = True, value_path: dict | None = None) -> dict:
+def run_cifar(
+    variant: str,
+    fraction: float,
+    seed: int,
+    budget: Budget,
+    work_dir: str,
+    data: str | None = None,
+    *,
+    neutreno_lambda: float = VIT_LAMBDA,
+    kernel: str | None = None,
+    validation: bool = False,
+    start_from: Path | None = None,
+    epochs: float | None = None,
+    keep: Path | None = None,
+    robustness: bool = True,
+    value_path: dict | None = None,
+) -> dict:
     """One ViT of `variant` trained with the poster's CIFAR recipe and scored on the test images. Round 2's options:
     `validation` trains on the training images less the held-out split and scores on that split (the test images
     are not touched); `kernel` sets the attention kernel; `start_from` loads a trained model's weights (every one)
@@ -620,11 +759,24 @@ def run_cifar(variant: str, fraction: float, seed: int, budget: Budget, work_dir
     if value_path is not None:
         apply_value_path(model, **value_path)
     config = model.config
-    result = {"train_images": len(train), "parameters": model.num_parameters(),
-              "scored_on": "validation" if validation else "test", "neutreno_lambda": config.neutreno_lambda,
-              "attention_kernel": config.attention_kernel,
-              "shape": {k: getattr(config, k) for k in ("hidden_size", "num_hidden_layers", "num_attention_heads",
-                                                          "intermediate_size", "image_size", "patch_size")}}
+    result = {
+        "train_images": len(train),
+        "parameters": model.num_parameters(),
+        "scored_on": "validation" if validation else "test",
+        "neutreno_lambda": config.neutreno_lambda,
+        "attention_kernel": config.attention_kernel,
+        "shape": {
+            k: getattr(config, k)
+            for k in (
+                "hidden_size",
+                "num_hidden_layers",
+                "num_attention_heads",
+                "intermediate_size",
+                "image_size",
+                "patch_size",
+            )
+        },
+    }
     if start_from is not None:
         result["start_from"] = Path(start_from).name
     if fraction == 1.0 and not validation:
@@ -632,21 +784,36 @@ def run_cifar(variant: str, fraction: float, seed: int, budget: Budget, work_dir
 
     # The poster's CIFAR recipe (AdamW lr 1e-3, wd 0.05, 5 % warm-up then cosine, label smoothing 0.1, drop path 0.1,
     # random crop + flip); only epochs and batch size from the budget.
-    recipe = {**recipes.POSTER_CIFAR_TRAINING, "num_train_epochs": budget.epochs if epochs is None else epochs,
-              "per_device_train_batch_size": budget.batch_size}
+    recipe = {
+        **recipes.POSTER_CIFAR_TRAINING,
+        "num_train_epochs": budget.epochs if epochs is None else epochs,
+        "per_device_train_batch_size": budget.batch_size,
+    }
     args = TrainingArguments(
-        output_dir=work_dir, **recipe, seed=seed, **precision(budget), save_strategy="epoch", save_total_limit=1,
-        logging_strategy="epoch", report_to=[], remove_unused_columns=False, disable_tqdm=True,
+        output_dir=work_dir,
+        **recipe,
+        seed=seed,
+        **precision(budget),
+        save_strategy="epoch",
+        save_total_limit=1,
+        logging_strategy="epoch",
+        report_to=[],
+        remove_unused_columns=False,
+        disable_tqdm=True,
         dataloader_num_workers=budget.dataloader_workers,
     )
     transform = image_transform(processor(), "img", "label", augment=True, crop_padding=recipes.CIFAR_CROP_PADDING)
     # The learning curve (models on all the data): test accuracy after every epoch; the last point is the result.
     callback = EpochAccuracy(pixel_values, targets) if fraction == 1.0 else CurvePoints()
-    trainer = Trainer(model=model, args=args, train_dataset=train.with_transform(transform),
-                      data_collator=collate_images, callbacks=[callback])
+    trainer = Trainer(
+        model=model,
+        args=args,
+        train_dataset=train.with_transform(transform),
+        data_collator=collate_images,
+        callbacks=[callback],
+    )
     trained, loss, curve, result["seconds_before_resume"] = train_resumably(trainer, work_dir)
-    result.update(steps=trained.global_step, train_loss=loss,
-                  train_seconds=trained.metrics["train_runtime"])
+    result.update(steps=trained.global_step, train_loss=loss, train_seconds=trained.metrics["train_runtime"])
     if curve and curve[-1]["step"] == trained.global_step:
         result["accuracy"], result["curve"] = curve[-1]["accuracy"], curve
     else:
@@ -656,7 +823,8 @@ def run_cifar(variant: str, fraction: float, seed: int, budget: Budget, work_dir
         if robustness and variant in EFFICIENCY_VARIANTS and seed in budget.seeds:  # paired: ViT⁻ runs these seeds
             n = budget.corruption_samples
             result["corruptions"] = corruption_accuracy(
-                model, processor(), images[:n], targets[:n], CORRUPTIONS, (0, *SEVERITIES), seed=CORRUPTION_SEED)
+                model, processor(), images[:n], targets[:n], CORRUPTIONS, (0, *SEVERITIES), seed=CORRUPTION_SEED
+            )
     if value_path is not None:
         result.update(value_path=config.value_path, learned_coefficients=learned_coefficients(model))
     if keep is not None:  # complete or absent: written beside, then renamed
@@ -674,12 +842,22 @@ def run_cifar(variant: str, fraction: float, seed: int, budget: Budget, work_dir
 
 
 SEGMENT_SCENES = "fashion-scenes"  # a local dataset (64 × 64 scenes of Fashion-MNIST items, 11 classes)
-SEGMENT_SHAPE = "num_hidden_layers={layers},hidden_size={width},num_attention_heads={heads},intermediate_size={mlp}," \
-    "patch_size=4"  # the kept ViTs' shape, for the Segmenters trained from random weights
+SEGMENT_SHAPE = (
+    "num_hidden_layers={layers},hidden_size={width},num_attention_heads={heads},intermediate_size={mlp},"
+    "patch_size=4"
+)  # the kept ViTs' shape, for the Segmenters trained from random weights
 
 
-def run_segment(variant: str, seed: int, budget: Budget, out: Path, work_dir: str, data: str | None, recipe: dict,
-                pilot: bool = False) -> dict:
+def run_segment(
+    variant: str,
+    seed: int,
+    budget: Budget,
+    out: Path,
+    work_dir: str,
+    data: str | None,
+    recipe: dict,
+    pilot: bool = False,
+) -> dict:
     """A Segmenter trained with `examples/run_semantic_segmentation.py` (Segmenter's augmentation, polynomial decay,
     single- and multi-scale mean IoU) on fashion-scenes: its encoder the kept CIFAR-10 model of `variant` and
     `seed` (or, for `scratch-*`, random weights of the same shape), a new mask transformer, λ 0.6 in encoder and
@@ -692,10 +870,13 @@ def run_segment(variant: str, seed: int, budget: Budget, out: Path, work_dir: st
     from hf_neutreno.diagnostics import measure_oversmoothing
 
     if data is None:
-        raise ValueError("The Segmenter units read fashion-scenes from a local copy: pass --data (or set "
-                         "HF_NEUTRENO_DATA); it is not on the Hub.")
-    spec = importlib.util.spec_from_file_location("run_semantic_segmentation",
-                                                  ROOT / "examples" / "run_semantic_segmentation.py")
+        raise ValueError(
+            "The Segmenter units read fashion-scenes from a local copy: pass --data (or set "
+            "HF_NEUTRENO_DATA); it is not on the Hub."
+        )
+    spec = importlib.util.spec_from_file_location(
+        "run_semantic_segmentation", ROOT / "examples" / "run_semantic_segmentation.py"
+    )
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     scenes = Path(data) / SEGMENT_SCENES
@@ -705,20 +886,54 @@ def run_segment(variant: str, seed: int, budget: Budget, out: Path, work_dir: st
     lam = VIT_LAMBDA if encoder == "neutreno" else 0.0
     # The pilot scores all of its held-out scenes, fewer than the validation split's.
     scored = min(budget.segment_eval_samples, SEGMENT_PILOT_IMAGES) if pilot else budget.segment_eval_samples
-    args = ["--dataset-name", str(scenes), "--crop-size", "64", "--neutreno-lambda", str(lam),
-            "--max-steps", str(budget.segment_steps), "--per-device-train-batch-size", str(budget.segment_batch_size),
-            "--lr-scheduler-type", "polynomial", "--seed", str(seed), "--output-dir", work_dir,
-            "--save-strategy", "steps", "--save-steps", str(max(budget.segment_steps // 4, 1)),
-            "--save-total-limit", "1", "--logging-steps", str(max(budget.segment_steps // 10, 1)),
-            "--report-to", "none", "--disable-tqdm", "true", "--metric-backend", "direct",
-            "--max-eval-samples", str(scored), "--eval-multi-scale", str(not pilot).lower()]
+    args = [
+        "--dataset-name",
+        str(scenes),
+        "--crop-size",
+        "64",
+        "--neutreno-lambda",
+        str(lam),
+        "--max-steps",
+        str(budget.segment_steps),
+        "--per-device-train-batch-size",
+        str(budget.segment_batch_size),
+        "--lr-scheduler-type",
+        "polynomial",
+        "--seed",
+        str(seed),
+        "--output-dir",
+        work_dir,
+        "--save-strategy",
+        "steps",
+        "--save-steps",
+        str(max(budget.segment_steps // 4, 1)),
+        "--save-total-limit",
+        "1",
+        "--logging-steps",
+        str(max(budget.segment_steps // 10, 1)),
+        "--report-to",
+        "none",
+        "--disable-tqdm",
+        "true",
+        "--metric-backend",
+        "direct",
+        "--max-eval-samples",
+        str(scored),
+        "--eval-multi-scale",
+        str(not pilot).lower(),
+    ]
     args += [token for key, value in recipe.items() for token in (f"--{key.replace('_', '-')}", str(value))]
     if variant.startswith("scratch-"):
         config = budget_vit_shape(budget)
-        args += ["--config-overrides", SEGMENT_SHAPE.format(layers=config["num_hidden_layers"],
-                                                            width=config["hidden_size"],
-                                                            heads=config["num_attention_heads"],
-                                                            mlp=config["intermediate_size"])]
+        args += [
+            "--config-overrides",
+            SEGMENT_SHAPE.format(
+                layers=config["num_hidden_layers"],
+                width=config["hidden_size"],
+                heads=config["num_attention_heads"],
+                mlp=config["intermediate_size"],
+            ),
+        ]
     else:
         args += ["--model-name-or-path", str(parent_dir(out, encoder, seed))]
     if os.path.isdir(work_dir) and get_last_checkpoint(work_dir):
@@ -732,17 +947,30 @@ def run_segment(variant: str, seed: int, budget: Budget, out: Path, work_dir: st
 
     evaluation = load_image_dataset(str(scenes))["validation"].select(range(budget.oversmoothing_samples // 4))
     pixels = processor([image.convert("RGB") for image in evaluation["image"]], return_tensors="pt")["pixel_values"]
-    smoothing = measure_oversmoothing(model, [{"pixel_values": chunk} for chunk in pixels.split(50)],
-                                      metrics=["cosine_similarity", "hfc_lfc_ratio"], progress=False)
-    return {"mean_iou": metrics["eval_mean_iou"], "pixel_accuracy": metrics["eval_pixel_accuracy"],
-            **({} if pilot else {"mean_iou_ms": metrics["eval_mean_iou_ms"],
-                                 "pixel_accuracy_ms": metrics["eval_pixel_accuracy_ms"]}),
-            "scored_on": "held-out training scenes" if pilot else "validation", "neutreno_lambda": lam,
-            "start_from": None if variant.startswith("scratch-") else parent_dir(out, encoder, seed).name,
-            "train_loss": metrics.get("train_loss"), "steps": budget.segment_steps,
-            "train_seconds": metrics.get("train_runtime"),  # this session's (a resumed unit's earlier ones are lost)
-            "resumed_from_step": metrics.get("resumed_from_step"), "parameters": model.num_parameters(),
-            "trained": {"oversmoothing": smoothing.to_dict()}}
+    smoothing = measure_oversmoothing(
+        model,
+        [{"pixel_values": chunk} for chunk in pixels.split(50)],
+        metrics=["cosine_similarity", "hfc_lfc_ratio"],
+        progress=False,
+    )
+    return {
+        "mean_iou": metrics["eval_mean_iou"],
+        "pixel_accuracy": metrics["eval_pixel_accuracy"],
+        **(
+            {}
+            if pilot
+            else {"mean_iou_ms": metrics["eval_mean_iou_ms"], "pixel_accuracy_ms": metrics["eval_pixel_accuracy_ms"]}
+        ),
+        "scored_on": "held-out training scenes" if pilot else "validation",
+        "neutreno_lambda": lam,
+        "start_from": None if variant.startswith("scratch-") else parent_dir(out, encoder, seed).name,
+        "train_loss": metrics.get("train_loss"),
+        "steps": budget.segment_steps,
+        "train_seconds": metrics.get("train_runtime"),  # this session's (a resumed unit's earlier ones are lost)
+        "resumed_from_step": metrics.get("resumed_from_step"),
+        "parameters": model.num_parameters(),
+        "trained": {"oversmoothing": smoothing.to_dict()},
+    }
 
 
 def pilot_scenes(scenes: Path, folder: Path) -> Path:
@@ -784,33 +1012,67 @@ def wikitext(data: str | None):
     return tokenizer, group_into_blocks(raw["train"], tokenizer, context), streams, context
 
 
-def run_lm(variant: str, seed: int, budget: Budget, work_dir: str, data: str | None = None,
-           value_path: dict | None = None) -> dict:
+def run_lm(
+    variant: str, seed: int, budget: Budget, work_dir: str, data: str | None = None, value_path: dict | None = None
+) -> dict:
     from transformers import DataCollatorForLanguageModeling, Trainer, TrainingArguments, set_seed
 
     from hf_neutreno.lm_eval import block_eval, sliding_window_eval
 
     tokenizer, blocks, streams, context = wikitext(data)
     set_seed(seed)  # the same initial weights for both variants: λ adds no parameter
-    overrides = {"num_hidden_layers": budget.lm_layers, "intermediate_size": budget.lm_intermediate_size,
-                 "norm_position": budget.lm_norm_position, "attn_implementation": budget.attn_implementation}
-    model = language_model("wikitext103-small", tokenizer, block_size=context,
-                                   neutreno_lambda=LM_LAMBDAS[variant], adaptive_softmax_cutoffs=LM_CUTOFFS,
-                                   **{k: v for k, v in overrides.items() if v})
+    overrides = {
+        "num_hidden_layers": budget.lm_layers,
+        "intermediate_size": budget.lm_intermediate_size,
+        "norm_position": budget.lm_norm_position,
+        "attn_implementation": budget.attn_implementation,
+    }
+    model = language_model(
+        "wikitext103-small",
+        tokenizer,
+        block_size=context,
+        neutreno_lambda=LM_LAMBDAS[variant],
+        adaptive_softmax_cutoffs=LM_CUTOFFS,
+        **{k: v for k, v in overrides.items() if v},
+    )
     if value_path is not None:  # on the softmax model of this seed: its weights, plus any learnable coefficients
         apply_value_path(model, **value_path)
     # The paper's schedule (Adam, cosine to 0, clip 0.25) with the budget's length, batch, warm-up and learning rate.
-    schedule = {**recipes.PAPER_LM_TRAINING, "max_steps": budget.lm_steps, "seed": seed,
-                "per_device_train_batch_size": budget.lm_batch_size, "learning_rate": budget.lm_learning_rate,
-                "warmup_steps": budget.lm_warmup_steps}
+    schedule = {
+        **recipes.PAPER_LM_TRAINING,
+        "max_steps": budget.lm_steps,
+        "seed": seed,
+        "per_device_train_batch_size": budget.lm_batch_size,
+        "learning_rate": budget.lm_learning_rate,
+        "warmup_steps": budget.lm_warmup_steps,
+    }
     every = budget.lm_eval_steps or budget.lm_steps
-    args = TrainingArguments(output_dir=work_dir, **schedule, **precision(budget), save_strategy="steps",
-                             save_steps=every, save_total_limit=1, logging_steps=every, report_to=[], disable_tqdm=True)
+    args = TrainingArguments(
+        output_dir=work_dir,
+        **schedule,
+        **precision(budget),
+        save_strategy="steps",
+        save_steps=every,
+        save_total_limit=1,
+        logging_steps=every,
+        report_to=[],
+        disable_tqdm=True,
+    )
     # The learning curve: validation block perplexity every `lm_eval_steps` steps.
-    callback = StepPerplexity(streams["validation"][: budget.lm_curve_tokens], context, budget.lm_eval_steps,
-                              budget.lm_patience) if budget.lm_eval_steps else CurvePoints()
-    trainer = Trainer(model=model, args=args, train_dataset=blocks, callbacks=[callback],
-                      data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False))
+    callback = (
+        StepPerplexity(
+            streams["validation"][: budget.lm_curve_tokens], context, budget.lm_eval_steps, budget.lm_patience
+        )
+        if budget.lm_eval_steps
+        else CurvePoints()
+    )
+    trainer = Trainer(
+        model=model,
+        args=args,
+        train_dataset=blocks,
+        callbacks=[callback],
+        data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False),
+    )
     trained, loss, curve, seconds_before_resume = train_resumably(trainer, work_dir)
     config = model.config
     result = {}
@@ -820,12 +1082,20 @@ def run_lm(variant: str, seed: int, budget: Budget, work_dir: str, data: str | N
         result.update(best_step=best["step"], stopped_early=trained.global_step < budget.lm_steps)
     if value_path is not None:
         result.update(value_path=config.value_path, learned_coefficients=learned_coefficients(model))
-    result |= {"steps": trained.global_step, "train_loss": loss, "parameters": model.num_parameters(),
-              "seconds_before_resume": seconds_before_resume,
-              "train_tokens": trained.global_step * budget.lm_batch_size * context, "vocab_size": len(tokenizer),
-              "train_seconds": trained.metrics["train_runtime"], "context": context,
-              "shape": {k: getattr(config, k) for k in ("hidden_size", "num_hidden_layers", "num_attention_heads",
-                                                          "intermediate_size", "norm_position")}}
+    result |= {
+        "steps": trained.global_step,
+        "train_loss": loss,
+        "parameters": model.num_parameters(),
+        "seconds_before_resume": seconds_before_resume,
+        "train_tokens": trained.global_step * budget.lm_batch_size * context,
+        "vocab_size": len(tokenizer),
+        "train_seconds": trained.metrics["train_runtime"],
+        "context": context,
+        "shape": {
+            k: getattr(config, k)
+            for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "norm_position")
+        },
+    }
     if curve:
         result["curve"] = curve
     for split, stream in streams.items():
@@ -880,9 +1150,10 @@ def unigram_reference(out: Path, data: str | None) -> None:
     log_probs = (counts / counts.sum()).log()
     prefixes = {"sliding": budget["sliding_tokens"], "blocks": budget["block_tokens"]}
     # Both protocols score every token of their prefix but the first.
-    perplexity = {split: {protocol: math.exp(-log_probs[stream[1:tokens]].mean().item())
-                          for protocol, tokens in prefixes.items()}
-                  for split, stream in streams.items()}
+    perplexity = {
+        split: {protocol: math.exp(-log_probs[stream[1:tokens]].mean().item()) for protocol, tokens in prefixes.items()}
+        for split, stream in streams.items()
+    }
     path.write_text(json.dumps(perplexity, indent=1))
 
 
@@ -901,13 +1172,17 @@ def cached(out: Path, unit: dict, budget: Budget) -> bool:
     if not path.exists():
         return False
     recorded = json.loads(path.read_text())["budget"]
-    return all(recorded.get(f.name, f.default) == getattr(budget, f.name)
-               for f in dataclasses.fields(Budget) if f.name not in PLAN_FIELDS)
+    return all(
+        recorded.get(f.name, f.default) == getattr(budget, f.name)
+        for f in dataclasses.fields(Budget)
+        if f.name not in PLAN_FIELDS
+    )
 
 
 def ready(unit: dict, out: Path) -> bool:
     """Whether what the unit starts from exists: an adaptation needs its trained ViT and the λ the sweep chose; the
     Segmenter pilot its trained ViT; a Segmenter unit its trained encoder and the pilot's optimiser."""
+
     def finished(variant: str, seed: int) -> bool:
         return (out / "units" / f"{unit_name(dict(kind='parent', variant=variant, seed=seed))}.json").exists()
 
@@ -927,8 +1202,15 @@ def selected(unit: dict, only: list[str] | None) -> bool:
     return only is None or any(fnmatch.fnmatchcase(unit_name(unit), pattern) for pattern in only)
 
 
-def run_all(experiments: list[str], budget: Budget, out: Path, workers: int, threads: int | None,
-            data: str | None = None, only: list[str] | None = None) -> tuple[list[str], list[str]]:
+def run_all(
+    experiments: list[str],
+    budget: Budget,
+    out: Path,
+    workers: int,
+    threads: int | None,
+    data: str | None = None,
+    only: list[str] | None = None,
+) -> tuple[list[str], list[str]]:
     """Run the planned units (those `only` selects) that are not cached (inline, or in `workers` spawned processes),
     each once its inputs exist, re-planning as units finish (the sweep's choice adds units); returns (names run,
     names that failed)."""
@@ -936,8 +1218,11 @@ def run_all(experiments: list[str], budget: Budget, out: Path, workers: int, thr
 
     def pending() -> list[dict]:
         names = {*done, *failed, *running.values()}
-        return [u for u in plan(budget, experiments, out)
-                if selected(u, only) and unit_name(u) not in names and not cached(out, u, budget)]
+        return [
+            u
+            for u in plan(budget, experiments, out)
+            if selected(u, only) and unit_name(u) not in names and not cached(out, u, budget)
+        ]
 
     def finished(name: str, error: BaseException | None) -> None:
         (failed if error is not None else done).append(name)
@@ -974,26 +1259,36 @@ def main(argv=None) -> dict:
     args, budget = parse_args(argv)
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
-    session = {"command": "python benchmarks/reproduce.py " + " ".join(sys.argv[1:] if argv is None else argv),
-               "started": time.strftime("%Y-%m-%d %H:%M:%S"), "load_average_start": os.getloadavg()}
+    session = {
+        "command": "python benchmarks/reproduce.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "load_average_start": os.getloadavg(),
+    }
     failed = []
     if not args.render:
         planned = plan(budget, args.experiments, out)
         units = [u for u in planned if selected(u, args.only) and not cached(out, u, budget)]
         if args.only and not any(selected(u, args.only) for u in planned):
-            raise SystemExit(f"--only {' '.join(args.only)}: no planned unit matches; the plan's units are "
-                             + ", ".join(unit_name(u) for u in planned))
+            raise SystemExit(
+                f"--only {' '.join(args.only)}: no planned unit matches; the plan's units are "
+                + ", ".join(unit_name(u) for u in planned)
+            )
         print(f"{len(units)} units to run, budget {args.budget}: {budget}", flush=True)
         # Recorded now and again at the end: a session that is killed (runs can span days) still leaves its plan.
         session.update(planned=[unit_name(u) for u in planned], workers=args.workers, threads=args.threads)
-        record = functools.partial(report.record_session, out, budget_name=args.budget,
-                                   budget=dataclasses.asdict(budget))
+        record = functools.partial(
+            report.record_session, out, budget_name=args.budget, budget=dataclasses.asdict(budget)
+        )
         record(session)
         start = time.perf_counter()
         done, failed = run_all(args.experiments, budget, out, args.workers, args.threads, args.data, args.only)
-        session.update(wall_seconds=time.perf_counter() - start, units_run=len(done) + len(failed), failed=failed,
-                       planned=[unit_name(u) for u in plan(budget, args.experiments, out)],
-                       load_average_end=os.getloadavg())
+        session.update(
+            wall_seconds=time.perf_counter() - start,
+            units_run=len(done) + len(failed),
+            failed=failed,
+            planned=[unit_name(u) for u in plan(budget, args.experiments, out)],
+            load_average_end=os.getloadavg(),
+        )
         record(session, update=True)
     unigram_reference(out, args.data)
     results = report.aggregate(out, validated_lambda(out))

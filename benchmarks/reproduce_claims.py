@@ -11,23 +11,29 @@ severity 5 minus clean), `mean_iou`, `mean_iou_ms`, `pixel_accuracy`.
 # The models of each table: {key in the experiment's JSON: (series, name on the page[, the paper's number])}.
 CIFAR_MODELS = {
     "vit": ("cifar-vit-100pct", "ViT", "DeiT-tiny 72.17 (ImageNet); ViT-Ti 66.78 (CIFAR-100)"),
-    "neutreno": ("cifar-neutreno-100pct", "NeuTRENO ViT (λ 0.6)",
-                 "73.01 (ImageNet, +0.84 over DeiT-tiny); CIFAR-10 kernel attention 75.89 → 76.75"),
+    "neutreno": (
+        "cifar-neutreno-100pct",
+        "NeuTRENO ViT (λ 0.6)",
+        "73.01 (ImageNet, +0.84 over DeiT-tiny); CIFAR-10 kernel attention 75.89 → 76.75",
+    ),
     "neutreno-validated": ("cifar-neutreno-lambda*-100pct", "NeuTRENO ViT (validated λ)", "—"),
     "neutreno-learnable": ("valuepath-cifar-neutreno-learnable", "NeuTRENO ViT, learnable λ", "—"),
     "value-residual": ("valuepath-cifar-value-residual", "value residual ViT", "—"),
-    "value-residual-learnable": ("valuepath-cifar-value-residual-learnable", "value residual ViT, learnable mix",
-                                 "—"),
+    "value-residual-learnable": ("valuepath-cifar-value-residual-learnable", "value residual ViT, learnable mix", "—"),
     "vit-": ("cifar-vit--100pct", "ViT⁻", "66.62 (CIFAR-100, −0.16 vs ViT-Ti)"),
     "vit+": ("cifar-vit+-100pct", "ViT⁺", "64.34 (CIFAR-100, −2.44 vs ViT-Ti)"),
 }
 CIFAR_NAMES = {k: (series, name) for k, (series, name, _) in CIFAR_MODELS.items()}  # tables without the paper's
 # The poster's Table 2 (CIFAR-100, ViT-Ti; % of the training data kept) beside ours.
-EFFICIENCY_MODELS = {f"{v}-{pct}": (f"cifar-{v}-{pct}pct", f"{name}, {pct} %", paper)
-                     for pct, papers in (("100", ("66.78 ± 0.1", "66.62 ± 0.3")),
-                                         ("50", ("56.38 ± 0.5", "56.58 ± 0.3")),
-                                         ("10", ("32.47 ± 0.9", "33.99 ± 0.4")))
-                     for (v, name), paper in zip((("vit", "ViT"), ("vit-", "ViT⁻")), papers)}
+EFFICIENCY_MODELS = {
+    f"{v}-{pct}": (f"cifar-{v}-{pct}pct", f"{name}, {pct} %", paper)
+    for pct, papers in (
+        ("100", ("66.78 ± 0.1", "66.62 ± 0.3")),
+        ("50", ("56.38 ± 0.5", "56.58 ± 0.3")),
+        ("10", ("32.47 ± 0.9", "33.99 ± 0.4")),
+    )
+    for (v, name), paper in zip((("vit", "ViT"), ("vit-", "ViT⁻")), papers)
+}
 PAPER_CORRUPTIONS = {  # the poster's Table 3 (CIFAR-100): mean over corruptions, severities 0-5
     "vit": [66.78, 61.59, 57.75, 53.12, 49.32, 39.17],
     "vit-": [66.62, 61.62, 58.00, 53.56, 49.70, 40.07],
@@ -57,25 +63,52 @@ def _versus(models: dict, baseline: str) -> tuple:
 EXPERIMENTS = {
     "cifar10_accuracy": (CIFAR_MODELS, ("accuracy",), _versus(CIFAR_MODELS, "vit")),
     "oversmoothing": (CIFAR_NAMES, (), ()),
-    "spectral": (CIFAR_NAMES, tuple(f"spectral:{stage}:{c}" for stage in ("init", "trained")
-                                     for c in ("smoothing", "sharpening", "other", "tie")), ()),
+    "spectral": (
+        CIFAR_NAMES,
+        tuple(
+            f"spectral:{stage}:{c}"
+            for stage in ("init", "trained")
+            for c in ("smoothing", "sharpening", "other", "tie")
+        ),
+        (),
+    ),
     "data_efficiency": (EFFICIENCY_MODELS, ("accuracy",), tuple((f"vit--{p}", f"vit-{p}") for p in (100, 50, 10))),
-    "corruptions": ({k: CIFAR_NAMES[k] for k in ("vit", "vit-")},
-                    (*(f"corruption:{s}" for s in range(6)), "corruption_change"), (("vit-", "vit"),)),
-    "adaptation": ({"vit": ("adapt-vit", "ViT, continued softmax training"),
-                    "neutreno": ("adapt-neutreno", "NeuTRENO adaptation (validated λ)")},
-                   ("accuracy", "cosine:trained"), (("neutreno", "vit"),)),
-    "kernel": ({"vit": ("kernel-vit", "linear attention (elu + 1)"),
-                "neutreno": ("kernel-neutreno", "linear attention + NeuTRENO (λ 0.6)")},
-               ("accuracy", "cosine:trained", "hfc:trained"), (("neutreno", "vit"),)),
-    "segmentation": ({"vit": ("segment-vit", "ViT encoder, trained"),
-                      "neutreno": ("segment-neutreno", "NeuTRENO encoder, trained"),
-                      "scratch-vit": ("segment-scratch-vit", "ViT encoder, from scratch"),
-                      "scratch-neutreno": ("segment-scratch-neutreno", "NeuTRENO encoder, from scratch")},
-                     ("mean_iou", "mean_iou_ms", "pixel_accuracy", "cosine:trained"),
-                     (("neutreno", "vit"), ("scratch-neutreno", "scratch-vit"))),
-    "wikitext2": (LM_MODELS, tuple(f"ppl:{split}:{protocol}" for split in ("validation", "test")
-                                   for protocol in ("sliding", "blocks")), _versus(LM_MODELS, "softmax")),
+    "corruptions": (
+        {k: CIFAR_NAMES[k] for k in ("vit", "vit-")},
+        (*(f"corruption:{s}" for s in range(6)), "corruption_change"),
+        (("vit-", "vit"),),
+    ),
+    "adaptation": (
+        {
+            "vit": ("adapt-vit", "ViT, continued softmax training"),
+            "neutreno": ("adapt-neutreno", "NeuTRENO adaptation (validated λ)"),
+        },
+        ("accuracy", "cosine:trained"),
+        (("neutreno", "vit"),),
+    ),
+    "kernel": (
+        {
+            "vit": ("kernel-vit", "linear attention (elu + 1)"),
+            "neutreno": ("kernel-neutreno", "linear attention + NeuTRENO (λ 0.6)"),
+        },
+        ("accuracy", "cosine:trained", "hfc:trained"),
+        (("neutreno", "vit"),),
+    ),
+    "segmentation": (
+        {
+            "vit": ("segment-vit", "ViT encoder, trained"),
+            "neutreno": ("segment-neutreno", "NeuTRENO encoder, trained"),
+            "scratch-vit": ("segment-scratch-vit", "ViT encoder, from scratch"),
+            "scratch-neutreno": ("segment-scratch-neutreno", "NeuTRENO encoder, from scratch"),
+        },
+        ("mean_iou", "mean_iou_ms", "pixel_accuracy", "cosine:trained"),
+        (("neutreno", "vit"), ("scratch-neutreno", "scratch-vit")),
+    ),
+    "wikitext2": (
+        LM_MODELS,
+        tuple(f"ppl:{split}:{protocol}" for split in ("validation", "test") for protocol in ("sliding", "blocks")),
+        _versus(LM_MODELS, "softmax"),
+    ),
 }
 
 
@@ -84,68 +117,208 @@ def claim(id, title, variant, baseline, measure, sign, paper, only_with_curve=Fa
     should be higher, −1: lower; 0: a measurement with no claim to test, shown but given no verdict).
     `only_with_curve`: tested only in runs whose language models recorded a learning curve (the small tier
     reported the sliding window alone, decided before it ran)."""
-    return dict(id=id, title=title, variant=variant, baseline=baseline, measure=measure, sign=sign, paper=paper,
-                only_with_curve=only_with_curve)
+    return dict(
+        id=id,
+        title=title,
+        variant=variant,
+        baseline=baseline,
+        measure=measure,
+        sign=sign,
+        paper=paper,
+        only_with_curve=only_with_curve,
+    )
 
 
 VR_LM = "lower (ResFormer, 468M-parameter LM: Wiki perplexity 24.8 → {})"
 NO_IMAGE_NUMBER = "none published ({}); expected higher"
 # Every claim the page tests, in the order of its claims table; the first twelve were fixed before the first run.
 CLAIMS = [
-    claim("cifar-neutreno", "CIFAR-10 accuracy, NeuTRENO − ViT", "cifar-neutreno-100pct", "cifar-vit-100pct",
-          "accuracy", +1, "+0.84 pp (ImageNet DeiT-tiny); +0.86 pp (CIFAR-10, kernel attention)"),
-    claim("cifar-vit-minus", "CIFAR-10 accuracy, ViT⁻ − ViT", "cifar-vit--100pct", "cifar-vit-100pct", "accuracy",
-          -1, "−0.16 pp (CIFAR-100; \"comparable\")"),
-    claim("cifar-vit-plus", "CIFAR-10 accuracy, ViT⁺ − ViT", "cifar-vit+-100pct", "cifar-vit-100pct", "accuracy",
-          -1, "−2.44 pp (CIFAR-100)"),
-    claim("cosine-trained", "last-layer token cosine similarity, NeuTRENO − ViT, trained", "cifar-neutreno-100pct",
-          "cifar-vit-100pct", "cosine:trained", -1, "lower (Fig. 1, ImageNet)"),
-    claim("cosine-init", "last-layer token cosine similarity, NeuTRENO − ViT, random init", "cifar-neutreno-100pct",
-          "cifar-vit-100pct", "cosine:init", -1, "lower (Fig. 6, ImageNet)"),
-    claim("data50-vit-minus", "accuracy with 50 % of the data, ViT⁻ − ViT", "cifar-vit--50pct", "cifar-vit-50pct",
-          "accuracy", +1, "+0.20 pp (CIFAR-100)"),
-    claim("data10-vit-minus", "accuracy with 10 % of the data, ViT⁻ − ViT", "cifar-vit--10pct", "cifar-vit-10pct",
-          "accuracy", +1, "+1.52 pp (CIFAR-100)"),
-    claim("corruption-vit-minus", "accuracy change from clean to corruption severity 5, ViT⁻ − ViT",
-          "cifar-vit--100pct", "cifar-vit-100pct", "corruption_change", +1,
-          "+1.06 pp (CIFAR-100: ViT⁻ loses 26.55 pp, ViT 27.61)"),
-    *(claim(f"lm-{split}-{protocol}", f"WikiText {split} perplexity ({title}), NeuTRENO − softmax", "lm-neutreno",
-            "lm-softmax", f"ppl:{split}:{protocol}", -1, "lower (WikiText-103)", protocol == "blocks")
-      for split in ("validation", "test") for protocol, title in (("sliding", "sliding window"), ("blocks", "blocks"))),
+    claim(
+        "cifar-neutreno",
+        "CIFAR-10 accuracy, NeuTRENO − ViT",
+        "cifar-neutreno-100pct",
+        "cifar-vit-100pct",
+        "accuracy",
+        +1,
+        "+0.84 pp (ImageNet DeiT-tiny); +0.86 pp (CIFAR-10, kernel attention)",
+    ),
+    claim(
+        "cifar-vit-minus",
+        "CIFAR-10 accuracy, ViT⁻ − ViT",
+        "cifar-vit--100pct",
+        "cifar-vit-100pct",
+        "accuracy",
+        -1,
+        '−0.16 pp (CIFAR-100; "comparable")',
+    ),
+    claim(
+        "cifar-vit-plus",
+        "CIFAR-10 accuracy, ViT⁺ − ViT",
+        "cifar-vit+-100pct",
+        "cifar-vit-100pct",
+        "accuracy",
+        -1,
+        "−2.44 pp (CIFAR-100)",
+    ),
+    claim(
+        "cosine-trained",
+        "last-layer token cosine similarity, NeuTRENO − ViT, trained",
+        "cifar-neutreno-100pct",
+        "cifar-vit-100pct",
+        "cosine:trained",
+        -1,
+        "lower (Fig. 1, ImageNet)",
+    ),
+    claim(
+        "cosine-init",
+        "last-layer token cosine similarity, NeuTRENO − ViT, random init",
+        "cifar-neutreno-100pct",
+        "cifar-vit-100pct",
+        "cosine:init",
+        -1,
+        "lower (Fig. 6, ImageNet)",
+    ),
+    claim(
+        "data50-vit-minus",
+        "accuracy with 50 % of the data, ViT⁻ − ViT",
+        "cifar-vit--50pct",
+        "cifar-vit-50pct",
+        "accuracy",
+        +1,
+        "+0.20 pp (CIFAR-100)",
+    ),
+    claim(
+        "data10-vit-minus",
+        "accuracy with 10 % of the data, ViT⁻ − ViT",
+        "cifar-vit--10pct",
+        "cifar-vit-10pct",
+        "accuracy",
+        +1,
+        "+1.52 pp (CIFAR-100)",
+    ),
+    claim(
+        "corruption-vit-minus",
+        "accuracy change from clean to corruption severity 5, ViT⁻ − ViT",
+        "cifar-vit--100pct",
+        "cifar-vit-100pct",
+        "corruption_change",
+        +1,
+        "+1.06 pp (CIFAR-100: ViT⁻ loses 26.55 pp, ViT 27.61)",
+    ),
+    *(
+        claim(
+            f"lm-{split}-{protocol}",
+            f"WikiText {split} perplexity ({title}), NeuTRENO − softmax",
+            "lm-neutreno",
+            "lm-softmax",
+            f"ppl:{split}:{protocol}",
+            -1,
+            "lower (WikiText-103)",
+            protocol == "blocks",
+        )
+        for split in ("validation", "test")
+        for protocol, title in (("sliding", "sliding window"), ("blocks", "blocks"))
+    ),
     # Round 2, fixed before its units ran.
-    claim("cifar-neutreno-validated", "CIFAR-10 accuracy, NeuTRENO at the validated λ − ViT",
-          "cifar-neutreno-lambda*-100pct", "cifar-vit-100pct", "accuracy", +1,
-          "+0.84 pp (ImageNet DeiT-tiny, λ 0.6)"),
-    claim("adapt-accuracy", "accuracy after adapting a trained ViT, NeuTRENO − continued softmax training",
-          "adapt-neutreno", "adapt-vit", "accuracy", +1,
-          "+0.46 pp (ImageNet DeiT-tiny 72.17 → NeuTRENO adaptation 72.63, Table 1)"),
-    claim("kernel-accuracy", "CIFAR-10 accuracy with linear attention, NeuTRENO − without the term", "kernel-neutreno",
-          "kernel-vit", "accuracy", +1, "+0.86 pp (CIFAR-10, 12 layers: 75.89 → 76.75, Table 8)"),
-    *(claim(f"valuepath-cifar-{m}", f"CIFAR-10 accuracy, {name} − ViT", f"valuepath-cifar-{m}", "cifar-vit-100pct",
-            "accuracy", +1, NO_IMAGE_NUMBER.format(source))
-      for m, name, source in (("neutreno-learnable", "NeuTRENO with a learnable λ", "fixed λ: +0.84 pp on ImageNet"),
-                              ("value-residual", "value residual", "ResFormer reports language models"),
-                              ("value-residual-learnable", "learnable value residual",
-                               "ResFormer reports language models"))),
-    *(claim(f"valuepath-lm-{m}", f"WikiText test perplexity (blocks), {name} − softmax", f"valuepath-lm-{m}",
-            "lm-softmax", "ppl:test:blocks", -1, paper)
-      for m, name, paper in (("neutreno-learnable", "NeuTRENO with a learnable λ",
-                              "none published (fixed λ: lower, WikiText-103)"),
-                             ("value-residual", "value residual", VR_LM.format(23.8)),
-                             ("value-residual-learnable", "learnable value residual", VR_LM.format(23.7)))),
-    *(claim(f"segment-{start}{suffix}", f"segmentation {title} mIoU from {words}, NeuTRENO − ViT",
-            f"segment-{prefix}neutreno", f"segment-{prefix}vit", measure, +1, paper)
-      for start, prefix, words in (("pretrained", "", "the trained encoders"), ("scratch", "scratch-", "scratch"))
-      for suffix, title, measure, paper in (
-          ("", "single-scale", "mean_iou", "+1.52 points (ADE20K, Segmenter DeiT-tiny: 35.72 → 37.24, Table 2)"),
-          ("-ms", "multi-scale", "mean_iou_ms", "+1.38 points (ADE20K: 36.68 → 38.06, Table 2)"))),
+    claim(
+        "cifar-neutreno-validated",
+        "CIFAR-10 accuracy, NeuTRENO at the validated λ − ViT",
+        "cifar-neutreno-lambda*-100pct",
+        "cifar-vit-100pct",
+        "accuracy",
+        +1,
+        "+0.84 pp (ImageNet DeiT-tiny, λ 0.6)",
+    ),
+    claim(
+        "adapt-accuracy",
+        "accuracy after adapting a trained ViT, NeuTRENO − continued softmax training",
+        "adapt-neutreno",
+        "adapt-vit",
+        "accuracy",
+        +1,
+        "+0.46 pp (ImageNet DeiT-tiny 72.17 → NeuTRENO adaptation 72.63, Table 1)",
+    ),
+    claim(
+        "kernel-accuracy",
+        "CIFAR-10 accuracy with linear attention, NeuTRENO − without the term",
+        "kernel-neutreno",
+        "kernel-vit",
+        "accuracy",
+        +1,
+        "+0.86 pp (CIFAR-10, 12 layers: 75.89 → 76.75, Table 8)",
+    ),
+    *(
+        claim(
+            f"valuepath-cifar-{m}",
+            f"CIFAR-10 accuracy, {name} − ViT",
+            f"valuepath-cifar-{m}",
+            "cifar-vit-100pct",
+            "accuracy",
+            +1,
+            NO_IMAGE_NUMBER.format(source),
+        )
+        for m, name, source in (
+            ("neutreno-learnable", "NeuTRENO with a learnable λ", "fixed λ: +0.84 pp on ImageNet"),
+            ("value-residual", "value residual", "ResFormer reports language models"),
+            ("value-residual-learnable", "learnable value residual", "ResFormer reports language models"),
+        )
+    ),
+    *(
+        claim(
+            f"valuepath-lm-{m}",
+            f"WikiText test perplexity (blocks), {name} − softmax",
+            f"valuepath-lm-{m}",
+            "lm-softmax",
+            "ppl:test:blocks",
+            -1,
+            paper,
+        )
+        for m, name, paper in (
+            ("neutreno-learnable", "NeuTRENO with a learnable λ", "none published (fixed λ: lower, WikiText-103)"),
+            ("value-residual", "value residual", VR_LM.format(23.8)),
+            ("value-residual-learnable", "learnable value residual", VR_LM.format(23.7)),
+        )
+    ),
+    *(
+        claim(
+            f"segment-{start}{suffix}",
+            f"segmentation {title} mIoU from {words}, NeuTRENO − ViT",
+            f"segment-{prefix}neutreno",
+            f"segment-{prefix}vit",
+            measure,
+            +1,
+            paper,
+        )
+        for start, prefix, words in (("pretrained", "", "the trained encoders"), ("scratch", "scratch-", "scratch"))
+        for suffix, title, measure, paper in (
+            ("", "single-scale", "mean_iou", "+1.52 points (ADE20K, Segmenter DeiT-tiny: 35.72 → 37.24, Table 2)"),
+            ("-ms", "multi-scale", "mean_iou_ms", "+1.38 points (ADE20K: 36.68 → 38.06, Table 2)"),
+        )
+    ),
     # Measurements with no claim to test (sign 0): the opening table's cost columns and the comparison tables.
-    claim("adapt-cosine", "last-layer token cosine after adaptation, NeuTRENO − continued training", "adapt-neutreno",
-          "adapt-vit", "cosine:trained", 0, "not reported"),
-    *(claim(f"{kind}-{key}", f"last-layer {title}, {CIFAR_MODELS[key][1]} − ViT, trained", CIFAR_MODELS[key][0],
-            "cifar-vit-100pct", f"{kind}:trained", 0, "")
-      for kind, title in (("cosine", "token cosine similarity"), ("hfc", "‖HFC‖/‖LFC‖")) for key in CIFAR_MODELS
-      if key not in ("vit", "vit+") and (kind, key) != ("cosine", "neutreno")),  # that one is `cosine-trained`
+    claim(
+        "adapt-cosine",
+        "last-layer token cosine after adaptation, NeuTRENO − continued training",
+        "adapt-neutreno",
+        "adapt-vit",
+        "cosine:trained",
+        0,
+        "not reported",
+    ),
+    *(
+        claim(
+            f"{kind}-{key}",
+            f"last-layer {title}, {CIFAR_MODELS[key][1]} − ViT, trained",
+            CIFAR_MODELS[key][0],
+            "cifar-vit-100pct",
+            f"{kind}:trained",
+            0,
+            "",
+        )
+        for kind, title in (("cosine", "token cosine similarity"), ("hfc", "‖HFC‖/‖LFC‖"))
+        for key in CIFAR_MODELS
+        if key not in ("vit", "vit+") and (kind, key) != ("cosine", "neutreno")
+    ),  # that one is `cosine-trained`
 ]
 
 # The opening table: its task columns ({key: (heading, the baseline's name in a sentence)}) and one row per method,
@@ -158,38 +331,77 @@ TASKS = {
     "segmentation": ("segmentation from trained encoders", "the ViT encoder in segmentation"),
 }
 NEUTRENO_COST = dict(
-    throughput=[("vit.json", {"image_size": 224, "mode": "train"}, "throughput ratio", "ViT"),
-                ("gpt.json", {"shape": "paper"}, "train throughput ratio", "LM")],
-    memory=[("vit.json", {"image_size": 224, "mode": "train"}, "total memory ratio", "ViT"),
-            ("gpt.json", {"shape": "paper"}, "total memory ratio", "LM")])
+    throughput=[
+        ("vit.json", {"image_size": 224, "mode": "train"}, "throughput ratio", "ViT"),
+        ("gpt.json", {"shape": "paper"}, "train throughput ratio", "LM"),
+    ],
+    memory=[
+        ("vit.json", {"image_size": 224, "mode": "train"}, "total memory ratio", "ViT"),
+        ("gpt.json", {"shape": "paper"}, "total memory ratio", "LM"),
+    ],
+)
 
 
 def value_path_cost(model: str) -> dict:
     """The value path benchmark's rows of `model` (benchmarks/results/value_path.json), on a ViT and a GPT-2."""
     rows = [({"shape": "vit-tiny", "model": model}, "ViT"), ({"shape": "gpt2-small", "model": model}, "LM")]
-    return {cost: [("value_path.json", where, field, label) for where, label in rows]
-            for cost, field in (("throughput", "throughput ratio"), ("memory", "total memory ratio"))}
+    return {
+        cost: [("value_path.json", where, field, label) for where, label in rows]
+        for cost, field in (("throughput", "throughput ratio"), ("memory", "total memory ratio"))
+    }
 
 
 METHODS = {
-    "neutreno": dict(name="NeuTRENO at the official λ (ViT 0.6, LM 0.4)", scratch="cifar-neutreno",
-                     wikitext="lm-test-blocks", segmentation="segment-pretrained", cosine="cosine-trained",
-                     hfc="hfc-neutreno", **NEUTRENO_COST),
-    "neutreno-validated": dict(name="NeuTRENO at the validated λ", scratch="cifar-neutreno-validated",
-                               adaptation="adapt-accuracy", cosine="cosine-neutreno-validated",
-                               hfc="hfc-neutreno-validated", **NEUTRENO_COST),
-    "neutreno-learnable": dict(name="NeuTRENO, learnable λ", scratch="valuepath-cifar-neutreno-learnable",
-                               wikitext="valuepath-lm-neutreno-learnable", cosine="cosine-neutreno-learnable",
-                               hfc="hfc-neutreno-learnable", **value_path_cost("NeuTRENO, learnable λ")),
-    "value-residual": dict(name="value residual (fixed mix)", scratch="valuepath-cifar-value-residual",
-                           wikitext="valuepath-lm-value-residual", cosine="cosine-value-residual",
-                           hfc="hfc-value-residual", **value_path_cost("value residual")),
-    "value-residual-learnable": dict(name="value residual, learnable mix",
-                                     scratch="valuepath-cifar-value-residual-learnable",
-                                     wikitext="valuepath-lm-value-residual-learnable",
-                                     cosine="cosine-value-residual-learnable", hfc="hfc-value-residual-learnable",
-                                     **value_path_cost("value residual, learnable α")),
-    "vit-": dict(name="ViT⁻", scratch="cifar-vit-minus", adaptation="n/a", data10="data10-vit-minus", wikitext="n/a",
-                 cosine="cosine-vit-", hfc="hfc-vit-",
-                 throughput=[("eigen_vit.json", {"model": "EigenViT (ViT⁻)"}, "train ratio", "ViT")], memory=[]),
+    "neutreno": dict(
+        name="NeuTRENO at the official λ (ViT 0.6, LM 0.4)",
+        scratch="cifar-neutreno",
+        wikitext="lm-test-blocks",
+        segmentation="segment-pretrained",
+        cosine="cosine-trained",
+        hfc="hfc-neutreno",
+        **NEUTRENO_COST,
+    ),
+    "neutreno-validated": dict(
+        name="NeuTRENO at the validated λ",
+        scratch="cifar-neutreno-validated",
+        adaptation="adapt-accuracy",
+        cosine="cosine-neutreno-validated",
+        hfc="hfc-neutreno-validated",
+        **NEUTRENO_COST,
+    ),
+    "neutreno-learnable": dict(
+        name="NeuTRENO, learnable λ",
+        scratch="valuepath-cifar-neutreno-learnable",
+        wikitext="valuepath-lm-neutreno-learnable",
+        cosine="cosine-neutreno-learnable",
+        hfc="hfc-neutreno-learnable",
+        **value_path_cost("NeuTRENO, learnable λ"),
+    ),
+    "value-residual": dict(
+        name="value residual (fixed mix)",
+        scratch="valuepath-cifar-value-residual",
+        wikitext="valuepath-lm-value-residual",
+        cosine="cosine-value-residual",
+        hfc="hfc-value-residual",
+        **value_path_cost("value residual"),
+    ),
+    "value-residual-learnable": dict(
+        name="value residual, learnable mix",
+        scratch="valuepath-cifar-value-residual-learnable",
+        wikitext="valuepath-lm-value-residual-learnable",
+        cosine="cosine-value-residual-learnable",
+        hfc="hfc-value-residual-learnable",
+        **value_path_cost("value residual, learnable α"),
+    ),
+    "vit-": dict(
+        name="ViT⁻",
+        scratch="cifar-vit-minus",
+        adaptation="n/a",
+        data10="data10-vit-minus",
+        wikitext="n/a",
+        cosine="cosine-vit-",
+        hfc="hfc-vit-",
+        throughput=[("eigen_vit.json", {"model": "EigenViT (ViT⁻)"}, "train ratio", "ViT")],
+        memory=[],
+    ),
 }

@@ -8,12 +8,14 @@ from hf_neutreno.diagnostics import OversmoothingReport
 
 METRICS = ("cosine_similarity", "hfc_lfc_ratio")
 # Each learning-curve figure's title and y axis, by its file's name.
-TITLES = {"cifar10_curves": ("CIFAR-10 test accuracy during training", "test accuracy"),
-          "lambda_sweep_curves": ("NeuTRENO's λ sweep: accuracy on held-out training images", "validation accuracy"),
-          "adaptation_curves": ("Adapting trained ViTs: CIFAR-10 test accuracy", "test accuracy"),
-          "kernel_curves": ("Linear attention: CIFAR-10 test accuracy during training", "test accuracy"),
-          "segmentation_curves": ("Segmentation during training", "mIoU"),
-          "wikitext2_curves": ("WikiText-2 validation perplexity during training", "validation perplexity (blocks)")}
+TITLES = {
+    "cifar10_curves": ("CIFAR-10 test accuracy during training", "test accuracy"),
+    "lambda_sweep_curves": ("NeuTRENO's λ sweep: accuracy on held-out training images", "validation accuracy"),
+    "adaptation_curves": ("Adapting trained ViTs: CIFAR-10 test accuracy", "test accuracy"),
+    "kernel_curves": ("Linear attention: CIFAR-10 test accuracy during training", "test accuracy"),
+    "segmentation_curves": ("Segmentation during training", "mIoU"),
+    "wikitext2_curves": ("WikiText-2 validation perplexity during training", "validation perplexity (blocks)"),
+}
 
 
 def curves(models: dict[str, dict[int, dict]]) -> dict:
@@ -48,8 +50,15 @@ def plot_curves(table: dict, names: dict, path: Path) -> str | None:
     for index, (key, entry) in enumerate(table.items()):
         for values in entry["per_seed"].values():
             axes.plot(entry["x"], values, color=f"C{index}", alpha=0.3, linewidth=0.8)
-        axes.plot(entry["x"], entry["mean"], color=f"C{index}", linewidth=2, marker="o", markersize=3,
-                  label=f"{names[key]} (mean of {len(entry['per_seed'])})")
+        axes.plot(
+            entry["x"],
+            entry["mean"],
+            color=f"C{index}",
+            linewidth=2,
+            marker="o",
+            markersize=3,
+            label=f"{names[key]} (mean of {len(entry['per_seed'])})",
+        )
     x, y = next(iter(table.values()))["axes"]
     if y == "perplexity":
         axes.set_yscale("log")
@@ -70,17 +79,23 @@ def plot_oversmoothing(models: dict[str, dict[int, dict]], names: dict, path: Pa
         if not recorded:
             continue
         first = recorded[0]
-        reports.append(OversmoothingReport(
-            values={m: [statistics.fmean(c) for c in zip(*(r["values"][m] for r in recorded))] for m in METRICS},
-            layers={m: first["layers"][m] for m in METRICS}, num_samples=first["num_samples"], model_name=names[key],
-            counts={m: [first["num_samples"]] * len(first["layers"][m]) for m in METRICS}))
+        reports.append(
+            OversmoothingReport(
+                values={m: [statistics.fmean(c) for c in zip(*(r["values"][m] for r in recorded))] for m in METRICS},
+                layers={m: first["layers"][m] for m in METRICS},
+                num_samples=first["num_samples"],
+                model_name=names[key],
+                counts={m: [first["num_samples"]] * len(first["layers"][m]) for m in METRICS},
+            )
+        )
         labels.append(f"{names[key]} (mean of {len(recorded)})")
     if not reports:
         return None
     title = "trained on CIFAR-10" if stage == "trained" else "random initialisation"
     try:
-        reports[0].plot(path, others=reports[1:], labels=labels,
-                        title=f"ViT-tiny/4, {title} (seed means; layer 0 = embeddings)")
+        reports[0].plot(
+            path, others=reports[1:], labels=labels, title=f"ViT-tiny/4, {title} (seed means; layer 0 = embeddings)"
+        )
     except ImportError:  # matplotlib is optional: the tables carry the same numbers
         return None
     return path.name

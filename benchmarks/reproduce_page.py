@@ -15,10 +15,18 @@ from reproduce_report import load_units, measure_format, unit_name
 
 TEMPLATE = Path(__file__).resolve().parent / "results_template.md"
 OFFICIAL_LAMBDA = 0.6
-VERDICTS = {"reproduced": "reproduced", "opposite": "not reproduced (opposite effect)",
-            "inconclusive": "inconclusive at this scale"}
-HEADINGS = {"accuracy": "accuracy (%)", "mean_iou": "mIoU, single-scale", "mean_iou_ms": "mIoU, multi-scale",
-            "pixel_accuracy": "pixel accuracy (%)", "corruption_change": "change from clean to severity 5 (pp)"}
+VERDICTS = {
+    "reproduced": "reproduced",
+    "opposite": "not reproduced (opposite effect)",
+    "inconclusive": "inconclusive at this scale",
+}
+HEADINGS = {
+    "accuracy": "accuracy (%)",
+    "mean_iou": "mIoU, single-scale",
+    "mean_iou_ms": "mIoU, multi-scale",
+    "pixel_accuracy": "pixel accuracy (%)",
+    "corruption_change": "change from clean to severity 5 (pp)",
+}
 
 
 @functools.cache
@@ -46,8 +54,10 @@ def seeds(stats: dict, scale: float = 1.0, digits: int = 2, order: list | None =
 
 
 def table(header: list[str], rows: list[list[str]]) -> str:
-    return "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-                     + ["| " + " | ".join(map(str, r)) + " |" for r in rows])
+    return "\n".join(
+        ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        + ["| " + " | ".join(map(str, r)) + " |" for r in rows]
+    )
 
 
 def delta(stats: dict | None, measure: str = "accuracy") -> str:
@@ -82,15 +92,21 @@ def comparison(data: dict, measures: list | None = None, per_seed: bool = True, 
 
     def cell(stats, m):
         scale, _, digits, _, _ = measure_format(m)
-        return "—" if stats is None else pm(stats, scale, digits) + (
-            f" ({seeds(stats, scale, digits, order)})" if per_seed else "")
+        return (
+            "—"
+            if stats is None
+            else pm(stats, scale, digits) + (f" ({seeds(stats, scale, digits, order)})" if per_seed else "")
+        )
 
     rows = [[data["names"][k]] + [cell(by.get(m), m) for m in measures] for k, by in data["summary"].items()]
     rows = [row + [paper] for row, paper in zip(rows, papers)] if papers else rows
     for pair, by in data["paired"].items():
         variant, baseline = pair.split(" vs ")
-        rows.append([f"Δ {data['names'][variant]} − {data['names'][baseline]}"]
-                    + [delta(by.get(m), m) for m in measures] + [""] * bool(papers))
+        rows.append(
+            [f"Δ {data['names'][variant]} − {data['names'][baseline]}"]
+            + [delta(by.get(m), m) for m in measures]
+            + [""] * bool(papers)
+        )
     first = f"model (per seed: {' / '.join(order)})" if per_seed else "model"
     return table([first] + [heading(m) for m in measures] + ["paper"] * bool(papers), rows + list(extra))
 
@@ -105,8 +121,12 @@ def figure(data: dict, links: str, alt: str, caption: str) -> str:
 def markdown(out: Path, results: dict, figures: str) -> str:
     run = json.loads((out / "run.json").read_text()) if (out / "run.json").exists() else {"sessions": []}
     notes = out / "notes.md"  # hand-written reading of this run's numbers, kept with them
-    sections = [opening(results), header(run, load_units(out)), claims_table(results),
-                fill("notes", notes=notes.read_text().strip()) if notes.exists() else ""]
+    sections = [
+        opening(results),
+        header(run, load_units(out)),
+        claims_table(results),
+        fill("notes", notes=notes.read_text().strip()) if notes.exists() else "",
+    ]
     sections += [section(results, figures) for key, section in SECTIONS if key is None or key in results]
     sections.append(fill("rerun"))
     title = "Reproductions on a GPU" if run.get("budget_name") == "gpu" else "Small-scale reproductions"
@@ -152,7 +172,8 @@ def opening(results: dict) -> str:
         official, validated = methods["neutreno"], methods["neutreno-validated"]
         for field in ("scratch", "adaptation", "segmentation", "cosine", "hfc"):
             official[field] = validated[field] = next(
-                (c for c in (official.get(field), validated.get(field)) if c in found), None)
+                (c for c in (official.get(field), validated.get(field)) if c in found), None
+            )
         validated["name"] += " (0.6: the same models as the row above)"
     rows, sentences = [], []
     for key, method in methods.items():
@@ -161,14 +182,24 @@ def opening(results: dict) -> str:
             claim = found.get(method.get(task))
             cells.append(_short(claim) if claim else "not applicable" if method.get(task) == "n/a" else "not run")
             said += [_phrase(claim, baseline)] if claim else []
-        cells += [delta(found[method[c]]["stats"], found[method[c]]["measure"]) if method[c] in found else "—"
-                  for c in ("cosine", "hfc")]
-        cells += [", ".join(f"{value:.2f} × ({label})" for label, value in results["costs"][key][cost]) or "—"
-                  for cost in ("throughput", "memory")]
+        cells += [
+            delta(found[method[c]]["stats"], found[method[c]]["measure"]) if method[c] in found else "—"
+            for c in ("cosine", "hfc")
+        ]
+        cells += [
+            ", ".join(f"{value:.2f} × ({label})" for label, value in results["costs"][key][cost]) or "—"
+            for cost in ("throughput", "memory")
+        ]
         rows.append([method["name"]] + cells)
         sentences.append(f"- **{method['name']}**: " + ("; ".join(said) or "no task has a result yet") + ".")
-    head = ["method", *(h for h, _ in TASKS.values()), "last-layer cosine Δ", "‖HFC‖/‖LFC‖ Δ", "training throughput",
-            "memory"]
+    head = [
+        "method",
+        *(h for h, _ in TASKS.values()),
+        "last-layer cosine Δ",
+        "‖HFC‖/‖LFC‖ Δ",
+        "training throughput",
+        "memory",
+    ]
     return fill("opening", table=table(head, rows), sentences="\n".join(sentences))
 
 
@@ -179,46 +210,95 @@ def header(run: dict, units: list[dict]) -> str:
     machines = {}  # one line per machine and software versions
     for number, s in enumerate(sessions, 1):
         m = s["machine"]
-        software = dict(hardware=m.get("gpu") or f"{m.get('cpu') or m['device']}, {m['cpu_cores']} cores",
-                        python=m["python"], torch=m["torch"], transformers=m["transformers"])
+        software = dict(
+            hardware=m.get("gpu") or f"{m.get('cpu') or m['device']}, {m['cpu_cores']} cores",
+            python=m["python"],
+            torch=m["torch"],
+            transformers=m["transformers"],
+        )
         entry = machines.setdefault(json.dumps(software), {**software, "numbers": [], "parallel": set()})
         entry["numbers"].append(number)
         entry["parallel"].add((m.get("workers") or 1, m["torch_threads_per_worker"]))
     for m in machines.values():
         numbers, parallel = m.pop("numbers"), m.pop("parallel")
         commands = f" (command{'s' * (len(numbers) > 1)} {_spans(numbers)})" if len(machines) > 1 else ""
-        (workers, threads), = parallel if len(parallel) == 1 else [(None, None)]
-        m["parallel"] = (f"{workers} worker process(es) × {threads} torch thread(s)" if workers else
-                         "worker processes and torch threads as each command sets them")
+        ((workers, threads),) = parallel if len(parallel) == 1 else [(None, None)]
+        m["parallel"] = (
+            f"{workers} worker process(es) × {threads} torch thread(s)"
+            if workers
+            else "worker processes and torch threads as each command sets them"
+        )
         lines.append(fill("machine", commands=commands, **m))
     if budget.get("bf16") or budget.get("attn_implementation"):
-        lines.append(fill("precision", training="in bf16 autocast" if budget.get("bf16") else "in fp32",
-                          attention=budget.get("attn_implementation") or "sdpa"))
+        lines.append(
+            fill(
+                "precision",
+                training="in bf16 autocast" if budget.get("bf16") else "in fp32",
+                attention=budget.get("attn_implementation") or "sdpa",
+            )
+        )
     for i, s in enumerate(sessions, 1):
         common = dict(number=f" ({i})" if len(sessions) > 1 else "", command=redact(s["command"]), started=s["started"])
         if "wall_seconds" not in s:  # killed with its working session: no end record (its units say what ran)
             lines.append(fill("command-open", **common, load=f"{s['load_average_start'][0]:.1f}"))
         else:
-            lines.append(fill("command", **common, units=s.get("units_run", 0), minutes=f"{s['wall_seconds'] / 60:.1f}",
-                              load=f"{s['load_average_start'][0]:.1f}/{s['load_average_end'][0]:.1f}"))
+            lines.append(
+                fill(
+                    "command",
+                    **common,
+                    units=s.get("units_run", 0),
+                    minutes=f"{s['wall_seconds'] / 60:.1f}",
+                    load=f"{s['load_average_start'][0]:.1f}/{s['load_average_end'][0]:.1f}",
+                )
+            )
     if loads := [x for u in units for x in u.get("load_average", [])]:
-        lines.append(fill("load", low=f"{min(loads):.1f}", high=f"{max(loads):.1f}",
-                          cores=sessions[-1]["machine"]["cpu_cores"] if sessions else os.cpu_count()))
+        lines.append(
+            fill(
+                "load",
+                low=f"{min(loads):.1f}",
+                high=f"{max(loads):.1f}",
+                cores=sessions[-1]["machine"]["cpu_cores"] if sessions else os.cpu_count(),
+            )
+        )
     if planned := run.get("planned"):
         missing = [name for name in planned if name not in {unit_name(u["unit"]) for u in units}]
-        lines.append(fill("progress", done=len(planned) - len(missing), planned=len(planned), missing=(
-            f"; still to run: {', '.join(f'`{m}`' for m in missing)}" if missing else "")))
+        lines.append(
+            fill(
+                "progress",
+                done=len(planned) - len(missing),
+                planned=len(planned),
+                missing=(f"; still to run: {', '.join(f'`{m}`' for m in missing)}" if missing else ""),
+            )
+        )
     ended = [s for s in sessions if "wall_seconds" in s]
-    wall = (f"{sum(s['wall_seconds'] for s in ended) / 3600:.1f} h of wall time in {len(ended)} command(s) with an end "
-            "record" + (f"; {len(sessions) - len(ended)} without one" if len(ended) < len(sessions) else "")) \
-        if ended else f"no command has an end record, so no total wall time; {len(sessions)} command(s) so far"
-    lines.append(fill("compute", hours=f"{sum(u['seconds'] for u in units) / 3600:.1f}", units=len(units), wall=wall,
-                      budget_name=run.get("budget_name", "?"),
-                      budget=", ".join(f"`{k}={v}`" for k, v in budget.items())))
+    wall = (
+        (
+            f"{sum(s['wall_seconds'] for s in ended) / 3600:.1f} h of wall time in {len(ended)} command(s) with an end "
+            "record" + (f"; {len(sessions) - len(ended)} without one" if len(ended) < len(sessions) else "")
+        )
+        if ended
+        else f"no command has an end record, so no total wall time; {len(sessions)} command(s) so far"
+    )
+    lines.append(
+        fill(
+            "compute",
+            hours=f"{sum(u['seconds'] for u in units) / 3600:.1f}",
+            units=len(units),
+            wall=wall,
+            budget_name=run.get("budget_name", "?"),
+            budget=", ".join(f"`{k}={v}`" for k, v in budget.items()),
+        )
+    )
     if budget.get("train_samples") is not None or budget.get("epochs", 100) < 100:
-        lines.append("\n" + fill("small-budget", images=f"{budget['train_samples'] or 50000:,}",
-                                 epochs=f"{budget['epochs']:g}",
-                                 tokens=f"{budget['lm_steps'] * budget['lm_batch_size'] * 256:,}"))
+        lines.append(
+            "\n"
+            + fill(
+                "small-budget",
+                images=f"{budget['train_samples'] or 50000:,}",
+                epochs=f"{budget['epochs']:g}",
+                tokens=f"{budget['lm_steps'] * budget['lm_batch_size'] * 256:,}",
+            )
+        )
     return "\n".join(lines)
 
 
@@ -245,18 +325,30 @@ def claims_table(results: dict) -> str:
             continue
         low, high = c["interval"]
         span = "—" if math.isnan(low) else f"{low * scale:+.{digits}f} to {high * scale:+.{digits}f}{unit}"
-        rows.append([c["title"], c["paper"], f"{pm(stats, scale, digits, True)}{unit}",
-                     seeds(stats, scale, digits, sign=True), span, f"{c['agree']}/{stats['n']}",
-                     f"**{VERDICTS[c['verdict']]}**" if c["verdict"] else pending])
+        rows.append(
+            [
+                c["title"],
+                c["paper"],
+                f"{pm(stats, scale, digits, True)}{unit}",
+                seeds(stats, scale, digits, sign=True),
+                span,
+                f"{c['agree']}/{stats['n']}",
+                f"**{VERDICTS[c['verdict']]}**" if c["verdict"] else pending,
+            ]
+        )
     if not rows:
         return ""
     shares, spectral = [], results.get("spectral", {}).get("summary", {})
     for stage, title in (("init", "random-init"), ("trained", "trained")):
-        shares += [f"{title} {CIFAR_MODELS[k][1]} {pm(spectral[k][f'spectral:{stage}:smoothing'], 100, 1)} %"
-                   for k in ("vit", "vit+", "vit-") if f"spectral:{stage}:smoothing" in spectral.get(k, {})]
+        shares += [
+            f"{title} {CIFAR_MODELS[k][1]} {pm(spectral[k][f'spectral:{stage}:smoothing'], 100, 1)} %"
+            for k in ("vit", "vit+", "vit-")
+            if f"spectral:{stage}:smoothing" in spectral.get(k, {})
+        ]
     head = ["claim", "paper", "here", "per seed", "95 % interval", "seeds with the paper's sign", "verdict"]
-    return fill("claims", table=table(head, rows), smoothing=fill("smoothing", shares="; ".join(shares))
-                if shares else "")
+    return fill(
+        "claims", table=table(head, rows), smoothing=fill("smoothing", shares="; ".join(shares)) if shares else ""
+    )
 
 
 # ---------------------------------------------------------------------------------------------------- sections
@@ -264,12 +356,20 @@ def claims_table(results: dict) -> str:
 
 def vit_shape_text(shape: dict | None) -> str:
     """'12 layers, dim 64, 4 heads, MLP 256, 32 px with patch 4 (65 tokens)' from a unit's recorded shape."""
-    shape = shape or {"hidden_size": 192, "num_hidden_layers": 12, "num_attention_heads": 3, "intermediate_size": 768,
-                      "image_size": 32, "patch_size": 4}  # units written before shapes were recorded: ViT-tiny
+    shape = shape or {
+        "hidden_size": 192,
+        "num_hidden_layers": 12,
+        "num_attention_heads": 3,
+        "intermediate_size": 768,
+        "image_size": 32,
+        "patch_size": 4,
+    }  # units written before shapes were recorded: ViT-tiny
     tokens = (shape["image_size"] // shape["patch_size"]) ** 2 + 1
-    return (f"{shape['num_hidden_layers']} layers, dim {shape['hidden_size']}, {shape['num_attention_heads']} heads, "
-            f"MLP {shape['intermediate_size']}, {shape['image_size']} px with patch {shape['patch_size']} "
-            f"({tokens} tokens)")
+    return (
+        f"{shape['num_hidden_layers']} layers, dim {shape['hidden_size']}, {shape['num_attention_heads']} heads, "
+        f"MLP {shape['intermediate_size']}, {shape['image_size']} px with patch {shape['patch_size']} "
+        f"({tokens} tokens)"
+    )
 
 
 def accuracy(results: dict, links: str) -> str:
@@ -277,12 +377,22 @@ def accuracy(results: dict, links: str) -> str:
     n_test, vit = acc["test_images"] or 10000, next(iter(acc["units"].values()))
     p = statistics.fmean(by["accuracy"]["mean"] for by in acc["summary"].values())
     chosen = results.get("lambda_sweep", {}).get("chosen")
-    return fill("accuracy", shape=vit_shape_text(acc.get("shape")), train_images=f"{vit['train_images']:,}",
-                steps=f"{vit['steps']:,}", test_images=f"{'all ' if n_test == 10000 else 'a fixed subset of '}"
-                f"{n_test:,}", noise=f"{100 * math.sqrt(p * (1 - p) / n_test):.1f}",
-                validated=fill("validated", chosen=f"{chosen:g}") if "neutreno-validated" in acc["names"] else "",
-                figure=figure(acc, links, "CIFAR-10 learning curves", "Test accuracy after every epoch; the last point "
-                              "of each curve is the accuracy in the table"), table=comparison(acc))
+    return fill(
+        "accuracy",
+        shape=vit_shape_text(acc.get("shape")),
+        train_images=f"{vit['train_images']:,}",
+        steps=f"{vit['steps']:,}",
+        test_images=f"{'all ' if n_test == 10000 else 'a fixed subset of '}{n_test:,}",
+        noise=f"{100 * math.sqrt(p * (1 - p) / n_test):.1f}",
+        validated=fill("validated", chosen=f"{chosen:g}") if "neutreno-validated" in acc["names"] else "",
+        figure=figure(
+            acc,
+            links,
+            "CIFAR-10 learning curves",
+            "Test accuracy after every epoch; the last point of each curve is the accuracy in the table",
+        ),
+        table=comparison(acc),
+    )
 
 
 def oversmoothing(results: dict, links: str) -> str:
@@ -291,20 +401,42 @@ def oversmoothing(results: dict, links: str) -> str:
     for stage, title in (("trained", "Trained"), ("init", "Random initialisation")):
         measures = [m for m in measures_of(data) if f":{stage}:" in m]
         last = found.get(f"cosine-{stage}", {}).get("stats")
-        last_layer = fill("last-layer", title=title, delta=pm(last, 1, 3, True), wins=f"{last['wins']}/{last['n']}",
-                          per_seed=seeds(last, 1, 3)) if last else ""
-        stages.append(fill("oversmoothing-stage", title=title, table=comparison(data, measures, per_seed=False),
-                           figure=f"![{title}]({links}/{data['figures'][stage]})" if data["figures"][stage] else "",
-                           last_layer=last_layer))
-    return fill("oversmoothing", samples=results["cifar10_accuracy"]["samples"]["oversmoothing"],
-                stages="\n\n".join(stages))
+        last_layer = (
+            fill(
+                "last-layer",
+                title=title,
+                delta=pm(last, 1, 3, True),
+                wins=f"{last['wins']}/{last['n']}",
+                per_seed=seeds(last, 1, 3),
+            )
+            if last
+            else ""
+        )
+        stages.append(
+            fill(
+                "oversmoothing-stage",
+                title=title,
+                table=comparison(data, measures, per_seed=False),
+                figure=f"![{title}]({links}/{data['figures'][stage]})" if data["figures"][stage] else "",
+                last_layer=last_layer,
+            )
+        )
+    return fill(
+        "oversmoothing", samples=results["cifar10_accuracy"]["samples"]["oversmoothing"], stages="\n\n".join(stages)
+    )
 
 
 def efficiency(results: dict, links: str) -> str:
     data = results["data_efficiency"]
-    return fill("efficiency", table=comparison(data), fractions=", ".join(
-        f"{key.rsplit('-', 1)[1]} % = {u['train_images']} images / {u['steps']} steps"
-        for key, u in data["units"].items() if key.startswith("vit-") and not key.startswith("vit--")))
+    return fill(
+        "efficiency",
+        table=comparison(data),
+        fractions=", ".join(
+            f"{key.rsplit('-', 1)[1]} % = {u['train_images']} images / {u['steps']} steps"
+            for key, u in data["units"].items()
+            if key.startswith("vit-") and not key.startswith("vit--")
+        ),
+    )
 
 
 def corruptions(results: dict, links: str) -> str:
@@ -312,9 +444,12 @@ def corruptions(results: dict, links: str) -> str:
     overall = [m for m in measures_of(data) if m.count(":") < 2]  # the mean over corruptions, by severity
     each = [m for m in measures_of(data) if m.count(":") == 2]  # each corruption at severity 5
     paper = [[f"paper {data['names'][k]}"] + [f"{x:.2f}" for x in PAPER_CORRUPTIONS[k]] + ["—"] for k in data["names"]]
-    return fill("corruptions", images=results["cifar10_accuracy"]["samples"]["corruption"],
-                table=comparison(data, overall, extra=paper),
-                per_corruption=comparison({**data, "paired": {}}, each, per_seed=False))
+    return fill(
+        "corruptions",
+        images=results["cifar10_accuracy"]["samples"]["corruption"],
+        table=comparison(data, overall, extra=paper),
+        per_corruption=comparison({**data, "paired": {}}, each, per_seed=False),
+    )
 
 
 def spectral(results: dict, links: str) -> str:
@@ -324,8 +459,11 @@ def spectral(results: dict, links: str) -> str:
         for k, by in data["summary"].items():
             if f"spectral:{stage}:smoothing" in by:
                 stats = [by[f"spectral:{stage}:{c}"] for c in ("smoothing", "sharpening", "other", "tie")]
-                rows.append([f"{title} {data['names'][k]}", pm(stats[0], 100), seeds(stats[0], 100, 1)]
-                            + [pm(s, 100) for s in stats[1:]] + [PAPER_SMOOTHING.get(f"{stage} {k}", "—")])
+                rows.append(
+                    [f"{title} {data['names'][k]}", pm(stats[0], 100), seeds(stats[0], 100, 1)]
+                    + [pm(s, 100) for s in stats[1:]]
+                    + [PAPER_SMOOTHING.get(f"{stage} {k}", "—")]
+                )
     head = ["model", "smoothing", "smoothing per seed", "sharpening", "other", "tie", "paper (smoothing)"]
     return fill("spectral", samples=results["cifar10_accuracy"]["samples"]["spectral"], table=table(head, rows))
 
@@ -335,72 +473,149 @@ def round_two(results: dict, links: str) -> str:
     parts, chosen = [], results.get("lambda_sweep", {}).get("chosen")
     if sweep := results.get("lambda_sweep"):
         names = {**sweep["names"], **({f"{chosen:g}": f"λ {chosen:g} (chosen)"} if chosen is not None else {})}
-        parts.append(fill("lambda-sweep", train_images=f"{next(iter(sweep['units'].values()))['train_images']:,}",
-                          choice=fill("choice-none") if chosen is None else fill(
-                              "choice-official" if chosen == OFFICIAL_LAMBDA else "choice-other", chosen=f"{chosen:g}"),
-                          table=comparison({**sweep, "names": names}),
-                          figure=figure(sweep, links, "λ sweep", "Validation accuracy after every epoch")))
+        parts.append(
+            fill(
+                "lambda-sweep",
+                train_images=f"{next(iter(sweep['units'].values()))['train_images']:,}",
+                choice=fill("choice-none")
+                if chosen is None
+                else fill("choice-official" if chosen == OFFICIAL_LAMBDA else "choice-other", chosen=f"{chosen:g}"),
+                table=comparison({**sweep, "names": names}),
+                figure=figure(sweep, links, "λ sweep", "Validation accuracy after every epoch"),
+            )
+        )
     if parents := results.get("parents"):
         rows = []
         for key, p in parents.items():
             first, diff = (p[k]["per_seed"] if p[k] else {} for k in ("first_run", "difference"))
             for seed, value in p["retrain"]["per_seed"].items():
                 folder = p["model_dir"].get(seed)
-                rows.append([f"{CIFAR_MODELS[key][1]}, seed {seed}", f"{100 * value:.2f}",
-                             f"{100 * first[seed]:.2f}" if seed in first else "—",
-                             f"{100 * diff[seed]:+.2f}" if seed in diff else "—",
-                             f"[{folder}]({links}/{folder})" if folder else "—"])
+                rows.append(
+                    [
+                        f"{CIFAR_MODELS[key][1]}, seed {seed}",
+                        f"{100 * value:.2f}",
+                        f"{100 * first[seed]:.2f}" if seed in first else "—",
+                        f"{100 * diff[seed]:+.2f}" if seed in diff else "—",
+                        f"[{folder}]({links}/{folder})" if folder else "—",
+                    ]
+                )
             spread = f"mean \\|Δ\\| {100 * statistics.fmean(map(abs, diff.values())):.2f}" if diff else ""
-            rows.append([f"{CIFAR_MODELS[key][1]}, over seeds", pm(p["retrain"], 100),
-                         pm(p["first_run"], 100) if first else "—",
-                         f"{delta(p['difference'])}; {spread}" if diff else "—", ""])
-        head = ["model", "test accuracy (%), retrained", "first run, same seed", "retrained − first run (pp)",
-                "model folder"]
-        parts.append(fill("parents", seeds=", ".join(dict.fromkeys(s for p in parents.values()
-                                                                   for s in p["retrain"]["per_seed"])),
-                          table=table(head, rows)))
+            rows.append(
+                [
+                    f"{CIFAR_MODELS[key][1]}, over seeds",
+                    pm(p["retrain"], 100),
+                    pm(p["first_run"], 100) if first else "—",
+                    f"{delta(p['difference'])}; {spread}" if diff else "—",
+                    "",
+                ]
+            )
+        head = [
+            "model",
+            "test accuracy (%), retrained",
+            "first run, same seed",
+            "retrained − first run (pp)",
+            "model folder",
+        ]
+        parts.append(
+            fill(
+                "parents",
+                seeds=", ".join(dict.fromkeys(s for p in parents.values() for s in p["retrain"]["per_seed"])),
+                table=table(head, rows),
+            )
+        )
     for name, alt, caption in (
-            ("adaptation", "Adaptation learning curves", "Test accuracy after every epoch of the continued training"),
-            ("kernel", "Kernel attention learning curves", "Test accuracy after every epoch"),
-            ("segmentation", "Segmentation learning curves", "The segmentation models during training")):
+        ("adaptation", "Adaptation learning curves", "Test accuracy after every epoch of the continued training"),
+        ("kernel", "Kernel attention learning curves", "Test accuracy after every epoch"),
+        ("segmentation", "Segmentation learning curves", "The segmentation models during training"),
+    ):
         if data := results.get(name):
             steps = next(iter(data["units"].values())).get("steps", "?")
-            parts.append(fill(name, table=comparison(data), steps=steps, lam="?" if chosen is None else f"{chosen:g}",
-                              figure=figure(data, links, alt, caption)))
+            parts.append(
+                fill(
+                    name,
+                    table=comparison(data),
+                    steps=steps,
+                    lam="?" if chosen is None else f"{chosen:g}",
+                    figure=figure(data, links, alt, caption),
+                )
+            )
     return "\n\n".join(parts)
 
 
 def wikitext(results: dict, links: str) -> str:
     wt = results["wikitext2"]
-    shape = wt.get("shape") or {"num_hidden_layers": 16, "hidden_size": 128, "num_attention_heads": 8,
-                                "intermediate_size": 2048}
+    shape = wt.get("shape") or {
+        "num_hidden_layers": 16,
+        "hidden_size": 128,
+        "num_attention_heads": 8,
+        "intermediate_size": 2048,
+    }
     protocols = [(split, protocol) for split in ("validation", "test") for protocol in ("sliding", "blocks")]
     unigram, softmax = wt.get("unigram_perplexity"), wt["summary"].get("softmax", {}).get("ppl:validation:blocks")
-    extra = [["unigram of the training split (no context)"] + [f"{unigram[s][p]:.1f}" for s, p in protocols]
-             ] if unigram else []
+    extra = (
+        [["unigram of the training split (no context)"] + [f"{unigram[s][p]:.1f}" for s, p in protocols]]
+        if unigram
+        else []
+    )
     level = unigram["validation"]["blocks"] if unigram else None
-    early = "; ".join(f"{LM_MODELS[k][1]}: best at steps {' / '.join(map(str, e['best_step'].values()))} of "
-                      f"{' / '.join(map(str, e['steps'].values()))} trained"
-                      for k, e in wt.get("early_stopping", {}).items())
-    slide, block, ffn = wt["scored_tokens"]["validation"]["sliding"], wt["scored_tokens"]["validation"]["blocks"], \
-        shape["intermediate_size"]
-    curve = "" if not wt.get("curve_tokens") else figure(
-        wt, links, "WikiText-2 learning curves", "Validation perplexity during training, on non-overlapping blocks "
-        f"of the first {wt['curve_tokens'] + 1:,} validation tokens")
+    early = "; ".join(
+        f"{LM_MODELS[k][1]}: best at steps {' / '.join(map(str, e['best_step'].values()))} of "
+        f"{' / '.join(map(str, e['steps'].values()))} trained"
+        for k, e in wt.get("early_stopping", {}).items()
+    )
+    slide, block, ffn = (
+        wt["scored_tokens"]["validation"]["sliding"],
+        wt["scored_tokens"]["validation"]["blocks"],
+        shape["intermediate_size"],
+    )
+    curve = (
+        ""
+        if not wt.get("curve_tokens")
+        else figure(
+            wt,
+            links,
+            "WikiText-2 learning curves",
+            "Validation perplexity during training, on non-overlapping blocks "
+            f"of the first {wt['curve_tokens'] + 1:,} validation tokens",
+        )
+    )
     return fill(
-        "wikitext", others="" if set(wt["names"]) <= {"softmax", "neutreno"} else ", and the value paths",
-        layers=shape["num_hidden_layers"], hidden=shape["hidden_size"], heads=shape["num_attention_heads"],
-        ffn=f"{ffn}{'' if ffn == 2048 else ' instead of 2048'}", context=wt["context"],
+        "wikitext",
+        others="" if set(wt["names"]) <= {"softmax", "neutreno"} else ", and the value paths",
+        layers=shape["num_hidden_layers"],
+        hidden=shape["hidden_size"],
+        heads=shape["num_attention_heads"],
+        ffn=f"{ffn}{'' if ffn == 2048 else ' instead of 2048'}",
+        context=wt["context"],
         norm="pre-LN instead of post-LN" if shape.get("norm_position") == "pre" else "post-LN",
-        vocab=wt["vocab_size"], parameters=f"{wt['parameters'] / 1e6:.1f}M", steps=wt["steps"],
-        batch=wt["batch_size"], train_tokens=f"{wt['train_tokens']:,}", epochs=f"{wt['train_tokens'] / 2088628:.2f}",
-        warmup=wt["warmup_steps"], lr=f"{wt['learning_rate']:g}", slide_prefix=slide + 1, slide=slide,
-        validation_tokens=f"{wt['split_tokens']['validation']:,}", block_prefix=block + 1,
-        table=comparison(wt, extra=extra), figure=curve, early=fill("early", runs=early) if early else "",
+        vocab=wt["vocab_size"],
+        parameters=f"{wt['parameters'] / 1e6:.1f}M",
+        steps=wt["steps"],
+        batch=wt["batch_size"],
+        train_tokens=f"{wt['train_tokens']:,}",
+        epochs=f"{wt['train_tokens'] / 2088628:.2f}",
+        warmup=wt["warmup_steps"],
+        lr=f"{wt['learning_rate']:g}",
+        slide_prefix=slide + 1,
+        slide=slide,
+        validation_tokens=f"{wt['split_tokens']['validation']:,}",
+        block_prefix=block + 1,
+        table=comparison(wt, extra=extra),
+        figure=curve,
+        early=fill("early", runs=early) if early else "",
         unigram=fill("unigram", softmax=pm(softmax, 1, 1), ratio=f"{softmax['mean'] / level:.2f}", level=f"{level:.1f}")
-        if unigram and softmax else "",
-        losses=", ".join(f"{wt['names'].get(k, k)} {pm(s, 1, 3)}" for k, s in wt["train_loss"].items()))
+        if unigram and softmax
+        else "",
+        losses=", ".join(f"{wt['names'].get(k, k)} {pm(s, 1, 3)}" for k, s in wt["train_loss"].items()),
+    )
 
 
-SECTIONS = (("cifar10_accuracy", accuracy), ("oversmoothing", oversmoothing), ("data_efficiency", efficiency),
-            ("corruptions", corruptions), ("spectral", spectral), (None, round_two), ("wikitext2", wikitext))
+SECTIONS = (
+    ("cifar10_accuracy", accuracy),
+    ("oversmoothing", oversmoothing),
+    ("data_efficiency", efficiency),
+    ("corruptions", corruptions),
+    ("spectral", spectral),
+    (None, round_two),
+    ("wikitext2", wikitext),
+)

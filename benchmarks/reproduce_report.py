@@ -24,16 +24,26 @@ from hf_neutreno.experiment import mean_std, paired, summary
 
 BENCHMARKS = Path(__file__).resolve().parent / "results"  # the speed benchmarks' JSON (the opening table's costs)
 SWEEP = "sweep-neutreno-lambda"  # the λ sweep's series: SWEEP + λ
-CURVES = {"cifar10_accuracy": "cifar10_curves.png", "wikitext2": "wikitext2_curves.png",  # learning-curve figures
-          **{name: f"{name}_curves.png" for name in ("lambda_sweep", "adaptation", "kernel", "segmentation")}}
+CURVES = {
+    "cifar10_accuracy": "cifar10_curves.png",
+    "wikitext2": "wikitext2_curves.png",  # learning-curve figures
+    **{name: f"{name}_curves.png" for name in ("lambda_sweep", "adaptation", "kernel", "segmentation")},
+}
 # Two-sided 95 % quantiles of Student's t by degrees of freedom (n − 1 seeds), for the paired-difference intervals.
 T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 # How each kind of measure (reproduce_claims) is shown: scale, unit, digits, whether higher is better, a win's word.
-FORMATS = {"accuracy": (100, "pp", 2, True, "better"), "corruption": (100, "pp", 2, True, "better"),
-           "corruption_change": (100, "pp", 2, True, "better"), "pixel_accuracy": (100, "pp", 2, True, "better"),
-           "mean_iou": (100, "points", 2, True, "better"), "mean_iou_ms": (100, "points", 2, True, "better"),
-           "cosine": (1, "", 3, False, "lower"), "hfc": (1, "", 3, True, "higher"), "ppl": (1, "", 1, False, "lower"),
-           "spectral": (100, "%", 2, True, "higher")}
+FORMATS = {
+    "accuracy": (100, "pp", 2, True, "better"),
+    "corruption": (100, "pp", 2, True, "better"),
+    "corruption_change": (100, "pp", 2, True, "better"),
+    "pixel_accuracy": (100, "pp", 2, True, "better"),
+    "mean_iou": (100, "points", 2, True, "better"),
+    "mean_iou_ms": (100, "points", 2, True, "better"),
+    "cosine": (1, "", 3, False, "lower"),
+    "hfc": (1, "", 3, True, "higher"),
+    "ppl": (1, "", 1, False, "lower"),
+    "spectral": (100, "%", 2, True, "higher"),
+}
 
 
 def interval(stats: dict) -> tuple[float, float]:
@@ -46,7 +56,7 @@ def interval(stats: dict) -> tuple[float, float]:
 
 
 def verdict(stats: dict, sign: int) -> str:
-    """"reproduced" when the interval lies on the paper's side of 0 (`sign` +1: the variant should be higher),
+    """ "reproduced" when the interval lies on the paper's side of 0 (`sign` +1: the variant should be higher),
     "opposite" when it lies on the other side, else "inconclusive". Decided by this rule alone, fixed before the
     cpu-long results were seen."""
     low, high = interval(stats)
@@ -151,17 +161,27 @@ def aggregate(out: Path, chosen_lambda: float | None = None) -> dict:
         models = EXPERIMENTS["cifar10_accuracy"][0].values()
         first = next(next(iter(g.values())) for series, *_ in models if (g := find(groups, series)))
         results["cifar10_accuracy"].update(
-            shape=first.get("shape"), test_images=first["budget"]["test_samples"], samples={
+            shape=first.get("shape"),
+            test_images=first["budget"]["test_samples"],
+            samples={
                 "oversmoothing": first["trained"]["oversmoothing"]["num_samples"],
-                **{k: first["budget"][f"{k}_samples"] for k in ("spectral", "corruption")}})
+                **{k: first["budget"][f"{k}_samples"] for k in ("spectral", "corruption")},
+            },
+        )
     if "oversmoothing" in results:
         models = {k: find(groups, series) for k, (series, _) in EXPERIMENTS["oversmoothing"][0].items()}
-        results["oversmoothing"]["figures"] = {stage: figures.plot_oversmoothing(
-            models, results["oversmoothing"]["names"], out / f"oversmoothing_{stage}.png", stage)
-            for stage in ("init", "trained")}
+        results["oversmoothing"]["figures"] = {
+            stage: figures.plot_oversmoothing(
+                models, results["oversmoothing"]["names"], out / f"oversmoothing_{stage}.png", stage
+            )
+            for stage in ("init", "trained")
+        }
     if "lambda_sweep" in results:
-        trained_with = (u["neutreno_lambda"] for u in units  # the units that used the sweep's choice
-                        if unit_name(u["unit"]).startswith(("adapt-neutreno", "cifar-neutreno-lambda")))
+        trained_with = (
+            u["neutreno_lambda"]
+            for u in units  # the units that used the sweep's choice
+            if unit_name(u["unit"]).startswith(("adapt-neutreno", "cifar-neutreno-lambda"))
+        )
         results["lambda_sweep"]["chosen"] = chosen_lambda if chosen_lambda is not None else next(trained_with, None)
     if "wikitext2" in results:
         results["wikitext2"].update(_wikitext(units, out))
@@ -169,9 +189,17 @@ def aggregate(out: Path, chosen_lambda: float | None = None) -> dict:
         results["parents"] = parents
     run = json.loads((out / "run.json").read_text()) if (out / "run.json").exists() else {}
     results["claims"] = claims(groups, run.get("planned") or [])
-    results["costs"] = {key: {cost: [(label, v) for file, where, field, label in method[cost]
-                                     if (v := _benchmark(BENCHMARKS / file, where, field)) is not None]
-                              for cost in ("throughput", "memory")} for key, method in METHODS.items()}
+    results["costs"] = {
+        key: {
+            cost: [
+                (label, v)
+                for file, where, field, label in method[cost]
+                if (v := _benchmark(BENCHMARKS / file, where, field)) is not None
+            ]
+            for cost in ("throughput", "memory")
+        }
+        for key, method in METHODS.items()
+    }
     for name, data in results.items():
         (out / f"{name}.json").write_text(json.dumps(data, indent=1))
     return results
@@ -181,7 +209,7 @@ def experiments(groups: dict) -> dict:
     """reproduce_claims.EXPERIMENTS completed from the units: the λ sweep's grid, the layers the over-smoothing
     tables show (the embeddings, a quarter and half deep, the last three) and the corruptions' names."""
     result = dict(EXPERIMENTS)
-    grid = sorted((name[len(SWEEP):] for name in groups if name.startswith(SWEEP)), key=float)
+    grid = sorted((name[len(SWEEP) :] for name in groups if name.startswith(SWEEP)), key=float)
     result["lambda_sweep"] = ({lam: (SWEEP + lam, f"λ {lam}") for lam in grid}, ("accuracy",), ())
     vit = next(iter(find(groups, "cifar-vit-100pct").values()), {})
     if "trained" in vit:
@@ -205,24 +233,35 @@ def _parents(groups: dict) -> dict:
     for key, (series, first_run) in PARENT_MODELS.items():
         retrain, first = values(groups, series, "accuracy"), values(groups, first_run, "accuracy")
         if retrain:
-            parents[key] = {"retrain": summary(retrain), "first_run": summary(first) if first else None,
-                            "difference": paired(retrain, first) if set(retrain) & set(first) else None,
-                            "model_dir": {str(s): u.get("model_dir") for s, u in find(groups, series).items()}}
+            parents[key] = {
+                "retrain": summary(retrain),
+                "first_run": summary(first) if first else None,
+                "difference": paired(retrain, first) if set(retrain) & set(first) else None,
+                "model_dir": {str(s): u.get("model_dir") for s, u in find(groups, series).items()},
+            }
     return parents
 
 
 def compare(groups: dict, models: dict, measures: tuple, pairs: tuple, figure: Path | None = None) -> dict:
     """One table's numbers: {"names", "papers", "summary": {model: {measure: summary}}, "paired": {"variant vs
     baseline": {measure: paired}}, "units": {model: the first unit's train_images and steps}, "curves", "figure"}."""
-    by_model = {k: {m: v for m in measures if (v := values(groups, series, m))}
-                for k, (series, *_) in models.items()}
+    by_model = {k: {m: v for m in measures if (v := values(groups, series, m))} for k, (series, *_) in models.items()}
     first = {k: next(iter(find(groups, m[0]).values())) for k, m in models.items()}
-    result = {"names": {k: m[1] for k, m in models.items()}, "papers": {k: m[2] for k, m in models.items() if m[2:]},
-              "summary": {k: {m: summary(v) for m, v in by.items()} for k, by in by_model.items()},
-              "paired": {f"{v} vs {b}": {m: paired(by_model[v][m], by_model[b][m], measure_format(m)[3])
-                                         for m in by_model[v] if set(by_model[v][m]) & set(by_model[b].get(m, {}))}
-                         for v, b in pairs if v in by_model and b in by_model},
-              "units": {k: {f: u[f] for f in ("train_images", "steps") if f in u} for k, u in first.items()}}
+    result = {
+        "names": {k: m[1] for k, m in models.items()},
+        "papers": {k: m[2] for k, m in models.items() if m[2:]},
+        "summary": {k: {m: summary(v) for m, v in by.items()} for k, by in by_model.items()},
+        "paired": {
+            f"{v} vs {b}": {
+                m: paired(by_model[v][m], by_model[b][m], measure_format(m)[3])
+                for m in by_model[v]
+                if set(by_model[v][m]) & set(by_model[b].get(m, {}))
+            }
+            for v, b in pairs
+            if v in by_model and b in by_model
+        },
+        "units": {k: {f: u[f] for f in ("train_images", "steps") if f in u} for k, u in first.items()},
+    }
     if figure is not None:
         result["curves"] = figures.curves({k: find(groups, m[0]) for k, m in models.items()})
         result["figure"] = figures.plot_curves(result["curves"], result["names"], figure)
@@ -241,18 +280,26 @@ def _wikitext(units: list[dict], out: Path) -> dict:
     first = lm[0]
     by_variant = {k: {str(u["unit"]["seed"]): u for u in lm if u["unit"]["variant"] == k} for k in LM_MODELS}
     by_variant = {k: by for k, by in by_variant.items() if by}
-    result = {"scored_tokens": {s: {p: first[s][p]["num_tokens"] for p in ("sliding", "blocks")}
-                                for s in ("validation", "test")},
-              "split_tokens": {s: first[s]["split_tokens"] for s in ("validation", "test")},
-              "train_loss": {k: summary({s: u["train_loss"] for s, u in by.items() if "train_loss" in u})
-                             for k, by in by_variant.items() if any("train_loss" in u for u in by.values())},
-              "curve_tokens": next((u["curve"][0]["tokens"] for u in lm if u.get("curve")), None),
-              "shape": first.get("shape"),
-              **{k: first[k] for k in ("steps", "train_tokens", "parameters", "vocab_size", "context")},
-              **{k: first["budget"][f"lm_{k}"] for k in ("batch_size", "learning_rate", "warmup_steps")}}
+    result = {
+        "scored_tokens": {
+            s: {p: first[s][p]["num_tokens"] for p in ("sliding", "blocks")} for s in ("validation", "test")
+        },
+        "split_tokens": {s: first[s]["split_tokens"] for s in ("validation", "test")},
+        "train_loss": {
+            k: summary({s: u["train_loss"] for s, u in by.items() if "train_loss" in u})
+            for k, by in by_variant.items()
+            if any("train_loss" in u for u in by.values())
+        },
+        "curve_tokens": next((u["curve"][0]["tokens"] for u in lm if u.get("curve")), None),
+        "shape": first.get("shape"),
+        **{k: first[k] for k in ("steps", "train_tokens", "parameters", "vocab_size", "context")},
+        **{k: first["budget"][f"lm_{k}"] for k in ("batch_size", "learning_rate", "warmup_steps")},
+    }
     if any("best_step" in u for u in lm):  # early stopping: each unit's own length and evaluated step
-        result["early_stopping"] = {k: {f: {s: u[f] for s, u in by.items() if f in u} for f in ("best_step", "steps")}
-                                    for k, by in by_variant.items()}
+        result["early_stopping"] = {
+            k: {f: {s: u[f] for s, u in by.items() if f in u} for f in ("best_step", "steps")}
+            for k, by in by_variant.items()
+        }
     if (out / "wikitext2_unigram.json").exists():
         result["unigram_perplexity"] = json.loads((out / "wikitext2_unigram.json").read_text())
     return result
@@ -268,8 +315,7 @@ def claims(groups: dict, planned: list[str]) -> list[dict]:
     for claim in CLAIMS:
         planned_seeds = sum(n for series, n in expected.items() if fnmatchcase(series, claim["variant"]))
         variant, baseline = (values(groups, claim[k], claim["measure"]) for k in ("variant", "baseline"))
-        stats = paired(variant, baseline, measure_format(claim["measure"])[3]) if set(variant) & set(baseline) \
-            else None
+        stats = paired(variant, baseline, measure_format(claim["measure"])[3]) if set(variant) & set(baseline) else None
         if (claim["only_with_curve"] and not lm_curves) or (stats is None and not planned_seeds):
             continue
         entry = {**claim, "stats": stats, "planned": planned_seeds, "verdict": None}
@@ -295,8 +341,11 @@ def record_session(out: Path, session: dict, budget_name: str, budget: dict, upd
     path = out / "run.json"
     run = json.loads(path.read_text()) if path.exists() else {"sessions": []}
     info = machine()
-    info.update(cpu_cores=os.cpu_count(), torch_threads_per_worker=session.get("threads") or info["cpu_threads"],
-                workers=session.get("workers"))
+    info.update(
+        cpu_cores=os.cpu_count(),
+        torch_threads_per_worker=session.get("threads") or info["cpu_threads"],
+        workers=session.get("workers"),
+    )
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name()
     entry = {k: v for k, v in session.items() if k != "planned"}
@@ -304,8 +353,11 @@ def record_session(out: Path, session: dict, budget_name: str, budget: dict, upd
     run.update(budget_name=budget_name, budget=budget)
     if "planned" in session:
         run["planned"] = session["planned"]  # every unit of the budget: the page says how many are finished
-    mine = [i for i, earlier in enumerate(run["sessions"])
-            if (earlier.get("command"), earlier.get("started")) == (entry.get("command"), entry.get("started"))]
+    mine = [
+        i
+        for i, earlier in enumerate(run["sessions"])
+        if (earlier.get("command"), earlier.get("started")) == (entry.get("command"), entry.get("started"))
+    ]
     if update and mine:
         run["sessions"][mine[-1]] = entry
     else:

@@ -12,14 +12,14 @@ import sys
 import textwrap
 from pathlib import Path
 
-_BLOCK_PACKAGE = '''
+_BLOCK_PACKAGE = """
 import sys
 class _BlockHfNeutreno:
     def find_spec(self, name, path=None, target=None):
         if name == "hf_neutreno" or name.startswith("hf_neutreno."):
             raise ModuleNotFoundError(f"No module named {name!r} (blocked: the checkpoint must carry its own code)")
 sys.meta_path.insert(0, _BlockHfNeutreno())
-'''
+"""
 
 
 def run_fresh(code: str, workdir: Path, hf_home: Path | None = None, timeout: int = 300) -> str:

@@ -113,8 +113,9 @@ def test_neutreno_vit_without_the_term_converts_to_the_native_model_with_equal_l
         torch.testing.assert_close(logits, native_with_copied_weights(model)(x).logits, atol=1e-6, rtol=0)
         torch.testing.assert_close(logits, model(x).logits, atol=1e-5, rtol=0)
         # and back: the round trip gives the same weights and logits
-        back = vit_to_neutreno(converted, neutreno_lambda=model.config.neutreno_lambda,
-                               neutreno_layers=model.config.neutreno_layers)
+        back = vit_to_neutreno(
+            converted, neutreno_lambda=model.config.neutreno_lambda, neutreno_layers=model.config.neutreno_layers
+        )
         assert back.state_dict().keys() == model.state_dict().keys()
         for name, weight in model.state_dict().items():
             torch.testing.assert_close(back.state_dict()[name], weight, atol=0, rtol=0, msg=name)
@@ -225,15 +226,23 @@ def randomised(model):
 def test_segmenter_from_a_native_model_keeps_its_encoder_at_lambda_zero(family, tmp_path):
     """The converted Segmenter's encoder hidden states are those of transformers' ViTModel / DeiTModel with the same
     weights; the decoder is new, of the requested shape."""
-    native = {"vit": lambda: ViTForImageClassification(ViTConfig(**SHAPE)),
-              "deit": lambda: DeiTForImageClassification(DeiTConfig(**SHAPE)),
-              "vit-backbone": lambda: ViTModel(ViTConfig(**SHAPE)),
-              "deit-with-teacher": lambda: DeiTForImageClassificationWithTeacher(DeiTConfig(**SHAPE))}[family]()
+    native = {
+        "vit": lambda: ViTForImageClassification(ViTConfig(**SHAPE)),
+        "deit": lambda: DeiTForImageClassification(DeiTConfig(**SHAPE)),
+        "vit-backbone": lambda: ViTModel(ViTConfig(**SHAPE)),
+        "deit-with-teacher": lambda: DeiTForImageClassificationWithTeacher(DeiTConfig(**SHAPE)),
+    }[family]()
     native = randomised(native)
     native.save_pretrained(tmp_path / "native")
     labels = {i: f"class-{i}" for i in range(6)}
-    model = vit_to_neutreno(tmp_path / "native", neutreno_lambda=0.0, task="semantic-segmentation", **SEGMENTATION,
-                            id2label=labels, label2id={v: k for k, v in labels.items()})
+    model = vit_to_neutreno(
+        tmp_path / "native",
+        neutreno_lambda=0.0,
+        task="semantic-segmentation",
+        **SEGMENTATION,
+        id2label=labels,
+        label2id={v: k for k, v in labels.items()},
+    )
     assert isinstance(model, NeuTRENOViTForSemanticSegmentation) and not model.training
     assert model.config.use_distillation_token == family.startswith("deit")
     assert model.config.id2label == labels and model.config.decoder_shape == (24, 3)
@@ -256,8 +265,9 @@ def test_segmenter_at_another_image_size_resamples_positions_as_the_native_inter
     `interpolate_pos_encoding=True`: the grid is resampled once, bicubically, at conversion."""
     native_class, config_class = (ViTModel, ViTConfig) if family == "vit" else (DeiTModel, DeiTConfig)
     native = randomised(native_class(config_class(**SHAPE)))
-    model = vit_to_neutreno(native, neutreno_lambda=0.0, task="semantic-segmentation", image_size=[24, 40],
-                            num_labels=3)
+    model = vit_to_neutreno(
+        native, neutreno_lambda=0.0, task="semantic-segmentation", image_size=[24, 40], num_labels=3
+    )
     assert model.vit.embeddings.position_embeddings.shape == (1, 6 * 10 + (2 if family == "deit" else 1), 32)
     x = torch.randn(2, 3, 24, 40)
     with torch.no_grad():
@@ -268,8 +278,9 @@ def test_segmenter_at_another_image_size_resamples_positions_as_the_native_inter
 
 def test_segmenter_from_a_neutreno_classifier_keeps_its_encoder():
     classifier = neutreno_model(neutreno_lambda=0.6, neutreno_layers=[1], drop_path_rate=0.1)
-    model = vit_to_neutreno(classifier, neutreno_lambda=0.6, task="semantic-segmentation", num_labels=4,
-                            decoder_neutreno_lambda=0.0)
+    model = vit_to_neutreno(
+        classifier, neutreno_lambda=0.6, task="semantic-segmentation", num_labels=4, decoder_neutreno_lambda=0.0
+    )
     config = model.config
     assert (config.neutreno_layers, config.drop_path_rate, config.num_labels) == ([1], 0.1, 4)
     assert config.decoder_neutreno_lambda == 0.0 and model.decoder.layers[1].attention.neutreno_lambda == 0.0
@@ -277,8 +288,7 @@ def test_segmenter_from_a_neutreno_classifier_keeps_its_encoder():
         assert torch.equal(model.vit.state_dict()[name], weight), name
     x = torch.randn(2, 3, 16, 16)
     with torch.no_grad():
-        torch.testing.assert_close(model.vit(x).last_hidden_state, classifier.vit(x).last_hidden_state,
-                                   atol=0, rtol=0)
+        torch.testing.assert_close(model.vit(x).last_hidden_state, classifier.vit(x).last_hidden_state, atol=0, rtol=0)
 
 
 def test_segmenter_decoder_is_freshly_initialised_and_the_encoder_is_not():

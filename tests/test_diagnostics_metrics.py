@@ -52,9 +52,9 @@ def _direct(x: torch.Tensor) -> dict[str, float]:
     """The definitions, on one sample's real tokens (N × d), in float64 with explicit pairs and matrices."""
     x = x.double()
     n = x.shape[0]
-    cos = sum(
-        torch.dot(x[i], x[j]) / (x[i].norm() * x[j].norm()) for i in range(n) for j in range(n) if i != j
-    ) / (n * (n - 1))
+    cos = sum(torch.dot(x[i], x[j]) / (x[i].norm() * x[j].norm()) for i in range(n) for j in range(n) if i != j) / (
+        n * (n - 1)
+    )
     ones = torch.ones(n, 1, dtype=x.dtype)
     lfc = ones @ ones.T @ x / n
     hfc = (torch.eye(n, dtype=x.dtype) - ones @ ones.T / n) @ x

@@ -26,14 +26,43 @@ def example_args(data_dir: Path, output_dir: Path, per_device_batch: int) -> lis
     # Deterministic apart from the data order: no dropout, no drop path, no augmentation; Trainer shuffles with
     # the same seed in both runs (accelerate's seedable sampler), over 2 epochs so the reshuffle is covered too.
     return [
-        "--model_name_or_path", "deit-tiny",
-        "--config_overrides", "num_hidden_layers=2,hidden_size=32,num_attention_heads=4,intermediate_size=64",
-        "--image_size", "28", "--patch_size", "7", "--neutreno_lambda", "0.6",
-        "--dataset_name", str(data_dir / "fashion_mnist"), "--max_train_samples", "256", "--max_eval_samples", "64",
-        "--output_dir", str(output_dir), "--num_train_epochs", "2", "--learning_rate", "2e-3",
-        "--per_device_train_batch_size", str(per_device_batch), "--logging_steps", "1",
-        "--save_strategy", "no", "--eval_strategy", "no", "--report_to", "none", "--disable_tqdm", "true",
-        "--seed", "0", "--use_cpu",  # --use_cpu: without it Trainer does not join CPU processes (see below)
+        "--model_name_or_path",
+        "deit-tiny",
+        "--config_overrides",
+        "num_hidden_layers=2,hidden_size=32,num_attention_heads=4,intermediate_size=64",
+        "--image_size",
+        "28",
+        "--patch_size",
+        "7",
+        "--neutreno_lambda",
+        "0.6",
+        "--dataset_name",
+        str(data_dir / "fashion_mnist"),
+        "--max_train_samples",
+        "256",
+        "--max_eval_samples",
+        "64",
+        "--output_dir",
+        str(output_dir),
+        "--num_train_epochs",
+        "2",
+        "--learning_rate",
+        "2e-3",
+        "--per_device_train_batch_size",
+        str(per_device_batch),
+        "--logging_steps",
+        "1",
+        "--save_strategy",
+        "no",
+        "--eval_strategy",
+        "no",
+        "--report_to",
+        "none",
+        "--disable_tqdm",
+        "true",
+        "--seed",
+        "0",
+        "--use_cpu",  # --use_cpu: without it Trainer does not join CPU processes (see below)
     ]
 
 
@@ -43,10 +72,21 @@ def run_torchrun(script: Path, args: list[str]) -> subprocess.CompletedProcess:
     --standalone binds the rendezvous to port 0, so the OS picks a free port: parallel runs cannot collide. torchrun
     waits for and reaps both ranks (and kills the other one if one fails), so nothing outlives the call.
     """
-    env = {**os.environ, "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS.parent / "src"), os.environ.get("PYTHONPATH")]))}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script),
-               *args]
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS.parent / "src"), os.environ.get("PYTHONPATH")])),
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        str(script),
+        *args,
+    ]
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -77,11 +117,14 @@ def test_ddp_two_processes_match_one_process_with_the_same_global_batch(data_dir
 
     # (b) The same training in one process with the global batch.
     _, trainer = load_example("run_image_classification").main(
-        example_args(data_dir, tmp_path / "single", 2 * PER_DEVICE_BATCH))
+        example_args(data_dir, tmp_path / "single", 2 * PER_DEVICE_BATCH)
+    )
     single_losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     assert logs[0]["steps"] == trainer.state.global_step == 16  # 256 images / 32 per step × 2 epochs
     assert torch.allclose(torch.tensor(logs[0]["losses"]), torch.tensor(single_losses), rtol=0, atol=1e-5), (
-        logs[0]["losses"], single_losses)
+        logs[0]["losses"],
+        single_losses,
+    )
     single_weights = trainer.model.state_dict()
     worst = max((weights[0][k] - single_weights[k]).abs().max().item() for k in single_weights)
     assert worst < 1e-4, worst
@@ -101,8 +144,15 @@ def test_soft_target_loss_with_gradient_accumulation_equals_the_large_batch(data
 
     data = load_dataset("parquet", data_dir=str(data_dir / "fashion_mnist"), split="test").select(range(64))
     data.set_transform(image_transform(ViTImageProcessorPil(size={"height": 28, "width": 28}), "image", "label"))
-    config = NeuTRENOViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-                               image_size=28, patch_size=7, num_labels=10)
+    config = NeuTRENOViTConfig(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        image_size=28,
+        patch_size=7,
+        num_labels=10,
+    )
     torch.manual_seed(0)
     initial = NeuTRENOViTForImageClassification(config).state_dict()
 
@@ -110,13 +160,28 @@ def test_soft_target_loss_with_gradient_accumulation_equals_the_large_batch(data
         model = NeuTRENOViTForImageClassification(config)
         model.load_state_dict(initial)
         args = TrainingArguments(
-            output_dir=output_dir, per_device_train_batch_size=batch, gradient_accumulation_steps=accumulation,
-            max_steps=4, learning_rate=0.5, optim="sgd", lr_scheduler_type="constant", max_grad_norm=0,
-            train_sampling_strategy="sequential", report_to="none", save_strategy="no", disable_tqdm=True,
-            use_cpu=True, remove_unused_columns=False,
+            output_dir=output_dir,
+            per_device_train_batch_size=batch,
+            gradient_accumulation_steps=accumulation,
+            max_steps=4,
+            learning_rate=0.5,
+            optim="sgd",
+            lr_scheduler_type="constant",
+            max_grad_norm=0,
+            train_sampling_strategy="sequential",
+            report_to="none",
+            save_strategy="no",
+            disable_tqdm=True,
+            use_cpu=True,
+            remove_unused_columns=False,
         )
-        Trainer(model=model, args=args, train_dataset=data, data_collator=collate_images,
-                compute_loss_func=soft_target_cross_entropy).train()
+        Trainer(
+            model=model,
+            args=args,
+            train_dataset=data,
+            data_collator=collate_images,
+            compute_loss_func=soft_target_cross_entropy,
+        ).train()
         return model.state_dict()
 
     large = train(16, 1, str(tmp_path / "large"))

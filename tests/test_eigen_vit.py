@@ -570,14 +570,29 @@ def test_trainer_on_cifar10_subset_lowers_the_loss(data_dir, tmp_path):
 
     train = train.with_transform(transform)
     config = EigenViTConfig.from_preset(
-        "vit-tiny", hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128, num_labels=10,
+        "vit-tiny",
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=128,
+        num_labels=10,
         eigenvalue_range=[-1.0, 0.0],
     )
     model = EigenViTForImageClassification(config)
     args = TrainingArguments(
-        output_dir=str(tmp_path), per_device_train_batch_size=32, per_device_eval_batch_size=64, max_steps=40,
-        learning_rate=2e-3, warmup_steps=0, logging_steps=10, save_strategy="no", report_to=[],
-        remove_unused_columns=False, dataloader_num_workers=0, use_cpu=True, seed=0,
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=32,
+        per_device_eval_batch_size=64,
+        max_steps=40,
+        learning_rate=2e-3,
+        warmup_steps=0,
+        logging_steps=10,
+        save_strategy="no",
+        report_to=[],
+        remove_unused_columns=False,
+        dataloader_num_workers=0,
+        use_cpu=True,
+        seed=0,
     )
     trainer = Trainer(model=model, args=args, train_dataset=train, eval_dataset=train)
     before = trainer.evaluate()["eval_loss"]

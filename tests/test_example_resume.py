@@ -14,15 +14,38 @@ from safetensors.torch import load_file
 
 from hf_neutreno.training_scripts import whole_run_training_loss
 
-TINY = ["--config-overrides", "num_hidden_layers=2,hidden_size=16,num_attention_heads=2,intermediate_size=32",
-        "--image-size", "28", "--patch-size", "7", "--max-train-samples", "32", "--max-eval-samples", "8",
-        "--per-device-train-batch-size", "8", "--max-steps", "4", "--save-strategy", "steps", "--save-steps", "2",
-        "--logging-steps", "1", "--report-to", "none", "--learning-rate", "3e-3"]
+TINY = [
+    "--config-overrides",
+    "num_hidden_layers=2,hidden_size=16,num_attention_heads=2,intermediate_size=32",
+    "--image-size",
+    "28",
+    "--patch-size",
+    "7",
+    "--max-train-samples",
+    "32",
+    "--max-eval-samples",
+    "8",
+    "--per-device-train-batch-size",
+    "8",
+    "--max-steps",
+    "4",
+    "--save-strategy",
+    "steps",
+    "--save-steps",
+    "2",
+    "--logging-steps",
+    "1",
+    "--report-to",
+    "none",
+    "--learning-rate",
+    "3e-3",
+]
 
 
 def _run(data_dir, output_dir, *extra):
     return load_example("run_image_classification").main(
-        ["--dataset-name", str(data_dir / "fashion_mnist"), "--output-dir", str(output_dir), *TINY, *extra])
+        ["--dataset-name", str(data_dir / "fashion_mnist"), "--output-dir", str(output_dir), *TINY, *extra]
+    )
 
 
 def _weights(folder) -> dict[str, torch.Tensor]:
@@ -72,10 +95,33 @@ def test_eigen_example_resumes_an_interrupted_run_with_the_uninterrupted_results
     trained: results.json as an uninterrupted run's."""
     import transformers
 
-    argv = ["--dataset", str(data_dir / "cifar10"), "--quick", "--variants", "vit", "vit-", "--fractions", "1.0",
-            "0.5", "--corruptions", "gaussian_noise", "--severities", "0", "5", "--max-train-samples", "16",
-            "--max-eval-samples", "8", "--batch-size", "8", "--max-steps", "2", "--spectral-samples", "2",
-            "--no-augment"]
+    argv = [
+        "--dataset",
+        str(data_dir / "cifar10"),
+        "--quick",
+        "--variants",
+        "vit",
+        "vit-",
+        "--fractions",
+        "1.0",
+        "0.5",
+        "--corruptions",
+        "gaussian_noise",
+        "--severities",
+        "0",
+        "5",
+        "--max-train-samples",
+        "16",
+        "--max-eval-samples",
+        "8",
+        "--batch-size",
+        "8",
+        "--max-steps",
+        "2",
+        "--spectral-samples",
+        "2",
+        "--no-augment",
+    ]
     example = load_example("run_eigen_vit")
     full = example.main([*argv, "--output-dir", str(tmp_path / "full")])
 
@@ -100,8 +146,11 @@ def test_eigen_example_resumes_an_interrupted_run_with_the_uninterrupted_results
 
     monkeypatch.setattr(transformers.Trainer, "train", recording_train)
     resumed = example.main([*argv, "--output-dir", str(out), "--resume-from-checkpoint"])
-    assert trained == [(str(out / "vit_50pct"), str(out / "vit_50pct" / "checkpoint-2")),
-                       (str(out / "vit-_100pct"), None), (str(out / "vit-_50pct"), None)]
+    assert trained == [
+        (str(out / "vit_50pct"), str(out / "vit_50pct" / "checkpoint-2")),
+        (str(out / "vit-_100pct"), None),
+        (str(out / "vit-_50pct"), None),
+    ]
     for key in ("data_efficiency", "robustness", "spectral", "complete"):
         assert resumed[key] == full[key], key
     assert not any(out.glob("*/checkpoint-*"))  # a finished run's checkpoints are removed
@@ -109,8 +158,15 @@ def test_eigen_example_resumes_an_interrupted_run_with_the_uninterrupted_results
 
 def test_whole_run_training_loss_weights_each_logged_mean_by_its_steps():
     # Logged every 2 steps (each entry the mean of its 2 steps), resumed at step 4, 2 more steps at mean 0.5.
-    state = SimpleNamespace(global_step=6, log_history=[{"loss": 3.0, "step": 2}, {"loss": 2.0, "step": 4},
-                                                        {"loss": 0.5, "step": 6}, {"train_loss": 0.5, "step": 6}])
+    state = SimpleNamespace(
+        global_step=6,
+        log_history=[
+            {"loss": 3.0, "step": 2},
+            {"loss": 2.0, "step": 4},
+            {"loss": 0.5, "step": 6},
+            {"train_loss": 0.5, "step": 6},
+        ],
+    )
     assert whole_run_training_loss(state, 0.5, resumed_at=4) == pytest.approx((3.0 * 2 + 2.0 * 2 + 0.5 * 2) / 6)
     assert whole_run_training_loss(state, 0.0, resumed_at=6) == pytest.approx((3.0 * 2 + 2.0 * 2 + 0.5 * 2) / 6)
     assert whole_run_training_loss(state, 1.25, resumed_at=0) == 1.25  # not resumed: Trainer's own

@@ -10,8 +10,9 @@ import torch
 from hf_neutreno.experiment import copy_shared_weights, paired, paired_model, summary, weights_fingerprint
 from hf_neutreno.model_factories import image_classifier
 
-SHAPE = dict(num_hidden_layers=2, hidden_size=16, num_attention_heads=2, intermediate_size=32, image_size=8,
-             patch_size=4)
+SHAPE = dict(
+    num_hidden_layers=2, hidden_size=16, num_attention_heads=2, intermediate_size=32, image_size=8, patch_size=4
+)
 LABELS = ["a", "b", "c"]
 
 

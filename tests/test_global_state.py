@@ -14,7 +14,7 @@ import textwrap
 from fresh_process import run_fresh
 
 # Prints the process-wide state that a library could change behind its user's back, as JSON.
-_SNAPSHOT = '''
+_SNAPSHOT = """
 import json, logging, sys
 import torch
 import transformers
@@ -38,7 +38,7 @@ def snapshot():
         "grad_enabled": torch.is_grad_enabled(),
         "matplotlib_backend": sys.modules["matplotlib"].get_backend() if "matplotlib" in sys.modules else None,
     }
-'''
+"""
 
 
 def run_python(code: str, workdir, env_extra: dict | None = None) -> str:
@@ -69,7 +69,7 @@ def test_importing_and_using_the_package_changes_no_global_state(tmp_path):
     backend stay as they were."""
     out = run_python(
         _SNAPSHOT
-        + '''
+        + """
 import matplotlib
 matplotlib.use("svg")  # the user's choice, which the package must keep
 before = snapshot()
@@ -94,7 +94,7 @@ model.save_pretrained("ckpt")
 loaded = AutoModelForImageClassification.from_pretrained("ckpt", trust_remote_code=True)
 neutreno_to_vit(loaded.eval())
 print(json.dumps([before, after_import, snapshot()]))
-''',
+""",
         tmp_path,
     )
     before, after_import, after_use = json.loads(out.splitlines()[-1])
@@ -108,8 +108,15 @@ def test_loading_an_eigen_vit_with_remote_code_adds_no_optimizer_hook(tmp_path):
     hook the optimizers of that process either."""
     from hf_neutreno import EigenViTConfig, EigenViTForImageClassification
 
-    config = EigenViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-                            image_size=16, patch_size=4, num_labels=3)
+    config = EigenViTConfig(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        image_size=16,
+        patch_size=4,
+        num_labels=3,
+    )
     EigenViTForImageClassification(config).save_pretrained(tmp_path / "ckpt")
     out = run_fresh(
         _SNAPSHOT

@@ -26,8 +26,9 @@ def online(monkeypatch):
     loaded = []
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("HF_EVALUATE_OFFLINE", raising=False)
-    monkeypatch.setitem(sys.modules, "evaluate", types.SimpleNamespace(
-        load=lambda name: loaded.append(name) or _EvaluateAccuracy()))
+    monkeypatch.setitem(
+        sys.modules, "evaluate", types.SimpleNamespace(load=lambda name: loaded.append(name) or _EvaluateAccuracy())
+    )
     metrics._load_once.cache_clear()
     yield loaded
     metrics._load_once.cache_clear()

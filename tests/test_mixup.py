@@ -43,7 +43,7 @@ def test_cutmix_pastes_a_box_and_weights_targets_by_the_area_kept():
         rows, cols = pasted.any(1).nonzero(), pasted.any(0).nonzero()
         if len(rows):  # a rectangle
             boxes += 1
-            assert pasted[rows.min():rows.max() + 1, cols.min():cols.max() + 1].all()
+            assert pasted[rows.min() : rows.max() + 1, cols.min() : cols.max() + 1].all()
         lam = 1 - pasted.float().mean().item()
         targets = _smoothed(batch["labels"])
         assert torch.allclose(mixed["labels"], lam * targets + (1 - lam) * targets.flip(0), atol=1e-6)

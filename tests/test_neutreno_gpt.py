@@ -150,8 +150,14 @@ def test_lambda_zero_is_a_plain_post_ln_transformer():
     torch_layers = []
     for layer in model.model.layers:
         ref = nn.TransformerEncoderLayer(
-            cfg.hidden_size, cfg.num_attention_heads, cfg.intermediate_size, dropout=0.0, activation="relu",
-            layer_norm_eps=cfg.layer_norm_eps, batch_first=True, norm_first=False,
+            cfg.hidden_size,
+            cfg.num_attention_heads,
+            cfg.intermediate_size,
+            dropout=0.0,
+            activation="relu",
+            layer_norm_eps=cfg.layer_norm_eps,
+            batch_first=True,
+            norm_first=False,
         ).eval()
         attn = layer.self_attn
         with torch.no_grad():
@@ -442,8 +448,10 @@ def test_adaptive_softmax_training_step_memory_is_bounded(tmp_path):
     full_logits_mb = batch * 256 * 267735 * 4 / 2**20
     # The step allocates the gradients and Adam's two moments: 3 × params × 4 B (about 410 MB here).
     state_mb = 3 * result["params"] * 4 / 2**20
-    print(f"\nadaptive-softmax training step: peak +{result['step_peak_mb']:.0f} MB "
-          f"(grads + Adam moments {state_mb:.0f} MB; full logits alone would be {full_logits_mb:.0f} MB)")
+    print(
+        f"\nadaptive-softmax training step: peak +{result['step_peak_mb']:.0f} MB "
+        f"(grads + Adam moments {state_mb:.0f} MB; full logits alone would be {full_logits_mb:.0f} MB)"
+    )
     assert math.isfinite(result["loss"])
     assert result["step_peak_mb"] - state_mb < full_logits_mb
 
@@ -578,23 +586,40 @@ def test_trainer_on_wikitext2_beats_the_unigram_perplexity(data_dir, tmp_path):
     max_vocab, eval_tokens, context = 2000, 4000, 32
     metrics = load_example("run_clm_wikitext103").main(
         [
-            "--dataset_name", str(data_dir / "wikitext-2-v1"),
-            "--output_dir", str(tmp_path / "run"),
-            "--max_vocab_size", str(max_vocab),
-            "--config_overrides", "num_hidden_layers=2,hidden_size=64,num_attention_heads=4,intermediate_size=256,"
+            "--dataset_name",
+            str(data_dir / "wikitext-2-v1"),
+            "--output_dir",
+            str(tmp_path / "run"),
+            "--max_vocab_size",
+            str(max_vocab),
+            "--config_overrides",
+            "num_hidden_layers=2,hidden_size=64,num_attention_heads=4,intermediate_size=256,"
             "embedding_dropout=0,hidden_dropout=0,activation_dropout=0,output_dropout=0",
-            "--adaptive_softmax_cutoffs", "200", "800",
-            "--block_size", str(context),
-            "--max_steps", "400",
-            "--warmup_steps", "20",
-            "--learning_rate", "5e-3",
-            "--per_device_train_batch_size", "32",
-            "--eval_splits", "validation",
-            "--max_eval_tokens", str(eval_tokens),
-            "--save_strategy", "no",
-            "--report_to", "none",
-            "--disable_tqdm", "true",
-            "--use_cpu", "true",
+            "--adaptive_softmax_cutoffs",
+            "200",
+            "800",
+            "--block_size",
+            str(context),
+            "--max_steps",
+            "400",
+            "--warmup_steps",
+            "20",
+            "--learning_rate",
+            "5e-3",
+            "--per_device_train_batch_size",
+            "32",
+            "--eval_splits",
+            "validation",
+            "--max_eval_tokens",
+            str(eval_tokens),
+            "--save_strategy",
+            "no",
+            "--report_to",
+            "none",
+            "--disable_tqdm",
+            "true",
+            "--use_cpu",
+            "true",
         ]
     )
     # The unigram model of the same (saved) vocabulary, fitted on the training tokens, on the same scored tokens.
@@ -606,8 +631,10 @@ def test_trainer_on_wikitext2_beats_the_unigram_perplexity(data_dir, tmp_path):
     unigram = math.exp(-(counts / counts.sum()).log()[scored].mean().item())
     for protocol in ("sliding", "blocks"):
         assert metrics[f"validation_{protocol}_tokens"] == eval_tokens - 1
-    print(f"\nunigram {unigram:.1f}, sliding {metrics['validation_sliding_perplexity']:.1f}, "
-          f"blocks {metrics['validation_blocks_perplexity']:.1f}")
+    print(
+        f"\nunigram {unigram:.1f}, sliding {metrics['validation_sliding_perplexity']:.1f}, "
+        f"blocks {metrics['validation_blocks_perplexity']:.1f}"
+    )
     assert metrics["validation_sliding_perplexity"] < 0.75 * unigram
     assert metrics["validation_blocks_perplexity"] < 0.75 * unigram
     saved = tmp_path / "run"
@@ -617,8 +644,25 @@ def test_trainer_on_wikitext2_beats_the_unigram_perplexity(data_dir, tmp_path):
     from hf_neutreno.cli import main as cli
 
     report = tmp_path / "eval.json"
-    assert cli(["evaluate-lm", str(saved), "--dataset", str(data_dir / "wikitext-2-v1"), "--split", "validation",
-                "--max-tokens", str(eval_tokens), "--device", "cpu", "--output", str(report)]) == 0
+    assert (
+        cli(
+            [
+                "evaluate-lm",
+                str(saved),
+                "--dataset",
+                str(data_dir / "wikitext-2-v1"),
+                "--split",
+                "validation",
+                "--max-tokens",
+                str(eval_tokens),
+                "--device",
+                "cpu",
+                "--output",
+                str(report),
+            ]
+        )
+        == 0
+    )
     results = json.loads(report.read_text())["results"]["validation"]
     for protocol in ("sliding", "blocks"):
         assert results[protocol]["num_tokens"] == eval_tokens - 1

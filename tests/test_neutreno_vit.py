@@ -236,8 +236,11 @@ def test_position_interpolation_for_other_sizes():
     "problem_type,labels,expected",
     [
         ("single_label_classification", torch.tensor([0, 2]), torch.nn.functional.cross_entropy),
-        ("multi_label_classification", torch.tensor([[1.0, 0, 1], [0, 1, 0]]),
-         torch.nn.functional.binary_cross_entropy_with_logits),
+        (
+            "multi_label_classification",
+            torch.tensor([[1.0, 0, 1], [0, 1, 0]]),
+            torch.nn.functional.binary_cross_entropy_with_logits,
+        ),
         ("regression", torch.tensor([[0.5, -1.0, 2.0], [1.0, 0.0, 0.0]]), torch.nn.functional.mse_loss),
     ],
 )
@@ -250,7 +253,12 @@ def test_problem_types_use_the_native_losses(problem_type, labels, expected):
 def test_presets():
     tiny = NeuTRENOViTConfig.from_preset("deit-tiny")
     assert (tiny.hidden_size, tiny.num_hidden_layers, tiny.num_attention_heads, tiny.patch_size, tiny.image_size) == (
-        192, 12, 3, 16, 224)
+        192,
+        12,
+        3,
+        16,
+        224,
+    )
     assert NeuTRENOViTConfig.from_preset("deit-small").hidden_size == 384
     base = NeuTRENOViTConfig.from_preset("deit-base", neutreno_lambda=0.0)
     assert (base.hidden_size, base.num_attention_heads, base.neutreno_lambda) == (768, 12, 0.0)

@@ -27,8 +27,16 @@ class LoraCase:
 
 
 def vit_model() -> NeuTRENOViTForImageClassification:
-    config = NeuTRENOViTConfig(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64,
-                               image_size=28, patch_size=7, num_labels=10, neutreno_lambda=0.6)
+    config = NeuTRENOViTConfig(
+        hidden_size=32,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        intermediate_size=64,
+        image_size=28,
+        patch_size=7,
+        num_labels=10,
+        neutreno_lambda=0.6,
+    )
     return NeuTRENOViTForImageClassification(config)
 
 
@@ -42,8 +50,15 @@ GPT_VOCAB = 2000  # the 2,000 most frequent WikiText-2 words (rarer ones are <un
 
 
 def gpt_model() -> NeuTRENOGPTForCausalLM:
-    config = NeuTRENOGPTConfig(vocab_size=GPT_VOCAB, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
-                               intermediate_size=64, max_position_embeddings=64, neutreno_lambda=0.4)
+    config = NeuTRENOGPTConfig(
+        vocab_size=GPT_VOCAB,
+        hidden_size=32,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        neutreno_lambda=0.4,
+    )
     return NeuTRENOGPTForCausalLM(config)
 
 

@@ -14,8 +14,15 @@ REPO_ID = "neutreno-tests/tiny-neutreno-vit"
 
 def test_fresh_process_loads_the_checkpoint_with_its_own_code(tmp_path):
     config = NeuTRENOViTConfig(
-        hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64, image_size=16,
-        patch_size=4, neutreno_lambda=0.6, id2label=LABELS, label2id={v: k for k, v in LABELS.items()},
+        hidden_size=32,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        intermediate_size=64,
+        image_size=16,
+        patch_size=4,
+        neutreno_lambda=0.6,
+        id2label=LABELS,
+        label2id={v: k for k, v in LABELS.items()},
     )
     model = NeuTRENOViTForImageClassification(config).eval()
     folder = tmp_path / "checkpoint"
@@ -24,20 +31,24 @@ def test_fresh_process_loads_the_checkpoint_with_its_own_code(tmp_path):
     saved_config = json.loads((folder / "config.json").read_text())
     assert saved_config["auto_map"]["AutoModelForImageClassification"].startswith("modeling_neutreno_vit.")
     assert {"modeling_neutreno_vit.py", "configuration_neutreno_vit.py", "neutreno_common.py"} <= {
-        p.name for p in folder.iterdir()}
+        p.name for p in folder.iterdir()
+    }
 
     pixels = torch.randn(2, 3, 16, 16)
     with torch.no_grad():
-        torch.save({"pixels": pixels, "logits": model(pixels).logits, "pooled": model.vit(pixels).pooler_output},
-                   tmp_path / "expected.pt")
+        torch.save(
+            {"pixels": pixels, "logits": model(pixels).logits, "pooled": model.vit(pixels).pooler_output},
+            tmp_path / "expected.pt",
+        )
     hf_home = tmp_path / "hf_home"
     make_local_hub_cache(hf_home, REPO_ID, folder)
 
-    out = run_fresh(f"""
+    out = run_fresh(
+        f"""
         import json, torch
         from PIL import Image
         from transformers import AutoModel, AutoModelForImageClassification, pipeline
-        expected = torch.load("{tmp_path / 'expected.pt'}")
+        expected = torch.load("{tmp_path / "expected.pt"}")
         report = {{}}
         for name, source in (("folder", "{folder}"), ("hub", "{REPO_ID}")):
             model = AutoModelForImageClassification.from_pretrained(source, trust_remote_code=True).eval()
@@ -52,7 +63,10 @@ def test_fresh_process_loads_the_checkpoint_with_its_own_code(tmp_path):
         classifier = pipeline("image-classification", model="{folder}", trust_remote_code=True)
         report["pipeline"] = classifier(Image.new("RGB", (40, 30), (200, 30, 30)))
         print(json.dumps(report))
-    """, tmp_path, hf_home=hf_home)
+    """,
+        tmp_path,
+        hf_home=hf_home,
+    )
     report = json.loads(out.strip().splitlines()[-1])
     assert report["folder"] == 0.0 and report["hub"] == 0.0  # identical logits, not merely close
     assert report["folder_labels"] == {str(k): v for k, v in LABELS.items()} == report["hub_labels"]

@@ -26,10 +26,36 @@ stats = sys.modules["reproduce_report"]
 
 # Two seeds (a std needs two), 2-layer models (so NeuTRENO's term acts), a few images and tokens, two steps each.
 MICRO = [
-    "--quick", "--seeds", "0", "1", "--vit-layers", "2", "--lm-layers", "2", "--train-samples", "16",
-    "--batch-size", "8", "--test-samples", "12", "--corruption-samples", "4", "--oversmoothing-samples", "6",
-    "--spectral-samples", "3", "--lm-steps", "2", "--lm-batch-size", "1", "--lm-warmup-steps", "0",
-    "--sliding-tokens", "259", "--block-tokens", "520",
+    "--quick",
+    "--seeds",
+    "0",
+    "1",
+    "--vit-layers",
+    "2",
+    "--lm-layers",
+    "2",
+    "--train-samples",
+    "16",
+    "--batch-size",
+    "8",
+    "--test-samples",
+    "12",
+    "--corruption-samples",
+    "4",
+    "--oversmoothing-samples",
+    "6",
+    "--spectral-samples",
+    "3",
+    "--lm-steps",
+    "2",
+    "--lm-batch-size",
+    "1",
+    "--lm-warmup-steps",
+    "0",
+    "--sliding-tokens",
+    "259",
+    "--block-tokens",
+    "520",
 ]
 EXPERIMENTS = ("cifar10_accuracy", "oversmoothing", "spectral", "data_efficiency", "corruptions", "wikitext2")
 
@@ -55,9 +81,14 @@ def test_paired_differences_by_hand():
 
 def test_accuracy_table_aligns_seeds_when_variants_have_different_numbers():
     """Mid-run a variant can have more finished seeds than another: each per-seed slot must be the seed it names."""
-    data = {"names": {"vit": "ViT", "neutreno": "NeuTRENO"}, "paired": {},
-            "summary": {"vit": {"accuracy": stats.summary({0: 0.6215, 1: 0.621})},
-                        "neutreno": {"accuracy": stats.summary({0: 0.6124, 1: 0.6036, 2: 0.6041})}}}
+    data = {
+        "names": {"vit": "ViT", "neutreno": "NeuTRENO"},
+        "paired": {},
+        "summary": {
+            "vit": {"accuracy": stats.summary({0: 0.6215, 1: 0.621})},
+            "neutreno": {"accuracy": stats.summary({0: 0.6124, 1: 0.6036, 2: 0.6041})},
+        },
+    }
     table = page.comparison(data).splitlines()
     assert "per seed: 0 / 1 / 2" in table[0]
     assert "(62.15 / 62.10 / —) |" in table[2] and "(61.24 / 60.36 / 60.41) |" in table[3]
@@ -66,12 +97,18 @@ def test_accuracy_table_aligns_seeds_when_variants_have_different_numbers():
 def test_oversmoothing_figure_names_each_variants_own_seed_count(monkeypatch, tmp_path):
     """ViT and NeuTRENO have 5 seeds, ViT⁻ and ViT⁺ 3: the figure must not label every curve with ViT's count."""
     captured = {}
+
     def plot(self, path, others=(), labels=None, title=None):
         captured.update(labels=labels, title=title)
 
     monkeypatch.setattr(figures.OversmoothingReport, "plot", plot)
-    record = {"oversmoothing": {"values": {m: [0.5, 0.4] for m in figures.METRICS}, "num_samples": 4,
-                                "layers": {m: [0, 1] for m in figures.METRICS}}}
+    record = {
+        "oversmoothing": {
+            "values": {m: [0.5, 0.4] for m in figures.METRICS},
+            "num_samples": 4,
+            "layers": {m: [0, 1] for m in figures.METRICS},
+        }
+    }
     seeds = {"vit": 5, "neutreno": 5, "vit-": 3, "vit+": 3}
     units = {variant: {s: {"trained": record} for s in range(n)} for variant, n in seeds.items()}
     names = dict(zip(seeds, seeds))
@@ -115,7 +152,8 @@ def test_tables_hold_the_unit_values_and_their_statistics(micro_run):
     assert (neutreno["mean"], neutreno["std"]) == pytest.approx(by_hand)
     baseline = [unit(f"cifar-vit-100pct-seed{s}")["accuracy"] for s in (0, 1)]
     assert list(accuracy["paired"]["neutreno vs vit"]["accuracy"]["per_seed"].values()) == pytest.approx(
-        [n - b for n, b in zip(per_seed, baseline)])
+        [n - b for n, b in zip(per_seed, baseline)]
+    )
 
     lm = json.loads((out / "wikitext2.json").read_text())
     ppl = [unit(f"lm-neutreno-seed{s}")["test"]["sliding"]["perplexity"] for s in (0, 1)]
@@ -130,8 +168,9 @@ def test_variants_share_the_seeds_initialisation(micro_run):
     smoothing = json.loads((out / "oversmoothing.json").read_text())["summary"]
     embeddings = {v: by["cosine:init:0"]["per_seed"]["0"] for v, by in smoothing.items()}  # layer 0: the embeddings
     assert len(set(embeddings.values())) == 1, embeddings
-    assert smoothing["neutreno"]["cosine:init:2"]["per_seed"]["0"] != smoothing["vit"]["cosine:init:2"]["per_seed"][
-        "0"]  # the term acts
+    assert (
+        smoothing["neutreno"]["cosine:init:2"]["per_seed"]["0"] != smoothing["vit"]["cosine:init:2"]["per_seed"]["0"]
+    )  # the term acts
 
 
 @pytest.mark.slow
@@ -148,8 +187,14 @@ def test_eigen_spectra_fix_the_dominating_eigenvalue(micro_run):
 def test_markdown_has_every_table_and_resolvable_figures(micro_run):
     out, docs = micro_run
     text = docs.read_text()
-    for heading in ("## CIFAR-10", "## Over-smoothing per layer", "## Data efficiency", "## Corruption robustness",
-                    "## Dominating eigenvalue", "## WikiText-2"):
+    for heading in (
+        "## CIFAR-10",
+        "## Over-smoothing per layer",
+        "## Data efficiency",
+        "## Corruption robustness",
+        "## Dominating eigenvalue",
+        "## WikiText-2",
+    ):
         assert heading in text, heading
     assert "torch 2." in text and "python benchmarks/reproduce.py --quick" in text
     figures = re.findall(r"!\[[^]]*\]\(([^)]+)\)", text)
@@ -181,11 +226,16 @@ class _CutOff(Exception):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("unit", [{"kind": "cifar", "variant": "neutreno", "fraction": 1.0, "seed": 0},
-                                  {"kind": "cifar", "variant": "vit-", "fraction": 0.5, "seed": 0},
-                                  {"kind": "lm", "variant": "neutreno", "seed": 0}], ids=["cifar", "fraction", "lm"])
-def test_a_unit_cut_off_after_a_checkpoint_resumes_to_the_uninterrupted_result(unit, data_dir, tmp_path,
-                                                                               monkeypatch):
+@pytest.mark.parametrize(
+    "unit",
+    [
+        {"kind": "cifar", "variant": "neutreno", "fraction": 1.0, "seed": 0},
+        {"kind": "cifar", "variant": "vit-", "fraction": 0.5, "seed": 0},
+        {"kind": "lm", "variant": "neutreno", "seed": 0},
+    ],
+    ids=["cifar", "fraction", "lm"],
+)
+def test_a_unit_cut_off_after_a_checkpoint_resumes_to_the_uninterrupted_result(unit, data_dir, tmp_path, monkeypatch):
     # Two checkpoints per unit: two epochs of two steps, or four LM steps with a curve point every two.
     _, budget = reproduce.parse_args(MICRO + ["--epochs", "2", "--lm-steps", "4", "--lm-eval-steps", "2"])
     name, data = reproduce.unit_name(unit), str(data_dir)
@@ -205,8 +255,14 @@ def test_a_unit_cut_off_after_a_checkpoint_resumes_to_the_uninterrupted_result(u
     spent = [entry["seconds"] for entry in state["log_history"] if "seconds" in entry]  # the cut-off session's clock
     reproduce.run_unit(unit, budget, tmp_path / "cut", data)
 
-    whole, resumed = ({k: v for k, v in json.loads((tmp_path / run / "units" / f"{name}.json").read_text()).items()
-                       if k not in ("seconds", "load_average", "train_seconds")} for run in ("whole", "cut"))
+    whole, resumed = (
+        {
+            k: v
+            for k, v in json.loads((tmp_path / run / "units" / f"{name}.json").read_text()).items()
+            if k not in ("seconds", "load_average", "train_seconds")
+        }
+        for run in ("whole", "cut")
+    )
     # The compute a unit reports includes the sessions before it was cut off, curve or not.
     assert spent and spent[-1] > 0
     assert json.loads((tmp_path / "cut" / "units" / f"{name}.json").read_text())["seconds"] > spent[-1]
@@ -265,9 +321,11 @@ def test_round_two_units_run_end_to_end(grid, data_dir, tmp_path, monkeypatch):
         assert kernel["attention_kernel"] == "linear" and 0 <= kernel["accuracy"] <= 1
     # The value paths on the first run's softmax ViT and LM: each method at its task's coefficient.
     for task, lam in (("cifar", 0.6), ("lm", 0.4)):
-        for method, expected in (("value-residual", ("value_residual", 0.5, False)),
-                                 ("value-residual-learnable", ("value_residual", 0.5, True)),
-                                 ("neutreno-learnable", ("neutreno", lam, True))):
+        for method, expected in (
+            ("value-residual", ("value_residual", 0.5, False)),
+            ("value-residual-learnable", ("value_residual", 0.5, True)),
+            ("neutreno-learnable", ("neutreno", lam, True)),
+        ):
             result = unit(f"valuepath-{task}-{method}-seed0")
             settings = result["value_path"]
             assert (settings["method"], settings["coefficient"], settings["learnable"]) == expected
@@ -291,8 +349,12 @@ def test_round_two_units_run_end_to_end(grid, data_dir, tmp_path, monkeypatch):
         assert result["trained"]["oversmoothing"]["values"]["cosine_similarity"]
     # The page shows every round-2 experiment, the λ the sweep chose, and links to the kept models.
     text = (out / "results.md").read_text()
-    for heading in ("## NeuTRENO's λ chosen on held-out images", "## The trained ViTs that adaptation",
-                    "## Adapting a trained ViT to NeuTRENO", "## Linear (kernel) attention"):
+    for heading in (
+        "## NeuTRENO's λ chosen on held-out images",
+        "## The trained ViTs that adaptation",
+        "## Adapting a trained ViT to NeuTRENO",
+        "## Linear (kernel) attention",
+    ):
         assert heading in text, heading
     assert f"**Chosen: λ = {chosen:g}" in text and "[models/cifar-vit-seed0](./models/cifar-vit-seed0)" in text
     assert {"adapt-accuracy", "kernel-accuracy"} <= set(claims)
@@ -303,8 +365,10 @@ def test_round_two_units_run_end_to_end(grid, data_dir, tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_only_runs_the_matching_units_and_keeps_the_whole_plan(data_dir, tmp_path):
     out = tmp_path / "share"
-    reproduce.main(MICRO + ["--seeds", "0", "--experiments", "lm", "--only", "lm-neutreno-*", "--data", str(data_dir),
-                            "--out", str(out)])
+    reproduce.main(
+        MICRO
+        + ["--seeds", "0", "--experiments", "lm", "--only", "lm-neutreno-*", "--data", str(data_dir), "--out", str(out)]
+    )
     assert [p.stem for p in (out / "units").glob("*.json")] == ["lm-neutreno-seed0"]
     unit = json.loads((out / "units" / "lm-neutreno-seed0.json").read_text())
     assert unit["device"].startswith("CPU: ")  # what trained it: the run's units can come from several machines

@@ -11,37 +11,82 @@ import reproduce_page as page
 import reproduce_report as report
 
 T95_TWO_DEGREES = 4.303  # Student's t, two-sided 95 %, 3 seeds
-BUDGET = {"epochs": 1, "train_samples": 64, "test_samples": 100, "spectral_samples": 4, "corruption_samples": 8,
-          "lm_steps": 2, "lm_batch_size": 2, "lm_learning_rate": 1e-3, "lm_warmup_steps": 1}
+BUDGET = {
+    "epochs": 1,
+    "train_samples": 64,
+    "test_samples": 100,
+    "spectral_samples": 4,
+    "corruption_samples": 8,
+    "lm_steps": 2,
+    "lm_batch_size": 2,
+    "lm_learning_rate": 1e-3,
+    "lm_warmup_steps": 1,
+}
 LAYERS = [0, 1, 2, 3]
 
 
 def smoothing(cosine: float, hfc: float) -> dict:
     """An over-smoothing record whose last layer has this cosine similarity and ‖HFC‖/‖LFC‖."""
-    return {"oversmoothing": {"values": {"cosine_similarity": [0.2, 0.3, 0.3, cosine],
-                                         "hfc_lfc_ratio": [1.0, 1.0, 1.0, hfc]},
-                              "layers": {"cosine_similarity": LAYERS, "hfc_lfc_ratio": LAYERS}, "num_samples": 8},
-            "spectral": {"smoothing": 0.75, "sharpening": 0.25, "other": 0.0, "tie": 0.0}}
+    return {
+        "oversmoothing": {
+            "values": {"cosine_similarity": [0.2, 0.3, 0.3, cosine], "hfc_lfc_ratio": [1.0, 1.0, 1.0, hfc]},
+            "layers": {"cosine_similarity": LAYERS, "hfc_lfc_ratio": LAYERS},
+            "num_samples": 8,
+        },
+        "spectral": {"smoothing": 0.75, "sharpening": 0.25, "other": 0.0, "tie": 0.0},
+    }
 
 
 def image_unit(unit: dict, accuracy: float, cosine: float = 0.3, hfc: float = 1.5, **extra) -> dict:
-    return {"unit": unit, "accuracy": accuracy, "train_images": 64, "steps": 2, "budget": BUDGET, "seconds": 60.0,
-            "load_average": [0.5, 0.7], "init": smoothing(0.4, 1.0), "trained": smoothing(cosine, hfc),
-            "curve": [{"epoch": 1.0, "step": 1, "accuracy": accuracy - 0.1}, {"epoch": 2.0, "step": 2,
-                                                                              "accuracy": accuracy}], **extra}
+    return {
+        "unit": unit,
+        "accuracy": accuracy,
+        "train_images": 64,
+        "steps": 2,
+        "budget": BUDGET,
+        "seconds": 60.0,
+        "load_average": [0.5, 0.7],
+        "init": smoothing(0.4, 1.0),
+        "trained": smoothing(cosine, hfc),
+        "curve": [
+            {"epoch": 1.0, "step": 1, "accuracy": accuracy - 0.1},
+            {"epoch": 2.0, "step": 2, "accuracy": accuracy},
+        ],
+        **extra,
+    }
 
 
 def lm_unit(unit: dict, perplexity: float) -> dict:
     split = {p: {"perplexity": perplexity, "num_tokens": 100} for p in ("sliding", "blocks")} | {"split_tokens": 999}
-    return {"unit": unit, "validation": split, "test": split, "train_loss": 6.0, "steps": 2, "train_tokens": 1024,
-            "parameters": 10 ** 6, "vocab_size": 100, "context": 256, "budget": BUDGET, "seconds": 30.0,
-            "curve": [{"step": 1, "tokens": 511, "perplexity": 2 * perplexity}, {"step": 2, "tokens": 511,
-                                                                                 "perplexity": perplexity}]}
+    return {
+        "unit": unit,
+        "validation": split,
+        "test": split,
+        "train_loss": 6.0,
+        "steps": 2,
+        "train_tokens": 1024,
+        "parameters": 10**6,
+        "vocab_size": 100,
+        "context": 256,
+        "budget": BUDGET,
+        "seconds": 30.0,
+        "curve": [
+            {"step": 1, "tokens": 511, "perplexity": 2 * perplexity},
+            {"step": 2, "tokens": 511, "perplexity": perplexity},
+        ],
+    }
 
 
 def segment_unit(unit: dict, mean_iou: float) -> dict:
-    return {"unit": unit, "mean_iou": mean_iou, "mean_iou_ms": mean_iou + 0.01, "pixel_accuracy": 0.9,
-            "trained": smoothing(0.5, 1.0), "budget": BUDGET, "seconds": 10.0}
+    return {
+        "unit": unit,
+        "mean_iou": mean_iou,
+        "mean_iou_ms": mean_iou + 0.01,
+        "pixel_accuracy": 0.9,
+        "trained": smoothing(0.5, 1.0),
+        "budget": BUDGET,
+        "seconds": 10.0,
+    }
 
 
 VIT = [0.60, 0.61, 0.62]
@@ -58,37 +103,58 @@ DIFFERENCES = {  # per seed, variant − baseline (accuracy, or perplexity, or m
 def fabricated_units(chosen: float) -> list[dict]:
     units = []
     for seed, vit in enumerate(VIT):
+
         def cifar(variant, value, **kw):
             return image_unit(dict(kind="cifar", variant=variant, fraction=1.0, seed=seed), value, **kw)
 
-        units += [cifar("vit", vit, cosine=0.2, hfc=2.0),
-                  cifar("neutreno", vit + DIFFERENCES["cifar-neutreno"][seed], cosine=0.3, hfc=1.5),
-                  cifar("vit-", vit + DIFFERENCES["vit-"][seed], cosine=0.05, hfc=4.0),
-                  image_unit(dict(kind="valuepath", task="cifar", variant="value-residual", seed=seed),
-                             vit + DIFFERENCES["value-residual"][seed], cosine=0.25, hfc=1.9),
-                  lm_unit(dict(kind="lm", variant="softmax", seed=seed), 300.0),
-                  lm_unit(dict(kind="lm", variant="neutreno", seed=seed), 300.0 + DIFFERENCES["lm-neutreno"][seed]),
-                  lm_unit(dict(kind="valuepath", task="lm", variant="value-residual", seed=seed),
-                          300.0 + DIFFERENCES["lm-value-residual"][seed]),
-                  segment_unit(dict(kind="segment", variant="vit", seed=seed), 0.30),
-                  segment_unit(dict(kind="segment", variant="neutreno", seed=seed),
-                               0.30 + DIFFERENCES["segment"][seed]),
-                  image_unit(dict(kind="parent", variant="vit", seed=seed), vit + 0.001,
-                             model_dir=f"models/cifar-vit-seed{seed}"),
-                  image_unit(dict(kind="adapt", variant="vit", seed=seed), vit + 0.01),
-                  image_unit(dict(kind="adapt", variant="neutreno", seed=seed), vit + 0.02, neutreno_lambda=chosen)]
+        units += [
+            cifar("vit", vit, cosine=0.2, hfc=2.0),
+            cifar("neutreno", vit + DIFFERENCES["cifar-neutreno"][seed], cosine=0.3, hfc=1.5),
+            cifar("vit-", vit + DIFFERENCES["vit-"][seed], cosine=0.05, hfc=4.0),
+            image_unit(
+                dict(kind="valuepath", task="cifar", variant="value-residual", seed=seed),
+                vit + DIFFERENCES["value-residual"][seed],
+                cosine=0.25,
+                hfc=1.9,
+            ),
+            lm_unit(dict(kind="lm", variant="softmax", seed=seed), 300.0),
+            lm_unit(dict(kind="lm", variant="neutreno", seed=seed), 300.0 + DIFFERENCES["lm-neutreno"][seed]),
+            lm_unit(
+                dict(kind="valuepath", task="lm", variant="value-residual", seed=seed),
+                300.0 + DIFFERENCES["lm-value-residual"][seed],
+            ),
+            segment_unit(dict(kind="segment", variant="vit", seed=seed), 0.30),
+            segment_unit(dict(kind="segment", variant="neutreno", seed=seed), 0.30 + DIFFERENCES["segment"][seed]),
+            image_unit(
+                dict(kind="parent", variant="vit", seed=seed), vit + 0.001, model_dir=f"models/cifar-vit-seed{seed}"
+            ),
+            image_unit(dict(kind="adapt", variant="vit", seed=seed), vit + 0.01),
+            image_unit(dict(kind="adapt", variant="neutreno", seed=seed), vit + 0.02, neutreno_lambda=chosen),
+        ]
         if chosen != 0.6:
-            units.append(image_unit(dict(kind="validated", neutreno_lambda=chosen, seed=seed), vit + 0.005,
-                                    neutreno_lambda=chosen))
+            units.append(
+                image_unit(
+                    dict(kind="validated", neutreno_lambda=chosen, seed=seed), vit + 0.005, neutreno_lambda=chosen
+                )
+            )
     for lam, accuracy in ((0.2, 0.55), (0.6, 0.55 if chosen == 0.6 else 0.54)):
         units.append(image_unit(dict(kind="sweep", neutreno_lambda=lam, seed=0), accuracy, neutreno_lambda=lam))
     return units
 
 
-MACHINE = {"device": "CPU", "cpu_cores": 2, "torch_threads_per_worker": 1, "workers": 1, "python": "3.11",
-           "torch": "2.13", "transformers": "5.24"}
-COMMAND = ("python benchmarks/reproduce.py --budget quick --data /home/someone/private-data "
-           "--out /srv/repo/benchmarks/results/x")
+MACHINE = {
+    "device": "CPU",
+    "cpu_cores": 2,
+    "torch_threads_per_worker": 1,
+    "workers": 1,
+    "python": "3.11",
+    "torch": "2.13",
+    "transformers": "5.24",
+}
+COMMAND = (
+    "python benchmarks/reproduce.py --budget quick --data /home/someone/private-data "
+    "--out /srv/repo/benchmarks/results/x"
+)
 
 
 @pytest.fixture(scope="module")
@@ -96,9 +162,26 @@ def page_for(tmp_path_factory):
     """{chosen λ: (run folder, results, rendered page)} of a fabricated run, with a speed benchmark that has
     value-path rows (vit.json and the others absent: their costs are "—")."""
     benchmarks = tmp_path_factory.mktemp("benchmarks")
-    (benchmarks / "value_path.json").write_text(json.dumps({"rows": [
-        {"shape": "vit-tiny", "model": "value residual", "throughput ratio": 0.97, "total memory ratio": 1.0},
-        {"shape": "gpt2-small", "model": "value residual", "throughput ratio": 1.04, "total memory ratio": 1.0}]}))
+    (benchmarks / "value_path.json").write_text(
+        json.dumps(
+            {
+                "rows": [
+                    {
+                        "shape": "vit-tiny",
+                        "model": "value residual",
+                        "throughput ratio": 0.97,
+                        "total memory ratio": 1.0,
+                    },
+                    {
+                        "shape": "gpt2-small",
+                        "model": "value residual",
+                        "throughput ratio": 1.04,
+                        "total memory ratio": 1.0,
+                    },
+                ]
+            }
+        )
+    )
     pages = {}
 
     def make(chosen: float = 0.2):
@@ -107,9 +190,22 @@ def page_for(tmp_path_factory):
             (out / "units").mkdir()
             for unit in fabricated_units(chosen):
                 (out / "units" / f"{report.unit_name(unit['unit'])}.json").write_text(json.dumps(unit))
-            (out / "run.json").write_text(json.dumps({"budget_name": "quick", "budget": BUDGET, "sessions": [
-                {"command": COMMAND, "started": "2026-01-01 00:00:00", "load_average_start": [0.1],
-                 "machine": MACHINE}]}))
+            (out / "run.json").write_text(
+                json.dumps(
+                    {
+                        "budget_name": "quick",
+                        "budget": BUDGET,
+                        "sessions": [
+                            {
+                                "command": COMMAND,
+                                "started": "2026-01-01 00:00:00",
+                                "load_average_start": [0.1],
+                                "machine": MACHINE,
+                            }
+                        ],
+                    }
+                )
+            )
             with pytest.MonkeyPatch.context() as patch:
                 patch.setattr(report, "BENCHMARKS", benchmarks)
                 results = report.aggregate(out, chosen_lambda=chosen)
@@ -130,14 +226,17 @@ def by_hand(differences: list[float]) -> tuple[float, float]:
     return mean - half, mean + half
 
 
-@pytest.mark.parametrize("claim_id, differences, interval_lies, expected", [
-    ("cifar-neutreno", "cifar-neutreno", "below 0", "opposite"),  # the paper: NeuTRENO's accuracy higher
-    ("valuepath-cifar-value-residual", "value-residual", "above 0", "reproduced"),
-    ("cifar-vit-minus", "vit-", "across 0", "inconclusive"),  # the poster: ViT⁻ slightly lower
-    ("lm-test-blocks", "lm-neutreno", "below 0", "reproduced"),  # the paper: lower perplexity
-    ("valuepath-lm-value-residual", "lm-value-residual", "across 0", "inconclusive"),
-    ("segment-pretrained", "segment", "above 0", "reproduced"),
-])
+@pytest.mark.parametrize(
+    "claim_id, differences, interval_lies, expected",
+    [
+        ("cifar-neutreno", "cifar-neutreno", "below 0", "opposite"),  # the paper: NeuTRENO's accuracy higher
+        ("valuepath-cifar-value-residual", "value-residual", "above 0", "reproduced"),
+        ("cifar-vit-minus", "vit-", "across 0", "inconclusive"),  # the poster: ViT⁻ slightly lower
+        ("lm-test-blocks", "lm-neutreno", "below 0", "reproduced"),  # the paper: lower perplexity
+        ("valuepath-lm-value-residual", "lm-value-residual", "across 0", "inconclusive"),
+        ("segment-pretrained", "segment", "above 0", "reproduced"),
+    ],
+)
 def test_claim_verdicts_follow_the_hand_computed_interval(claim_id, differences, interval_lies, expected):
     claim = claims_of(fabricated_units(0.2))[claim_id]
     low, high = by_hand(DIFFERENCES[differences])
@@ -160,8 +259,9 @@ def test_a_claim_stays_undecided_until_its_planned_seeds_are_in():
     text = page.claims_table({"claims": [claim]})
     assert text.count("not reproduced") == 1  # the rule's explanation, not this claim
     assert "| 0/3 | not yet decided, 3 of 5 paired seeds finished |" in text
-    assert "3 of 5 seeds so far" in page.opening({"claims": [claim], "costs": {k: {"throughput": [], "memory": []}
-                                                                                for k in page.METHODS}})
+    assert "3 of 5 seeds so far" in page.opening(
+        {"claims": [claim], "costs": {k: {"throughput": [], "memory": []} for k in page.METHODS}}
+    )
 
 
 def opening_rows(text: str) -> dict[str, list[str]]:
@@ -191,14 +291,19 @@ def test_opening_table_and_sentences_come_from_the_same_claims(page_for):
     assert rows["NeuTRENO, learnable λ"][:5] == ["not run"] * 5
     minus = rows["ViT⁻"]
     assert minus[1] == minus[3] == "not applicable" and minus[2] == "not run" and minus[0].endswith("inconclusive")
-    sentences = {line.split("**")[1]: line.split("**: ")[1] for line in text.splitlines()
-                 if line.startswith("- **") and "**: " in line and line.split("**")[1] in rows}
+    sentences = {
+        line.split("**")[1]: line.split("**: ")[1]
+        for line in text.splitlines()
+        if line.startswith("- **") and "**: " in line and line.split("**")[1] in rows
+    }
     assert sentences["NeuTRENO at the official λ (ViT 0.6, LM 0.4)"] == (
         "behind the ViT on CIFAR-10 from scratch (opposite, 0/3 better); ahead of the softmax LM on WikiText-2 "
-        "(reproduced, 3/3 lower); ahead of the ViT encoder in segmentation (reproduced, 3/3 better).")
+        "(reproduced, 3/3 lower); ahead of the ViT encoder in segmentation (reproduced, 3/3 better)."
+    )
     assert sentences["value residual (fixed mix)"] == (
         "ahead of the ViT on CIFAR-10 from scratch (reproduced, 3/3 better); no clear difference from the softmax "
-        "LM on WikiText-2 (inconclusive, 1/3 lower).")
+        "LM on WikiText-2 (inconclusive, 1/3 lower)."
+    )
     assert sentences["NeuTRENO, learnable λ"] == "no task has a result yet."
 
 
@@ -229,8 +334,7 @@ def test_round_two_and_new_variants_have_their_tables_and_curves(page_for):
 def test_recorded_commands_do_not_show_the_data_path(page_for):
     text = page_for(0.2)[2]
     assert "/home/someone/private-data" not in text and "/srv/repo" not in text
-    assert ("`python benchmarks/reproduce.py --budget quick --data $HF_NEUTRENO_DATA --out benchmarks/results/x`"
-            in text)
+    assert "`python benchmarks/reproduce.py --budget quick --data $HF_NEUTRENO_DATA --out benchmarks/results/x`" in text
     assert page.redact("reproduce.py --data=/d/x --workers 2") == "reproduce.py --data=$HF_NEUTRENO_DATA --workers 2"
     assert page.redact("reproduce.py --out runs/x") == "reproduce.py --out runs/x"  # already relative: as it was
 
@@ -252,8 +356,12 @@ def test_commands_of_one_machine_are_named_as_spans():
 
 def test_a_machine_line_gives_workers_only_when_its_commands_agree():
     def session(workers, **machine):
-        return {"command": COMMAND, "started": "2026-01-01 00:00:00", "load_average_start": [0.1],
-                "machine": {**MACHINE, "workers": workers, **machine}}
+        return {
+            "command": COMMAND,
+            "started": "2026-01-01 00:00:00",
+            "load_average_start": [0.1],
+            "machine": {**MACHINE, "workers": workers, **machine},
+        }
 
     gpu = {"gpu": "NVIDIA H200", "python": "3.12"}
     text = page.header({"budget": BUDGET, "sessions": [session(1), session(2), session(5, **gpu)]}, [])

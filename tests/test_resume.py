@@ -43,22 +43,45 @@ def test_interrupted_and_resumed_run_equals_the_uninterrupted_run(data_dir, tmp_
     train = load_dataset("parquet", data_dir=str(data_dir / "fashion_mnist"), split="train").select(range(64))
     train.set_transform(image_transform(ViTImageProcessorPil(size={"height": 28, "width": 28}), "image", "label"))
     config = NeuTRENOViTConfig(
-        hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64, image_size=28, patch_size=7,
-        num_labels=10, neutreno_lambda=0.6, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
+        hidden_size=32,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        intermediate_size=64,
+        image_size=28,
+        patch_size=7,
+        num_labels=10,
+        neutreno_lambda=0.6,
+        hidden_dropout_prob=0.1,
+        attention_probs_dropout_prob=0.1,
         drop_path_rate=0.2,
     )
 
     def trainer(output_dir, init_seed: int, callbacks=(), save: bool = True) -> MixupTrainer:
         torch.manual_seed(init_seed)
         args = TrainingArguments(
-            output_dir=str(output_dir), per_device_train_batch_size=16, num_train_epochs=2, learning_rate=3e-3,
-            warmup_steps=3, lr_scheduler_type="cosine", weight_decay=0.05, logging_steps=1, seed=0,
-            save_strategy="steps" if save else "no", save_steps=STOP_AT, report_to="none", disable_tqdm=True,
-            use_cpu=True, remove_unused_columns=False,
+            output_dir=str(output_dir),
+            per_device_train_batch_size=16,
+            num_train_epochs=2,
+            learning_rate=3e-3,
+            warmup_steps=3,
+            lr_scheduler_type="cosine",
+            weight_decay=0.05,
+            logging_steps=1,
+            seed=0,
+            save_strategy="steps" if save else "no",
+            save_steps=STOP_AT,
+            report_to="none",
+            disable_tqdm=True,
+            use_cpu=True,
+            remove_unused_columns=False,
         )
         return MixupTrainer(
-            model=NeuTRENOViTForImageClassification(config), args=args, train_dataset=train,
-            data_collator=collate_images, callbacks=list(callbacks), compute_loss_func=soft_target_cross_entropy,
+            model=NeuTRENOViTForImageClassification(config),
+            args=args,
+            train_dataset=train,
+            data_collator=collate_images,
+            callbacks=list(callbacks),
+            compute_loss_func=soft_target_cross_entropy,
             mixup=MixupCutmix(num_labels=10, mixup_alpha=0.8, cutmix_alpha=1.0, label_smoothing=0.1),
         )
 
@@ -89,4 +112,4 @@ def test_interrupted_and_resumed_run_equals_the_uninterrupted_run(data_dir, tmp_
     # The losses logged after the resume are the uninterrupted run's.
     full_losses = [e["loss"] for e in uninterrupted.state.log_history if "loss" in e]
     resumed_losses = [e["loss"] for e in resumed.state.log_history if "loss" in e]
-    assert resumed_losses[-(TOTAL_STEPS - STOP_AT):] == full_losses[STOP_AT:]
+    assert resumed_losses[-(TOTAL_STEPS - STOP_AT) :] == full_losses[STOP_AT:]

@@ -10,8 +10,10 @@ MACHINE = {"device": "CPU: test", "cpu_threads": 2, "torch": "2.x", "transformer
 
 
 def test_targets_report_the_worst_row_and_whether_it_meets_the_target():
-    rows = [{"mode": "train", "throughput ratio": 0.99, "total memory ratio": 1.00, "step peak ratio": 1.00},
-            {"mode": "infer", "throughput ratio": 0.96, "total memory ratio": 1.02, "step peak ratio": 1.08}]
+    rows = [
+        {"mode": "train", "throughput ratio": 0.99, "total memory ratio": 1.00, "step peak ratio": 1.00},
+        {"mode": "infer", "throughput ratio": 0.96, "total memory ratio": 1.02, "step peak ratio": 1.08},
+    ]
     lines = run_all.check_targets("vit", rows)
     assert lines == [
         "- throughput ratio (every row): worst 0.960, target >= 0.97: **not met**",
@@ -56,8 +58,15 @@ def test_gpu_tier_smoke_writes_both_pages_naming_the_device(tmp_path, data_dir):
     results = (docs / "results-gpu.md").read_text()
     assert results.startswith("# Reproductions on a GPU") and "Training in bf16 autocast".lower() in results.lower()
     assert "attention `sdpa`" in results and f"torch {torch.__version__}" in results
-    for heading in ("## CIFAR-10", "## Over-smoothing per layer", "## Data efficiency", "## Corruption robustness",
-                    "## Dominating eigenvalue", "## WikiText-2", "## Each claim against its paper"):
+    for heading in (
+        "## CIFAR-10",
+        "## Over-smoothing per layer",
+        "## Data efficiency",
+        "## Corruption robustness",
+        "## Dominating eigenvalue",
+        "## WikiText-2",
+        "## Each claim against its paper",
+    ):
         assert heading in results, heading
     assert "Early stopping on the validation curve" in results
     unit = json.loads((out / "reproduce" / "units" / "lm-neutreno-seed0.json").read_text())
@@ -65,8 +74,10 @@ def test_gpu_tier_smoke_writes_both_pages_naming_the_device(tmp_path, data_dir):
     assert unit["best_step"] in [point["step"] for point in unit["curve"]]
 
 
-@pytest.mark.parametrize("budget, folder, page", [("full", "benchmarks/results", "benchmarks.md"),
-                                                  ("gpu", "benchmarks/results/gpu", "benchmarks-gpu.md")])
+@pytest.mark.parametrize(
+    "budget, folder, page",
+    [("full", "benchmarks/results", "benchmarks.md"), ("gpu", "benchmarks/results/gpu", "benchmarks-gpu.md")],
+)
 def test_the_committed_speed_pages_are_rendered_from_the_committed_json(budget, folder, page, tmp_path, monkeypatch):
     from pathlib import Path
 

@@ -141,11 +141,17 @@ def earlier_model_files() -> dict[str, str]:
     """The model files of `EARLIER_COMMIT`, read from the repository's git history."""
     tests = Path(__file__).resolve().parent
     try:
-        top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=tests, capture_output=True, text=True,
-                             check=True).stdout.strip()
+        top = subprocess.run(
+            ["git", "rev-parse", "--show-toplevel"], cwd=tests, capture_output=True, text=True, check=True
+        ).stdout.strip()
         return {
-            name: subprocess.run(["git", "show", f"{EARLIER_COMMIT}:src/hf_neutreno/models/{name}"], cwd=top,
-                                 capture_output=True, text=True, check=True).stdout
+            name: subprocess.run(
+                ["git", "show", f"{EARLIER_COMMIT}:src/hf_neutreno/models/{name}"],
+                cwd=top,
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
             for name in EARLIER_FILES
         }
     except (OSError, subprocess.CalledProcessError) as error:
@@ -178,8 +184,9 @@ def outputs(model, expected: dict) -> dict:
     with torch.no_grad():
         if "input_ids" in expected:
             ids = expected["input_ids"]
-            generated = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, min_new_tokens=6,
-                                       do_sample=False)
+            generated = model.generate(
+                ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, min_new_tokens=6, do_sample=False
+            )
             return {"logits": model(ids).logits, "generated": generated}
         return {"logits": model(expected["pixel_values"]).logits}
 
@@ -226,7 +233,8 @@ def test_saved_checkpoints_load_without_the_package_with_old_and_new_code(earlie
             assert (folder / f"{module}.py").is_file(), (label, reference)
     auto = {name: auto_class.__name__ for name, (_, auto_class) in CHECKPOINTS.items()}
     jobs = {label: (str(folder), auto[label.split(" ")[0]]) for label, folder in folders.items()}
-    out = run_fresh(f"""
+    out = run_fresh(
+        f"""
         import json, torch, transformers
         from safetensors.torch import load_file
         jobs, root = {json.dumps(jobs)}, "{earlier_checkpoints}"
@@ -246,7 +254,9 @@ def test_saved_checkpoints_load_without_the_package_with_old_and_new_code(earlie
                     logits, same_tokens = model(expected["pixel_values"]).logits, True
             report[label] = [(logits - expected["logits"]).abs().max().item(), same_tokens]
         print(json.dumps(report))
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     report = json.loads(out.strip().splitlines()[-1])
     assert set(report) == set(folders)
     for label, (diff, same_tokens) in report.items():

@@ -28,14 +28,31 @@ def test_defaults_are_segmenters_ade20k_recipe(tmp_path):
     model_args, data_args, args = parse(["--output-dir", str(tmp_path), "--max-steps", "100"])
     assert (args.max_steps, args.per_device_train_batch_size) == (100, 8)
     assert parse(["--output-dir", str(tmp_path)])[2].max_steps == 160_000
-    assert (data_args.crop_size, data_args.min_scale, data_args.max_scale, data_args.flip,
-            data_args.photometric_distortion, data_args.cat_max_ratio) == (512, 0.5, 2.0, True, True, 0.75)
+    assert (
+        data_args.crop_size,
+        data_args.min_scale,
+        data_args.max_scale,
+        data_args.flip,
+        data_args.photometric_distortion,
+        data_args.cat_max_ratio,
+    ) == (512, 0.5, 2.0, True, True, 0.75)
     assert (model_args.preset, model_args.neutreno_lambda, model_args.model_name_or_path) == (
-        "segmenter-deit-tiny", 0.6, None)
+        "segmenter-deit-tiny",
+        0.6,
+        None,
+    )
     assert args.do_train and data_args.eval_multi_scale
-    model = NeuTRENOViTForSemanticSegmentation(NeuTRENOViTConfig(
-        hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32, image_size=16, patch_size=8,
-        num_labels=3))
+    model = NeuTRENOViTForSemanticSegmentation(
+        NeuTRENOViTConfig(
+            hidden_size=16,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=32,
+            image_size=16,
+            patch_size=8,
+            num_labels=3,
+        )
+    )
     trainer = Trainer(model=model, args=args)
     trainer.create_optimizer_and_scheduler(num_training_steps=args.max_steps)
     optimizer, scheduler = trainer.optimizer, trainer.lr_scheduler
@@ -107,8 +124,11 @@ def test_the_same_seed_gives_the_same_initial_weights_for_every_lambda():
 
     def build(lam: float):
         set_seed(0)
-        args = example.ModelArguments(neutreno_lambda=lam, config_overrides="num_hidden_layers=2,hidden_size=16,"
-                                      "num_attention_heads=2,intermediate_size=32,patch_size=8")
+        args = example.ModelArguments(
+            neutreno_lambda=lam,
+            config_overrides="num_hidden_layers=2,hidden_size=16,"
+            "num_attention_heads=2,intermediate_size=32,patch_size=8",
+        )
         return example.build_model(args, labels, 16)[0]
 
     neutreno, softmax = build(0.6), build(0.0)
@@ -151,8 +171,13 @@ class _EvaluateModule:
         from hf_neutreno.segmentation import mean_iou
 
         self.computed_with = (num_labels, ignore_index, reduce_labels)
-        return mean_iou(self.predictions, self.references, num_labels=num_labels, ignore_index=ignore_index,
-                        reduce_labels=reduce_labels)
+        return mean_iou(
+            self.predictions,
+            self.references,
+            num_labels=num_labels,
+            ignore_index=ignore_index,
+            reduce_labels=reduce_labels,
+        )
 
 
 def test_evaluate_backend_scores_the_same_predictions_as_the_direct_one(data_dir, tmp_path, monkeypatch):
@@ -161,18 +186,38 @@ def test_evaluate_backend_scores_the_same_predictions_as_the_direct_one(data_dir
     import types
 
     monkeypatch.setitem(sys.modules, "evaluate", types.SimpleNamespace(load=_EvaluateModule))
-    args = ["--dataset-name", str(data_dir / "fashion-scenes"), "--crop-size", "32", "--max-steps", "1",
-            "--max-train-samples", "4", "--max-eval-samples", "3", "--per-device-train-batch-size", "2",
-            "--config-overrides", "num_hidden_layers=2,hidden_size=16,num_attention_heads=2,intermediate_size=32,"
-            "patch_size=8,decoder_hidden_size=16,decoder_num_attention_heads=2", "--report-to", "none"]
-    metrics = {backend: example.main(args + ["--output-dir", str(tmp_path / backend), "--metric-backend", backend])
-               for backend in ("direct", "evaluate")}
+    args = [
+        "--dataset-name",
+        str(data_dir / "fashion-scenes"),
+        "--crop-size",
+        "32",
+        "--max-steps",
+        "1",
+        "--max-train-samples",
+        "4",
+        "--max-eval-samples",
+        "3",
+        "--per-device-train-batch-size",
+        "2",
+        "--config-overrides",
+        "num_hidden_layers=2,hidden_size=16,num_attention_heads=2,intermediate_size=32,"
+        "patch_size=8,decoder_hidden_size=16,decoder_num_attention_heads=2",
+        "--report-to",
+        "none",
+    ]
+    metrics = {
+        backend: example.main(args + ["--output-dir", str(tmp_path / backend), "--metric-backend", backend])
+        for backend in ("direct", "evaluate")
+    }
     ss, ms = _EvaluateModule.made[-2:]  # the evaluate run's modules (the first call of the factory only checked)
     assert len(ss.predictions) == len(ms.predictions) == 3
     assert ss.computed_with == ms.computed_with == (11, 255, False)  # fashion-scenes: 11 classes, none reduced
     for prediction, reference in zip(ss.predictions + ms.predictions, ss.references + ms.references):
         assert prediction.shape == reference.shape == (64, 64)
-    evaluated = {k: v for k, v in metrics["direct"].items() if k.startswith("eval_") and "runtime" not in k
-                 and "per_second" not in k}
+    evaluated = {
+        k: v
+        for k, v in metrics["direct"].items()
+        if k.startswith("eval_") and "runtime" not in k and "per_second" not in k
+    }
     assert "eval_mean_iou" in evaluated and "eval_mean_iou_ms" in evaluated
     assert evaluated == pytest.approx({k: metrics["evaluate"][k] for k in evaluated}, nan_ok=True)

@@ -20,15 +20,16 @@ def page_commands() -> list[list[str]]:
         for line in re.sub(r"\\\n\s*", " ", block).splitlines():
             tokens = shlex.split(line.split(" #")[0])
             if "examples/run_semantic_segmentation.py" in tokens:
-                commands.append(tokens[tokens.index("examples/run_semantic_segmentation.py") + 1:])
+                commands.append(tokens[tokens.index("examples/run_semantic_segmentation.py") + 1 :])
     return commands
 
 
 def printed_metrics() -> list[dict[str, float]]:
     """The `***** all metrics *****` blocks quoted on the page, one per run, as printed by the script."""
     blocks = re.findall(r"```text\n(\*\*\*\*\* all metrics \*\*\*\*\*\n.*?)```", PAGE.read_text(), flags=re.S)
-    return [{name: value for name, value in re.findall(r"^\s+(\S+)\s+=\s+(\S+)$", block, flags=re.M)}
-            for block in blocks]
+    return [
+        {name: value for name, value in re.findall(r"^\s+(\S+)\s+=\s+(\S+)$", block, flags=re.M)} for block in blocks
+    ]
 
 
 def _without(command: list[str], *flags: str) -> list[str]:
@@ -42,7 +43,8 @@ def test_the_page_documents_a_neutreno_and_a_softmax_run_with_the_same_settings(
     lambdas = [command[command.index("--neutreno-lambda") + 1] for command in commands]
     assert lambdas == ["0.6", "0"]
     assert _without(commands[0], "--neutreno-lambda", "--output-dir") == _without(
-        commands[1], "--neutreno-lambda", "--output-dir")  # the same seed, data, schedule and model: only λ differs
+        commands[1], "--neutreno-lambda", "--output-dir"
+    )  # the same seed, data, schedule and model: only λ differs
     assert LOCAL_DATA in commands[0] and "--seed" in commands[0]
 
 
@@ -53,8 +55,16 @@ def test_the_table_quotes_what_the_commands_printed():
     assert len(rows) == 2
     for (name, cells), metrics in zip(rows.items(), printed):
         values = [cell.strip() for cell in cells.split("|")]
-        expected = [metrics[key] for key in ("eval_mean_iou", "eval_mean_iou_ms", "eval_pixel_accuracy",
-                                             "eval_pixel_accuracy_ms", "train_runtime")]
+        expected = [
+            metrics[key]
+            for key in (
+                "eval_mean_iou",
+                "eval_mean_iou_ms",
+                "eval_pixel_accuracy",
+                "eval_pixel_accuracy_ms",
+                "train_runtime",
+            )
+        ]
         assert values[:5] == expected, name
 
 
@@ -75,10 +85,12 @@ def test_documented_command_runs(index, data_dir, tmp_path):
     args[args.index(LOCAL_DATA)] = str(data_dir / "fashion-scenes")
     args[args.index("--output-dir") + 1] = str(tmp_path / "run")
     metrics = load_example("run_semantic_segmentation").main(
-        args + ["--max-steps", "2", "--max-train-samples", "32", "--max-eval-samples", "4"])
+        args + ["--max-steps", "2", "--max-train-samples", "32", "--max-eval-samples", "4"]
+    )
     multi_scale = "--eval-multi-scale" not in args  # the decoder runs evaluate single-scale only
-    for key in ("eval_mean_iou", "eval_pixel_accuracy") + (("eval_mean_iou_ms", "eval_pixel_accuracy_ms")
-                                                           if multi_scale else ()):
+    for key in ("eval_mean_iou", "eval_pixel_accuracy") + (
+        ("eval_mean_iou_ms", "eval_pixel_accuracy_ms") if multi_scale else ()
+    ):
         assert 0 <= metrics[key] <= 1, (key, metrics)
     assert (tmp_path / "run" / "model.safetensors").is_file()
 

@@ -24,8 +24,14 @@ from tiny_models import TINY_VIT, assert_checkpointing_keeps_the_gradients, asse
 LABELS = {0: "background", 1: "cat", 2: "dog", 3: "sky", 4: "road"}
 ENCODER = dict(TINY_VIT, layer_norm_eps=1e-6, qkv_bias=True, hidden_act="gelu")
 # A decoder of another width and head count than the encoder's, so that its V_0 cannot be the encoder's.
-TINY = dict(ENCODER, num_labels=5, decoder_hidden_size=24, decoder_num_attention_heads=3, decoder_num_layers=2,
-            decoder_dropout=0.0)
+TINY = dict(
+    ENCODER,
+    num_labels=5,
+    decoder_hidden_size=24,
+    decoder_num_attention_heads=3,
+    decoder_num_layers=2,
+    decoder_dropout=0.0,
+)
 FP32_TOL = 1e-5  # fp32 accumulation-order noise between fused kernels and per-head eager math
 
 
@@ -94,7 +100,7 @@ def reference_mask_transformer(model, encoder_output, grid):
     embeddings after the patches, the blocks with the decoder's own V_0 (its block 0's values), decoder_norm,
     L2-normalised patches @ proj_patch and classes @ proj_classes, masks = patches · classesᵀ, LayerNorm over K."""
     cfg = model.config
-    p = {n[len("decoder."):]: t for n, t in model.named_parameters() if n.startswith("decoder.")}
+    p = {n[len("decoder.") :]: t for n, t in model.named_parameters() if n.startswith("decoder.")}
     lam = cfg.decoder_neutreno_lambda if cfg.decoder_neutreno_lambda is not None else cfg.neutreno_lambda
     heads = cfg.decoder_num_attention_heads or cfg.num_attention_heads
     patches = encoder_output[:, 1:]
@@ -278,18 +284,30 @@ def test_new_fields_leave_classifier_checkpoints_alone(tmp_path):
 
 
 def test_segmentation_config_round_trip(tmp_path):
-    config = NeuTRENOViTConfig(**{**TINY, "decoder_type": "linear", "semantic_loss_ignore_index": -100,
-                                  "decoder_neutreno_lambda": 0.25})
+    config = NeuTRENOViTConfig(
+        **{**TINY, "decoder_type": "linear", "semantic_loss_ignore_index": -100, "decoder_neutreno_lambda": 0.25}
+    )
     config.save_pretrained(tmp_path)
     assert NeuTRENOViTConfig.from_pretrained(tmp_path).to_dict() == config.to_dict()
 
 
 def test_segmenter_preset_has_the_papers_shape():
     config = NeuTRENOViTConfig.from_preset("segmenter-deit-tiny")
-    assert (config.hidden_size, config.num_hidden_layers, config.num_attention_heads, config.patch_size,
-            config.image_size, config.neutreno_lambda) == (192, 12, 3, 16, 512, 0.6)
-    assert (config.decoder_type, config.decoder_num_layers, config.decoder_shape, config.decoder_dropout,
-            config.num_labels) == ("mask_transformer", 2, (192, 3), 0.1, 150)
+    assert (
+        config.hidden_size,
+        config.num_hidden_layers,
+        config.num_attention_heads,
+        config.patch_size,
+        config.image_size,
+        config.neutreno_lambda,
+    ) == (192, 12, 3, 16, 512, 0.6)
+    assert (
+        config.decoder_type,
+        config.decoder_num_layers,
+        config.decoder_shape,
+        config.decoder_dropout,
+        config.num_labels,
+    ) == ("mask_transformer", 2, (192, 3), 0.1, 150)
     decoder = config.decoder_config()
     assert (decoder.intermediate_size, decoder.neutreno_lambda, decoder.drop_path_rate) == (768, 0.6, 0.0)
 
@@ -301,8 +319,11 @@ def test_segmenter_preset_has_the_papers_shape():
     "overrides,message",
     [
         (dict(decoder_type="deeplab"), r"'decoder_type' expected one of \('mask_transformer', 'linear'\)"),
-        (dict(decoder_hidden_size=30, decoder_num_attention_heads=4), r"`decoder_hidden_size` \(30\).*divisible by "
-         r"`decoder_num_attention_heads` \(4\)"),
+        (
+            dict(decoder_hidden_size=30, decoder_num_attention_heads=4),
+            r"`decoder_hidden_size` \(30\).*divisible by "
+            r"`decoder_num_attention_heads` \(4\)",
+        ),
         (dict(decoder_hidden_size=30, decoder_num_attention_heads=None), r"`decoder_num_attention_heads` \(4\)"),
         (dict(decoder_num_layers=0), "`decoder_num_layers`"),
         (dict(decoder_neutreno_lambda=-0.5), "`decoder_neutreno_lambda`"),
@@ -384,9 +405,10 @@ def test_sliding_window_on_a_larger_image_averages_overlapping_windows():
     with torch.no_grad():
         for top in (0, 8):
             for left in (0, 8, 16, 24):
-                expected[:, :, top:top + 16, left:left + 16] += upsampled(model, x[:, :, top:top + 16, left:left + 16],
-                                                                         (16, 16))
-                count[top:top + 16, left:left + 16] += 1
+                expected[:, :, top : top + 16, left : left + 16] += upsampled(
+                    model, x[:, :, top : top + 16, left : left + 16], (16, 16)
+                )
+                count[top : top + 16, left : left + 16] += 1
         expected /= count
         for batch_size in (1, 3, 16):
             ours = model.sliding_window_logits(x, window_stride=8, batch_size=batch_size)
@@ -395,9 +417,10 @@ def test_sliding_window_on_a_larger_image_averages_overlapping_windows():
         expected, count = torch.zeros(2, 5, 24, 40), torch.zeros(24, 40)
         for top in (0, 8):
             for left in (0, 16, 24):
-                expected[:, :, top:top + 16, left:left + 16] += upsampled(model, x[:, :, top:top + 16, left:left + 16],
-                                                                         (16, 16))
-                count[top:top + 16, left:left + 16] += 1
+                expected[:, :, top : top + 16, left : left + 16] += upsampled(
+                    model, x[:, :, top : top + 16, left : left + 16], (16, 16)
+                )
+                count[top : top + 16, left : left + 16] += 1
         assert (model.sliding_window_logits(x) - expected / count).abs().max().item() <= 1e-6
 
 
@@ -409,8 +432,8 @@ def test_sliding_window_enlarges_an_image_smaller_than_the_window():
         merged = torch.zeros(1, 5, 16, 24)
         count = torch.zeros(16, 24)
         for left in (0, 8):
-            merged[..., left:left + 16] += upsampled(model, big[..., left:left + 16], (16, 16))
-            count[:, left:left + 16] += 1
+            merged[..., left : left + 16] += upsampled(model, big[..., left : left + 16], (16, 16))
+            count[:, left : left + 16] += 1
         expected = F.interpolate(merged / count, size=(8, 12), mode="bilinear", align_corners=False)
         assert (model.sliding_window_logits(x) - expected).abs().max().item() <= 1e-6
 
@@ -419,8 +442,9 @@ def test_sliding_window_of_another_size_interpolates_positions():
     model = tiny_model()
     x = pixels(1, height=24)
     with torch.no_grad():
-        expected = F.interpolate(model(x, interpolate_pos_encoding=True).logits, size=(24, 24), mode="bilinear",
-                                 align_corners=False)
+        expected = F.interpolate(
+            model(x, interpolate_pos_encoding=True).logits, size=(24, 24), mode="bilinear", align_corners=False
+        )
         assert (model.sliding_window_logits(x, window_size=24) - expected).abs().max().item() <= 1e-6
 
 
@@ -464,7 +488,8 @@ def test_fresh_process_loads_model_processor_and_pipeline(tmp_path):
     processor.save_pretrained(folder)
     saved = json.loads((folder / "config.json").read_text())
     assert saved["auto_map"]["AutoModelForSemanticSegmentation"] == (
-        "modeling_neutreno_vit.NeuTRENOViTForSemanticSegmentation")
+        "modeling_neutreno_vit.NeuTRENOViTForSemanticSegmentation"
+    )
 
     image = Image.fromarray(np.random.default_rng(0).integers(0, 256, (30, 40, 3), dtype=np.uint8))
     inputs = processor(images=image, return_tensors="pt")
@@ -476,15 +501,16 @@ def test_fresh_process_loads_model_processor_and_pipeline(tmp_path):
     image.save(tmp_path / "image.png")
     torch.save({"pixel_values": inputs["pixel_values"], "logits": logits}, tmp_path / "expected.pt")
 
-    out = run_fresh(f"""
+    out = run_fresh(
+        f"""
         import json, torch
         from PIL import Image
         from transformers import AutoImageProcessor, AutoModelForSemanticSegmentation, pipeline
-        expected = torch.load("{tmp_path / 'expected.pt'}")
+        expected = torch.load("{tmp_path / "expected.pt"}")
         model = AutoModelForSemanticSegmentation.from_pretrained("{folder}", trust_remote_code=True).eval()
         assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
         processor = AutoImageProcessor.from_pretrained("{folder}")
-        image = Image.open("{tmp_path / 'image.png'}")
+        image = Image.open("{tmp_path / "image.png"}")
         with torch.no_grad():
             diff = (model(expected["pixel_values"]).logits - expected["logits"]).abs().max().item()
         pixels_diff = (processor(images=image, return_tensors="pt")["pixel_values"]
@@ -493,7 +519,9 @@ def test_fresh_process_loads_model_processor_and_pipeline(tmp_path):
         print(json.dumps({{"diff": diff, "pixels_diff": pixels_diff, "processor": type(processor).__name__,
                           "labels": [s["label"] for s in segments], "sizes": [list(s["mask"].size) for s in segments],
                           "masks": [list(s["mask"].getdata()) for s in segments]}}))
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     report = json.loads(out.strip().splitlines()[-1])
     assert report["diff"] == 0.0 and report["pixels_diff"] == 0.0  # identical, not merely close
     assert report["processor"] == "SegformerImageProcessorPil"
@@ -508,13 +536,21 @@ def test_fresh_process_loads_model_processor_and_pipeline(tmp_path):
 
 # The example of evaluate's `mean_iou` documentation and the result it prints (the metric's own definition).
 EVALUATE_EXAMPLE = (
-    [np.array([[1, 2], [3, 4], [5, 255]]), np.array([[2, 7], [9, 2], [3, 6]]),
-     np.array([[2, 2, 3], [8, 2, 4], [3, 255, 2]])],
-    [np.array([[0, 3], [5, 4], [6, 255]]), np.array([[1, 7], [9, 2], [3, 6]]),
-     np.array([[1, 2, 2], [8, 2, 1], [3, 255, 1]])],
+    [
+        np.array([[1, 2], [3, 4], [5, 255]]),
+        np.array([[2, 7], [9, 2], [3, 6]]),
+        np.array([[2, 2, 3], [8, 2, 4], [3, 255, 2]]),
+    ],
+    [
+        np.array([[0, 3], [5, 4], [6, 255]]),
+        np.array([[1, 7], [9, 2], [3, 6]]),
+        np.array([[1, 2, 2], [8, 2, 1], [3, 255, 1]]),
+    ],
 )
 EVALUATE_RESULT = {
-    "mean_iou": 0.47750000000000004, "mean_accuracy": 0.5916666666666666, "overall_accuracy": 0.5263157894736842,
+    "mean_iou": 0.47750000000000004,
+    "mean_accuracy": 0.5916666666666666,
+    "overall_accuracy": 0.5263157894736842,
     "per_category_iou": [0.0, 0.0, 0.375, 0.4, 0.5, 0.0, 0.5, 1.0, 1.0, 1.0],
     "per_category_accuracy": [0.0, 0.0, 0.75, 0.6666666666666666, 1.0, 0.0, 0.5, 1.0, 1.0, 1.0],
 }
@@ -523,8 +559,14 @@ EVALUATE_RESULT = {
 def assert_metrics_equal(ours: dict, expected: dict) -> None:
     assert set(ours) == set(expected)
     for name, value in expected.items():
-        np.testing.assert_allclose(np.asarray(ours[name], dtype=float), np.asarray(value, dtype=float), rtol=1e-12,
-                                   atol=0, equal_nan=True, err_msg=name)
+        np.testing.assert_allclose(
+            np.asarray(ours[name], dtype=float),
+            np.asarray(value, dtype=float),
+            rtol=1e-12,
+            atol=0,
+            equal_nan=True,
+            err_msg=name,
+        )
 
 
 def test_metrics_reproduce_evaluates_documented_example():
@@ -542,10 +584,16 @@ def test_metrics_by_hand_with_ignored_pixels_and_absent_classes():
     # class 3: U=0 → NaN; class 4: I=0, pred 1, label 0 → U=1 → IoU 0, accuracy NaN (no label).
     iou = [1 / 2, 2 / 3, 1 / 2, float("nan"), 0.0]
     accuracy = [1 / 2, 1.0, 1 / 2, float("nan"), float("nan")]
-    assert_metrics_equal(ours, {
-        "mean_iou": (1 / 2 + 2 / 3 + 1 / 2 + 0) / 4, "mean_accuracy": (1 / 2 + 1 + 1 / 2) / 3,
-        "overall_accuracy": 4 / 6, "per_category_iou": iou, "per_category_accuracy": accuracy,
-    })
+    assert_metrics_equal(
+        ours,
+        {
+            "mean_iou": (1 / 2 + 2 / 3 + 1 / 2 + 0) / 4,
+            "mean_accuracy": (1 / 2 + 1 + 1 / 2) / 3,
+            "overall_accuracy": 4 / 6,
+            "per_category_iou": iou,
+            "per_category_accuracy": accuracy,
+        },
+    )
     zeros = mean_iou([prediction], [reference], num_labels=5, ignore_index=255, nan_to_num=0)
     assert zeros["per_category_iou"][3] == 0 and zeros["per_category_accuracy"][4] == 0
 
@@ -626,8 +674,16 @@ def test_measure_oversmoothing_reports_encoder_then_decoder_layers():
 # --- training on real data ------------------------------------------------------------------------------------------
 
 BACKGROUND_ONLY_MIOU = 0.074  # fashion-scenes/README: predicting background everywhere
-TRAIN_SHAPE = dict(hidden_size=64, num_hidden_layers=3, num_attention_heads=4, intermediate_size=128, image_size=64,
-                   patch_size=8, decoder_num_layers=2, decoder_dropout=0.0)
+TRAIN_SHAPE = dict(
+    hidden_size=64,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    intermediate_size=128,
+    image_size=64,
+    patch_size=8,
+    decoder_num_layers=2,
+    decoder_dropout=0.0,
+)
 
 
 class _Scenes(torch.utils.data.Dataset):
@@ -655,15 +711,29 @@ def test_short_training_run_beats_the_background_only_predictor(data_dir, tmp_pa
 
     def encode(split, n):
         rows = scenes[split].select(range(n))
-        return processor(images=[image.convert("RGB") for image in rows["image"]],
-                         segmentation_maps=list(rows["annotation"]), return_tensors="pt")
+        return processor(
+            images=[image.convert("RGB") for image in rows["image"]],
+            segmentation_maps=list(rows["annotation"]),
+            return_tensors="pt",
+        )
 
     torch.manual_seed(0)
     model = NeuTRENOViTForSemanticSegmentation(config)
     args = TrainingArguments(
-        output_dir=str(tmp_path), use_cpu=True, max_steps=800, per_device_train_batch_size=16, learning_rate=1e-3,
-        warmup_steps=0.1, lr_scheduler_type="cosine", weight_decay=0.0, logging_steps=100, save_strategy="no",
-        report_to="none", disable_tqdm=True, seed=0, dataloader_num_workers=0,
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        max_steps=800,
+        per_device_train_batch_size=16,
+        learning_rate=1e-3,
+        warmup_steps=0.1,
+        lr_scheduler_type="cosine",
+        weight_decay=0.0,
+        logging_steps=100,
+        save_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+        seed=0,
+        dataloader_num_workers=0,
     )
     trainer = Trainer(model=model, args=args, train_dataset=_Scenes(encode("train", 4000)))
     trainer.train()
@@ -673,9 +743,9 @@ def test_short_training_run_beats_the_background_only_predictor(data_dir, tmp_pa
     model.eval()
     with torch.inference_mode():
         for start in range(0, 300, 100):
-            outputs = model(pixel_values=validation["pixel_values"][start:start + 100])
+            outputs = model(pixel_values=validation["pixel_values"][start : start + 100])
             predictions = processor.post_process_semantic_segmentation(outputs, target_sizes=[(64, 64)] * 100)
-            metric.update(predictions, list(validation["labels"][start:start + 100]))
+            metric.update(predictions, list(validation["labels"][start : start + 100]))
     miou = metric.compute()["mean_iou"]
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     assert losses[-1] < losses[0], losses

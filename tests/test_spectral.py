@@ -38,7 +38,12 @@ def tiny_native_vit(seed: int = 0) -> ViTForImageClassification:
     """A native ViT whose heads have mixed-sign, complex H spectra and sharp attention, so all categories occur."""
     torch.manual_seed(seed)
     config = ViTConfig(
-        hidden_size=8, num_hidden_layers=3, num_attention_heads=2, intermediate_size=16, image_size=8, patch_size=4,
+        hidden_size=8,
+        num_hidden_layers=3,
+        num_attention_heads=2,
+        intermediate_size=16,
+        image_size=8,
+        patch_size=4,
         initializer_range=0.5,
     )
     model = ViTForImageClassification(config).eval()

@@ -625,8 +625,9 @@ def test_packages_own_vit_with_its_term_off_takes_the_value_path_and_equals_its_
     adapted.load_state_dict(built_in.state_dict())
     apply_value_path(adapted, "neutreno", 0.6)
     with torch.no_grad():
-        torch.testing.assert_close(adapted(pixels).last_hidden_state, built_in(pixels).last_hidden_state,
-                                   atol=1e-5, rtol=0)
+        torch.testing.assert_close(
+            adapted(pixels).last_hidden_state, built_in(pixels).last_hidden_state, atol=1e-5, rtol=0
+        )
     adapted.config.neutreno_lambda = 0.5
     with pytest.raises(ValueError, match="its own NeuTRENO term on"):
         adapted(pixels)
@@ -657,8 +658,14 @@ def test_flex_attention_backend_is_wrapped_too(method):
 def test_packages_own_gpt_with_its_term_off_equals_its_built_in_neutreno_and_generates_with_a_cache():
     from hf_neutreno import NeuTRENOGPTConfig, NeuTRENOGPTForCausalLM
 
-    fields = dict(vocab_size=50, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64,
-                  max_position_embeddings=32)
+    fields = dict(
+        vocab_size=50,
+        hidden_size=32,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=32,
+    )
     torch.manual_seed(0)
     built_in = NeuTRENOGPTForCausalLM(NeuTRENOGPTConfig(**fields, neutreno_lambda=0.4)).eval()
     _sharpen(built_in)

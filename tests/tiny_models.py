@@ -126,11 +126,19 @@ def local_deit_tiny(folder) -> Path:
     from transformers import ViTImageProcessorPil
     from transformers.image_utils import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
-    config = ViTConfig(hidden_size=192, num_hidden_layers=12, num_attention_heads=3, intermediate_size=768,
-                       image_size=224, patch_size=16, num_labels=1000)
+    config = ViTConfig(
+        hidden_size=192,
+        num_hidden_layers=12,
+        num_attention_heads=3,
+        intermediate_size=768,
+        image_size=224,
+        patch_size=16,
+        num_labels=1000,
+    )
     ViTForImageClassification(config).save_pretrained(folder)
-    ViTImageProcessorPil(size={"height": 224, "width": 224}, image_mean=IMAGENET_DEFAULT_MEAN,
-                         image_std=IMAGENET_DEFAULT_STD).save_pretrained(folder)
+    ViTImageProcessorPil(
+        size={"height": 224, "width": 224}, image_mean=IMAGENET_DEFAULT_MEAN, image_std=IMAGENET_DEFAULT_STD
+    ).save_pretrained(folder)
     return folder
 
 

@@ -20,16 +20,23 @@ def plot(path: Path, results: dict, title: str) -> None:
         color = f"C{index}"
         for number, run in enumerate(entry["per_seed"]):
             curve = run["learning_curve"]
-            loss_axes.plot([p["step"] for p in curve], [p["loss"] for p in curve], color=color, linewidth=0.8,
-                           alpha=0.8, label=variant if number == 0 else None)
+            loss_axes.plot(
+                [p["step"] for p in curve],
+                [p["loss"] for p in curve],
+                color=color,
+                linewidth=0.8,
+                alpha=0.8,
+                label=variant if number == 0 else None,
+            )
         cosine = entry["cosine_similarity"]
         cosine_axes.plot(layers, cosine["mean"], color=color, marker="o", markersize=3, label=variant)
         cosine_axes.fill_between(layers, cosine["min"], cosine["max"], color=color, alpha=0.2, linewidth=0)
     if results["decoder_layers"]:
         first = results["decoder_layers"][0]
         cosine_axes.axvline(first - 0.5, color="grey", linestyle=":", linewidth=1)
-        cosine_axes.text(first - 0.4, 0.02, "decoder", transform=cosine_axes.get_xaxis_transform(), color="grey",
-                         fontsize="small")
+        cosine_axes.text(
+            first - 0.4, 0.02, "decoder", transform=cosine_axes.get_xaxis_transform(), color="grey", fontsize="small"
+        )
     loss_axes.set(title="training loss, one line per seed", xlabel="step")
     cosine_axes.set(title="token cosine similarity (mean; band: seed range)", xlabel="layer (0 = embeddings)")
     for axes in (loss_axes, cosine_axes):
@@ -59,8 +66,11 @@ def format_table(results: dict) -> str:
         for key in (metric, "last_layer_cosine"):
             cells.append(_spread(entry[key], key if key == metric else "cosine"))
             difference = entry.get("difference_from_baseline", {}).get(key)
-            cells.append("" if difference is None else f"{_spread(difference, key, signed=True)} "
-                         f"({difference['wins']}/{difference['n']})")
+            cells.append(
+                ""
+                if difference is None
+                else f"{_spread(difference, key, signed=True)} ({difference['wins']}/{difference['n']})"
+            )
         cells.append(f"{entry['train_seconds']:.1f} s")
         rows.append(cells)
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
@@ -72,7 +82,8 @@ def format_table(results: dict) -> str:
     better = "lower" if not HIGHER_IS_BETTER[metric] else "higher"
     where = "the encoder's last block" if results["decoder_layers"] else "the last block"
     notes = [
-        "Variants: " + "; ".join(f"{name}: {entry['description']}" for name, entry in results["variants"].items())
+        "Variants: "
+        + "; ".join(f"{name}: {entry['description']}" for name, entry in results["variants"].items())
         + ".",
         f"Mean ± sample std over {len(seeds)} seeds ({', '.join(map(str, seeds))}); Δ: the paired difference from "
         f"{results['baseline']} (same seed), mean ± std; wins: seeds where the variant is better ({better} {title}, "

@@ -121,8 +121,15 @@ def corrupt(image: Image.Image, name: str, severity: int, seed: int | Sequence[i
     return _FUNCTIONS[name](image, PARAMETERS[name][severity - 1], rng)
 
 
-def corruption_accuracy(model, processor, images: list[Image.Image], labels, corruptions: Sequence[str],
-                        severities: Sequence[int], seed: int = 0) -> dict[str, dict[str, float]]:
+def corruption_accuracy(
+    model,
+    processor,
+    images: list[Image.Image],
+    labels,
+    corruptions: Sequence[str],
+    severities: Sequence[int],
+    seed: int = 0,
+) -> dict[str, dict[str, float]]:
     """{severity: {corruption: accuracy}} of an image classifier on `images` corrupted by `corrupt` (image i drawn
     with seed (seed, i), so every model sees the same pixels); severity 0 is the clean accuracy of the same images,
     under the name "none". `processor` turns PIL images into `pixel_values`; `labels` is a tensor of class ids."""
@@ -135,8 +142,15 @@ def corruption_accuracy(model, processor, images: list[Image.Image], labels, cor
     for severity in severities:
         names = corruptions if severity else ["none"]
         results[str(severity)] = {
-            name: accuracy(model, pixels(images if not severity else [
-                corrupt(image, name, severity, seed=(seed, i)) for i, image in enumerate(images)]), labels)
+            name: accuracy(
+                model,
+                pixels(
+                    images
+                    if not severity
+                    else [corrupt(image, name, severity, seed=(seed, i)) for i, image in enumerate(images)]
+                ),
+                labels,
+            )
             for name in names
         }
     return results

@@ -66,8 +66,10 @@ def oversmoothing_report(oversmoothing: Any) -> OversmoothingReport | None:
     if isinstance(oversmoothing, Sequence) and not isinstance(oversmoothing, str):
         oversmoothing = {"cosine_similarity": oversmoothing}
     if not isinstance(oversmoothing, Mapping):
-        raise ValueError("`oversmoothing` must be an OversmoothingReport, a dict {metric: per-layer values} or a list "
-                         f"of per-layer values; got {type(oversmoothing).__name__}.")
+        raise ValueError(
+            "`oversmoothing` must be an OversmoothingReport, a dict {metric: per-layer values} or a list "
+            f"of per-layer values; got {type(oversmoothing).__name__}."
+        )
     return OversmoothingReport.from_values(oversmoothing)
 
 
@@ -94,9 +96,14 @@ def _metric_items(results: Mapping[str, float]) -> list[tuple[str, float]]:
     if any(key.startswith(prefixes) for key in results):
         results = {key.split("_", 1)[1]: value for key, value in results.items() if key.startswith(prefixes)}
     # NaN is no result (e.g. the IoU of a class neither labelled nor predicted): it is left out.
-    return [(name, float(value)) for name, value in results.items()
-            if name not in _NOT_METRICS and isinstance(value, (int, float)) and not isinstance(value, bool)
-            and math.isfinite(value)]
+    return [
+        (name, float(value))
+        for name, value in results.items()
+        if name not in _NOT_METRICS
+        and isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+    ]
 
 
 def model_card(
@@ -116,12 +123,15 @@ def model_card(
     config = model.config
     auto_class = _auto_class(model)
     pipeline_tag = PIPELINE_TAGS.get(auto_class)
-    template = template or CARD_TEMPLATES.get((config.model_type, pipeline_tag)) or CARD_TEMPLATES.get(
-        config.model_type)
+    template = (
+        template or CARD_TEMPLATES.get((config.model_type, pipeline_tag)) or CARD_TEMPLATES.get(config.model_type)
+    )
     if template is None:
         known = sorted(key for key in CARD_TEMPLATES if isinstance(key, str))
-        raise ValueError(f"No model card template for model_type {config.model_type!r}; known: {known}. Pass "
-                         "`template=` (a path to a Jinja Markdown template).")
+        raise ValueError(
+            f"No model card template for model_type {config.model_type!r}; known: {known}. Pass "
+            "`template=` (a path to a Jinja Markdown template)."
+        )
     model_name = (repo_id or getattr(config, "name_or_path", "") or config.model_type).rstrip("/").split("/")[-1]
 
     local = bool(dataset) and (os.path.exists(dataset) or dataset.startswith((".", "/", "~")))
@@ -273,8 +283,10 @@ def prepare_trainer_push(args) -> bool:
         return False
     strategy = str(getattr(args.hub_strategy, "value", args.hub_strategy))
     if strategy not in ("every_save", "end"):
-        raise ValueError(f"--hub_strategy {strategy!r} is not supported here: the finished model is pushed once, with "
-                         "its code and card. Use --hub_strategy end (or every_save); resume from local checkpoints.")
+        raise ValueError(
+            f"--hub_strategy {strategy!r} is not supported here: the finished model is pushed once, with "
+            "its code and card. Use --hub_strategy end (or every_save); resume from local checkpoints."
+        )
     create_repo(args.hub_model_id or Path(args.output_dir).absolute().name, token=args.hub_token,
                 private=args.hub_private_repo)  # fmt: skip
     args.push_to_hub = False

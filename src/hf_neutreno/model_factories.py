@@ -33,8 +33,15 @@ def _labels(labels: list[str]) -> dict:
     return {"id2label": id2label, "label2id": {name: index for index, name in id2label.items()}}
 
 
-def image_classifier(variant: str, preset: str, labels: list[str], *, neutreno_lambda: float = 0.6,
-                     eigenvalue_range: list[float] | None = None, **config):
+def image_classifier(
+    variant: str,
+    preset: str,
+    labels: list[str],
+    *,
+    neutreno_lambda: float = 0.6,
+    eigenvalue_range: list[float] | None = None,
+    **config,
+):
     """A classifier of `variant` (`IMAGE_VARIANTS`) in the shape of `preset`, for `labels`; `config` overrides any
     config field (`num_hidden_layers`, `drop_path_rate`, ...). `eigenvalue_range` is ViT⁻'s; ViT⁺ gets it mirrored."""
     if variant not in IMAGE_VARIANTS:
@@ -61,8 +68,13 @@ def language_model(preset: str, tokenizer, *, block_size: int | None = None, **c
         raise ValueError(f"Unknown language-model preset {preset!r}; choose from {LANGUAGE_MODEL_PRESETS}.")
     vocab_size = len(tokenizer)
     cutoffs = [c for c in NeuTRENOGPTConfig.presets[preset].get("adaptive_softmax_cutoffs") or () if c < vocab_size]
-    fields = dict(vocab_size=vocab_size, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-                  bos_token_id=tokenizer.bos_token_id, adaptive_softmax_cutoffs=cutoffs or None)
+    fields = dict(
+        vocab_size=vocab_size,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        adaptive_softmax_cutoffs=cutoffs or None,
+    )
     if block_size is not None:
         fields["max_position_embeddings"] = block_size
     fields.update(config)

@@ -10,8 +10,13 @@ Models come from `hf_neutreno.model_factories`, transforms from `hf_neutreno.ima
 # The poster's CIFAR recipe for ViT-Ti and its eigen-parameterised variants (with drop path 0.1 in the model and
 # random crops of the 4-px padded image + flips).
 POSTER_CIFAR_TRAINING = dict(
-    num_train_epochs=100, per_device_train_batch_size=128, learning_rate=1e-3, weight_decay=0.05, warmup_steps=0.05,
-    lr_scheduler_type="cosine", label_smoothing_factor=0.1,
+    num_train_epochs=100,
+    per_device_train_batch_size=128,
+    learning_rate=1e-3,
+    weight_decay=0.05,
+    warmup_steps=0.05,
+    lr_scheduler_type="cosine",
+    label_smoothing_factor=0.1,
 )
 POSTER_CIFAR_DROP_PATH = 0.1
 CIFAR_CROP_PADDING = 4

@@ -60,8 +60,11 @@ def multi_scale_probabilities(
         with torch.inference_mode():
             for scale in scales:
                 size = (int(height * scale + 0.5), int(width * scale + 0.5))  # mmsegmentation's rounding
-                scaled = pixel_values if size == (height, width) else nn.functional.interpolate(
-                    pixel_values, size=size, mode="bilinear", align_corners=False)
+                scaled = (
+                    pixel_values
+                    if size == (height, width)
+                    else nn.functional.interpolate(pixel_values, size=size, mode="bilinear", align_corners=False)
+                )
                 for mirrored in (False, True) if flip else (False,):
                     images = scaled.flip(-1) if mirrored else scaled
                     logits = model.sliding_window_logits(images, window_size, window_stride, batch_size)
@@ -69,7 +72,8 @@ def multi_scale_probabilities(
                         logits = logits.flip(-1)
                     if size != (height, width):
                         logits = nn.functional.interpolate(
-                            logits, size=(height, width), mode="bilinear", align_corners=False)
+                            logits, size=(height, width), mode="bilinear", align_corners=False
+                        )
                     probabilities = logits.softmax(dim=1)
                     total = probabilities if total is None else total + probabilities
     finally:
@@ -199,8 +203,13 @@ def mean_iou(
     the same definitions); `"auto"` (default) uses evaluate's where it loads and the direct computation otherwise
     (`hf_neutreno.metrics.evaluate_metric`).
     """
-    arguments = dict(num_labels=num_labels, ignore_index=ignore_index, nan_to_num=nan_to_num, label_map=label_map,
-                     reduce_labels=reduce_labels)
+    arguments = dict(
+        num_labels=num_labels,
+        ignore_index=ignore_index,
+        nan_to_num=nan_to_num,
+        label_map=label_map,
+        reduce_labels=reduce_labels,
+    )
     metric = evaluate_metric("mean_iou", backend)
     if metric is not None:
         return metric.compute(predictions=list(predictions), references=list(references), **arguments)

@@ -117,8 +117,10 @@ class OversmoothingReport:
             except (TypeError, ValueError):  # not a list of numbers
                 checked[str(metric)] = []
             if not checked[str(metric)] or isinstance(per_layer, str):
-                raise ValueError(f"`values[{metric!r}]` has no per-layer values: not a non-empty list of numbers "
-                                 f"({per_layer!r:.60}).")
+                raise ValueError(
+                    f"`values[{metric!r}]` has no per-layer values: not a non-empty list of numbers "
+                    f"({per_layer!r:.60})."
+                )
         values = checked
         layers = {metric: list(range(len(per_layer))) for metric, per_layer in values.items()}
         return cls(values=values, layers=layers, counts={}, num_samples=0, model_name=model_name)

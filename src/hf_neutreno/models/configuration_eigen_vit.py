@@ -1,6 +1,5 @@
 """Configuration of the eigen-parameterised vision transformer (ViT⁻ / ViT⁺, Dovonon, Bronstein, Kusner)."""
 
-
 import math
 from typing import Literal
 

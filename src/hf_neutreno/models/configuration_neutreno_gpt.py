@@ -1,6 +1,5 @@
 """Configuration of the NeuTRENO GPT causal language model (the paper's WikiText-103 model and GPT-2 shapes)."""
 
-
 from typing import ClassVar, Literal
 
 from huggingface_hub.dataclasses import strict
@@ -137,10 +136,23 @@ class NeuTRENOGPTConfig(NeuTRENOConfigMixin, PreTrainedConfig):
     # one was edited on their config. The other fields are read at each forward, kept in step by transformers
     # (`vocab_size` by `resize_token_embeddings`), or only initialise the weights.
     architecture_fields: ClassVar[tuple[str, ...]] = (
-        "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act",
-        "position_embedding_type", "norm_position", "layer_norm_eps", "attention_bias", "scale_embeddings",
-        "lm_head_bias", "adaptive_softmax_cutoffs", "embedding_dropout", "attention_dropout", "hidden_dropout",
-        "activation_dropout", "output_dropout",
+        "hidden_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "intermediate_size",
+        "hidden_act",
+        "position_embedding_type",
+        "norm_position",
+        "layer_norm_eps",
+        "attention_bias",
+        "scale_embeddings",
+        "lm_head_bias",
+        "adaptive_softmax_cutoffs",
+        "embedding_dropout",
+        "attention_dropout",
+        "hidden_dropout",
+        "activation_dropout",
+        "output_dropout",
     )
     keys_to_ignore_at_inference = ["cache", "past_key_values"]  # the cache's names from / before transformers 5.24
     presets = {"wikitext103-small": _wikitext103_small(), "gpt2-small": _gpt2_small(), "gpt-micro": _gpt_micro()}

@@ -1,6 +1,5 @@
 """Configuration of the NeuTRENO vision transformer (ViT / DeiT shapes) and of its Segmenter decoder."""
 
-
 import copy
 from typing import ClassVar, Literal
 
@@ -98,13 +97,30 @@ class NeuTRENOViTConfig(NeuTRENOConfigMixin, PreTrainedConfig):
     # saved once one was edited on their config. The other fields are read at each forward, or only initialise the
     # weights.
     architecture_fields: ClassVar[tuple[str, ...]] = (
-        "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act",
-        "hidden_dropout_prob", "attention_probs_dropout_prob", "drop_path_rate", "layer_norm_eps", "image_size",
-        "patch_size", "num_channels", "qkv_bias", "use_distillation_token", "symmetric_attention", "featscale",
+        "hidden_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "intermediate_size",
+        "hidden_act",
+        "hidden_dropout_prob",
+        "attention_probs_dropout_prob",
+        "drop_path_rate",
+        "layer_norm_eps",
+        "image_size",
+        "patch_size",
+        "num_channels",
+        "qkv_bias",
+        "use_distillation_token",
+        "symmetric_attention",
+        "featscale",
         "attention_kernel",
     )
     decoder_architecture_fields: ClassVar[tuple[str, ...]] = (
-        "decoder_type", "decoder_num_layers", "decoder_hidden_size", "decoder_num_attention_heads", "decoder_dropout",
+        "decoder_type",
+        "decoder_num_layers",
+        "decoder_hidden_size",
+        "decoder_num_attention_heads",
+        "decoder_dropout",
     )
     dropout_fields = ("hidden_dropout_prob", "attention_probs_dropout_prob", "drop_path_rate", "decoder_dropout")
     presets = {
@@ -118,14 +134,24 @@ class NeuTRENOViTConfig(NeuTRENOConfigMixin, PreTrainedConfig):
         # Segmenter on ADE20K (NeuTRENO Table 2): DeiT-tiny at 512 × 512 crops, drop path 0.1 (Segmenter's
         # training default), a 2-block mask transformer of the encoder's width and heads, 150 classes.
         "segmenter-deit-tiny": dict(
-            _deit(192, 3), image_size=512, drop_path_rate=0.1, num_labels=150, decoder_type="mask_transformer",
-            decoder_num_layers=2, decoder_dropout=0.1,
+            _deit(192, 3),
+            image_size=512,
+            drop_path_rate=0.1,
+            num_labels=150,
+            decoder_type="mask_transformer",
+            decoder_num_layers=2,
+            decoder_dropout=0.1,
         ),
         # The same Segmenter at vit-micro's width and depth for 64 × 64 images, patch 8 (64 patch tokens): the CPU
         # demo of `hf-neutreno compare` on fashion-scenes. The classes come from the dataset.
         "segmenter-micro": dict(
-            _deit(64, 4), num_hidden_layers=6, image_size=64, patch_size=8, decoder_type="mask_transformer",
-            decoder_num_layers=2, decoder_dropout=0.1,
+            _deit(64, 4),
+            num_hidden_layers=6,
+            image_size=64,
+            patch_size=8,
+            decoder_type="mask_transformer",
+            decoder_num_layers=2,
+            decoder_dropout=0.1,
         ),
     }
 
@@ -211,11 +237,21 @@ class NeuTRENOViTConfig(NeuTRENOConfigMixin, PreTrainedConfig):
         hidden, heads = self.decoder_shape
         config = copy.deepcopy(self)  # keeps the attention implementation chosen for the encoder
         fields = dict(
-            hidden_size=hidden, num_attention_heads=heads, num_hidden_layers=self.decoder_num_layers,
-            intermediate_size=4 * hidden, hidden_dropout_prob=self.decoder_dropout,
-            attention_probs_dropout_prob=self.decoder_dropout, drop_path_rate=0.0, qkv_bias=True,
-            neutreno_lambda=self.decoder_lambda, neutreno_layers=None, symmetric_attention=False, featscale=False,
-            attention_kernel="softmax", use_distillation_token=False, pooling="cls",
+            hidden_size=hidden,
+            num_attention_heads=heads,
+            num_hidden_layers=self.decoder_num_layers,
+            intermediate_size=4 * hidden,
+            hidden_dropout_prob=self.decoder_dropout,
+            attention_probs_dropout_prob=self.decoder_dropout,
+            drop_path_rate=0.0,
+            qkv_bias=True,
+            neutreno_lambda=self.decoder_lambda,
+            neutreno_layers=None,
+            symmetric_attention=False,
+            featscale=False,
+            attention_kernel="softmax",
+            use_distillation_token=False,
+            pooling="cls",
         )
         for name, value in fields.items():
             setattr(config, name, value)

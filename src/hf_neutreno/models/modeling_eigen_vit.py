@@ -16,7 +16,6 @@ ViT whose `v_proj` / `o_proj` hold them.
 This file travels with every checkpoint (``trust_remote_code``): it imports only torch, transformers and siblings.
 """
 
-
 import math
 from collections.abc import Callable
 

@@ -16,7 +16,6 @@ apart again on saving; `load_state_dict` joins them in the attention module's ow
 This file travels with every checkpoint (``trust_remote_code``): it imports only torch, transformers and siblings.
 """
 
-
 import os
 from collections.abc import Callable
 

@@ -10,7 +10,6 @@ mask transformer applies the same rule with its own V_0 (the paper's Table 2).
 This file travels with every checkpoint (``trust_remote_code``): it imports only torch, transformers and siblings.
 """
 
-
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -92,9 +91,9 @@ class NeuTRENOViTEmbeddings(nn.Module):
         patch_pos = self.position_embeddings[:, self.num_prefix_tokens :]
         dim = patch_pos.shape[-1]
         patch_pos = patch_pos.reshape(1, *old_grid, dim).permute(0, 3, 1, 2)
-        patch_pos = nn.functional.interpolate(
-            patch_pos.float(), size=new_grid, mode="bicubic", align_corners=False
-        ).to(patch_pos.dtype)
+        patch_pos = nn.functional.interpolate(patch_pos.float(), size=new_grid, mode="bicubic", align_corners=False).to(
+            patch_pos.dtype
+        )
         patch_pos = patch_pos.permute(0, 2, 3, 1).reshape(1, -1, dim)
         return torch.cat((prefix, patch_pos), dim=1)
 
@@ -611,8 +610,9 @@ class NeuTRENOViTLinearDecoder(nn.Module):
         super().__init__()
         self.head = nn.Linear(config.hidden_size, config.num_labels)
 
-    def forward(self, patch_tokens: torch.Tensor, grid_size: tuple[int, int], neutreno_lambda: float = 0.0,
-                **kwargs) -> SemanticSegmenterOutput:
+    def forward(
+        self, patch_tokens: torch.Tensor, grid_size: tuple[int, int], neutreno_lambda: float = 0.0, **kwargs
+    ) -> SemanticSegmenterOutput:
         logits = self.head(patch_tokens).transpose(1, 2)
         return SemanticSegmenterOutput(logits=logits.reshape(*logits.shape[:2], *grid_size))
 
@@ -730,8 +730,11 @@ class NeuTRENOViTForSemanticSegmentation(NeuTRENOViTPreTrainedModel):
             size = (max(window[0], int(height * scale)), max(window[1], int(width * scale)))
             images = nn.functional.interpolate(pixel_values, size=size, mode="bilinear", align_corners=False)
         batch, _, full_h, full_w = images.shape
-        anchors = [(top, left) for top in _window_starts(full_h, window[0], stride[0])
-                   for left in _window_starts(full_w, window[1], stride[1])]
+        anchors = [
+            (top, left)
+            for top in _window_starts(full_h, window[0], stride[0])
+            for left in _window_starts(full_w, window[1], stride[1])
+        ]
         # Crop j is window j // batch of image j % batch.
         crops = torch.cat([images[:, :, top : top + window[0], left : left + window[1]] for top, left in anchors])
         interpolate = window != tuple(self.config.image_size_2d)
