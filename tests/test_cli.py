@@ -166,6 +166,30 @@ def test_evaluate_lm_never_replaces_an_output_file_silently(lm_dir, text_dir, tm
     assert set(results) == {"sliding", "blocks"} and results["blocks"]["context_length"] == 2
 
 
+def test_evaluate_lm_refuses_a_value_path_checkpoint_without_trust_remote_code(lm_dir, text_dir, tmp_path):
+    """Without --trust-remote-code transformers builds the plain model from an adapted checkpoint: the command said
+    nothing and reported the plain model's perplexity. It names the value path and the flag, and with the flag runs
+    the adapted model."""
+    import shutil
+
+    from transformers import GPT2LMHeadModel
+
+    from hf_neutreno import apply_value_path
+
+    folder = tmp_path / "adapted"
+    shutil.copytree(lm_dir, folder)
+    model = GPT2LMHeadModel.from_pretrained(folder)
+    model.config.n_layer = 2  # a value path needs two layers: rebuild with two
+    adapted = apply_value_path(GPT2LMHeadModel(model.config), "neutreno")
+    adapted.save_pretrained(folder)
+    argv = ["evaluate-lm", folder, "--dataset", text_dir, "--split", "test", "--context-length", "2"]
+    message = one_line_error(run_cli(*argv), "evaluate-lm")
+    assert message.startswith(f"{str(folder)!r} was saved with a value path (") and "'method': 'neutreno'" in message
+    assert "only --trust-remote-code loads" in message
+    proc = run_cli(*argv, "--trust-remote-code")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
 @pytest.mark.parametrize("repo_id", ["../x", "me/model\nname", "a/b/c", "me/model."], ids=repr)
 def test_push_refuses_a_repo_id_the_hub_refuses_before_writing_anything(model_dir, tmp_path, repo_id):
     proc = run_cli("push", model_dir, repo_id, "--save-to", tmp_path / "upload")

@@ -15,6 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from transformers import (
+    AutoModel,
     AutoModelForCausalLM,
     BloomConfig,
     BloomModel,
@@ -335,7 +336,10 @@ def test_remove_value_path_restores_class_config_and_parameters(tmp_path):
                                        "layers": [1, 2]}  # fmt: skip
     assert model.value_path_coefficients.tolist() == [0.5, 0.5]
     model.save_pretrained(tmp_path)  # writes auto_map into the config in memory too
-    assert model.config.auto_map == {"AutoModelForCausalLM": "value_path.ValuePathLlamaForCausalLM"}
+    assert model.config.auto_map == {
+        "AutoModelForCausalLM": "value_path.ValuePathLlamaForCausalLM",
+        "AutoModel": "value_path.ValuePathLlamaModel",  # the adapted backbone
+    }
     remove_value_path(model)
     assert type(model) is LlamaForCausalLM and not is_value_path_model(model)
     assert not getattr(model.config, "auto_map", None)
@@ -761,3 +765,23 @@ def test_a_whole_adapted_model_unpickled_in_a_new_process_runs(tmp_path):
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env,
                           timeout=300)  # fmt: skip
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_automodel_loads_the_backbone_of_an_adapted_checkpoint_adapted(name, tmp_path):
+    """`auto_map` listed only the saved class's Auto class, so `AutoModel.from_pretrained(folder,
+    trust_remote_code=True)` built the plain backbone: it now builds the adapted one, with the trained coefficients,
+    whose last hidden state is the saved model's."""
+    model = apply_value_path(tiny_model(name), "value_residual", learnable=True)
+    _sharpen(model)
+    with torch.no_grad():
+        model.value_path_coefficients.copy_(torch.tensor([0.2, 0.9]))
+    model.save_pretrained(tmp_path)
+    backbone = AutoModel.from_pretrained(tmp_path, trust_remote_code=True)
+    assert is_value_path_model(backbone) and backbone.value_path_coefficients.tolist() == pytest.approx([0.2, 0.9])
+    inputs = {k: v for k, v in tiny_inputs(name).items() if k != "labels"}
+    with torch.no_grad():
+        expected = model(**inputs, output_hidden_states=True).hidden_states[-1]
+        plain = remove_value_path(copy.deepcopy(backbone))(**inputs).last_hidden_state
+        torch.testing.assert_close(backbone(**inputs, output_hidden_states=True).hidden_states[-1], expected)
+    assert (plain - expected).abs().max() > 1e-3

@@ -38,6 +38,7 @@ from torch import nn
 from transformers import AttentionInterface, AttentionMaskInterface, PreTrainedModel
 from transformers import initialization as init
 from transformers.cache_utils import Cache
+from transformers.conversion_mapping import get_checkpoint_conversion_mapping
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.auto import modeling_auto
@@ -733,6 +734,28 @@ def _auto_class_of(model_class: type) -> str:
 # --- the ValuePath<Class> subclasses --------------------------------------------------------------------------------
 
 
+def _add_base_model_auto_map(model: PreTrainedModel) -> None:
+    """List the adapted base model (``ValuePath<Model>``) under `AutoModel` in ``config.auto_map`` beside the saved
+    class's own entry, so that `AutoModel.from_pretrained(folder, trust_remote_code=True)` loads the backbone adapted
+    too (transformers builds the plain one from the model type otherwise). Not for model types whose checkpoints
+    transformers renames on loading."""
+    base = type(model)._value_path_base
+    if not _is_transformers_class(base):
+        return
+    model_type = getattr(model.config, "model_type", None)
+    if get_checkpoint_conversion_mapping(model_type) is not None:
+        # Its checkpoints are renamed on loading by a conversion that transformers applies to its own classes only
+        # (ViT's, for one): the adapted backbone, a class of this file, would not find its weights.
+        return
+    names = modeling_auto.MODEL_MAPPING_NAMES.get(model_type)
+    name = names if isinstance(names, str) else (names[0] if names else None)
+    backbone = getattr(transformers, name, None) if name else None
+    if backbone is None or backbone is base:
+        return
+    entry = f"{__name__.split('.')[-1]}.{CLASS_PREFIX}{name}"
+    model.config.auto_map = {**(getattr(model.config, "auto_map", None) or {}), "AutoModel": entry}
+
+
 def value_path_class(base: type, auto_class: str | None = None) -> type:
     """``ValuePath<base>``: `base` adapting itself in ``__init__`` from ``config.value_path`` (one class per base)."""
     name = CLASS_PREFIX + base.__name__
@@ -761,6 +784,7 @@ def value_path_class(base: type, auto_class: str | None = None) -> type:
                 init.constant_(getattr(self, COEFFICIENTS), self.config.value_path["coefficient"])
 
         def save_pretrained(self, *args, **kwargs):
+            _add_base_model_auto_map(self)
             super().save_pretrained(*args, **kwargs)
             if _is_transformers_class(base):
                 logger.warning_once(

@@ -13,7 +13,7 @@ import json
 import sys
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from ..lm_eval import PROTOCOLS, evaluate_lm
 from . import check_model_folder, check_output_file
@@ -54,6 +54,12 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"{flag} must be at least {least}, got {value}.")
     check_model_folder(args.model)
     output = check_output_file(args.output, "--output", args.overwrite) if args.output else None
+    saved_value_path = getattr(AutoConfig.from_pretrained(args.model), "value_path", None)
+    if saved_value_path is not None and not args.trust_remote_code:
+        raise ValueError(
+            f"{args.model!r} was saved with a value path ({saved_value_path}), which only --trust-remote-code loads; "
+            "without it transformers builds the plain model, whose perplexity this would report."
+        )
     dataset = load_wikitext(args.dataset, args.dataset_config)
     for split in args.split:
         if split not in dataset:
