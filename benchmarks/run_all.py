@@ -466,7 +466,8 @@ def render(out: Path, docs: Path, budget: str = "full") -> str:
         checks = check_targets(name, data["rows"])
         if checks:
             lines += ["Targets:", "", *checks, ""]
-    lines += profile_section(out / "profile.json")
+    for path in sorted(out.glob("profile*.json")):  # each profiled run
+        lines += profile_section(path)
     lines += [
         "## Rerun",
         "",
@@ -505,7 +506,7 @@ def profile_section(path: Path) -> list[str]:
     ]
     rows = [{c: shape.get(c, "") for c in columns} for shape in data["shapes"]]
     lines = [
-        "## Where the time goes: a profiled training step (`profile_gpu.py`)",
+        f"## Where the time goes: a profiled training step (`profile_gpu.py`, {path.name})",
         "",
         "One training step (forward, backward, fused AdamW; bf16 autocast, SDPA) of DeiT-tiny at batch 256 and "
         "of the paper's GPT shape at 32 × 256 tokens, native and NeuTRENO, under the PyTorch profiler: the CUDA "

@@ -47,7 +47,7 @@ from .neutreno_common import (
     check_built_fields,
     eager_attention_forward,
     neutreno_lambda_for_layer,
-    neutreno_projection,
+    neutreno_residual,
 )
 
 # transformers 5.24 renamed the KV cache `past_key_values` -> `cache` (forward arguments, output fields, masks; the
@@ -173,12 +173,12 @@ class NeuTRENOGPTAttention(nn.Module):
             scaling=self.scaling,
             **kwargs,
         )
-        attn_output = neutreno_projection(
-            self.o_proj,
-            attn_output.reshape(*input_shape, -1),
-            values,
-            first_layer_values,
-            self.neutreno_lambda if neutreno_lambda is None else neutreno_lambda,
+        # The term as plain autograd operations, not `neutreno_projection`'s memory-saving function: a language
+        # model's training memory is its logits', next to which the projection's kept input is about 1 %, and on
+        # small shapes the function's own host time per layer cost more than its GPU time saves.
+        lam = self.neutreno_lambda if neutreno_lambda is None else neutreno_lambda
+        attn_output = self.o_proj(
+            neutreno_residual(attn_output.reshape(*input_shape, -1), values, first_layer_values, lam)
         )
         return attn_output, attn_weights, values
 
