@@ -231,16 +231,15 @@ TARGETS = {
         ({"model": "EigenViT (ViT⁻)"}, "infer ratio", ">=", 0.98),
         ({"model": "EigenViT (ViT⁻) → to_neutreno_vit()"}, "infer ratio", ">=", 0.98),
     ],
-    # The paper's GPT shape (dim 128) is too small to keep a GPU busy: 0.90 there, 0.97 at GPT-2-small's.
     "gpt": [
-        ({"shape": "paper"}, "train throughput ratio", ">=", 0.90),
+        ({"shape": "paper"}, "train throughput ratio", ">=", 0.97),
         ({"shape": "gpt2-small"}, "train throughput ratio", ">=", 0.97),
         ({"shape": "paper"}, "total memory ratio", "<=", 1.03),
         ({"shape": "gpt2-small"}, "total memory ratio", "<=", 1.03),
         ({"shape": "paper"}, "generate throughput ratio", ">=", 0.95),
         ({"shape": "gpt2-small"}, "generate throughput ratio", ">=", 0.95),
     ],
-    "gpt_scaling": [(None, "train throughput ratio", ">=", 0.90), (None, "total memory ratio", "<=", 1.03)],
+    "gpt_scaling": [(None, "train throughput ratio", ">=", 0.97), (None, "total memory ratio", "<=", 1.03)],
     "diagnostics": [({"mode": "hidden"}, "× inference", "<=", 1.5)],
     "generation": [(None, "ratio to native", ">=", 0.95)],
     "segmenter": [
@@ -253,6 +252,11 @@ TARGETS = {
         (None, "total memory ratio", "<=", 1.03),
         (None, "step peak ratio", "<=", 1.03),
     ],
+}
+# The paper's GPT shape (dim 128) is too small to keep a GPU busy: its GPU target is 0.90.
+GPU_TARGETS = {
+    ("gpt", str({"shape": "paper"}), "train throughput ratio"): 0.90,
+    ("gpt_scaling", str(None), "train throughput ratio"): 0.90,
 }
 SECTIONS = {  # JSON file -> (heading, what it measures)
     "vit": (
@@ -386,10 +390,13 @@ def _matches(row: dict, where: dict | None) -> bool:
     return where is None or all(row.get(k) == v for k, v in where.items())
 
 
-def check_targets(name: str, rows: list[dict]) -> list[str]:
+def check_targets(name: str, rows: list[dict], budget: str = "full") -> list[str]:
     """One line per target: the worst value among the rows it applies to, and whether it meets the target."""
     lines = []
-    for where, column, op, target in TARGETS.get(name, []):
+    targets = TARGETS.get(name, [])
+    if budget == "gpu":  # where the GPU tier's target differs: (row filter, column) -> target
+        targets = [(w, c, op, GPU_TARGETS.get((name, str(w), c), t)) for w, c, op, t in targets]
+    for where, column, op, target in targets:
         values = [row[column] for row in rows if _matches(row, where) and column in row]
         if not values:
             continue
@@ -463,7 +470,7 @@ def render(out: Path, docs: Path, budget: str = "full") -> str:
     for name, data in found.items():
         heading, description = SECTIONS[name]
         lines += [f"## {heading}", "", description, "", *table(data["rows"]), "", _machine_line(data["machine"]), ""]
-        checks = check_targets(name, data["rows"])
+        checks = check_targets(name, data["rows"], budget)
         if checks:
             lines += ["Targets:", "", *checks, ""]
     for path in sorted(out.glob("profile*.json")):  # each profiled run
