@@ -14,7 +14,7 @@ Peak memory is measured in a fresh process per (mode, N): peak resident memory o
 on CUDA.
 
     python benchmarks/bench_diagnostics.py --quick          # CPU: 64 and 128 images
-    python benchmarks/bench_diagnostics.py                  # 500 and 1000 images (issue 5)
+    python benchmarks/bench_diagnostics.py                  # 500 and 1000 images
     python benchmarks/bench_diagnostics.py --dtype bf16 --batch-size 125   # GPU
 """
 

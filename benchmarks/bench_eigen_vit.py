@@ -6,7 +6,7 @@ Every model is vit-tiny-224 shaped (dim 192, 12 layers, 3 heads, patch 16, 224 p
 `torch.inference_mode`. EigenViT makes its value and output weights from Θ, ψ in every forward (one batched QR per
 layer), in training and inference alike; `to_neutreno_vit()` exports the same function with those weights stored,
 timed at inference as its own row. The models are timed in interleaved rounds, so drifting machine load hits all of
-them alike, and the median round is reported with ratios to the native ViT. Targets for EigenViT (issues 4, 13):
+them alike, and the median round is reported with ratios to the native ViT. Targets for EigenViT:
 training ≥ 0.97 of native, and inference through the export ≥ 0.98.
 
     python benchmarks/bench_eigen_vit.py --quick                              # CPU

@@ -9,7 +9,7 @@ path 0.1, decoder dropout 0.1) with the same initial weights, attention kernel (
 optimizer; the only difference is λ: 0.6 in the encoder's layers 1-11 and in the decoder's second block (its own
 V_0), against 0 in both. A training step is forward + loss (logits upsampled to the 512 × 512 labels) + backward +
 SGD with momentum 0.9 (Segmenter's optimizer). Memory: the peak allocated during a step above what was allocated
-before it (`step peak`), and the same plus weights and momentum buffers (`total`). Targets (issue 11): ≥ 0.97 of
+before it (`step peak`), and the same plus weights and momentum buffers (`total`). Targets: ≥ 0.97 of
 the λ = 0 throughput, ≤ 1.03 of its memory.
 """
 

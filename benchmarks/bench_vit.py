@@ -8,7 +8,7 @@ Both models use the same attention kernel (`--attn sdpa` by default), shape, bat
 difference is the NeuTRENO term (λ = 0.6 in layers 1-11). A training step is forward + backward + AdamW step; an
 inference step is a forward under `torch.inference_mode`. Images of 224 and 384 px show that the cost grows like the
 baseline's. Memory: the peak allocated during a step above what was allocated before it (`step peak`), and the same
-plus weights and optimizer state (`total`). Targets (issue 2): ≥ 0.97 of native throughput, ≤ 1.03 of its memory.
+plus weights and optimizer state (`total`). Targets: ≥ 0.97 of native throughput, ≤ 1.03 of its memory.
 """
 
 import argparse

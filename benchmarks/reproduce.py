@@ -209,7 +209,7 @@ BUDGETS = {
     # The papers' scale: the poster's CIFAR recipe (run_eigen_vit.py's defaults: 100 epochs, batch 128, all data) and
     # the paper's LM schedule (batch 96, lr 2.5e-4, 2000 warm-up steps) for as many epochs as its 500k steps make of
     # WikiText-103 (~120; 10k steps of WikiText-2), evaluated on the whole splits. For a GPU; not run yet.
-    # Models that learn on one CPU thread in about an hour each (issue 12), the ones docs/results.md reports. Chosen
+    # Models that learn on one CPU thread in about an hour each, the ones docs/results.md reports. Chosen
     # by a pilot on a validation split (5,000 training images held out; WikiText-2's validation split), never on test
     # results, with the same settings for every variant:
     # - CIFAR-10: 12 layers of width 64 (4 heads, MLP 256), patch 4, the poster's recipe; 10 epochs of all 50,000

@@ -1,4 +1,4 @@
-"""The NeuTRENO Segmenter (issue 11) against independent references: transformers' ViT with copied weights, Segmenter's
+"""The NeuTRENO Segmenter against independent references: transformers' ViT with copied weights, Segmenter's
 mask transformer written out in plain tensor math, hand-built sliding windows, hand-computed metrics; and a short
 training run on the real fashion-scenes set."""
 
