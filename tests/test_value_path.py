@@ -785,3 +785,28 @@ def test_automodel_loads_the_backbone_of_an_adapted_checkpoint_adapted(name, tmp
         plain = remove_value_path(copy.deepcopy(backbone))(**inputs).last_hidden_state
         torch.testing.assert_close(backbone(**inputs, output_hidden_states=True).hidden_states[-1], expected)
     assert (plain - expected).abs().max() > 1e-3
+
+
+def test_the_value_residual_mixes_in_the_cache_only_where_the_cache_returns_what_it_stores():
+    """Generation mixes the new tokens' values in the KV cache's own tensor. A cache whose `update` hands back a copy
+    (as quantised caches hand back a dequantised one) would lose that mix for the next tokens: there the whole mix is
+    made at every token instead, and generation still equals generation without a cache."""
+    from transformers.cache_utils import DynamicCache, DynamicLayer
+
+    class CopyingLayer(DynamicLayer):
+        def update(self, key_states, value_states, *args, **kwargs):
+            keys, values = super().update(key_states, value_states, *args, **kwargs)
+            return keys.clone(), values.clone()
+
+    model = apply_value_path(tiny_model("llama", pad_token_id=0), "value_residual", 0.5)
+    _sharpen(model)
+    inputs = tiny_inputs("llama", length=6)
+    settings = dict(max_new_tokens=6, do_sample=False, pad_token_id=0, output_scores=True, return_dict_in_generate=True)
+    uncached = model.generate(**inputs, use_cache=False, **settings)
+    for layer_class in (DynamicLayer, CopyingLayer):
+        cache = DynamicCache(config=model.config)
+        cache.layers = [layer_class() for _ in cache.layers]
+        cached = model.generate(**inputs, cache=cache, **settings)
+        assert torch.equal(cached.sequences, uncached.sequences), layer_class.__name__
+        for a, b in zip(cached.scores, uncached.scores):
+            torch.testing.assert_close(a, b, rtol=0, atol=1e-5)

@@ -381,7 +381,7 @@ class _ValuePathAttention:
         learnable = isinstance(coefficient, torch.Tensor)
         recompute = context["recompute_saved"] and not torch.compiler.is_compiling()  # compiled: traces no hooks
         saved = _SavedForBackward() if recompute and (context["method"] == "neutreno" or learnable) else None
-        if context["method"] == "value_residual" and context["cached"] and not torch.is_grad_enabled():
+        if context["method"] == "value_residual" and context["mix_in_cache"] and not torch.is_grad_enabled():
             # Generation: the mix is token-wise, so the KV cache can hold mixed values. Mix only the current tokens'
             # rows, in the cache's own tensor (which `value` is), and the past rows are already mixed: O(d) per new
             # token and layer instead of a pass over the whole cache.
@@ -570,12 +570,27 @@ def _begin_forward(model, settings, module, args, kwargs):
         "coefficient": _forward_coefficients(model, settings),
         "layers": {layer: position for position, layer in enumerate(settings["layers"])},
         "past": int(cache.get_seq_length()) if cache is not None else 0,
-        "cached": cache is not None,
+        "mix_in_cache": _returns_its_storage(cache),
         "grad_enabled": torch.is_grad_enabled(),
         "recompute_saved": _recompute_saved(model),
         "first_values": None,
     }
     return args, kwargs
+
+
+# KV-cache layers whose `update` returns the tensors they store (so values mixed in place stay mixed for the next
+# tokens); other caches (quantised ones hand back a dequantised copy) get the whole mix at every token instead.
+_STORING_CACHE_LAYERS = ("DynamicLayer", "StaticLayer")
+
+
+def _returns_its_storage(cache) -> bool:
+    """The same answer at every step of a generation: a cache that makes its layers on first use (a `DynamicCache`
+    built without a config) is judged by the layer class it will make."""
+    layers = getattr(cache, "layers", None)
+    if layers:
+        return all(type(layer).__name__ in _STORING_CACHE_LAYERS for layer in layers)
+    future = getattr(cache, "layer_class_to_replicate", None)
+    return future is not None and future.__name__ in _STORING_CACHE_LAYERS
 
 
 def _forward_coefficients(model, settings):
