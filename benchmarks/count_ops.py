@@ -56,25 +56,37 @@ class OperationCounter(TorchDispatchMode):
         self.counts: Counter[str] = Counter()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
         name = func.overloadpacket.__name__
         if not (func.is_view or name in _NO_KERNEL or _returns_its_input(name, args)):
             self.counts[name] += 1
-        return func(*args, **(kwargs or {}))
+            self.launched(result)
+        return result
+
+    def launched(self, result) -> None:
+        """Called with the result of every operation that launched a kernel (a subclass may look at it)."""
 
     @property
     def total(self) -> int:
         return sum(self.counts.values())
 
 
-def count(fn: Callable[[], None], setup: Callable[[], None] = lambda: None) -> Counter:
-    """The kernel-launching operations of one call of `fn`, after one uncounted call (lazy initialisation);
-    `setup` runs, uncounted, before each."""
+def counted(
+    fn: Callable[[], None], setup: Callable[[], None] = lambda: None, counter_class: type = OperationCounter
+) -> OperationCounter:
+    """A counter that saw one call of `fn`, after one uncounted call (lazy initialisation); `setup` runs, uncounted,
+    before each."""
     setup()
     fn()
     setup()
-    with OperationCounter() as counter:
+    with counter_class() as counter:
         fn()
-    return counter.counts
+    return counter
+
+
+def count(fn: Callable[[], None], setup: Callable[[], None] = lambda: None) -> Counter:
+    """The kernel-launching operations of one call of `fn`, by name (see `counted`)."""
+    return counted(fn, setup).counts
 
 
 # --- the models, each with its native counterpart, at a given depth ------------------------------------------------
@@ -204,15 +216,17 @@ def slope(builder, inputs, make_step) -> tuple[int, int]:
     return per_layer, at[2] - 2 * per_layer
 
 
+def against_native(entry, make_step) -> dict:
+    """The counts of one table entry (native builder, model builder, inputs) and their differences."""
+    native, model, inputs = entry
+    native_layer, native_step = slope(native, inputs, make_step)
+    layer, step = slope(model, inputs, make_step)
+    return {"per layer": layer, "native per layer": native_layer, "+ per layer": layer - native_layer,
+            "per step": step, "native per step": native_step, "+ per step": step - native_step}  # fmt: skip
+
+
 def rows(models: dict, make_step, mode: str) -> list[dict]:
-    table = []
-    for name, (native, model, inputs) in models.items():
-        native_layer, native_step = slope(native, inputs, make_step)
-        layer, step = slope(model, inputs, make_step)
-        table.append({"model": name, "mode": mode, "per layer": layer, "native per layer": native_layer,
-                      "+ per layer": layer - native_layer, "per step": step, "native per step": native_step,
-                      "+ per step": step - native_step})  # fmt: skip
-    return table
+    return [{"model": name, "mode": mode} | against_native(entry, make_step) for name, entry in models.items()]
 
 
 def all_rows() -> list[dict]:

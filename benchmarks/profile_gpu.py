@@ -17,6 +17,7 @@ import argparse
 import json
 import time
 from collections import defaultdict
+from unittest import mock
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -69,18 +70,16 @@ def added_kernels(native: dict, other: dict, top: int = 25) -> list[dict]:
     return sorted(rows, key=lambda r: -abs(r["µs"]))[:top]
 
 
-def plain_term(enabled: bool):
-    """Swap the NeuTRENO projection's memory-saving autograd function for plain autograd ops (for a comparison)."""
+def plain_term():
+    """A context in which the NeuTRENO projection's memory-saving autograd function is plain autograd ops (which keep
+    the projection's input), for a comparison."""
     from hf_neutreno.models import neutreno_common
-
-    original = neutreno_common._NeuTRENOLinear.apply
 
     def plain(attn_output, value_states, first_layer_values, weight, bias, lam):
         inputs = neutreno_common._residual(attn_output, value_states, first_layer_values, lam)
         return torch.nn.functional.linear(inputs, weight, bias)
 
-    neutreno_common._NeuTRENOLinear.apply = plain if enabled else original
-    return original
+    return mock.patch.object(neutreno_common._NeuTRENOLinear, "apply", plain)
 
 
 def profile_shape(shape: str, args, device, dtype) -> dict:
@@ -104,14 +103,9 @@ def profile_shape(shape: str, args, device, dtype) -> dict:
     result["eager wall ms per step"] = {n: round(s * 1e3, 3) for n, s in seconds.items()}
     result["eager ratio"] = round(seconds["native"] / seconds["neutreno"], 4)
     # The same NeuTRENO model with the term as plain autograd ops (keeps the projection's input: more memory).
-    original = plain_term(True)
-    try:
+    with plain_term():
         seconds = interleaved_medians(steps, device, rounds=args.rounds, warmup=1)
-        result["eager ratio, term as plain autograd ops"] = round(seconds["native"] / seconds["neutreno"], 4)
-    finally:
-        from hf_neutreno.models import neutreno_common
-
-        neutreno_common._NeuTRENOLinear.apply = original
+    result["eager ratio, term as plain autograd ops"] = round(seconds["native"] / seconds["neutreno"], 4)
     if args.compile:
         compiled = {}
         for name, model in models.items():

@@ -10,7 +10,7 @@ import torch
 from torch.nn import functional as F
 
 import count_ops
-from count_ops import GENERATION, INFERENCE, TRAINING, OperationCounter, count, generation_step, inference_step, slope
+from count_ops import GENERATION, INFERENCE, TRAINING, OperationCounter, count, generation_step, inference_step
 from count_ops import training_step
 
 
@@ -61,10 +61,8 @@ def training_counts():
 
 
 def _against_native(name, table, make_step) -> tuple[int, int]:
-    native, model, inputs = table[name]
-    native_layer, native_step = slope(native, inputs, make_step)
-    layer, step = slope(model, inputs, make_step)
-    return layer - native_layer, step - native_step
+    counts = count_ops.against_native(table[name], make_step)
+    return counts["+ per layer"], counts["+ per step"]
 
 
 def test_every_training_model_has_a_ceiling():
@@ -103,12 +101,9 @@ class ElementCounter(OperationCounter):
         super().__init__()
         self.elements = 0
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        result = super().__torch_dispatch__(func, types, args, kwargs)
-        if not (func.is_view or func.overloadpacket.__name__ in count_ops._NO_KERNEL):
-            outputs = result if isinstance(result, (tuple, list)) else [result]
-            self.elements += sum(t.numel() for t in outputs if isinstance(t, torch.Tensor))
-        return result
+    def launched(self, result) -> None:
+        outputs = result if isinstance(result, (tuple, list)) else [result]
+        self.elements += sum(t.numel() for t in outputs if isinstance(t, torch.Tensor))
 
 
 def _elements_per_token(builder, cached: int) -> tuple[int, int]:
@@ -116,11 +111,7 @@ def _elements_per_token(builder, cached: int) -> tuple[int, int]:
     generator = torch.Generator().manual_seed(0)
     inputs = {"input_ids": torch.randint(1, count_ops.VOCAB, (1, cached), generator=generator)}
     setup, step = generation_step(builder(2), inputs)
-    setup()
-    step()
-    setup()
-    with ElementCounter() as counter:
-        step()
+    counter = count_ops.counted(step, setup, ElementCounter)
     return counter.total, counter.elements
 
 
