@@ -35,7 +35,8 @@ import hf_neutreno
 from fresh_process import run_fresh
 from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTModel, apply_value_path, remove_value_path
 from hf_neutreno.convert import gpt2_to_neutreno, vit_to_neutreno
-from hf_neutreno.value_path import VARIANTS, is_value_path_model, value_path_class
+from hf_neutreno.value_path import is_value_path_model, value_path_class
+from hf_neutreno.variants import VARIANTS
 from tiny_models import ARCHITECTURES, CAUSAL, output_of, tiny_inputs, tiny_model
 
 METHODS = ("neutreno", "value_residual")
@@ -640,10 +641,11 @@ def test_packages_own_vit_with_its_term_off_takes_the_value_path_and_equals_its_
 
 def test_public_api():
     assert {"apply_value_path", "remove_value_path"} <= set(hf_neutreno.__all__)
-    assert VARIANTS["softmax"] is None and VARIANTS["value-residual-learnable"] == {
-        "method": "value_residual",
-        "learnable": True,
-    }
+    assert VARIANTS["softmax"].method is None
+    assert (VARIANTS["value-residual-learnable"].method, VARIANTS["value-residual-learnable"].learnable) == (
+        "value_residual",
+        True,
+    )
 
 
 @pytest.mark.slow  # flex attention compiles its kernel on CPU: ~40 s
@@ -718,6 +720,23 @@ def test_a_learnable_alpha_moved_outside_zero_one_computes_the_nearest_mix_also_
         model.save_pretrained(tmp_path)
         loaded = AutoModelForCausalLM.from_pretrained(tmp_path, trust_remote_code=True)
         torch.testing.assert_close(loaded(**inputs).logits, expected, rtol=0, atol=1e-6)
+
+
+def test_a_learnable_alpha_pushed_below_zero_still_gets_the_gradient_of_the_mix_at_zero():
+    """A pretrained model's learnable α starts at 0; a step can push it below. Its gradient there must be the one of
+    the mix at 0 (straight through the clamp), or it would stay below 0, off, for the rest of training."""
+    inputs = tiny_inputs("llama")
+    base = tiny_model("llama")
+    _sharpen(base)
+    gradients = {}
+    for start in (0.0, -0.25):
+        model = apply_value_path(copy.deepcopy(base), "value_residual", 0.0, learnable=True)
+        with torch.no_grad():
+            model.value_path_coefficients.fill_(start)
+        model(**inputs).logits.square().mean().backward()
+        gradients[start] = model.value_path_coefficients.grad
+    assert gradients[-0.25].abs().min() > 0
+    torch.testing.assert_close(gradients[-0.25], gradients[0.0], rtol=1e-5, atol=0)
 
 
 def test_coefficients_and_layers_of_any_numeric_type_are_numbers():

@@ -14,87 +14,72 @@ import dataclasses
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from transformers import PrinterCallback, ProgressCallback, Trainer, TrainingArguments
+from transformers import PrinterCallback, ProgressCallback, Trainer, TrainerCallback, TrainingArguments
 
 from .compare_output import COMMAND, FORMAT_VERSION, PLOT_FILE, RESULTS_FILE, OutputFolders, no_nan, write_complete
 from .compare_output import settings_record, write_json
 from .compare_report import HIGHER_IS_BETTER, format_table, plot
-from .compare_tasks import EVAL_SPLITS, IMAGE_MODELS, ImageTask, task_class, task_for
+from .compare_tasks import EVAL_SPLITS, IMAGE_MODELS, SEGMENTATION_MODELS, TEXT_MODELS, ImageTask, task_class, task_for
 from .data import BUILTIN_DIGITS, load_dataset_splits
 from .experiment import pairing_arguments, paired, paired_model, summary, weights_fingerprint
-from .value_path import DEFAULT_COEFFICIENTS, apply_value_path
-from .value_path import VARIANTS as VALUE_PATHS
+from .model_tasks import TASKS, ModelTask, is_model_reference
+from .value_path import COEFFICIENTS, _is_transformers_class, is_value_path_model
+from .variants import ANY_MODEL_VARIANTS, BASELINE, VARIANTS, build_variant, default_coefficient
 
 # results["task"] -> the Auto classes that load a variant's model and its image processor or tokenizer
-LOADERS = {
-    "image-classification": ("AutoModelForImageClassification", "AutoImageProcessor"),
-    "semantic-segmentation": ("AutoModelForSemanticSegmentation", "AutoImageProcessor"),
-    "causal-lm": ("AutoModelForCausalLM", "AutoTokenizer"),
-}
+LOADERS = {task: classes[:2] for task, classes in TASKS.items()}
+
+# Training defaults: a preset trains from scratch; a transformers model is fine-tuned from its weights, with the
+# settings usual for a ~100M-parameter model (BERT's and ViT's fine-tuning recipes: a small learning rate, light weight
+# decay, a few epochs), and its learnable coefficients, which start at 0, get a learning rate of their own (at
+# 5e-5 a scalar would move by at most ~0.05 in a thousand Adam steps).
+FROM_SCRATCH = {"epochs": 8, "weight_decay": 0.05}  # learning rate: 3e-3 image classifiers, 1e-3 the others
+ALL_PRESETS = IMAGE_MODELS + SEGMENTATION_MODELS + TEXT_MODELS
+FINE_TUNING = {"epochs": 3, "weight_decay": 0.01, "learning_rate": 5e-5, "coefficient_learning_rate": 1e-2}
 
 
-@dataclasses.dataclass(frozen=True)
-class Variant:
-    """A row of the comparison: the model a task builds for `architecture` (`compare_tasks.ARCHITECTURES`), then
-    `convert(model, coefficients)` if given (a rule put on the softmax model: a value path). Every variant starts from
-    the softmax model's initial weights of its seed wherever the two share a parameter. `coefficients` holds the run's
-    λ ("neutreno") and α ("value_residual")."""
-
-    description: str  # `{lam}`, `{alpha}`: the run's λ and α
-    architecture: str
-    convert: Callable[[torch.nn.Module, dict], torch.nn.Module] | None = None
-    saved: bool = True  # False: the model is trained and scored, not saved (a value path on this package's models)
-
-
-def _value_path(method: str, learnable: bool) -> Callable[[torch.nn.Module, dict], torch.nn.Module]:
-    def convert(model: torch.nn.Module, coefficients: dict) -> torch.nn.Module:
-        return apply_value_path(model, method, coefficients[method], learnable=learnable)
-
-    return convert
-
-
-BASELINE = "softmax"  # what every other variant is compared with, seed by seed
-# --variants names. The value paths (`hf_neutreno.apply_value_path`) run on the softmax model of an image classifier
-# or a language model (a Segmenter has two stacks of layers, each of which would need its own V_0); they adapt this
-# package's models in memory, which cannot be saved adapted, so their models are not written.
-VARIANTS = {
-    "softmax": Variant("softmax, λ=0", "softmax"),
-    "neutreno": Variant("NeuTRENO, λ={lam:g}", "neutreno"),
-    "vit-minus": Variant("ViT⁻, Λ=−ψ²", "vit-minus"),  # the poster's eigen-parameterised ViT, negative spectrum
-    **{
-        name: Variant(description, "value-path", _value_path(**VALUE_PATHS[name]), saved=False)
-        for name, description in (
-            ("neutreno-learnable", "NeuTRENO, learnable λ from {lam:g}"),
-            ("value-residual", "value residual, α={alpha:g}"),
-            ("value-residual-learnable", "value residual, learnable α from {alpha:g}"),
-        )
-    },
-}
+def _architecture(variant: str) -> str:
+    """What a preset task builds for `variant`: its own attention ("softmax", "neutreno", "vit-minus"), or the
+    softmax model with a value path put on it ("value-path")."""
+    return variant if variant in ("softmax", "neutreno", "vit-minus") else "value-path"
 
 
 @dataclasses.dataclass
 class CompareSettings:
     """What `run_comparison` trains and how; `hf-neutreno compare --help` explains each field (flag `--model` for
-    `model`, `--max-steps` for `max_steps`, ...). `learning_rate=None` picks 3e-3 for image classifiers, 1e-3 for
-    language models and Segmenters, and `neutreno_lambda=None` the preset's λ. The variants train once per seed
-    `seed, seed + 1, ..., seed + seeds - 1`."""
+    `model`, `--max-steps` for `max_steps`, ...). `model` is a preset of this package (trained from scratch) or a
+    transformers model, a Hub id or a saved folder (fine-tuned from its weights unless `from_scratch`). None picks the
+    default: `FROM_SCRATCH` or `FINE_TUNING` for the training settings (a preset's learning rate: 3e-3 for image
+    classifiers, 1e-3 for language models and Segmenters), and `hf_neutreno.variants.default_coefficient` for λ and
+    α. The variants train once per seed `seed, seed + 1, ..., seed + seeds - 1`."""
 
     model: str = "vit-micro"
     dataset: str = BUILTIN_DIGITS
     dataset_config: str | None = None
+    task: str | None = None
+    from_scratch: bool = False
+    text_column: str | None = None
+    label_column: str | None = None
+    image_column: str | None = None
+    max_length: int | None = None
     variants: tuple[str, ...] = ("softmax", "neutreno")
     neutreno_lambda: float | None = None
-    value_residual_alpha: float = DEFAULT_COEFFICIENTS["value_residual"]
+    value_residual_alpha: float | None = None
     output_dir: str = "runs/compare"
     resume: bool = False
-    epochs: float = 8
+    epochs: float | None = None
     max_steps: int | None = None
     batch_size: int = 32
+    gradient_accumulation_steps: int = 1
     learning_rate: float | None = None
+    coefficient_learning_rate: float | None = None
+    lr_scheduler_type: str = "cosine"
+    warmup_ratio: float = 0.1
+    weight_decay: float | None = None
+    bf16: bool = False
     max_train_samples: int | None = None
     max_eval_samples: int | None = None
     probe_samples: int = 256
@@ -111,7 +96,9 @@ def run_comparison(settings: CompareSettings) -> dict:
     Every check, and loading the data, comes before the first model trains: bad input costs seconds and raises
     `ValueError` naming the flag. torch's thread count is restored afterwards.
     """
-    settings = _checked(dataclasses.replace(settings))
+    settings = dataclasses.replace(settings)
+    model_task = ModelTask(_checked_common(settings)) if is_model_reference(settings.model) else None
+    settings = _checked(settings, model_task)  # the model is checked before any data is loaded
     folders = OutputFolders(settings, model_dirs=VARIANTS)
     if folders.finished is not None:
         print(f"{settings.output_dir} already holds this comparison, complete: nothing to resume.")
@@ -121,12 +108,18 @@ def run_comparison(settings: CompareSettings) -> dict:
     except ImportError:
         raise ValueError("The comparison plot needs matplotlib: pip install 'hf-neutreno[compare]'.") from None
     dataset = _load_dataset(settings.dataset, settings.dataset_config)
-    if "train" not in dataset or not any(split in dataset for split in EVAL_SPLITS):
-        raise ValueError(
-            f"--dataset {settings.dataset!r} needs a `train` split and a `test` or `validation` split; "
-            f"it has {sorted(dataset)}."
-        )
-    task = task_for(settings, dataset)
+    if model_task is not None:
+        if "train" not in dataset:
+            raise ValueError(f"--dataset {settings.dataset!r} needs a `train` split; it has {sorted(dataset)}.")
+        model_task.prepare(dataset)
+        task = model_task
+    else:
+        if "train" not in dataset or not any(split in dataset for split in EVAL_SPLITS):
+            raise ValueError(
+                f"--dataset {settings.dataset!r} needs a `train` split and a `test` or `validation` split; "
+                f"it has {sorted(dataset)}."
+            )
+        task = task_for(settings, dataset)
     threads = torch.get_num_threads()
     torch.set_num_threads(settings.threads)
     try:
@@ -135,8 +128,8 @@ def run_comparison(settings: CompareSettings) -> dict:
         torch.set_num_threads(threads)
 
 
-def _checked(settings: CompareSettings) -> CompareSettings:
-    """`settings` with the defaults that depend on the preset filled in; ValueError naming the flag on bad input."""
+def _checked_common(settings: CompareSettings) -> CompareSettings:
+    """`settings` checked where they do not depend on the model; ValueError naming the flag on bad input."""
     for name in (
         "batch_size",
         "max_steps",
@@ -145,22 +138,22 @@ def _checked(settings: CompareSettings) -> CompareSettings:
         "probe_samples",
         "seeds",
         "threads",
+        "gradient_accumulation_steps",
     ):
         value = getattr(settings, name)
         if value is not None and value < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {value}.")
-    for name in ("epochs", "learning_rate"):
+    if settings.max_length is not None and settings.max_length < 2:
+        raise ValueError(f"--max-length must be at least 2 tokens, got {settings.max_length}.")
+    for name in ("epochs", "learning_rate", "coefficient_learning_rate"):
         if getattr(settings, name) is not None and not getattr(settings, name) > 0:
             raise ValueError(f"--{name.replace('_', '-')} must be > 0, got {getattr(settings, name)}.")
-    if settings.neutreno_lambda is not None and not settings.neutreno_lambda > 0:
-        raise ValueError(
-            f"--neutreno-lambda must be > 0 (λ = 0 is the softmax variant), got {settings.neutreno_lambda}."
-        )
-    if not 0 < settings.value_residual_alpha <= 1:  # NaN fails too
-        raise ValueError(
-            f"--value-residual-alpha must be in (0, 1] (α = 0 is the softmax variant), got "
-            f"{settings.value_residual_alpha}."
-        )
+    if settings.weight_decay is not None and not settings.weight_decay >= 0:
+        raise ValueError(f"--weight-decay must be >= 0, got {settings.weight_decay}.")
+    if not 0 <= settings.warmup_ratio < 1:
+        raise ValueError(f"--warmup-ratio must be in [0, 1), got {settings.warmup_ratio}.")
+    if settings.task is not None and settings.task not in TASKS:
+        raise ValueError(f"--task {settings.task!r}: choose from {list(TASKS)}.")
     names = list(dict.fromkeys(settings.variants))
     unknown = [name for name in names if name not in VARIANTS]
     if unknown or BASELINE not in names or len(names) < 2:
@@ -169,19 +162,60 @@ def _checked(settings: CompareSettings) -> CompareSettings:
             f"{BASELINE} (the baseline the others are compared with) among them"
             + (f"; unknown: {unknown}." if unknown else ".")
         )
-    task = task_class(settings.model)
-    for name in names:
-        if VARIANTS[name].architecture not in task.architectures:  # ViT⁻: image classifiers only
-            which = (
-                f"an image classifier preset {IMAGE_MODELS}"
-                if name == "vit-minus"
-                else "an image classifier or language-model preset (a Segmenter has two stacks of layers, each of "
-                "which would need its own V_0)"
-            )
-            raise ValueError(f"--variants {name} needs {which}; --model {settings.model} is {task.kind}.")
     settings.variants = tuple([BASELINE] + [name for name in names if name != BASELINE])  # the baseline first
-    if settings.learning_rate is None:
-        settings.learning_rate = 3e-3 if task is ImageTask else 1e-3
+    fixed = {VARIANTS[name].method for name in names if VARIANTS[name].method and not VARIANTS[name].learnable}
+    if settings.neutreno_lambda is not None and not (
+        settings.neutreno_lambda > 0 or (settings.neutreno_lambda == 0 and "neutreno" not in fixed)
+    ):
+        raise ValueError(
+            f"--neutreno-lambda must be > 0 (λ = 0 is the softmax variant; 0 is allowed as the start of "
+            f"neutreno-learnable alone), got {settings.neutreno_lambda}."
+        )
+    alpha = settings.value_residual_alpha
+    if alpha is not None and not (0 < alpha <= 1 or (alpha == 0 and "value_residual" not in fixed)):  # NaN fails
+        raise ValueError(
+            f"--value-residual-alpha must be in (0, 1] (α = 0 is the softmax variant; 0 is allowed as the start of "
+            f"value-residual-learnable alone), got {alpha}."
+        )
+    return settings
+
+
+def _checked(settings: CompareSettings, model_task: ModelTask | None) -> CompareSettings:
+    """`settings` with the defaults that depend on the model filled in; ValueError naming the flag on bad input."""
+    settings = _checked_common(settings)
+    if model_task is None:
+        if settings.model not in ALL_PRESETS:
+            raise ValueError(
+                f"--model {settings.model!r}: a preset {ALL_PRESETS}, a local folder of a saved transformers model, "
+                "or a Hub model id (owner/name)."
+            )
+        for flag in ("task", "text_column", "label_column", "image_column", "max_length"):
+            if getattr(settings, flag) is not None:
+                raise ValueError(
+                    f"--{flag.replace('_', '-')} is for a transformers model; --model {settings.model} is a preset."
+                )
+        task = task_class(settings.model)
+        for name in settings.variants:
+            if _architecture(name) not in task.architectures:  # ViT⁻: image classifiers only
+                which = (
+                    f"an image classifier preset {IMAGE_MODELS}"
+                    if name == "vit-minus"
+                    else "an image classifier or language-model preset (a Segmenter has two stacks of layers, each of "
+                    "which would need its own V_0)"
+                )
+                raise ValueError(f"--variants {name} needs {which}; --model {settings.model} is {task.kind}.")
+        defaults = {**FROM_SCRATCH, "learning_rate": 3e-3 if task is ImageTask else 1e-3}
+    else:
+        presets_only = [name for name in settings.variants if name not in ANY_MODEL_VARIANTS]
+        if presets_only:
+            raise ValueError(
+                f"--variants {','.join(presets_only)}: a parameterisation of this package's presets; for a "
+                f"transformers model choose from {list(ANY_MODEL_VARIANTS)}."
+            )
+        defaults = FROM_SCRATCH | {"learning_rate": 1e-3} if settings.from_scratch else FINE_TUNING
+    for name, value in defaults.items():
+        if getattr(settings, name) is None:
+            setattr(settings, name, value)
     return settings
 
 
@@ -230,10 +264,12 @@ def _training_arguments(settings, output_dir: str, seed: int, remove_unused_colu
         max_steps=settings.max_steps or -1,
         per_device_train_batch_size=settings.batch_size,
         per_device_eval_batch_size=settings.batch_size,
+        gradient_accumulation_steps=settings.gradient_accumulation_steps,
         learning_rate=settings.learning_rate,
-        weight_decay=0.05,
-        warmup_steps=0.1,
-        lr_scheduler_type="cosine",
+        weight_decay=settings.weight_decay,
+        warmup_steps=settings.warmup_ratio,  # a fraction of the training steps
+        lr_scheduler_type=settings.lr_scheduler_type,
+        bf16=settings.bf16,
         logging_strategy="steps",
         logging_steps=0.1,  # ten points of the learning curve per run
         eval_strategy="no",
@@ -243,6 +279,52 @@ def _training_arguments(settings, output_dir: str, seed: int, remove_unused_colu
         dataloader_pin_memory=torch.cuda.is_available(),  # pinning helps only a GPU, and warns without one
         remove_unused_columns=remove_unused_columns,  # image transforms need the raw image columns
     )
+
+
+class _CompareTrainer(Trainer):
+    """`Trainer` whose optimizer gives a value path's learnable coefficients a learning rate of their own (and no
+    weight decay): one scalar per layer that starts at 0 would barely move at a fine-tuning learning rate."""
+
+    def __init__(self, *args, coefficient_learning_rate: float | None = None, **kwargs):
+        self.coefficient_learning_rate = coefficient_learning_rate
+        super().__init__(*args, **kwargs)
+
+    def create_optimizer(self, model=None):
+        optimizer = super().create_optimizer(model)
+        coefficients = getattr(self.model, COEFFICIENTS, None)
+        if self.coefficient_learning_rate is None or coefficients is None or not coefficients.requires_grad:
+            return optimizer
+        for group in optimizer.param_groups:
+            group["params"] = [p for p in group["params"] if p is not coefficients]
+        optimizer.add_param_group({"params": [coefficients], "lr": self.coefficient_learning_rate, "weight_decay": 0.0})
+        return optimizer
+
+
+class _Forecast(TrainerCallback):
+    """After the first run's first steps, says how long the whole comparison will take."""
+
+    def __init__(self, runs: int):
+        self.runs, self.start = runs, None
+
+    def on_step_end(self, args, state, control, **kwargs):
+        check = max(2, min(10, state.max_steps // 10))
+        if state.global_step == 1:
+            self.start = time.perf_counter()  # the first step pays for warm-up
+        elif state.global_step == check and self.start is not None:
+            per_step = (time.perf_counter() - self.start) / (check - 1)
+            total = per_step * state.max_steps * self.runs
+            from tqdm.auto import tqdm
+
+            tqdm.write(
+                f"About {_duration(per_step * state.max_steps)} per run, {_duration(total)} for all {self.runs} runs "
+                f"(from the first {check} steps, training only)."
+            )
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
 def _summarise(results: dict) -> None:
@@ -276,26 +358,85 @@ def _learning_curve(trainer: Trainer) -> list[dict]:
     ]
 
 
-def _coefficients(settings: CompareSettings, task) -> dict:
-    return {"neutreno": task.neutreno_lambda, "value_residual": settings.value_residual_alpha}
+def _coefficient(settings: CompareSettings, task, variant: str) -> float | None:
+    """λ or α of `variant` in this run: the flag's, else the registry's default for this kind of model."""
+    method = VARIANTS[variant].method
+    given = {"neutreno": settings.neutreno_lambda, "value_residual": settings.value_residual_alpha}.get(method)
+    if given is not None:
+        return given
+    if variant == "neutreno" and task.preset is not None:  # the preset's own λ (0.6 images, 0.4 text)
+        return task.neutreno_lambda
+    preset_lambda = task.neutreno_lambda if task.preset is not None else None
+    return default_coefficient(variant, pretrained=task.pretrained, preset_lambda=preset_lambda)
 
 
-def _build(task, name: str, coefficients: dict) -> torch.nn.Module:
-    variant = VARIANTS[name]
-    model = task.build("softmax" if variant.architecture == "value-path" else variant.architecture)
-    return variant.convert(model, coefficients) if variant.convert else model
+def _build(task, variant: str, seed: int, coefficient: float | None) -> torch.nn.Module:
+    """The model of `variant` for `seed`, paired with the seed's softmax model (same initial weights)."""
+    if isinstance(task, ModelTask):
+        return task.build(variant, seed, coefficient)
+
+    def build(name: str) -> torch.nn.Module:
+        architecture = _architecture(name)
+        model = task.build("softmax" if architecture == "value-path" else architecture)
+        return build_variant(model, name, coefficient) if architecture == "value-path" else model
+
+    return paired_model(build, variant, seed, reference=BASELINE)
+
+
+def _saveable(model: torch.nn.Module) -> bool:
+    """Whether `save_pretrained` writes a model that loads as it trained: a value path is saved only on transformers'
+    own classes (this package's models run one in memory)."""
+    return not is_value_path_model(model) or _is_transformers_class(type(model)._value_path_base)
+
+
+def _fingerprint(model: torch.nn.Module) -> str:
+    """The initial weights every variant of a seed shares: all of them but a value path's learnable coefficients."""
+    coefficients = model._parameters.pop(COEFFICIENTS, None)
+    try:
+        return weights_fingerprint(model)
+    finally:
+        if coefficients is not None:
+            model._parameters[COEFFICIENTS] = coefficients
+
+
+def _cosine(report) -> tuple[list[int], list[float], int, list[int]]:
+    """(layers, cosine per layer, the encoder's last layer, decoder layers) of an over-smoothing report."""
+    decoder_layers = report.metadata.get("decoder_layers", [])
+    layers = report.layer_indices("cosine_similarity")
+    last_layer = max(layer for layer in layers if layer not in decoder_layers)
+    return layers, report.per_layer("cosine_similarity"), last_layer, decoder_layers
+
+
+def _best(results: dict) -> str | None:
+    """The variant with the best mean score among those whose model is saved."""
+    metric = results["metric"]
+    saved = {name: entry for name, entry in results["variants"].items() if entry.get("model_dir")}
+    if not saved:
+        return None
+    sign = 1 if HIGHER_IS_BETTER[metric] else -1
+    return max(saved, key=lambda name: sign * saved[name][metric]["mean"])
 
 
 def _compare(settings: CompareSettings, task, folders: OutputFolders) -> dict:
+    from accelerate import PartialState
+
     from .diagnostics import measure_oversmoothing
 
+    main = PartialState().is_main_process  # under torchrun / accelerate launch, one process writes and prints
+    say = print if main else lambda *args, **kwargs: None
     work, variants = folders.work, settings.variants
     seeds = list(range(settings.seed, settings.seed + settings.seeds))
     budget = f"{settings.max_steps} steps" if settings.max_steps else f"{settings.epochs:g} epochs"
-    print(
+    say(
         f"{COMMAND}: {task.summary}; {', '.join(variants)}; {budget}, batch {settings.batch_size}, "
         f"seeds {', '.join(map(str, seeds))}"
     )
+    if task.pretrained:
+        say(
+            "Each variant fine-tunes the same pretrained weights. A remedy with a fixed coefficient changes the "
+            "function those weights compute, so its difference from softmax includes that change; a learnable "
+            "coefficient that starts at 0 starts from the pretrained function."
+        )
     results = folders.resumed or {
         "command": COMMAND,
         "format_version": FORMAT_VERSION,
@@ -310,30 +451,43 @@ def _compare(settings: CompareSettings, task, folders: OutputFolders) -> dict:
         "baseline": BASELINE,
         "variants": {},
     }
+    if isinstance(task, ModelTask):
+        results.setdefault("model", task.record())
     if folders.resumed:
-        print(f"Resuming the interrupted run in {work}.")
-    work.mkdir(parents=True, exist_ok=True)
-    write_json(work / RESULTS_FILE, results)
+        say(f"Resuming the interrupted run in {work}.")
+    if main:
+        work.mkdir(parents=True, exist_ok=True)
+        write_json(work / RESULTS_FILE, results)
     probe = task.probe_batches()
+    left = sum(
+        1
+        for seed in seeds
+        for variant in variants
+        if not any(run["seed"] == seed for run in results["variants"].get(variant, {}).get("per_seed", []))
+    )
+    forecast = _Forecast(left) if not settings.no_progress else None
     for seed in seeds:
         for variant in variants:
             finished = results["variants"].get(variant, {}).get("per_seed", [])
             if any(run["seed"] == seed for run in finished):
                 continue
-            coefficients = _coefficients(settings, task)
-            description = VARIANTS[variant].description.format(
-                lam=coefficients["neutreno"], alpha=coefficients["value_residual"]
-            )
-            print(f"\n[{variant}, seed {seed}] {description}")
+            coefficient = _coefficient(settings, task, variant)
+            description = VARIANTS[variant].describe(coefficient)
+            say(f"\n[{variant}, seed {seed}] {description}")
             # This seed's softmax initial weights, whichever variants ran before: a resumed run trains the same.
-            model = paired_model(lambda name: _build(task, name, coefficients), variant, seed, reference=BASELINE)
-            initial_weights = weights_fingerprint(model)
+            model = _build(task, variant, seed, coefficient)
+            initial_weights = _fingerprint(model)
+            progress = detailed_progress(settings) and main
+            before = measure_oversmoothing(
+                model, probe, metrics=["cosine_similarity"], progress=progress, model_name=variant
+            )
             with tempfile.TemporaryDirectory(prefix="hf-neutreno-compare-") as scratch:
-                trainer = Trainer(
+                trainer = _CompareTrainer(
                     model=model,
                     train_dataset=task.train,
                     processing_class=task.processing,
-                    args=_training_arguments(settings, scratch, seed, remove_unused_columns=task.name == "causal-lm"),
+                    args=_training_arguments(settings, scratch, seed, remove_unused_columns=task.name.endswith("-lm")),
+                    coefficient_learning_rate=settings.coefficient_learning_rate,
                     **task.trainer_arguments(),
                 )
                 if not settings.verbose:  # one bar per run; Trainer's log dictionaries and evaluation bar: --verbose
@@ -341,14 +495,19 @@ def _compare(settings: CompareSettings, task, folders: OutputFolders) -> dict:
                     trainer.remove_callback(ProgressCallback)
                     if not settings.no_progress:
                         trainer.add_callback(_TrainingBar)
+                if forecast is not None and main:
+                    trainer.add_callback(forecast)
+                    forecast = None  # the first run of this invocation only
                 start = time.perf_counter()
                 train_output = trainer.train()
                 seconds = time.perf_counter() - start
                 score = task.score(trainer)
+            model = trainer.model
             report = measure_oversmoothing(
-                model, probe, metrics=["cosine_similarity"], progress=detailed_progress(settings), model_name=variant
+                model, probe, metrics=["cosine_similarity"], progress=progress, model_name=variant
             )
-            if seed == seeds[0] and VARIANTS[variant].saved:
+            saved = _saveable(model)
+            if seed == seeds[0] and saved and main:
 
                 def save(folder: Path, model=model) -> None:
                     model.save_pretrained(folder)
@@ -356,10 +515,7 @@ def _compare(settings: CompareSettings, task, folders: OutputFolders) -> dict:
 
                 write_complete(work / variant, save)
             # The last block of the encoder (a Segmenter's decoder blocks follow it in the report)
-            decoder_layers = report.metadata.get("decoder_layers", [])
-            layers = report.layer_indices("cosine_similarity")
-            cosine = report.per_layer("cosine_similarity")
-            last_layer = max(layer for layer in layers if layer not in decoder_layers)
+            layers, cosine, last_layer, decoder_layers = _cosine(report)
             results.update(
                 cosine_layers=layers,
                 decoder_layers=decoder_layers,
@@ -373,32 +529,39 @@ def _compare(settings: CompareSettings, task, folders: OutputFolders) -> dict:
                     "model_type": model.config.model_type,
                     "neutreno_lambda": getattr(model.config, "neutreno_lambda", None),
                     "parameters": model.num_parameters(),
-                    "model_dir": variant if VARIANTS[variant].saved else None,
+                    "model_dir": variant if saved else None,
                     "value_path": getattr(model.config, "value_path", None),
                     "per_seed": [],
                 },
             )
-            entry["per_seed"].append(
-                {
-                    "seed": seed,
-                    "initial_weights_sha256": initial_weights,  # what pairs the variants of a seed
-                    task.metric: score,
-                    "last_layer_cosine": cosine[layers.index(last_layer)],
-                    "cosine_similarity": cosine,  # per hidden state in `cosine_layers`: 0 = embeddings, ℓ = block ℓ
-                    "train_seconds": seconds,
-                    "train_loss": train_output.training_loss,
-                    "learning_curve": _learning_curve(trainer),  # training loss, ten points
-                }
-            )
+            run = {
+                "seed": seed,
+                "initial_weights_sha256": initial_weights,  # what pairs the variants of a seed
+                task.metric: score,
+                "last_layer_cosine": cosine[layers.index(last_layer)],
+                "cosine_similarity": cosine,  # per hidden state in `cosine_layers`: 0 = embeddings, ℓ = block ℓ
+                "cosine_similarity_before": _cosine(before)[1],  # the same, before training
+                "train_seconds": seconds,
+                "train_loss": train_output.training_loss,
+                "learning_curve": _learning_curve(trainer),  # training loss, ten points
+            }
+            if is_value_path_model(model) and model.config.value_path["learnable"]:
+                run["learned_coefficients"] = getattr(model, COEFFICIENTS).detach().float().cpu().tolist()
+            entry["per_seed"].append(run)
             _summarise(results)
-            write_json(work / RESULTS_FILE, results)  # after the model: a recorded run has its model
+            if main:
+                write_json(work / RESULTS_FILE, results)  # after the model: a recorded run has its model
 
-    title = f"{settings.model} on {Path(settings.dataset).name}, seeds {seeds[0]}-{seeds[-1]}"
-    write_complete(work / PLOT_FILE, lambda path: plot(path, results, title))
+    results["best_variant"] = _best(results)
+    if main:
+        title = f"{settings.model} on {Path(settings.dataset).name}, seeds {seeds[0]}-{seeds[-1]}"
+        write_complete(work / PLOT_FILE, lambda path: plot(path, results, title))
+        results.update(complete=True, plot=PLOT_FILE)
+        write_json(work / RESULTS_FILE, results)
+        folders.swap()
+    PartialState().wait_for_everyone()
     results.update(complete=True, plot=PLOT_FILE)
-    write_json(work / RESULTS_FILE, results)
-    folders.swap()
     return results
 
 
-__all__ = ["BASELINE", "LOADERS", "VARIANTS", "CompareSettings", "Variant", "format_table", "run_comparison"]
+__all__ = ["BASELINE", "LOADERS", "VARIANTS", "CompareSettings", "format_table", "run_comparison"]

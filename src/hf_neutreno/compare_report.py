@@ -97,16 +97,22 @@ def format_table(results: dict) -> str:
 
 
 def _eval_unit(results: dict) -> str:
-    if results["task"] == "causal-lm":
+    if results["task"] in ("causal-lm", "masked-lm"):
         return f"blocks of {results['data']['block_size']} {results['eval_split']} tokens"
+    if results["task"] == "text-classification":
+        return f"{results['eval_split']} examples"
     return f"{results['eval_split']} images"
 
 
 def _scored(results: dict) -> str:
-    data = results["data"]
+    data, split = results["data"], results["eval_split"]
     if results["task"] == "causal-lm":
-        return f"{data['eval_tokens']} {results['eval_split']} tokens"
-    return f"the {data['eval_images']} {results['eval_split']} images"
+        return f"{data['eval_tokens']} {split} tokens"
+    if results["task"] == "masked-lm":
+        return f"the masked tokens of {data['eval_blocks']} {split} blocks"
+    if results["task"] == "text-classification":
+        return f"the {data['eval_examples']} {split} examples"
+    return f"the {data['eval_images']} {split} images"
 
 
 __all__ = ["HIGHER_IS_BETTER", "format_table", "plot"]

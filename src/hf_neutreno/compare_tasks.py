@@ -80,6 +80,8 @@ def _has_class_labels(dataset) -> bool:
 class _ImageTask:
     """What the image tasks share: capped train and eval splits, the run's summary and the probe images."""
 
+    pretrained = False  # a preset trains from scratch
+
     def _set_splits(self, dataset, transform) -> None:
         settings = self.settings
         self.train = _capped(dataset["train"], settings.max_train_samples, settings.seed)
@@ -143,6 +145,7 @@ class ImageTask(_ImageTask):
 
 class TextTask:
     name, metric, kind = "causal-lm", "perplexity", "a language model"
+    pretrained = False
     architectures = ("softmax", "neutreno", "value-path")
 
     def __init__(self, settings, dataset):

@@ -56,16 +56,6 @@ METHODS = ("neutreno", "value_residual")
 # α = 1/2: ResFormer's identity value residual.
 DEFAULT_COEFFICIENTS = {"neutreno": 0.4, "value_residual": 0.5}
 
-# Command-line variant names (`hf-neutreno diagnose --variants`, `compare`) -> `apply_value_path` keyword arguments;
-# None is the model as it is. The coefficient is given separately.
-VARIANTS = {
-    "softmax": None,
-    "neutreno": {"method": "neutreno", "learnable": False},
-    "neutreno-learnable": {"method": "neutreno", "learnable": True},
-    "value-residual": {"method": "value_residual", "learnable": False},
-    "value-residual-learnable": {"method": "value_residual", "learnable": True},
-}
-
 ATTENTION_PREFIX = "value_path-"  # registered implementation names: "value_path-sdpa", "value_path-eager", ...
 CONTEXT_KWARG = "value_path_context"  # the per-call dict, handed down to every attention call as a keyword argument
 LAYER_ATTRIBUTE = "value_path_layer"  # on each adapted self-attention module: its layer number, 0 = the first
@@ -110,7 +100,8 @@ def apply_value_path(
         learnable: one trainable scalar per adapted layer, initialised at `coefficient`, in the parameter
             ``value_path_coefficients``, in increasing layer order (``config.value_path["layers"]``, stored sorted):
             entry i belongs to the i-th smallest adapted layer. A learnable α is used clamped to [0, 1], so that a
-            value moved outside by training or by hand still computes a mix (and the saved model computes the same).
+            value moved outside by training or by hand still computes a mix (and the saved model computes the same);
+            its gradient passes straight through the clamp, so that a value pushed outside can come back.
         layers: the self-attention layers (0-based) that get the rule; default every layer after the first. Layer 0
             is where V_0 comes from, so it is never one of them.
 
@@ -596,11 +587,15 @@ def _returns_its_storage(cache) -> bool:
 def _forward_coefficients(model, settings):
     """The coefficient of this forward pass: the fixed one, or the learnable ones as one scalar per layer. They are the
     forward pass's own copy (the backward pass's recompute reads it; an optimizer step does not change it), unbound
-    (one gradient kernel per pass, not per layer); α clamped to [0, 1], where the mix is defined."""
+    (one gradient kernel per pass, not per layer); α clamped to [0, 1], where the mix is defined, with the gradient
+    passed straight through the clamp: an α at 0 (where a pretrained model's starts) that a step pushes below 0 still
+    learns, instead of staying there with no gradient."""
     if not settings["learnable"]:
         return settings["coefficient"]
     values = getattr(model, COEFFICIENTS)
-    return (values.clamp(0.0, 1.0) if settings["method"] == "value_residual" else values.clone()).unbind()
+    if settings["method"] == "value_residual":
+        return (values + (values.clamp(0.0, 1.0) - values).detach()).unbind()
+    return values.clone().unbind()
 
 
 def _recompute_saved(model) -> bool:

@@ -47,18 +47,42 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from ..compare import LOADERS, VARIANTS, CompareSettings, format_table, run_comparison
+from ..compare import FINE_TUNING, FROM_SCRATCH, LOADERS, VARIANTS, CompareSettings, format_table, run_comparison
 from ..compare_output import INCOMPLETE, PLOT_FILE, RESULTS_FILE
 from ..compare_tasks import IMAGE_MODELS, SEGMENTATION_MODELS, TEXT_MODELS
+from ..model_tasks import TASKS
+from ..value_path import DEFAULT_COEFFICIENTS
+from ..variants import PRETRAINED_LEARNABLE_START
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model",
-        choices=IMAGE_MODELS + SEGMENTATION_MODELS + TEXT_MODELS,
-        metavar="PRESET",
-        help=f"image classifier presets {IMAGE_MODELS}, segmentation presets {SEGMENTATION_MODELS}, "
-        f"language-model presets {TEXT_MODELS} (default: %(default)s)",
+        metavar="PRESET_OR_MODEL",
+        help=f"a transformers model, fine-tuned from its weights: a Hub id (owner/name) or a local folder of a saved "
+        f"model with its tokenizer or image processor; or a preset of this package, trained from scratch: image "
+        f"classifiers {IMAGE_MODELS}, segmentation {SEGMENTATION_MODELS}, language models {TEXT_MODELS} (default: "
+        "%(default)s)",
+    )
+    parser.add_argument(
+        "--task",
+        choices=list(TASKS),
+        help="for a transformers model: the task, when its head (config.architectures) and the dataset's columns "
+        "do not decide it",
+    )
+    parser.add_argument(
+        "--from-scratch",
+        action="store_true",
+        help="for a transformers model: re-initialise its weights (its config's shape) instead of fine-tuning them",
+    )
+    parser.add_argument("--text-column", help="the text column, or two comma-separated for a text pair (guessed)")
+    parser.add_argument("--label-column", help="the label column (guessed: the ClassLabel column, else `label`)")
+    parser.add_argument("--image-column", help="the image column (guessed: the first Image column)")
+    parser.add_argument(
+        "--max-length",
+        type=int,
+        help="for a transformers model: tokens per example; text is truncated to it (classification) or cut into "
+        "blocks of it (language modelling) (default: 128, or the model's positions if fewer)",
     )
     parser.add_argument(
         "--dataset",
@@ -83,13 +107,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--neutreno-lambda",
         type=float,
-        help="λ of the neutreno variant, also in a Segmenter's decoder (default: the preset's, 0.6 "
-        "for images, 0.4 for text)",
+        help="λ of the neutreno variants, also in a Segmenter's decoder (default: a preset's own, 0.6 for images, "
+        f"0.4 for text; {DEFAULT_COEFFICIENTS['neutreno']} for a transformers model, where neutreno-learnable "
+        f"starts at {PRETRAINED_LEARNABLE_START:g}, the pretrained function)",
     )
     parser.add_argument(
         "--value-residual-alpha",
         type=float,
-        help="α of the value-residual variants (ResFormer: V_0's weight in the mix; default %(default)s)",
+        help=f"α of the value-residual variants (ResFormer: V_0's weight in the mix; default "
+        f"{DEFAULT_COEFFICIENTS['value_residual']}; value-residual-learnable on a pretrained model starts at "
+        f"{PRETRAINED_LEARNABLE_START:g})",
     )
     parser.add_argument(
         "--output-dir",
@@ -102,16 +129,43 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="continue the interrupted run of the same command (in <output-dir>.incomplete) with "
         "the seeds and variants it has not finished",
     )
-    parser.add_argument("--epochs", type=float, help="training epochs (default: %(default)s)")
+    parser.add_argument(
+        "--epochs",
+        type=float,
+        help=f"training epochs (default: {FROM_SCRATCH['epochs']} for a preset, {FINE_TUNING['epochs']} to "
+        "fine-tune a transformers model)",
+    )
     parser.add_argument("--max-steps", type=int, help="train for this many steps instead of --epochs")
-    parser.add_argument("--batch-size", type=int, help="training batch size (default: %(default)s)")
+    parser.add_argument("--batch-size", type=int, help="batch size per device (default: %(default)s)")
+    parser.add_argument(
+        "--gradient-accumulation-steps", type=int, help="batches per optimizer step (default: %(default)s)"
+    )
     parser.add_argument(
         "--learning-rate",
         type=float,
-        help="AdamW peak learning rate; 10%% warm-up, then cosine decay (default: 3e-3 for image "
-        "classifiers, 1e-3 for Segmenters and for language models, whose post-LN softmax baseline "
-        "diverges at 3e-3)",
+        help=f"AdamW peak learning rate (default: {FINE_TUNING['learning_rate']:g} to fine-tune a transformers "
+        "model; from scratch 3e-3 for image classifier presets, 1e-3 for the others, whose post-LN softmax "
+        "baseline diverges at 3e-3)",
     )
+    parser.add_argument(
+        "--coefficient-learning-rate",
+        type=float,
+        help="learning rate of the learnable λ/α (no weight decay) (default: "
+        f"{FINE_TUNING['coefficient_learning_rate']:g} when fine-tuning, else --learning-rate)",
+    )
+    parser.add_argument(
+        "--lr-scheduler-type", help="Trainer's learning-rate schedule after the warm-up (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--warmup-ratio", type=float, help="fraction of the steps spent warming up (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--weight-decay",
+        type=float,
+        help=f"AdamW weight decay (default: {FROM_SCRATCH['weight_decay']} from scratch, "
+        f"{FINE_TUNING['weight_decay']} when fine-tuning)",
+    )
+    parser.add_argument("--bf16", action="store_true", help="train in bfloat16 mixed precision (a GPU or recent CPU)")
     parser.add_argument(
         "--max-train-samples",
         type=int,
@@ -190,14 +244,18 @@ def run(args: argparse.Namespace) -> int:
 
 def _print_usage(output_dir: Path, results: dict) -> None:
     saved = [entry["model_dir"] for entry in results["variants"].values() if entry.get("model_dir")]
-    folder = str(output_dir / ("neutreno" if "neutreno" in saved else saved[-1]))
+    if not saved:
+        print(f"\nWritten to {output_dir}/: {RESULTS_FILE}, {PLOT_FILE} (value paths on presets run in memory).")
+        return
+    best = results.get("best_variant") or saved[-1]
+    folder = str(output_dir / best)
     auto_class, processing_auto_class = LOADERS[results["task"]]
-    is_image = results["task"] != "causal-lm"
-    name, remote = ("processor", "") if is_image else ("tokenizer", ", trust_remote_code=True")
+    name = "tokenizer" if processing_auto_class == "AutoTokenizer" else "processor"
+    remote = ", trust_remote_code=True" if name == "tokenizer" else ""
     print(
         f"\nWritten to {output_dir}/: {RESULTS_FILE}, {PLOT_FILE} and the models of seed {results['models_from_seed']} "
-        f"{', '.join(e['model_dir'] + '/' for e in results['variants'].values() if e.get('model_dir'))}.\n"
-        "Load one anywhere, with or without hf_neutreno installed:\n"
+        f"{', '.join(folder + '/' for folder in saved)}. The best {results['metric']}: {best}.\n"
+        "Load it anywhere, with or without hf_neutreno installed:\n"
         f"    from transformers import {auto_class}, {processing_auto_class}\n"
         f"    model = {auto_class}.from_pretrained({folder!r}, trust_remote_code=True)\n"
         f"    {name} = {processing_auto_class}.from_pretrained({folder!r}{remote})"

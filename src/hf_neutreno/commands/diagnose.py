@@ -24,7 +24,8 @@ import math
 from pathlib import Path
 
 from ..diagnostics.metrics import DEFAULT_METRICS, METRICS, check_metrics
-from ..value_path import DEFAULT_COEFFICIENTS, VARIANTS
+from ..value_path import DEFAULT_COEFFICIENTS
+from ..variants import ANY_MODEL_VARIANTS, VARIANTS
 from . import check_model_folder, check_output_file
 
 DEFAULT_SPLITS = ("test", "validation", "train")
@@ -54,7 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--variants",
         default="softmax",
         metavar="NAME[,NAME...]",
-        help=f"comma-separated, any of {list(VARIANTS)} (default: softmax, the model as loaded)",
+        help=f"comma-separated, any of {list(ANY_MODEL_VARIANTS)} (default: softmax, the model as loaded)",
     )
     parser.add_argument(
         "--neutreno-lambda",
@@ -182,14 +183,18 @@ def _dataset(args):
 def _variants(args) -> dict[str, dict | None]:
     """--variants as {name: apply_value_path keyword arguments (None: the model as loaded)}, checked."""
     names = [name.strip() for name in args.variants.split(",")]
-    unknown = [name for name in names if name not in VARIANTS]
+    unknown = [name for name in names if name not in ANY_MODEL_VARIANTS]
     if unknown or len(set(names)) != len(names):
-        raise ValueError(f"`--variants` takes distinct names from {list(VARIANTS)}, got {args.variants!r}.")
+        raise ValueError(f"`--variants` takes distinct names from {list(ANY_MODEL_VARIANTS)}, got {args.variants!r}.")
     coefficients = {"neutreno": args.neutreno_lambda, "value_residual": args.value_residual_alpha}
     variants = {}
     for name in names:
-        arguments = VARIANTS[name]
-        variants[name] = arguments and {**arguments, "coefficient": coefficients[arguments["method"]]}
+        variant = VARIANTS[name]
+        variants[name] = variant.method and {
+            "method": variant.method,
+            "learnable": variant.learnable,
+            "coefficient": coefficients[variant.method],
+        }
     return variants
 
 

@@ -1,0 +1,556 @@
+"""`hf-neutreno compare` on any transformers model: the task comes from the model's head and the dataset's columns.
+
+    task = model_task(settings)          # checks the model (adaptable? processor?) before any data is loaded
+    task.prepare(dataset)                # columns, labels, splits; ValueError naming the flag to set
+    model = task.build("value-residual", seed=0, coefficient=0.5)
+
+Tasks (`TASKS`): image classification (image + label), text classification (text, or a text pair, + label), causal
+language modelling (text), masked language modelling (text, a model with an MLM head) and semantic segmentation
+(image + annotation map). A pretrained model is fine-tuned from its weights; its classification head is kept when
+its labels are the dataset's, else a new one is sized to the dataset's labels. Every variant of a seed is loaded
+under that seed (`torch.manual_seed`), so they share the new head's initial weights, then gets its value path.
+"""
+
+import math
+from pathlib import Path
+
+import torch
+import transformers
+from datasets import ClassLabel, Features
+from transformers import AutoConfig, DataCollatorForLanguageModeling, DataCollatorWithPadding, Trainer
+from transformers.models.auto import modeling_auto
+
+from .data import LABELS_FILE, is_local_path, read_id2label, subset
+from .image_transforms import collate_images, image_transform
+from .lm_eval import block_eval
+from .metrics import accuracy_metrics
+from .segmentation import MeanIoU
+from .text_data import group_into_blocks, token_stream
+from .value_path import _check_adaptable, _refuse_built_in_term
+from .variants import VARIANTS, build_variant
+
+# task: (the Auto class that loads its model, the Auto class of its processing, the metric, what the model is)
+TASKS = {
+    "image-classification": ("AutoModelForImageClassification", "AutoImageProcessor", "accuracy"),
+    "text-classification": ("AutoModelForSequenceClassification", "AutoTokenizer", "accuracy"),
+    "causal-lm": ("AutoModelForCausalLM", "AutoTokenizer", "perplexity"),
+    "masked-lm": ("AutoModelForMaskedLM", "AutoTokenizer", "perplexity"),
+    "semantic-segmentation": ("AutoModelForSemanticSegmentation", "AutoImageProcessor", "mean_iou"),
+}
+# The head a checkpoint's `architectures` entry names -> its task (a base model takes the task from the data).
+HEAD_SUFFIXES = {
+    "ForCausalLM": "causal-lm",
+    "LMHeadModel": "causal-lm",
+    "ForMaskedLM": "masked-lm",
+    "ForSequenceClassification": "text-classification",
+    "ForImageClassification": "image-classification",
+    "ForImageClassificationWithTeacher": "image-classification",
+    "ForSemanticSegmentation": "semantic-segmentation",
+}
+TEXT_PAIRS = (
+    ("sentence1", "sentence2"),
+    ("premise", "hypothesis"),
+    ("question1", "question2"),
+    ("question", "sentence"),
+)
+TEXT_NAMES = ("text", "sentence", "content", "document", "review")
+LABEL_NAMES = ("label", "labels", "class", "target")
+ANNOTATION_COLUMN = "annotation"
+HELD_OUT_FRACTION, HELD_OUT_SEED = 0.1, 0  # an evaluation split carved from train when the dataset has none
+MLM_PROBABILITY, MLM_EVAL_SEED = 0.15, 0  # BERT's masking; the evaluation masks are drawn once, for every variant
+EVAL_SPLITS = ("test", "validation")
+DEFAULT_MAX_LENGTH = 128  # tokens per example or block, unless the model's positions are fewer
+
+
+def task_of_architecture(config) -> str | None:
+    """The task of the head the checkpoint's `architectures` names; None for a base model (or none named)."""
+    for architecture in getattr(config, "architectures", None) or ():
+        for suffix, task in HEAD_SUFFIXES.items():
+            if architecture.endswith(suffix):
+                return task
+    return None
+
+
+def task_of_columns(features: dict, config) -> str | None:
+    """The task a base model gets from the dataset's columns (`features`: name -> datasets feature)."""
+    kinds = {name: type(feature).__name__ for name, feature in features.items()}
+    images = [name for name, kind in kinds.items() if kind == "Image"]
+    if ANNOTATION_COLUMN in images and len(images) > 1:
+        return "semantic-segmentation"
+    has_label = any(kind == "ClassLabel" for kind in kinds.values()) or any(name in kinds for name in LABEL_NAMES)
+    if images:
+        return "image-classification" if has_label else None
+    if not any(kind == "Value" and features[name].dtype in ("string", "large_string") for name, kind in kinds.items()):
+        return None
+    if has_label:
+        return "text-classification"
+    return "masked-lm" if config.model_type in modeling_auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES else "causal-lm"
+
+
+def is_model_reference(name: str) -> bool:
+    """Whether `--model` names a transformers model (a folder or a Hub id) rather than one of this package's presets."""
+    return is_local_path(name) or "/" in name
+
+
+class ModelTask:
+    """A transformers model (`settings.model`: a Hub id or a folder) fine-tuned, or trained from scratch, on a task."""
+
+    preset = None
+
+    def __init__(self, settings):
+        self.settings = settings
+        self.source = settings.model
+        path = Path(settings.model).expanduser()
+        if is_local_path(settings.model) and not (path / "config.json").is_file():
+            raise ValueError(
+                f"--model {settings.model!r}: "
+                + ("no such folder." if not path.exists() else "the folder has no config.json (a saved model).")
+            )
+        try:
+            self.config = AutoConfig.from_pretrained(settings.model)
+        except Exception as error:  # noqa: BLE001 - not found, offline, a model type this transformers lacks
+            raise ValueError(
+                f"--model {settings.model!r} could not be loaded ({type(error).__name__}: {str(error).strip()[:300]}). "
+                "It must be a preset, a local folder of a saved transformers model, or a Hub model id."
+            ) from None
+        self.task = settings.task or task_of_architecture(self.config)
+        self._check_adaptable()
+
+    def _check_adaptable(self) -> None:
+        """Build the model's attention stack on the meta device (no weights, no download) and check that every
+        requested value path can be put on it."""
+        wanted = [name for name in self.settings.variants if VARIANTS[name].method is not None]
+        if not wanted:
+            return
+        self.native_neutreno = hasattr(self.config, "neutreno_lambda")  # this package's models: λ in the config
+        paths = [name for name in wanted if not (self.native_neutreno and name == "neutreno")]
+        if not paths:
+            return
+        auto_class = getattr(transformers, TASKS[self.task][0] if self.task else "AutoModel")
+        try:
+            with torch.device("meta"):
+                model = auto_class.from_config(self.config)
+        except Exception as error:  # noqa: BLE001
+            raise ValueError(
+                f"--model {self.source!r} ({type(self.config).__name__}) cannot be built as {auto_class.__name__}: "
+                f"{str(error).strip()[:300]}"
+            ) from None
+        try:
+            _refuse_built_in_term(model)
+            _check_adaptable(model)
+        except ValueError as error:
+            raise ValueError(
+                f"--model {self.source!r}: --variants {','.join(paths)} need a value path, which "
+                f"{type(model).__name__} cannot take: {error} Supported: transformers models with one stack of "
+                "self-attention layers that go through transformers' attention interface (Llama, Qwen2, Mistral "
+                "without sliding windows, GPT-2, BERT, RoBERTa, ViT, DeiT, ...)."
+            ) from None
+
+    # --- data ---------------------------------------------------------------------------------------------------
+
+    def prepare(self, dataset) -> None:
+        """Pick the task (if the model's head did not), the columns and labels, the splits; load the processing."""
+        settings = self.settings
+        if self.task is None:
+            self.task = task_of_columns(dataset["train"].features, self.config)
+            if self.task is None:
+                raise ValueError(
+                    f"--dataset {settings.dataset!r} (columns {_columns(dataset)}) fits no task for the base model "
+                    f"{settings.model!r}: give --task, one of {list(TASKS)}."
+                )
+            self._check_adaptable()
+        self.name = self.task
+        self.length = self._max_length()
+        self.auto_class, self.processing_class, self.metric = TASKS[self.task]
+        self.processing = self._load_processing()
+        self.train, self.eval, self.eval_split = self._splits(dataset)
+        getattr(self, "_prepare_" + self.task.replace("-", "_"))()
+
+    def _max_length(self) -> int:
+        """--max-length, or `DEFAULT_MAX_LENGTH` capped at the model's positions; more than those raises."""
+        positions = getattr(self.config, "max_position_embeddings", None) or getattr(self.config, "n_positions", None)
+        given = self.settings.max_length
+        if given is None:
+            return min(DEFAULT_MAX_LENGTH, positions or DEFAULT_MAX_LENGTH)
+        if positions is not None and given > positions:
+            raise ValueError(f"--max-length {given} exceeds the {positions} positions of --model {self.source!r}.")
+        return given
+
+    def _load_processing(self):
+        loader = getattr(transformers, self.processing_class)
+        kind = "tokenizer" if self.processing_class == "AutoTokenizer" else "image processor"
+        try:
+            processing = loader.from_pretrained(self.source)
+        except Exception as error:  # noqa: BLE001 - missing files raise OSError, ValueError, KeyError ...
+            raise ValueError(
+                f"--model {self.source!r} has no {kind} ({type(error).__name__}: {str(error).strip()[:200]}): the "
+                f"{kind} comes from the same place as the model; save it there (`{kind.replace(' ', '_')}."
+                "save_pretrained(folder)`)."
+            ) from None
+        if kind == "tokenizer" and processing.pad_token is None:  # GPT-2, Llama: batches need one
+            processing.pad_token = processing.eos_token or processing.unk_token
+        return processing
+
+    def _splits(self, dataset):
+        """(train, eval, eval split name): the dataset's test (else validation) split, or one carved from train."""
+        settings = self.settings
+        found = next((split for split in EVAL_SPLITS if split in dataset), None)
+        if found is None:
+            carved = dataset["train"].train_test_split(test_size=HELD_OUT_FRACTION, seed=HELD_OUT_SEED)
+            train, evaluation = carved["train"], carved["test"]
+            self.eval_split = f"held-out {HELD_OUT_FRACTION:.0%} of train (seed {HELD_OUT_SEED})"
+        else:
+            train, evaluation = dataset["train"], dataset[found]
+            self.eval_split = found
+        self.split_record = {"train": "train", "eval": self.eval_split}
+        train = subset(train, min(settings.max_train_samples or len(train), len(train)), settings.seed)
+        evaluation = subset(
+            evaluation, min(settings.max_eval_samples or len(evaluation), len(evaluation)), settings.seed
+        )
+        return train, evaluation, self.eval_split
+
+    def _column(self, flag: str, value: str | None, guesses, dataset, kind: str) -> str:
+        columns = dataset.column_names
+        if value is not None:
+            if value not in columns:
+                raise ValueError(
+                    f"--{flag} {value!r} is not a column of --dataset {self.settings.dataset!r}: {columns}."
+                )
+            return value
+        found = next((name for name in guesses if name in columns), None)
+        if found is None:
+            raise ValueError(
+                f"--dataset {self.settings.dataset!r} has no {kind} column that compare recognises (columns: "
+                f"{_columns_of(dataset)}): set --{flag}."
+            )
+        return found
+
+    def _text_columns(self) -> list[str]:
+        settings, columns = self.settings, self.train.column_names
+        if settings.text_column:
+            names = [name.strip() for name in settings.text_column.split(",")]
+            missing = [name for name in names if name not in columns]
+            if missing or not 1 <= len(names) <= 2:
+                raise ValueError(
+                    f"--text-column {settings.text_column!r}: one column, or two for a text pair, of {columns}"
+                    + (f"; not columns: {missing}." if missing else ".")
+                )
+            return names
+        for pair in TEXT_PAIRS:
+            if all(name in columns for name in pair):
+                return list(pair)
+        strings = [
+            name
+            for name, feature in self.train.features.items()
+            if getattr(feature, "dtype", None) in ("string", "large_string")
+        ]
+        name = next((name for name in TEXT_NAMES if name in strings), strings[0] if len(strings) == 1 else None)
+        if name is None:
+            raise ValueError(
+                f"--dataset {settings.dataset!r} has no text column that compare recognises (columns: "
+                f"{_columns_of(self.train)}): set --text-column (two, comma-separated, for a text pair)."
+            )
+        return [name]
+
+    def _labels(self) -> None:
+        """`label_column`, `labels` (names, in id order) and the id of each row's label; unseen eval labels raise."""
+        settings = self.settings
+        guesses = [name for name, f in self.train.features.items() if type(f).__name__ == "ClassLabel"]
+        column = self._column("label-column", settings.label_column, [*guesses, *LABEL_NAMES], self.train, "label")
+        feature = self.train.features[column]
+        if type(feature).__name__ == "ClassLabel":
+            self.labels = list(feature.names)
+            seen = set(self.train.unique(column))
+        else:
+            seen = set(self.train.unique(column))
+            self.labels = [str(value) for value in sorted(seen)]
+        unseen = sorted(set(self.eval.unique(column)) - seen, key=str)
+        if unseen:
+            raise ValueError(
+                f"--dataset {settings.dataset!r}: the {self.eval_split} split has labels that training never sees "
+                f"({unseen[:10]}); the model could not learn them. Use a larger --max-train-samples, or another split."
+            )
+        if type(feature).__name__ != "ClassLabel":  # label values -> ids 0..K-1, in sorted order
+            index = {value: i for i, value in enumerate(sorted(seen))}
+            ids = ClassLabel(names=self.labels)
+
+            def encode(batch):
+                return {column: [index[value] for value in batch[column]]}
+
+            self.train, self.eval = (
+                data.map(encode, batched=True, features=Features({**data.features, column: ids}), desc="Labels")
+                for data in (self.train, self.eval)
+            )
+        self.label_column = column
+
+    def _refuse_empty_text(self, columns: list[str]) -> None:
+        for split, data in (("train", self.train), (self.eval_split, self.eval)):
+            for column in columns:
+                empty = sum(1 for text in data[column] if text is None or not str(text).strip())
+                if empty:
+                    raise ValueError(
+                        f"--dataset {self.settings.dataset!r}: {empty} rows of the {split} split have empty text in "
+                        f"column {column!r}. Remove them (`dataset.filter(...)`) or choose another --text-column."
+                    )
+
+    def _prepare_text_classification(self) -> None:
+        columns = self._text_columns()
+        self._refuse_empty_text(columns)
+        self._labels()
+        tokenizer, label = self.processing, self.label_column
+
+        def encode(batch):
+            encoded = tokenizer(*(batch[c] for c in columns), truncation=True, max_length=self.length)
+            encoded["labels"] = batch[label]
+            return encoded
+
+        remove = self.train.column_names
+        self.train = self.train.map(encode, batched=True, remove_columns=remove, desc="Tokenizing")
+        self.eval = self.eval.map(encode, batched=True, remove_columns=remove, desc="Tokenizing")
+        self.collator = DataCollatorWithPadding(tokenizer)
+        self.text_columns = columns
+        self.sizes = {"train_examples": len(self.train), "eval_examples": len(self.eval), "max_length": self.length}
+        pair = " + ".join(columns)
+        self.summary_data = (
+            f"{len(self.train)} train / {len(self.eval)} {self.eval_split} examples of {pair}, "
+            f"{len(self.labels)} classes, at most {self.length} tokens"
+        )
+
+    def _lm_text(self) -> str:
+        columns = self._text_columns()
+        if len(columns) != 1:
+            raise ValueError(f"--text-column: a language model trains on one text column, got {columns}.")
+        (column,) = columns
+        for split, data in (("train", self.train), (self.eval_split, self.eval)):
+            if not any(str(text or "").strip() for text in data[column]):
+                raise ValueError(f"--dataset {self.settings.dataset!r}: every row of {split}'s {column!r} is empty.")
+        return column
+
+    def _prepare_causal_lm(self) -> None:
+        column = self._lm_text()
+        # Rows are concatenated into one stream and cut into blocks: an empty row adds no tokens (as WikiText's
+        # paragraph breaks), so nothing is dropped.
+        self.train = group_into_blocks(self.train, self.processing, self.length, text_column=column)
+        self.stream = token_stream(self.eval, self.processing, text_column=column)
+        if self.stream.numel() < self.length:
+            raise ValueError(
+                f"The {self.eval_split} text of --dataset {self.settings.dataset!r} has {self.stream.numel()} tokens, "
+                f"fewer than one block of --max-length {self.length}."
+            )
+        self.collator = DataCollatorForLanguageModeling(self.processing, mlm=False)
+        self.sizes = {"train_blocks": len(self.train), "block_size": self.length, "eval_tokens": self.stream.numel()}
+        self.summary_data = (
+            f"{len(self.train)} train blocks of {self.length} tokens, {self.stream.numel()} {self.eval_split} tokens"
+        )
+
+    def _prepare_masked_lm(self) -> None:
+        column = self._lm_text()
+        if self.processing.mask_token is None:
+            raise ValueError(f"--task masked-lm: the tokenizer of {self.source!r} has no mask token.")
+        self.train = group_into_blocks(self.train, self.processing, self.length, text_column=column)
+        blocks = group_into_blocks(self.eval, self.processing, self.length, text_column=column)
+        if len(blocks) == 0:
+            raise ValueError(f"The {self.eval_split} text is shorter than one block of --max-length {self.length}.")
+        self.collator = DataCollatorForLanguageModeling(self.processing, mlm=True, mlm_probability=MLM_PROBABILITY)
+        with torch.random.fork_rng(devices=[]):  # one draw of masks, the same for every variant and seed
+            torch.manual_seed(MLM_EVAL_SEED)
+            masked = self.collator([{"input_ids": ids} for ids in blocks["input_ids"]])
+        self.eval = [{"input_ids": ids, "labels": labels} for ids, labels in zip(masked["input_ids"], masked["labels"])]
+        self.sizes = {"train_blocks": len(self.train), "block_size": self.length, "eval_blocks": len(self.eval)}
+        self.summary_data = (
+            f"{len(self.train)} train blocks of {self.length} tokens, {len(self.eval)} {self.eval_split} blocks with "
+            f"{MLM_PROBABILITY:.0%} of tokens masked (seed {MLM_EVAL_SEED})"
+        )
+
+    def _image_column(self) -> str:
+        images = [name for name, f in self.train.features.items() if type(f).__name__ == "Image"]
+        return self._column("image-column", self.settings.image_column, images, self.train, "image")
+
+    def _prepare_image_classification(self) -> None:
+        image_column = self._image_column()
+        self._labels()
+        transform = image_transform(self.processing, image_column, self.label_column)
+        self.train.set_transform(transform)
+        self.eval.set_transform(transform)
+        self.collator = collate_images
+        self.sizes = {"train_images": len(self.train), "eval_images": len(self.eval)}
+        self.summary_data = (
+            f"{len(self.train)} train / {len(self.eval)} {self.eval_split} images, {len(self.labels)} classes"
+        )
+
+    def _prepare_semantic_segmentation(self) -> None:
+        image_column = self._image_column()
+        self.labels = self._segmentation_labels()
+        processing = self.processing
+
+        def transform(batch: dict) -> dict:
+            encoded = processing(
+                images=[image.convert("RGB") for image in batch[image_column]],
+                segmentation_maps=list(batch[ANNOTATION_COLUMN]),
+                return_tensors="pt",
+            )
+            return {"pixel_values": encoded["pixel_values"], "labels": encoded["labels"]}
+
+        if ANNOTATION_COLUMN not in self.train.column_names:
+            raise ValueError(
+                f"--task semantic-segmentation needs an `{ANNOTATION_COLUMN}` label-map column; --dataset "
+                f"{self.settings.dataset!r} has {_columns_of(self.train)}."
+            )
+        self.train.set_transform(transform)
+        self.eval.set_transform(transform)
+        self.collator = collate_images
+        self.sizes = {"train_images": len(self.train), "eval_images": len(self.eval)}
+        self.summary_data = (
+            f"{len(self.train)} train / {len(self.eval)} {self.eval_split} images, {len(self.labels)} classes"
+        )
+
+    def _segmentation_labels(self) -> list[str]:
+        if is_local_path(self.settings.dataset) and (Path(self.settings.dataset) / LABELS_FILE).is_file():
+            id2label = read_id2label(Path(self.settings.dataset) / LABELS_FILE, flag="--dataset")
+            return [id2label[i] for i in range(len(id2label))]
+        id2label = getattr(self.config, "id2label", None) or {}
+        if len(id2label) < 2:
+            raise ValueError(
+                f"--dataset {self.settings.dataset!r}: the classes of its label maps are unknown; put an {LABELS_FILE} "
+                '({"0": "background", ...}) in the dataset folder.'
+            )
+        return [id2label[i] for i in range(len(id2label))]
+
+    # --- models -------------------------------------------------------------------------------------------------
+
+    @property
+    def kind(self) -> str:
+        return f"a {self.task} model"
+
+    @property
+    def summary(self) -> str:
+        start = "trained from scratch" if self.settings.from_scratch else "fine-tuned from its weights"
+        return f"{self.source} ({self.task}, {start}) on {self.settings.dataset} ({self.summary_data})"
+
+    @property
+    def pretrained(self) -> bool:
+        return not self.settings.from_scratch
+
+    def _label_fields(self) -> dict:
+        if self.task not in ("image-classification", "text-classification", "semantic-segmentation"):
+            return {}
+        id2label = dict(enumerate(self.labels))
+        return {
+            "num_labels": len(self.labels),
+            "id2label": id2label,
+            "label2id": {name: i for i, name in id2label.items()},
+        }
+
+    def keeps_head(self) -> bool:
+        """Whether the checkpoint's own head fits the dataset's labels (same names, same order)."""
+        own = getattr(self.config, "id2label", None) or {}
+        return [own.get(i) for i in range(len(own))] == list(self.labels) and task_of_architecture(
+            self.config
+        ) == self.task
+
+    def _load(self, neutreno_lambda: float | None) -> torch.nn.Module:
+        auto_class = getattr(transformers, self.auto_class)
+        fields = {} if getattr(self, "labels", None) is None or self.keeps_head() else self._label_fields()
+        if neutreno_lambda is not None:
+            fields["neutreno_lambda"] = neutreno_lambda
+        if self.task in ("text-classification",) and self.processing.pad_token_id is not None:
+            fields["pad_token_id"] = self.processing.pad_token_id
+        if self.settings.from_scratch:
+            config = AutoConfig.from_pretrained(self.source, **fields)
+            return auto_class.from_config(config)
+        verbosity = transformers.logging.get_verbosity()
+        transformers.logging.set_verbosity_error()  # the new head's "newly initialized" notice: summary says it
+        try:
+            return auto_class.from_pretrained(self.source, ignore_mismatched_sizes=bool(fields), **fields)
+        finally:
+            transformers.logging.set_verbosity(verbosity)
+
+    def build(self, variant: str, seed: int, coefficient: float | None) -> torch.nn.Module:
+        """The model of `variant` for `seed`: loaded (or initialised) under `seed`, so that every variant of the seed
+        shares the new head's weights, then given its value path (or, for this package's own models, its λ)."""
+        torch.manual_seed(seed)
+        if variant == "neutreno" and getattr(self, "native_neutreno", False):
+            return self._load(coefficient)
+        return build_variant(self._load(None), variant, coefficient)
+
+    # --- training and scoring -----------------------------------------------------------------------------------
+
+    def trainer_arguments(self) -> dict:
+        arguments = {"data_collator": self.collator}
+        if self.metric == "accuracy":
+            arguments["compute_metrics"] = accuracy_metrics
+        return arguments
+
+    def score(self, trainer: Trainer) -> float:
+        if self.task == "causal-lm":
+            progress = self.settings.verbose and not self.settings.no_progress
+            return block_eval(trainer.model, self.stream, self.length, self.settings.batch_size, progress).perplexity
+        if self.task == "masked-lm":
+            return math.exp(trainer.evaluate(self.eval)["eval_loss"])
+        if self.task == "semantic-segmentation":
+            return _mean_iou(trainer.model, self.eval, self.settings.batch_size)
+        return float(trainer.evaluate(self.eval)["eval_accuracy"])
+
+    def probe_batches(self) -> list[dict]:
+        count, size = self.settings.probe_samples, self.settings.batch_size
+        if self.task == "causal-lm":
+            blocks = min(count, self.stream.numel() // self.length)
+            ids = self.stream[: blocks * self.length].view(blocks, self.length)
+            return [{"input_ids": batch} for batch in ids.split(size)]
+        rows = [self.eval[i] for i in range(min(count, len(self.eval)))]
+        if self.task in ("image-classification", "semantic-segmentation"):
+            return [
+                {"pixel_values": collate_images(rows[i : i + size])["pixel_values"]} for i in range(0, len(rows), size)
+            ]
+        batches = []
+        for start in range(0, len(rows), size):
+            chunk = [
+                {k: v for k, v in row.items() if k in ("input_ids", "attention_mask")}
+                for row in rows[start : start + size]
+            ]
+            batches.append(dict(DataCollatorWithPadding(self.processing)(chunk)))
+        return batches
+
+    def record(self) -> dict:
+        """What results.json keeps of the model and the data: enough to rerun it."""
+        return {
+            "model": self.source,
+            "pretrained": self.pretrained,
+            "head": "kept"
+            if getattr(self, "labels", None) and self.keeps_head()
+            else "new"
+            if self._label_fields()
+            else None,
+            "splits": {"train": len(self.train), self.eval_split: len(self.eval)},
+            "eval_split_from": "the dataset" if self.eval_split in EVAL_SPLITS else "train",
+        }
+
+
+def _mean_iou(model, evaluation, batch_size: int) -> float:
+    """Mean IoU over the evaluation images, logits upsampled bilinearly to the label maps (single scale)."""
+    ignore = getattr(model.config, "semantic_loss_ignore_index", 255)
+    metric = MeanIoU(model.config.num_labels, ignore_index=ignore)
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    with torch.inference_mode():
+        for start in range(0, len(evaluation), batch_size):
+            batch = evaluation[start : start + batch_size]
+            logits = model(pixel_values=batch["pixel_values"].to(device)).logits
+            logits = torch.nn.functional.interpolate(
+                logits, size=batch["labels"].shape[-2:], mode="bilinear", align_corners=False
+            )
+            metric.update(logits.argmax(dim=1).cpu(), batch["labels"])
+    model.train(was_training)
+    return float(metric.compute()["mean_iou"])
+
+
+def _columns_of(data) -> dict[str, str]:
+    return {name: type(feature).__name__ for name, feature in data.features.items()}
+
+
+def _columns(dataset) -> dict[str, str]:
+    return _columns_of(dataset["train"])
+
+
+__all__ = ["TASKS", "ModelTask", "is_model_reference", "task_of_architecture", "task_of_columns"]

@@ -1,0 +1,110 @@
+"""The variant registry: every attention variant the package trains, compares or measures, by its one name.
+
+    from hf_neutreno.variants import VARIANTS, build_variant
+    VARIANTS["value-residual"].method          # 'value_residual', the `apply_value_path` rule
+    build_variant(model, "neutreno-learnable", coefficient=0.0)   # a learnable λ per layer, from 0
+
+A variant is one of:
+
+- ``softmax``: the model as it is (λ = 0), the baseline every other variant is compared with;
+- ``neutreno``: NeuTRENO (Nguyen, Nguyen, Baraniuk, NeurIPS 2023), ``U_ℓ = A_ℓ V_ℓ + λ (V_0 − V_ℓ)``, built into
+  this package's models (``config.neutreno_lambda``) and put on any other transformers model by `apply_value_path`;
+- ``neutreno-learnable``, ``value-residual``, ``value-residual-learnable``: the value paths of `apply_value_path`
+  (ResFormer's value residual mixes ``(1 − α) V_ℓ + α V_0``; ``-learnable``: one trainable coefficient per layer);
+- ``vit-minus``: the eigen-parameterised ViT⁻ (Dovonon, Bronstein, Kusner), ``W_V W_proj = V diag(−ψ²) Vᵀ``, which
+  only a preset of this package can build (it is a different parameterisation, not a rule on loaded weights).
+
+The coefficient defaults are `apply_value_path`'s (`hf_neutreno.value_path.DEFAULT_COEFFICIENTS`) for a transformers
+model, and the preset's own λ for this package's presets. A learnable coefficient on a *pretrained* model starts at
+`PRETRAINED_LEARNABLE_START` (0: the pretrained function), so that fine-tuning measures what the remedy adds rather
+than the damage of switching it on.
+"""
+
+import dataclasses
+
+import torch
+
+from .value_path import DEFAULT_COEFFICIENTS, apply_value_path
+
+BASELINE = "softmax"  # what every other variant is compared with, seed by seed
+# A learnable coefficient on a pretrained model starts here: the remedy switched on computes the pretrained function.
+PRETRAINED_LEARNABLE_START = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """One row of a comparison.
+
+    `method` is the `apply_value_path` rule (None: the model as built; its coefficient is λ for "neutreno", α for
+    "value_residual"), `learnable` whether the coefficient trains, and `description` the text shown for it, with
+    `{coefficient}` filled in."""
+
+    name: str
+    description: str
+    method: str | None = None
+    learnable: bool = False
+    preset_only: bool = False  # a parameterisation only this package's presets build (ViT⁻)
+
+    def describe(self, coefficient: float | None) -> str:
+        return self.description.format(coefficient=coefficient if coefficient is not None else 0.0)
+
+
+VARIANTS = {
+    variant.name: variant
+    for variant in (
+        Variant("softmax", "softmax, λ=0"),
+        Variant("neutreno", "NeuTRENO, λ={coefficient:g}", "neutreno"),
+        Variant("neutreno-learnable", "NeuTRENO, learnable λ from {coefficient:g}", "neutreno", True),
+        Variant("value-residual", "value residual, α={coefficient:g}", "value_residual"),
+        Variant("value-residual-learnable", "value residual, learnable α from {coefficient:g}", "value_residual", True),
+        Variant("vit-minus", "ViT⁻, Λ=−ψ²", preset_only=True),  # the poster's eigen-parameterised ViT
+    )
+}
+VALUE_PATH_VARIANTS = tuple(name for name, variant in VARIANTS.items() if variant.method is not None)
+ANY_MODEL_VARIANTS = tuple(name for name, variant in VARIANTS.items() if not variant.preset_only)
+
+
+def default_coefficient(variant: str, *, pretrained: bool = False, preset_lambda: float | None = None) -> float | None:
+    """The coefficient `variant` uses when none is given: a preset's own λ for NeuTRENO on this package's presets,
+    `PRETRAINED_LEARNABLE_START` for a learnable coefficient on a pretrained model, else `apply_value_path`'s."""
+    entry = VARIANTS[variant]
+    if entry.method is None:
+        return None
+    if pretrained and entry.learnable:
+        return PRETRAINED_LEARNABLE_START
+    if entry.method == "neutreno" and preset_lambda is not None:
+        return preset_lambda
+    return DEFAULT_COEFFICIENTS[entry.method]
+
+
+def build_variant(model: torch.nn.Module, variant: str, coefficient: float | None = None) -> torch.nn.Module:
+    """`model` as `variant`: returned as it is for ``softmax``, adapted in place with `apply_value_path` for a value
+    path (`coefficient` None: `apply_value_path`'s default). ViT⁻ is built by the presets, not from a model."""
+    entry = VARIANTS[variant]
+    if entry.preset_only:
+        raise ValueError(f"Variant {variant!r} is a parameterisation of this package's presets, not a value path.")
+    if entry.method is None:
+        return model
+    return apply_value_path(model, entry.method, coefficient, learnable=entry.learnable)
+
+
+def check_variant_names(names, allowed=tuple(VARIANTS), flag: str = "--variants") -> list[str]:
+    """The distinct names of `names`, or `ValueError` naming `flag`, the unknown names and the allowed ones."""
+    names = list(dict.fromkeys(names))
+    unknown = [name for name in names if name not in VARIANTS]
+    if unknown or not names:
+        raise ValueError(f"{flag}: choose from {list(allowed)}" + (f"; unknown: {unknown}." if unknown else "."))
+    return names
+
+
+__all__ = [
+    "ANY_MODEL_VARIANTS",
+    "BASELINE",
+    "PRETRAINED_LEARNABLE_START",
+    "VALUE_PATH_VARIANTS",
+    "VARIANTS",
+    "Variant",
+    "build_variant",
+    "check_variant_names",
+    "default_coefficient",
+]
