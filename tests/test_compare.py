@@ -683,7 +683,7 @@ def _saved_model(folder: Path) -> Path:
 @pytest.mark.parametrize(
     "case, options, expected",
     [
-        ("unknown model", ["--model", "vit-huge"], ["--model", "vit-huge", "a preset", "vit-micro", "gpt-micro", "Hub model id"]),
+        ("unknown model", ["--model", "vit-huge"], ["--model", "vit-huge", "a preset", "vit-micro", "Hub model id"]),
         (
             "unknown dataset",
             ["--dataset", "no-such-dataset-xyz"],

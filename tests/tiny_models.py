@@ -146,3 +146,107 @@ def local_qwen2(folder) -> Path:
     """A tiny Qwen2 causal LM saved to `folder`, standing in for a Hub checkpoint such as `Qwen/Qwen2.5-0.5B`."""
     tiny_model("qwen2").save_pretrained(folder)
     return folder
+
+
+# --- saved tiny models with their tokenizer or image processor, and local datasets for them ------------------------
+
+WORDS = "the a cat dog sat ran on under mat log good bad fine awful great poor".split()
+
+
+def tiny_sentences(count: int, seed: int = 0) -> list[str]:
+    import random
+
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 12))) for _ in range(count)]
+
+
+def tiny_tokenizer():
+    """A word-level tokenizer of `WORDS` (with `<pad>`, `<eos>`, `<unk>` and a `<mask>`), as this package trains."""
+    from hf_neutreno.text_data import train_word_tokenizer
+
+    tokenizer = train_word_tokenizer([" ".join(WORDS)])
+    tokenizer.add_special_tokens({"mask_token": "<mask>"})
+    return tokenizer
+
+
+def save_tiny_llama(folder) -> Path:
+    """A tiny Llama causal LM (grouped-query attention) saved with its tokenizer: a user's own model folder."""
+    tokenizer = tiny_tokenizer()
+    special = dict(pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.eos_token_id,
+                   eos_token_id=tokenizer.eos_token_id)  # fmt: skip
+    config = LlamaConfig(**{**DECODER, "vocab_size": len(tokenizer), **special}, max_position_embeddings=64)
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return Path(folder)
+
+
+def save_tiny_bert_classifier(folder, num_labels: int = 2) -> Path:
+    """A tiny BERT with a sequence-classification head, saved with its tokenizer."""
+    from transformers import BertForSequenceClassification
+
+    tokenizer = tiny_tokenizer()
+    fields = {**_MODELS["bert"][3], **NO_DROPOUT["bert"], "vocab_size": len(tokenizer)}
+    config = BertConfig(
+        **fields, num_labels=num_labels, pad_token_id=tokenizer.pad_token_id, max_position_embeddings=64
+    )
+    torch.manual_seed(0)
+    BertForSequenceClassification(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return Path(folder)
+
+
+def save_tiny_vit_classifier(folder) -> Path:
+    """A tiny ViT classifier (1000 labels, as an ImageNet checkpoint) saved with its image processor."""
+    from transformers import ViTImageProcessorPil
+
+    torch.manual_seed(0)
+    ViTForImageClassification(ViTConfig(**TINY_VIT, num_labels=1000)).save_pretrained(folder)
+    ViTImageProcessorPil(size={"height": 16, "width": 16}).save_pretrained(folder)
+    return Path(folder)
+
+
+def write_text_dataset(folder, train: int = 160, test: int = 40) -> Path:
+    """A local text dataset: `train.jsonl` and `test.jsonl` with a `text` column."""
+    import json
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = tiny_sentences(train + test)
+    for split, part in (("train", lines[:train]), ("test", lines[train:])):
+        (folder / f"{split}.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in part))
+    return folder
+
+
+def write_text_classification_dataset(folder, train: int = 160, test: int = 40, rows=None) -> Path:
+    """A local text-classification dataset: `train.csv` and `test.csv` with `sentence` and a string `label`
+    ("pos" when the sentence says good or great). `rows` replaces the rows: {split: [(sentence, label), ...]}."""
+    import csv
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = tiny_sentences(train + test)
+    labelled = [(t, "pos" if ("good" in t or "great" in t) else "neg") for t in lines]
+    rows = rows or {"train": labelled[:train], "test": labelled[train:]}
+    for split, part in rows.items():
+        with open(folder / f"{split}.csv", "w", newline="") as file:
+            writer = csv.writer(file)
+            writer.writerow(["sentence", "label"])
+            writer.writerows(part)
+    return folder
+
+
+def write_image_folder(folder, train: int = 8, test: int = 4) -> Path:
+    """A local image folder, `train/<colour>/*.png` and `test/<colour>/*.png`: noise tinted red, green or blue."""
+    import numpy as np
+    from PIL import Image
+
+    for split, count in (("train", train), ("test", test)):
+        for channel, label in enumerate(("red", "green", "blue")):
+            path = Path(folder) / split / label
+            path.mkdir(parents=True, exist_ok=True)
+            for i in range(count):
+                pixels = np.random.RandomState(i + 100 * channel).randint(0, 80, (20, 20, 3)).astype(np.uint8)
+                pixels[..., channel] += 150
+                Image.fromarray(pixels).save(path / f"{i}.png")
+    return Path(folder)

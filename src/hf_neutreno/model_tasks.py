@@ -179,14 +179,17 @@ class ModelTask:
     def _load_processing(self):
         loader = getattr(transformers, self.processing_class)
         kind = "tokenizer" if self.processing_class == "AutoTokenizer" else "image processor"
+        missing = (
+            f"--model {self.source!r} has no {kind}: the {kind} comes from the same place as the model; save it "
+            f"there (`{kind.replace(' ', '_')}.save_pretrained(folder)`)."
+        )
         try:
             processing = loader.from_pretrained(self.source)
         except Exception as error:  # noqa: BLE001 - missing files raise OSError, ValueError, KeyError ...
-            raise ValueError(
-                f"--model {self.source!r} has no {kind} ({type(error).__name__}: {str(error).strip()[:200]}): the "
-                f"{kind} comes from the same place as the model; save it there (`{kind.replace(' ', '_')}."
-                "save_pretrained(folder)`)."
-            ) from None
+            raise ValueError(f"{missing} ({type(error).__name__}: {str(error).strip()[:200]})") from None
+        # transformers builds a tokenizer with no vocabulary (its special tokens alone) from a folder without one
+        if kind == "tokenizer" and len(processing) <= len(set(processing.all_special_ids)):
+            raise ValueError(missing)
         if kind == "tokenizer" and processing.pad_token is None:  # GPT-2, Llama: batches need one
             processing.pad_token = processing.eos_token or processing.unk_token
         return processing
@@ -202,11 +205,11 @@ class ModelTask:
         else:
             train, evaluation = dataset["train"], dataset[found]
             self.eval_split = found
-        self.split_record = {"train": "train", "eval": self.eval_split}
         train = subset(train, min(settings.max_train_samples or len(train), len(train)), settings.seed)
         evaluation = subset(
             evaluation, min(settings.max_eval_samples or len(evaluation), len(evaluation)), settings.seed
         )
+        self.split_rows = {"train": len(train), self.eval_split: len(evaluation)}  # rows, before any tokenizing
         return train, evaluation, self.eval_split
 
     def _column(self, flag: str, value: str | None, guesses, dataset, kind: str) -> str:
@@ -448,22 +451,38 @@ class ModelTask:
             self.config
         ) == self.task
 
+    def new_head(self) -> bool:
+        """Whether the model gets a new classification head: a classification task whose labels are not the
+        checkpoint's own (same names, same order)."""
+        return getattr(self, "labels", None) is not None and not self.keeps_head()
+
     def _load(self, neutreno_lambda: float | None) -> torch.nn.Module:
+        """The model, its weights drawn from the global generator (seeded by the caller) where they are new."""
         auto_class = getattr(transformers, self.auto_class)
-        fields = {} if getattr(self, "labels", None) is None or self.keeps_head() else self._label_fields()
+        fields = self._label_fields() if self.new_head() else {}
         if neutreno_lambda is not None:
             fields["neutreno_lambda"] = neutreno_lambda
-        if self.task in ("text-classification",) and self.processing.pad_token_id is not None:
-            fields["pad_token_id"] = self.processing.pad_token_id
+        if self.task == "text-classification" and self.processing.pad_token_id is not None:
+            fields["pad_token_id"] = self.processing.pad_token_id  # batches are padded
+        config = AutoConfig.from_pretrained(self.source, **fields)
         if self.settings.from_scratch:
-            config = AutoConfig.from_pretrained(self.source, **fields)
             return auto_class.from_config(config)
         verbosity = transformers.logging.get_verbosity()
-        transformers.logging.set_verbosity_error()  # the new head's "newly initialized" notice: summary says it
+        transformers.logging.set_verbosity_error()  # the new head's "newly initialized" notice: the summary says it
         try:
-            return auto_class.from_pretrained(self.source, ignore_mismatched_sizes=bool(fields), **fields)
+            model = auto_class.from_pretrained(self.source, config=config, ignore_mismatched_sizes=self.new_head())
         finally:
             transformers.logging.set_verbosity(verbosity)
+        prefix = getattr(model, "base_model_prefix", "") + "."
+        if self.new_head() and prefix != ".":
+            # A head of the same shape as the checkpoint's (2 labels for 2 others) would load its weights: draw it
+            # anew, as a new head of another shape is, from a model initialised under the same seed.
+            generator = torch.random.get_rng_state()
+            fresh = auto_class.from_config(config)
+            torch.random.set_rng_state(generator)
+            head = {k: v for k, v in fresh.state_dict().items() if not k.startswith(prefix)}
+            model.load_state_dict(head, strict=False)
+        return model
 
     def build(self, variant: str, seed: int, coefficient: float | None) -> torch.nn.Module:
         """The model of `variant` for `seed`: loaded (or initialised) under `seed`, so that every variant of the seed
@@ -521,7 +540,7 @@ class ModelTask:
             else "new"
             if self._label_fields()
             else None,
-            "splits": {"train": len(self.train), self.eval_split: len(self.eval)},
+            "splits": self.split_rows,
             "eval_split_from": "the dataset" if self.eval_split in EVAL_SPLITS else "train",
         }
 

@@ -1,0 +1,254 @@
+"""`hf-neutreno compare` on a user's own transformers model: a saved Llama, BERT classifier and ViT, on local data.
+
+The whole command runs as a user runs it (a subprocess, offline); what it prints is recomputed from what it saves,
+and the best variant's model is reloaded in a fresh process where the package cannot be imported, where it must
+compute what the plain transformers model with the same weights and the value path's rule computes here.
+"""
+
+import json
+import re
+import statistics
+
+import pytest
+import torch
+import transformers
+from tiny_models import (
+    save_tiny_bert_classifier,
+    save_tiny_llama,
+    save_tiny_vit_classifier,
+    write_image_folder,
+    write_text_classification_dataset,
+    write_text_dataset,
+)
+
+from hf_neutreno import cli
+from hf_neutreno.value_path import apply_value_path
+
+CASES = {
+    # model, its dataset, the task compare must find, the metric
+    "llama": (save_tiny_llama, write_text_dataset, "causal-lm", "perplexity"),
+    "bert": (save_tiny_bert_classifier, write_text_classification_dataset, "text-classification", "accuracy"),
+    "vit": (save_tiny_vit_classifier, write_image_folder, "image-classification", "accuracy"),
+}
+VARIANTS = ("softmax", "neutreno", "value-residual")
+
+
+def _row(stdout: str, variant: str) -> str:
+    return next(line for line in stdout.splitlines() if line.split(" ", 1)[0] == variant)
+
+
+def _spread(values: list[float], digits: int, signed: bool = False) -> str:
+    return f"{statistics.fmean(values):{'+' if signed else ''}.{digits}f} ± {statistics.stdev(values):.{digits}f}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", CASES)
+def test_compare_on_a_saved_model_pairs_the_seeds_prints_what_it_saved_and_saves_a_model_that_loads_anywhere(
+    name, tmp_path
+):
+    from cli_process import run_cli
+    from fresh_process import run_fresh
+
+    save_model, write_data, task, metric = CASES[name]
+    model_dir, data_dir, out = save_model(tmp_path / "model"), write_data(tmp_path / "data"), tmp_path / "out"
+    proc = run_cli("compare", "--model", model_dir, "--dataset", data_dir, "--variants", ",".join(VARIANTS),
+                   "--seeds", "2", "--max-steps", "4", "--batch-size", "8", "--output-dir", out,
+                   "--no-progress")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    assert results["complete"] and results["task"] == task and results["metric"] == metric
+    assert results["model"]["pretrained"] is True
+
+    # every variant x seed, and the variants of a seed start from the same weights (the new head included)
+    runs = {variant: {run["seed"]: run for run in results["variants"][variant]["per_seed"]} for variant in VARIANTS}
+    assert all(sorted(runs[variant]) == [0, 1] for variant in VARIANTS)
+    for seed in (0, 1):
+        assert len({runs[variant][seed]["initial_weights_sha256"] for variant in VARIANTS}) == 1
+    if task != "causal-lm":  # a new head per seed: the two seeds start apart
+        assert runs["softmax"][0]["initial_weights_sha256"] != runs["softmax"][1]["initial_weights_sha256"]
+
+    # the printed table, recomputed from the per-seed values
+    digits = 2 if metric == "perplexity" else 4
+    for variant in VARIANTS:
+        values = [runs[variant][seed][metric] for seed in (0, 1)]
+        row = _row(proc.stdout, variant)
+        assert row.split("  ")[0] == variant and _spread(values, digits) in row, row
+        cosines = [runs[variant][seed]["last_layer_cosine"] for seed in (0, 1)]
+        assert _spread(cosines, 4) in row
+        if variant != "softmax":
+            differences = [runs[variant][s][metric] - runs["softmax"][s][metric] for s in (0, 1)]
+            better = [d < 0 if metric == "perplexity" else d > 0 for d in differences]
+            assert f"{_spread(differences, digits, signed=True)} ({sum(better)}/2)" in row, row
+        # the over-smoothing profile before and after training, one value per hidden state
+        assert len(runs[variant][0]["cosine_similarity_before"]) == len(runs[variant][0]["cosine_similarity"])
+
+    # the best variant, by the mean score, is named and saved
+    sign = -1 if metric == "perplexity" else 1
+    means = {v: statistics.fmean(runs[v][s][metric] for s in (0, 1)) for v in VARIANTS}
+    best = max(VARIANTS, key=lambda v: sign * means[v])
+    assert results["best_variant"] == best and f"The best {metric}: {best}." in proc.stdout
+    folder = out / best
+
+    # ... and loads where the package is not installed, computing the plain model's weights with the variant's rule
+    auto_class = {"causal-lm": "AutoModelForCausalLM", "text-classification": "AutoModelForSequenceClassification",
+                  "image-classification": "AutoModelForImageClassification"}[task]  # fmt: skip
+    if task == "image-classification":
+        torch.manual_seed(0)
+        inputs = {"pixel_values": torch.randn(2, 3, 16, 16)}
+    else:
+        inputs = {"input_ids": torch.tensor([[3, 4, 5, 6, 7], [8, 9, 10, 11, 12]])}
+    torch.save(inputs, tmp_path / "inputs.pt")
+    run_fresh(
+        f"""
+        import torch, transformers
+        inputs = torch.load({str(tmp_path / "inputs.pt")!r})
+        model = transformers.{auto_class}.from_pretrained({str(folder)!r}, trust_remote_code=True).eval()
+        with torch.no_grad():
+            torch.save(model(**inputs).logits, {str(tmp_path / "fresh.pt")!r})
+        """,
+        tmp_path,
+    )
+    config = json.loads((folder / "config.json").read_text())
+    plain_class = getattr(transformers, config["architectures"][0].removeprefix("ValuePath"))
+    reference = plain_class.from_pretrained(folder).eval()
+    if "value_path" in config:  # the plain model with the same weights, and the rule put on it here
+        settings = config["value_path"]
+        del reference.config.value_path
+        apply_value_path(reference, settings["method"], settings["coefficient"], layers=settings["layers"])
+    with torch.no_grad():
+        torch.testing.assert_close(torch.load(tmp_path / "fresh.pt"), reference(**inputs).logits, rtol=0, atol=1e-5)
+    assert (best == "softmax") == ("value_path" not in config)
+
+
+# --- bad input: one line, exit 2, nothing written ------------------------------------------------------------------
+
+
+def _save_unadaptable(kind: str, folder):
+    from transformers import MistralConfig, ResNetConfig, T5Config
+
+    config = {
+        "t5": T5Config(vocab_size=50, d_model=32, d_ff=64, num_layers=2, num_heads=4, d_kv=8),
+        "resnet": ResNetConfig(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1]),
+        "mistral": MistralConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                 num_attention_heads=4, num_key_value_heads=2, sliding_window=16),
+    }[kind]  # fmt: skip
+    config.save_pretrained(folder)
+    return folder
+
+
+def _compare(capsys, *argv) -> str:
+    capsys.readouterr()
+    try:
+        code = cli.main(["compare", *map(str, argv), "--no-progress"])
+    except SystemExit as exit:
+        code = exit.code
+    assert code == 2
+    message = capsys.readouterr().err
+    assert message.count("\n") == 1 and message.startswith("hf-neutreno compare: error: "), message
+    return message
+
+
+@pytest.mark.parametrize(
+    "kind, expected",
+    [
+        ("t5", ["T5", "encoder-decoder"]),
+        ("resnet", ["ResNet", "attention interface"]),
+        ("mistral", ["Mistral", "sliding_attention"]),
+    ],
+)
+def test_a_model_the_adapter_cannot_adapt_is_refused_before_any_data_is_loaded(kind, expected, tmp_path, capsys):
+    folder = _save_unadaptable(kind, tmp_path / kind)
+    # a Hub dataset that cannot be reached: the model is refused first, so nothing is downloaded
+    message = _compare(capsys, "--model", folder, "--dataset", "nobody/no-such-dataset", "--variants",
+                       "softmax,neutreno", "--output-dir", tmp_path / "out")  # fmt: skip
+    for part in [*expected, "Supported:", "Llama"]:
+        assert part in message, message
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_dataset_without_the_columns_lists_them_and_the_flag(tmp_path, capsys):
+    model = save_tiny_bert_classifier(tmp_path / "bert")
+    data = tmp_path / "numbers"
+    data.mkdir()
+    (data / "train.csv").write_text("x,y\n1,2\n3,4\n")
+    (data / "test.csv").write_text("x,y\n5,6\n")
+    message = _compare(capsys, "--model", model, "--dataset", data, "--output-dir", tmp_path / "out", "--variants",
+                       "softmax,neutreno")  # fmt: skip
+    assert "'x'" in message and "'y'" in message and "--text-column" in message, message
+    assert not (tmp_path / "out").exists()
+
+
+def test_labels_only_in_evaluation_and_empty_text_are_refused(tmp_path, capsys):
+    model = save_tiny_bert_classifier(tmp_path / "bert")
+    unseen = write_text_classification_dataset(
+        tmp_path / "unseen", rows={"train": [("good cat", "pos"), ("bad dog", "neg")], "test": [("a mat", "meh")]}
+    )
+    message = _compare(capsys, "--model", model, "--dataset", unseen, "--output-dir", tmp_path / "out")
+    assert "labels that training never sees" in message and "meh" in message, message
+    empty = write_text_classification_dataset(
+        tmp_path / "empty", rows={"train": [("good cat", "pos"), ("", "neg")], "test": [("a mat", "pos")]}
+    )
+    message = _compare(capsys, "--model", model, "--dataset", empty, "--output-dir", tmp_path / "out")
+    assert "empty text" in message and "'sentence'" in message, message
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_model_folder_without_its_tokenizer_is_refused(tmp_path, capsys):
+    model = save_tiny_bert_classifier(tmp_path / "bert")
+    for file in model.glob("tokenizer*"):
+        file.unlink()
+    data = write_text_classification_dataset(tmp_path / "data")
+    message = _compare(capsys, "--model", model, "--dataset", data, "--output-dir", tmp_path / "out")
+    assert "has no tokenizer" in message and "save_pretrained" in message, message
+    assert not (tmp_path / "out").exists()
+
+
+def test_preset_only_variants_and_flags_are_refused_where_they_do_not_apply(tmp_path, capsys):
+    model = save_tiny_vit_classifier(tmp_path / "vit")
+    message = _compare(capsys, "--model", model, "--dataset", "digits", "--variants", "softmax,vit-minus",
+                       "--output-dir", tmp_path / "out")  # fmt: skip
+    assert "vit-minus" in message and "value-residual-learnable" in message, message
+    message = _compare(capsys, "--model", "vit-micro", "--task", "image-classification", "--output-dir", tmp_path / "o")
+    assert "--task is for a transformers model" in message, message
+
+
+def test_the_task_comes_from_the_head_then_from_the_columns():
+    from datasets import ClassLabel, Features, Image, Value
+
+    from hf_neutreno.model_tasks import task_of_architecture, task_of_columns
+
+    bert = transformers.BertConfig(architectures=["BertForSequenceClassification"])
+    assert task_of_architecture(bert) == "text-classification"
+    assert task_of_architecture(transformers.GPT2Config(architectures=["GPT2LMHeadModel"])) == "causal-lm"
+    base = transformers.BertConfig(architectures=["BertModel"])
+    assert task_of_architecture(base) is None
+    text = Features({"text": Value("string")})
+    assert task_of_columns(text, base) == "masked-lm"  # BERT has an MLM head
+    assert task_of_columns(text, transformers.LlamaConfig()) == "causal-lm"
+    labelled = Features({"text": Value("string"), "label": ClassLabel(names=["a", "b"])})
+    assert task_of_columns(labelled, base) == "text-classification"
+    images = Features({"image": Image(), "label": ClassLabel(names=["a", "b"])})
+    assert task_of_columns(images, transformers.ViTConfig()) == "image-classification"
+    scenes = Features({"image": Image(), "annotation": Image()})
+    assert task_of_columns(scenes, transformers.ViTConfig()) == "semantic-segmentation"
+    assert task_of_columns(Features({"x": Value("int64")}), base) is None
+
+
+def test_the_summary_names_the_model_the_task_and_the_carved_split(tmp_path, capsys):
+    """A dataset without a test or validation split gets one carved from train with a fixed seed, and says so."""
+    model = save_tiny_llama(tmp_path / "llama")
+    data = write_text_dataset(tmp_path / "data")
+    (data / "test.jsonl").unlink()
+    code = cli.main(["compare", "--model", str(model), "--dataset", str(data), "--variants",
+                     "softmax,neutreno-learnable", "--seeds", "1", "--max-steps", "2", "--batch-size", "4",
+                     "--output-dir", str(tmp_path / "out"), "--no-progress"])  # fmt: skip
+    assert code == 0
+    stdout = capsys.readouterr().out
+    assert re.search(r"\(causal-lm, fine-tuned from its weights\)", stdout), stdout
+    assert "held-out 10% of train (seed 0)" in stdout
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results["model"]["splits"] == {"train": 144, "held-out 10% of train (seed 0)": 16}
+    assert results["model"]["eval_split_from"] == "train"
+    run = results["variants"]["neutreno-learnable"]["per_seed"][0]
+    assert results["variants"]["neutreno-learnable"]["description"] == "NeuTRENO, learnable λ from 0"
+    assert len(run["learned_coefficients"]) == 2  # layers 1 and 2 of 3
