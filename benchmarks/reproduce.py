@@ -59,11 +59,12 @@ from safetensors.torch import load_model, save_model
 from transformers import TrainerCallback
 import reproduce_report as report  # benchmarks/, beside this script
 
-from hf_neutreno import NeuTRENOGPTConfig, apply_value_path, recipes
+from hf_neutreno import NeuTRENOGPTConfig, NeuTRENOViTConfig, apply_value_path, recipes
 from hf_neutreno.experiment import paired_model
 from hf_neutreno.image_transforms import collate_images, image_transform
 from hf_neutreno.metrics import accuracy
 from hf_neutreno.model_factories import image_classifier, language_model
+from hf_neutreno.value_path import DEFAULT_COEFFICIENTS
 
 ROOT = Path(__file__).resolve().parents[1]
 # Where the datasets come from: the Hub by default; `--data DIR` reads a local copy in the same layout
@@ -78,10 +79,10 @@ def dataset_source(data: str | None, name: str) -> tuple[str, str | None]:
 
 # The recipe is the same for every variant and budget; only the budget (how much is computed) changes.
 VIT_VARIANTS = ("vit", "neutreno", "vit-", "vit+")
-VIT_LAMBDA = 0.6  # NeuTRENO DeiT (official code)
+VIT_LAMBDA = NeuTRENOViTConfig().neutreno_lambda  # 0.6: NeuTRENO DeiT (official code)
 EFFICIENCY_VARIANTS = ("vit", "vit-")  # the issue's "ViT vs ViT⁻" for Tables 2-3
 FRACTIONS = (1.0, 0.5, 0.1)
-LM_LAMBDAS = {"softmax": 0.0, "neutreno": 0.4}  # 0.4: the official WikiText-103 code
+LM_LAMBDAS = {"softmax": 0.0, "neutreno": NeuTRENOGPTConfig().neutreno_lambda}  # 0.4: the official WikiText-103 code
 # The paper's cutoffs [20000, 40000, 200000] over 267,735 words, scaled by the vocabulary ratio (33,279 / 267,735 ≈
 # 1/8) and rounded: the same four clusters covering the same share of the frequency-sorted vocabulary.
 LM_CUTOFFS = [2500, 5000, 25000]
@@ -101,8 +102,8 @@ ADAPTATION_EPOCHS = 1 / 3  # of the training epochs, as the paper's NeuTRENO ada
 # (from the official λ of each task), against the first run's ViT and softmax LM of the same seeds.
 VALUE_PATH_METHODS = ("value-residual", "value-residual-learnable", "neutreno-learnable")
 VALUE_PATH_COEFFICIENTS = {
-    "cifar": {"value_residual": 0.5, "neutreno": VIT_LAMBDA},
-    "lm": {"value_residual": 0.5, "neutreno": LM_LAMBDAS["neutreno"]},
+    "cifar": {"value_residual": DEFAULT_COEFFICIENTS["value_residual"], "neutreno": VIT_LAMBDA},
+    "lm": {"value_residual": DEFAULT_COEFFICIENTS["value_residual"], "neutreno": LM_LAMBDAS["neutreno"]},
 }
 # Segmenter from trained encoders (NeuTRENO Table 2's protocol at this scale): the kept CIFAR-10 ViT and NeuTRENO ViT
 # of each seed (32-pixel patch-4 position grid resampled to fashion-scenes' 64 pixels) with a new 2-block mask
@@ -549,12 +550,13 @@ def learned_coefficients(model) -> list[float] | None:
 
 
 def value_path_arguments(task: str, variant: str) -> dict:
-    """`apply_value_path` keyword arguments of a value-path unit: the CLI variant's method and learnability, and
-    the task's coefficient for that method."""
-    from hf_neutreno.value_path import VARIANTS
+    """`apply_value_path` keyword arguments of a value-path unit: the registry's method and learnability for the
+    variant, and the task's coefficient for that method."""
+    from hf_neutreno.variants import VARIANTS
 
-    arguments = dict(VARIANTS[variant])
-    return {**arguments, "coefficient": VALUE_PATH_COEFFICIENTS[task][arguments["method"]]}
+    entry = VARIANTS[variant]
+    coefficient = VALUE_PATH_COEFFICIENTS[task][entry.method]
+    return {"method": entry.method, "learnable": entry.learnable, "coefficient": coefficient}
 
 
 # ---------------------------------------------------------------------------------------------------- CIFAR-10
