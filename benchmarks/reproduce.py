@@ -78,7 +78,10 @@ def dataset_source(data: str | None, name: str) -> tuple[str, str | None]:
 
 
 # The recipe is the same for every variant and budget; only the budget (how much is computed) changes.
-VIT_VARIANTS = ("vit", "neutreno", "vit-", "vit+")
+# The CIFAR units' labels, which name the committed results (`cifar-vit-seed0`, ...), and the variant
+# (`hf_neutreno.variants`) each one trains.
+UNIT_VARIANTS = {"vit": "softmax", "neutreno": "neutreno", "vit-": "vit-minus", "vit+": "vit-plus"}
+VIT_VARIANTS = tuple(UNIT_VARIANTS)
 VIT_LAMBDA = NeuTRENOViTConfig().neutreno_lambda  # 0.6: NeuTRENO DeiT (official code)
 EFFICIENCY_VARIANTS = ("vit", "vit-")  # the issue's "ViT vs ViT⁻" for Tables 2-3
 FRACTIONS = (1.0, 0.5, 0.1)
@@ -629,7 +632,7 @@ def build_vit(
         shape["attention_kernel"] = kernel
 
     def build(name: str):
-        return image_classifier(name, "vit-tiny", labels, neutreno_lambda=neutreno_lambda, **shape)
+        return image_classifier(UNIT_VARIANTS[name], "vit-tiny", labels, neutreno_lambda=neutreno_lambda, **shape)
 
     return paired_model(build, variant, seed, reference="vit")
 

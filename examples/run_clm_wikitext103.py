@@ -60,7 +60,9 @@ class ModelArguments:
             "or GPT-2 checkpoint (folder or Hub id) to continue from."
         },
     )
-    neutreno_lambda: float = field(default=0.4, metadata={"help": "λ of the NeuTRENO term; 0 = softmax baseline."})
+    neutreno_lambda: float = field(
+        default=NeuTRENOGPTConfig().neutreno_lambda, metadata={"help": "λ of the NeuTRENO term; 0 = softmax baseline."}
+    )
     neutreno_layers: list[int] | None = field(
         default=None, metadata={"help": "Layers with the term (default: all but 0)."}
     )

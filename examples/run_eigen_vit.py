@@ -42,6 +42,8 @@ from hf_neutreno.hub import HubTrainer, create_repo
 from hf_neutreno.image_transforms import collate_images, image_transform
 from hf_neutreno.metrics import accuracy
 from hf_neutreno.model_factories import IMAGE_PRESETS, image_classifier
+from hf_neutreno.variants import BASELINE
+from hf_neutreno.variants import VARIANTS as ALL_VARIANTS
 from hf_neutreno.training_scripts import (
     LAST_CHECKPOINT,
     has_accelerator,
@@ -51,7 +53,8 @@ from hf_neutreno.training_scripts import (
     run_script,
 )
 
-VARIANTS = ("vit", "vit+", "vit-")
+# The baseline and the poster's two eigen-parameterised ViTs (`hf_neutreno.variants`): softmax, vit-minus, vit-plus.
+VARIANTS = tuple(name for name, variant in ALL_VARIANTS.items() if variant.preset_only or name == BASELINE)
 # Arguments that a resumed run may change: where it pushes, and the flags that ask for resuming or overwriting.
 UNCOMPARED_ARGS = (
     "resume_from_checkpoint",
@@ -109,7 +112,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--push-to-hub",
         action="store_true",
         help="Push each variant trained on the largest fraction, with code, processor and a model card, to "
-        "<hub-model-id>-<variant> (vit, vit-plus, vit-minus). The Hub is checked before any training.",
+        "<hub-model-id>-<variant> (softmax, vit-minus, vit-plus). The Hub is checked before any training.",
     )
     p.add_argument(
         "--hub-model-id", default=None, help="Repository prefix, `namespace/name` (default: the output folder's name)."
@@ -150,15 +153,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-HUB_SUFFIXES = {"vit": "vit", "vit+": "vit-plus", "vit-": "vit-minus"}
-
-
 def hub_repo_ids(args) -> dict[str, str]:
     """The repository each variant is pushed to; created before any training (offline mode, login, valid ids)."""
     if not args.push_to_hub:
         return {}
     prefix = args.hub_model_id or Path(args.output_dir).absolute().name
-    repo_ids = {variant: f"{prefix}-{HUB_SUFFIXES[variant]}" for variant in args.variants}
+    repo_ids = {variant: f"{prefix}-{variant}" for variant in args.variants}
     for repo_id in repo_ids.values():
         create_repo(repo_id, token=args.hub_token, private=args.hub_private_repo)
     return repo_ids
@@ -219,7 +219,7 @@ def main(argv=None) -> dict:
     def build(variant: str) -> torch.nn.Module:
         return image_classifier(variant, args.preset, names, eigenvalue_range=args.eigenvalue_range, **model_config)
 
-    size = build("vit").config.image_size_2d
+    size = build(BASELINE).config.image_size_2d
     processor = ViTImageProcessorPil(size={"height": size[0], "width": size[1]})
     train_transform = image_transform(
         processor, image_col, label_col, augment=not args.no_augment, crop_padding=recipes.CIFAR_CROP_PADDING
@@ -236,7 +236,7 @@ def main(argv=None) -> dict:
                 continue  # finished before the run was interrupted
             train = subset(train_full, fraction if fraction < 1 else None, seed=args.seed)
             # The plain ViT's initial weights of the seed, wherever the shapes coincide: the variants differ by design.
-            model = paired_model(build, variant, args.seed, reference="vit")
+            model = paired_model(build, variant, args.seed, reference=BASELINE)
             run_dir = output_dir / f"{variant}_{int(round(fraction * 100))}pct"
             checkpoint = (
                 resolve_checkpoint(run_dir, LAST_CHECKPOINT)

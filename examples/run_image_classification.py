@@ -68,7 +68,9 @@ class ModelArguments:
             "ViT or DeiT checkpoint (folder or Hub id) to fine-tune."
         },
     )
-    neutreno_lambda: float = field(default=0.6, metadata={"help": "λ of the NeuTRENO term; 0 = softmax baseline."})
+    neutreno_lambda: float = field(
+        default=NeuTRENOViTConfig().neutreno_lambda, metadata={"help": "λ of the NeuTRENO term; 0 = softmax baseline."}
+    )
     neutreno_layers: list[int] | None = field(
         default=None, metadata={"help": "Layers with the term (default: all but 0)."}
     )

@@ -104,7 +104,9 @@ class ModelArguments:
             "scratch; with --model-name-or-path only its decoder fields and drop path apply."
         },
     )
-    neutreno_lambda: float = field(default=0.6, metadata={"help": "λ of the encoder; 0 = the softmax Segmenter."})
+    neutreno_lambda: float = field(
+        default=NeuTRENOViTConfig().neutreno_lambda, metadata={"help": "λ of the encoder; 0 = the softmax Segmenter."}
+    )
     decoder_neutreno_lambda: float | None = field(
         default=None, metadata={"help": "λ of the mask transformer (its own V_0). Default: --neutreno-lambda."}
     )

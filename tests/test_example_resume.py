@@ -100,8 +100,8 @@ def test_eigen_example_resumes_an_interrupted_run_with_the_uninterrupted_results
         str(data_dir / "cifar10"),
         "--quick",
         "--variants",
-        "vit",
-        "vit-",
+        "softmax",
+        "vit-minus",
         "--fractions",
         "1.0",
         "0.5",
@@ -137,7 +137,7 @@ def test_eigen_example_resumes_an_interrupted_run_with_the_uninterrupted_results
     out = tmp_path / "run"
     with pytest.raises(KeyboardInterrupt):
         example.main([*argv, "--output-dir", str(out)])
-    assert [p.name for p in (out / "vit_50pct").glob("checkpoint-*")] == ["checkpoint-2"]
+    assert [p.name for p in (out / "softmax_50pct").glob("checkpoint-*")] == ["checkpoint-2"]
     trained, train = [], transformers.Trainer.train
 
     def recording_train(self, *args, **kwargs):
@@ -147,9 +147,9 @@ def test_eigen_example_resumes_an_interrupted_run_with_the_uninterrupted_results
     monkeypatch.setattr(transformers.Trainer, "train", recording_train)
     resumed = example.main([*argv, "--output-dir", str(out), "--resume-from-checkpoint"])
     assert trained == [
-        (str(out / "vit_50pct"), str(out / "vit_50pct" / "checkpoint-2")),
-        (str(out / "vit-_100pct"), None),
-        (str(out / "vit-_50pct"), None),
+        (str(out / "softmax_50pct"), str(out / "softmax_50pct" / "checkpoint-2")),
+        (str(out / "vit-minus_100pct"), None),
+        (str(out / "vit-minus_50pct"), None),
     ]
     for key in ("data_efficiency", "robustness", "spectral", "complete"):
         assert resumed[key] == full[key], key

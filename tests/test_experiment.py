@@ -26,20 +26,20 @@ def state(model) -> dict[str, torch.Tensor]:
 
 def test_a_variant_starts_from_its_seeds_reference_whatever_was_built_before():
     torch.manual_seed(5)
-    reference = state(build("vit"))  # what the seed draws for the softmax ViT, built by hand
-    for before in ([], ["neutreno"], ["vit+", "neutreno"]):  # other variants first, or none: the same weights
+    reference = state(build("softmax"))  # what the seed draws for the softmax ViT, built by hand
+    for before in ([], ["neutreno"], ["vit-plus", "neutreno"]):  # other variants first, or none: the same weights
         for variant in before:
-            paired_model(build, variant, 99, reference="vit")
-        neutreno = state(paired_model(build, "neutreno", 5, reference="vit"))
-        vit_minus = state(paired_model(build, "vit-", 5, reference="vit"))
+            paired_model(build, variant, 99, reference="softmax")
+        neutreno = state(paired_model(build, "neutreno", 5, reference="softmax"))
+        vit_minus = state(paired_model(build, "vit-minus", 5, reference="softmax"))
         assert neutreno.keys() == reference.keys()
         assert all(torch.equal(neutreno[k], reference[k]) for k in reference)  # λ is no parameter: every weight
         shared = reference.keys() & vit_minus.keys()
         assert all(torch.equal(vit_minus[k], reference[k]) for k in shared)
         assert {k.rsplit(".", 2)[-2] for k in reference.keys() - shared} == {"v_proj", "o_proj"}
-    again = state(paired_model(build, "vit-", 5, reference="vit"))
+    again = state(paired_model(build, "vit-minus", 5, reference="softmax"))
     assert all(torch.equal(again[k], vit_minus[k]) for k in vit_minus)  # its own parameters are the seed's too
-    other = state(paired_model(build, "neutreno", 6, reference="vit"))
+    other = state(paired_model(build, "neutreno", 6, reference="softmax"))
     assert not all(torch.equal(other[k], reference[k]) for k in reference)
 
 
@@ -55,9 +55,9 @@ def test_copy_shared_weights_copies_names_and_shapes_that_coincide_only():
 
 def test_the_fingerprint_pairs_equal_weights_only():
     torch.manual_seed(0)
-    model = build("vit")
+    model = build("softmax")
     fingerprint = weights_fingerprint(model)
-    assert weights_fingerprint(paired_model(build, "neutreno", 0, reference="vit")) == fingerprint
+    assert weights_fingerprint(paired_model(build, "neutreno", 0, reference="softmax")) == fingerprint
     with torch.no_grad():
         next(model.parameters())[0].view(-1)[0] += 1e-6
     assert weights_fingerprint(model) != fingerprint

@@ -484,7 +484,7 @@ def eigen_example_args(data_dir: Path, output_dir: Path) -> list[str]:
         str(output_dir),
         "--quick",
         "--variants",
-        "vit-",
+        "vit-minus",
         "--fractions",
         "1.0",
         "--corruptions",
@@ -529,11 +529,11 @@ def test_eigen_example_push_to_hub_publishes_each_variant_with_its_card(data_dir
         "README.md",
     } <= set(files)
     metrics = {r.metric_type: r.metric_value for r in uploaded_card(files, tmp_path).data.eval_results}
-    clean = next(r["accuracy"] for r in results["data_efficiency"] if r["variant"] == "vit-")
+    clean = next(r["accuracy"] for r in results["data_efficiency"] if r["variant"] == "vit-minus")
     corrupted = {
         f"accuracy_severity_{r['severity']}": r["accuracy"]
         for r in results["robustness"]
-        if r["variant"] == "vit-" and r["severity"] > 0
+        if r["variant"] == "vit-minus" and r["severity"] > 0
     }
     assert "accuracy_severity_5" in corrupted
     assert metrics == {"accuracy": clean, **corrupted}

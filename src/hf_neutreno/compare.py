@@ -44,7 +44,7 @@ FINE_TUNING = {"epochs": 3, "weight_decay": 0.01, "learning_rate": 5e-5, "coeffi
 def _architecture(variant: str) -> str:
     """What a preset task builds for `variant`: its own attention ("softmax", "neutreno", "vit-minus"), or the
     softmax model with a value path put on it ("value-path")."""
-    return variant if variant in ("softmax", "neutreno", "vit-minus") else "value-path"
+    return "value-path" if VARIANTS[variant].method is not None and variant != "neutreno" else variant
 
 
 @dataclasses.dataclass
@@ -199,7 +199,7 @@ def _checked(settings: CompareSettings, model_task: ModelTask | None) -> Compare
             if _architecture(name) not in task.architectures:  # ViT⁻: image classifiers only
                 which = (
                     f"an image classifier preset {IMAGE_MODELS}"
-                    if name == "vit-minus"
+                    if VARIANTS[name].preset_only
                     else "an image classifier or language-model preset (a Segmenter has two stacks of layers, each of "
                     "which would need its own V_0)"
                 )

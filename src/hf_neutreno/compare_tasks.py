@@ -21,7 +21,7 @@ from .text_data import TEXT_COLUMN, group_into_blocks, token_stream, train_word_
 
 # What a task builds: softmax attention (λ = 0), NeuTRENO (λ > 0), ViT⁻ (image classifiers only), and which can take
 # a value path (`hf_neutreno.apply_value_path` on the softmax model: one stack of layers, so not a Segmenter).
-ARCHITECTURES = ("softmax", "neutreno", "vit-minus", "value-path")
+ARCHITECTURES = ("softmax", "neutreno", "vit-minus", "vit-plus", "value-path")
 SEGMENTATION_MODELS = SEGMENTATION_PRESETS
 IMAGE_MODELS = sorted(set(NeuTRENOViTConfig.presets) - set(SEGMENTATION_MODELS))  # classifiers
 TEXT_MODELS = LANGUAGE_MODEL_PRESETS
@@ -132,9 +132,8 @@ class ImageTask(_ImageTask):
         self._set_splits(dataset, image_transform(self.processing, image_column, label_column))
 
     def build(self, architecture: str) -> torch.nn.Module:
-        # ViT⁻: the poster's eigen-parameterised ViT with W_V W_O = V diag(−ψ²) Vᵀ, no NeuTRENO term
-        variant = {"softmax": "vit", "neutreno": "neutreno", "vit-minus": "vit-"}[architecture]
-        return image_classifier(variant, self.settings.model, self.labels, neutreno_lambda=self.neutreno_lambda)
+        # ViT⁻/ViT⁺: the poster's eigen-parameterised ViT with W_V W_O = V diag(∓ψ²) Vᵀ, no NeuTRENO term
+        return image_classifier(architecture, self.settings.model, self.labels, neutreno_lambda=self.neutreno_lambda)
 
     def trainer_arguments(self) -> dict:
         return dict(data_collator=collate_images, compute_metrics=accuracy_metrics)

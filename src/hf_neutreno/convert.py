@@ -71,7 +71,7 @@ _HEAD_FIELDS = ("id2label", "label2id", "problem_type", "num_labels")
 
 
 def vit_to_neutreno(
-    model_or_path, neutreno_lambda: float = 0.6, task: str = "image-classification", **config_overrides
+    model_or_path, neutreno_lambda: float | None = None, task: str = "image-classification", **config_overrides
 ) -> NeuTRENOViTForImageClassification | NeuTRENOViTForSemanticSegmentation:
     """Convert a `ViTForImageClassification` or `DeiTForImageClassification` (in memory, a folder or a Hub id).
 
@@ -96,11 +96,9 @@ def vit_to_neutreno(
         )
     src_config = source.config
     fields = {name: getattr(src_config, name) for name in _VIT_FIELDS if getattr(src_config, name, None) is not None}
-    fields.update(
-        neutreno_lambda=neutreno_lambda,
-        use_distillation_token=kind.startswith("DeiT"),
-        pooling="cls",
-    )
+    fields.update(use_distillation_token=kind.startswith("DeiT"), pooling="cls")
+    if neutreno_lambda is not None:  # else the NeuTRENO ViT's default
+        fields["neutreno_lambda"] = neutreno_lambda
     fields.update(config_overrides)
     config = NeuTRENOViTConfig(**fields)
     config._attn_implementation = src_config._attn_implementation
@@ -125,7 +123,7 @@ def vit_to_neutreno(
 
 
 def vit_to_segmenter(
-    model_or_path, neutreno_lambda: float = 0.6, **config_overrides
+    model_or_path, neutreno_lambda: float | None = None, **config_overrides
 ) -> NeuTRENOViTForSemanticSegmentation:
     """A NeuTRENO Segmenter whose encoder starts from a pretrained backbone, as Segmenter starts from ImageNet weights.
 
@@ -158,7 +156,8 @@ def vit_to_segmenter(
         fields = {name: getattr(src_config, name) for name in _VIT_FIELDS
                   if name not in _HEAD_FIELDS and getattr(src_config, name, None) is not None}  # fmt: skip
         fields.update(use_distillation_token=kind == "DeiTModel", pooling="cls")
-    fields.update(neutreno_lambda=neutreno_lambda)
+    if neutreno_lambda is not None:  # else the NeuTRENO ViT's default
+        fields["neutreno_lambda"] = neutreno_lambda
     fields.update(config_overrides)
     config = NeuTRENOViTConfig(**fields)
     config._attn_implementation = src_config._attn_implementation
@@ -317,7 +316,7 @@ def _gpt2_source(model_or_path):
     return source
 
 
-def gpt2_config_to_neutreno(gpt2_config, neutreno_lambda: float = 0.4, **config_overrides):
+def gpt2_config_to_neutreno(gpt2_config, neutreno_lambda: float | None = None, **config_overrides):
     """The `NeuTRENOGPTConfig` of the same architecture as a `GPT2Config` (pre-LN, learned positions, tied head)."""
     from .models.configuration_neutreno_gpt import NeuTRENOGPTConfig
 
@@ -347,8 +346,9 @@ def gpt2_config_to_neutreno(gpt2_config, neutreno_lambda: float = 0.4, **config_
         bos_token_id=c.bos_token_id,
         eos_token_id=c.eos_token_id,
         pad_token_id=c.pad_token_id,
-        neutreno_lambda=neutreno_lambda,
     )
+    if neutreno_lambda is not None:  # else the NeuTRENO GPT's default
+        fields["neutreno_lambda"] = neutreno_lambda
     fields.update(config_overrides)
     return NeuTRENOGPTConfig(**fields)
 
@@ -386,7 +386,7 @@ def gpt2_state_dict_to_neutreno(state_dict: dict[str, torch.Tensor], num_layers:
     return target
 
 
-def gpt2_to_neutreno(model_or_path, neutreno_lambda: float = 0.4, **config_overrides):
+def gpt2_to_neutreno(model_or_path, neutreno_lambda: float | None = None, **config_overrides):
     """Convert a `GPT2LMHeadModel` (in memory, a folder or a Hub id) into a `NeuTRENOGPTForCausalLM`.
 
     The result has GPT-2's architecture (pre-LN, learned positions, `gelu_new`, tied head) and every weight;

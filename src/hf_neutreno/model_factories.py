@@ -1,7 +1,7 @@
 """Models from presets: an image classifier of any variant, a language model for a tokenizer, a Segmenter.
 
     from hf_neutreno.model_factories import image_classifier
-    model = image_classifier("vit-", "vit-tiny", labels=names)      # ViT⁻ in the shape of the poster's ViT-Ti
+    model = image_classifier("vit-minus", "vit-tiny", labels=names)   # ViT⁻ in the shape of the poster's ViT-Ti
 
 `hf-neutreno compare`, `benchmarks/reproduce.py` and the example scripts build their models from presets here.
 """
@@ -14,14 +14,11 @@ from .models.configuration_neutreno_vit import NeuTRENOViTConfig
 from .models.modeling_eigen_vit import EigenViTForImageClassification
 from .models.modeling_neutreno_gpt import NeuTRENOGPTForCausalLM
 from .models.modeling_neutreno_vit import NeuTRENOViTForImageClassification, NeuTRENOViTForSemanticSegmentation
+from .variants import VARIANTS
 
-# variant: what it is. "vit" and "neutreno" are NeuTRENO ViTs (λ = 0 and λ > 0), "vit-"/"vit+" EigenViTs.
-IMAGE_VARIANTS = {
-    "vit": "softmax ViT (λ = 0)",
-    "neutreno": "NeuTRENO ViT",
-    "vit-": "ViT⁻ (EigenViT, Λ = −ψ²)",
-    "vit+": "ViT⁺ (EigenViT, Λ = +ψ²)",
-}
+# The variants (`hf_neutreno.variants`) an image classifier preset builds: "softmax" and "neutreno" are NeuTRENO ViTs
+# (λ = 0 and λ > 0), "vit-minus" and "vit-plus" EigenViTs.
+IMAGE_VARIANTS = tuple(name for name, v in VARIANTS.items() if v.method is None or name == "neutreno" or v.preset_only)
 IMAGE_PRESETS = sorted(EigenViTConfig.presets)  # the NeuTRENO ViT's presets and the poster's ViT-Ti
 # A NeuTRENO ViT preset with a decoder is a Segmenter.
 SEGMENTATION_PRESETS = sorted(name for name, fields in NeuTRENOViTConfig.presets.items() if "decoder_type" in fields)
@@ -38,21 +35,25 @@ def image_classifier(
     preset: str,
     labels: list[str],
     *,
-    neutreno_lambda: float = 0.6,
+    neutreno_lambda: float | None = None,
     eigenvalue_range: list[float] | None = None,
     **config,
 ):
     """A classifier of `variant` (`IMAGE_VARIANTS`) in the shape of `preset`, for `labels`; `config` overrides any
-    config field (`num_hidden_layers`, `drop_path_rate`, ...). `eigenvalue_range` is ViT⁻'s; ViT⁺ gets it mirrored."""
+    config field (`num_hidden_layers`, `drop_path_rate`, ...). `neutreno_lambda` (None: the preset's) is NeuTRENO's;
+    `eigenvalue_range` is ViT⁻'s, and ViT⁺ gets it mirrored."""
     if variant not in IMAGE_VARIANTS:
         raise ValueError(f"Unknown image variant {variant!r}; choose from {list(IMAGE_VARIANTS)}.")
     if preset not in EigenViTConfig.presets:
         raise ValueError(f"Unknown image preset {preset!r}; choose from {IMAGE_PRESETS}.")
     fields = {**copy.deepcopy(EigenViTConfig.presets[preset]), **_labels(labels), **config}
-    if variant in ("vit", "neutreno"):
-        lam = neutreno_lambda if variant == "neutreno" else 0.0
-        return NeuTRENOViTForImageClassification(NeuTRENOViTConfig(**fields, neutreno_lambda=lam))
-    sign = "negative" if variant == "vit-" else "positive"
+    if variant in ("softmax", "neutreno"):
+        if variant == "softmax":
+            fields["neutreno_lambda"] = 0.0
+        elif neutreno_lambda is not None:
+            fields["neutreno_lambda"] = neutreno_lambda
+        return NeuTRENOViTForImageClassification(NeuTRENOViTConfig(**fields))
+    sign = "negative" if variant == "vit-minus" else "positive"
     if eigenvalue_range is not None and sign == "positive":
         low, high = eigenvalue_range
         eigenvalue_range = [-high, -low]

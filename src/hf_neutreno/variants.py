@@ -11,8 +11,9 @@ A variant is one of:
   this package's models (``config.neutreno_lambda``) and put on any other transformers model by `apply_value_path`;
 - ``neutreno-learnable``, ``value-residual``, ``value-residual-learnable``: the value paths of `apply_value_path`
   (ResFormer's value residual mixes ``(1 − α) V_ℓ + α V_0``; ``-learnable``: one trainable coefficient per layer);
-- ``vit-minus``: the eigen-parameterised ViT⁻ (Dovonon, Bronstein, Kusner), ``W_V W_proj = V diag(−ψ²) Vᵀ``, which
-  only a preset of this package can build (it is a different parameterisation, not a rule on loaded weights).
+- ``vit-minus``, ``vit-plus``: the eigen-parameterised ViT⁻ and ViT⁺ (Dovonon, Bronstein, Kusner),
+  ``W_V W_proj = V diag(∓ψ²) Vᵀ``, which only an image preset of this package can build (a different
+  parameterisation, not a rule on loaded weights).
 
 The coefficient defaults are `apply_value_path`'s (`hf_neutreno.value_path.DEFAULT_COEFFICIENTS`) for a transformers
 model, and the preset's own λ for this package's presets. A learnable coefficient on a *pretrained* model starts at
@@ -58,6 +59,7 @@ VARIANTS = {
         Variant("value-residual", "value residual, α={coefficient:g}", "value_residual"),
         Variant("value-residual-learnable", "value residual, learnable α from {coefficient:g}", "value_residual", True),
         Variant("vit-minus", "ViT⁻, Λ=−ψ²", preset_only=True),  # the poster's eigen-parameterised ViT
+        Variant("vit-plus", "ViT⁺, Λ=+ψ²", preset_only=True),
     )
 }
 VALUE_PATH_VARIANTS = tuple(name for name, variant in VARIANTS.items() if variant.method is not None)

@@ -37,7 +37,6 @@ def _wikitext103_small() -> dict:
         hidden_dropout=0.1,
         activation_dropout=0.1,
         output_dropout=0.1,
-        neutreno_lambda=0.4,
     )
 
 
@@ -63,7 +62,6 @@ def _gpt2_small() -> dict:
         hidden_dropout=0.1,
         activation_dropout=0.0,
         output_dropout=0.0,
-        neutreno_lambda=0.4,
         bos_token_id=50256,
         eos_token_id=50256,
     )
