@@ -252,3 +252,20 @@ def test_the_summary_names_the_model_the_task_and_the_carved_split(tmp_path, cap
     run = results["variants"]["neutreno-learnable"]["per_seed"][0]
     assert results["variants"]["neutreno-learnable"]["description"] == "NeuTRENO, learnable λ from 0"
     assert len(run["learned_coefficients"]) == 2  # layers 1 and 2 of 3
+
+
+def test_the_kept_cifar10_tables_in_the_docs_are_what_the_committed_results_print():
+    """docs/compare.md shows `format_table` of the committed results of fine-tuning a kept CIFAR-10 ViT through the
+    main command: recomputed here from the saved JSON, whatever CPU runs the test."""
+    from pathlib import Path
+
+    from hf_neutreno.compare_report import format_table
+
+    root = Path(__file__).resolve().parents[1]
+    text = (root / "docs" / "compare.md").read_text(encoding="utf-8")
+    for name in ("fixed", "learnable"):
+        results = json.loads((root / "benchmarks/results/compare-kept-cifar10" / name / "results.json").read_text())
+        assert results["complete"] and results["model"]["pretrained"] and results["model"]["head"] == "kept"
+        assert results["seeds"] == [0, 1, 2] and all(len(v["per_seed"]) == 3 for v in results["variants"].values())
+        shown = text.split(f"<!-- kept-cifar10: {name} -->\n```\n")[1].split("\n```\n<!-- /kept-cifar10")[0]
+        assert shown == format_table(results)

@@ -177,3 +177,26 @@ def test_guide_wikitext_compare_command_runs(data_dir, tmp_path):
     assert proc.returncode == 0, proc.stderr[-4000:]
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     assert results["complete"] and results["metric"] == "perplexity" and results["seeds"] == [0, 1]
+
+
+@pytest.mark.slow
+def test_readme_compare_on_your_model_command_runs_as_written(tmp_path, data_dir):
+    """The README's `compare` on "your model", as written, scaled down in steps and data only: the Hub checkpoint and
+    dataset replaced by local stand-ins of the same kind (DeiT-tiny's shape, the CIFAR-10 mirror)."""
+    from cli_process import run_cli
+
+    (command,) = blocks(README, "console")
+    argv = command.replace("\\\n", " ").split()
+    assert argv[:2] == ["hf-neutreno", "compare"]
+    stand_ins = {"facebook/deit-tiny-patch16-224": str(local_deit_tiny(tmp_path / "deit")),
+                 "uoft-cs/cifar10": str(data_dir / "cifar10")}  # fmt: skip
+    argv = [stand_ins.get(arg, arg) for arg in argv[2:]]
+    scale = ["--max-steps", "2", "--max-train-samples", "32", "--max-eval-samples", "16", "--probe-samples", "8"]
+    proc = run_cli("compare", *argv, *scale, "--output-dir", tmp_path / "out", "--no-progress", timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "(image-classification, fine-tuned from its weights)" in proc.stdout
+    for variant in ("softmax", "neutreno-learnable", "value-residual-learnable"):
+        assert re.search(rf"^{variant} +\d\.\d{{4}} ± \d\.\d{{4}}", proc.stdout, flags=re.M), proc.stdout
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert (tmp_path / "out" / results["best_variant"] / "config.json").is_file()
+    assert "learnable one starts at its coefficient (0: the pretrained function)" in proc.stdout.replace("\n", " ")

@@ -24,7 +24,7 @@ from .compare_output import settings_record, write_json
 from .compare_report import HIGHER_IS_BETTER, format_table, plot
 from .compare_tasks import EVAL_SPLITS, IMAGE_MODELS, SEGMENTATION_MODELS, TEXT_MODELS, ImageTask, task_class, task_for
 from .data import BUILTIN_DIGITS, load_dataset_splits
-from .experiment import pairing_arguments, paired, paired_model, summary, weights_fingerprint
+from .experiment import Run, pairing_arguments, paired, run_paired, summary
 from .model_tasks import TASKS, ModelTask, is_model_reference
 from .value_path import COEFFICIENTS, _is_transformers_class, is_value_path_model
 from .variants import ANY_MODEL_VARIANTS, BASELINE, VARIANTS, build_variant, default_coefficient
@@ -370,33 +370,25 @@ def _coefficient(settings: CompareSettings, task, variant: str) -> float | None:
     return default_coefficient(variant, pretrained=task.pretrained, preset_lambda=preset_lambda)
 
 
-def _build(task, variant: str, seed: int, coefficient: float | None) -> torch.nn.Module:
-    """The model of `variant` for `seed`, paired with the seed's softmax model (same initial weights)."""
-    if isinstance(task, ModelTask):
-        return task.build(variant, seed, coefficient)
+def _builder(settings: CompareSettings, task):
+    """`build(variant)`: the variant's model with this run's coefficient, for `run_paired` to pair."""
 
-    def build(name: str) -> torch.nn.Module:
-        architecture = _architecture(name)
-        model = task.build("softmax" if architecture == "value-path" else architecture)
-        return build_variant(model, name, coefficient) if architecture == "value-path" else model
+    def build(variant: str) -> torch.nn.Module:
+        coefficient = _coefficient(settings, task, variant)
+        if isinstance(task, ModelTask):
+            return task.build(variant, coefficient)
+        architecture = _architecture(variant)
+        if architecture != "value-path":
+            return task.build(architecture)
+        return build_variant(task.build("softmax"), variant, coefficient)
 
-    return paired_model(build, variant, seed, reference=BASELINE)
+    return build
 
 
 def _saveable(model: torch.nn.Module) -> bool:
     """Whether `save_pretrained` writes a model that loads as it trained: a value path is saved only on transformers'
     own classes (this package's models run one in memory)."""
     return not is_value_path_model(model) or _is_transformers_class(type(model)._value_path_base)
-
-
-def _fingerprint(model: torch.nn.Module) -> str:
-    """The initial weights every variant of a seed shares: all of them but a value path's learnable coefficients."""
-    coefficients = model._parameters.pop(COEFFICIENTS, None)
-    try:
-        return weights_fingerprint(model)
-    finally:
-        if coefficients is not None:
-            model._parameters[COEFFICIENTS] = coefficients
 
 
 def _cosine(report) -> tuple[list[int], list[float], int, list[int]]:
@@ -465,92 +457,92 @@ def _compare(settings: CompareSettings, task, folders: OutputFolders) -> dict:
         for variant in variants
         if not any(run["seed"] == seed for run in results["variants"].get(variant, {}).get("per_seed", []))
     )
-    forecast = _Forecast(left) if not settings.no_progress else None
-    for seed in seeds:
-        for variant in variants:
-            finished = results["variants"].get(variant, {}).get("per_seed", [])
-            if any(run["seed"] == seed for run in finished):
-                continue
-            coefficient = _coefficient(settings, task, variant)
-            description = VARIANTS[variant].describe(coefficient)
-            say(f"\n[{variant}, seed {seed}] {description}")
-            # This seed's softmax initial weights, whichever variants ran before: a resumed run trains the same.
-            model = _build(task, variant, seed, coefficient)
-            initial_weights = _fingerprint(model)
-            progress = detailed_progress(settings) and main
-            before = measure_oversmoothing(
-                model, probe, metrics=["cosine_similarity"], progress=progress, model_name=variant
-            )
-            with tempfile.TemporaryDirectory(prefix="hf-neutreno-compare-") as scratch:
-                trainer = _CompareTrainer(
-                    model=model,
-                    train_dataset=task.train,
-                    processing_class=task.processing,
-                    args=_training_arguments(settings, scratch, seed, remove_unused_columns=task.name.endswith("-lm")),
-                    coefficient_learning_rate=settings.coefficient_learning_rate,
-                    **task.trainer_arguments(),
-                )
-                if not settings.verbose:  # one bar per run; Trainer's log dictionaries and evaluation bar: --verbose
-                    trainer.remove_callback(PrinterCallback)
-                    trainer.remove_callback(ProgressCallback)
-                    if not settings.no_progress:
-                        trainer.add_callback(_TrainingBar)
-                if forecast is not None and main:
-                    trainer.add_callback(forecast)
-                    forecast = None  # the first run of this invocation only
-                start = time.perf_counter()
-                train_output = trainer.train()
-                seconds = time.perf_counter() - start
-                score = task.score(trainer)
-            model = trainer.model
-            report = measure_oversmoothing(
-                model, probe, metrics=["cosine_similarity"], progress=progress, model_name=variant
-            )
-            saved = _saveable(model)
-            if seed == seeds[0] and saved and main:
+    forecast = [_Forecast(left)] if not settings.no_progress and main else []  # on the first run of this call
 
-                def save(folder: Path, model=model) -> None:
-                    model.save_pretrained(folder)
-                    task.processing.save_pretrained(folder)
+    def train(run: Run, model: torch.nn.Module, initial_weights: str) -> None:
+        variant, seed = run.variant, run.seed
+        coefficient = _coefficient(settings, task, variant)
+        description = VARIANTS[variant].describe(coefficient)
+        say(f"\n[{variant}, seed {seed}] {description}")
+        progress = detailed_progress(settings) and main
+        before = measure_oversmoothing(
+            model, probe, metrics=["cosine_similarity"], progress=progress, model_name=variant
+        )
+        with tempfile.TemporaryDirectory(prefix="hf-neutreno-compare-") as scratch:
+            trainer = _CompareTrainer(
+                model=model,
+                train_dataset=task.train,
+                processing_class=task.processing,
+                args=_training_arguments(settings, scratch, seed, remove_unused_columns=task.name.endswith("-lm")),
+                coefficient_learning_rate=settings.coefficient_learning_rate,
+                **task.trainer_arguments(),
+            )
+            if not settings.verbose:  # one bar per run; Trainer's log dictionaries and evaluation bar: --verbose
+                trainer.remove_callback(PrinterCallback)
+                trainer.remove_callback(ProgressCallback)
+                if not settings.no_progress:
+                    trainer.add_callback(_TrainingBar)
+            if forecast:
+                trainer.add_callback(forecast.pop())
+            start = time.perf_counter()
+            train_output = trainer.train()
+            seconds = time.perf_counter() - start
+            score = task.score(trainer)
+        model = trainer.model
+        report = measure_oversmoothing(
+            model, probe, metrics=["cosine_similarity"], progress=progress, model_name=variant
+        )
+        saved = _saveable(model)
+        if seed == seeds[0] and saved and main:
 
-                write_complete(work / variant, save)
-            # The last block of the encoder (a Segmenter's decoder blocks follow it in the report)
-            layers, cosine, last_layer, decoder_layers = _cosine(report)
-            results.update(
-                cosine_layers=layers,
-                decoder_layers=decoder_layers,
-                last_layer=last_layer,
-                probe_samples=report.num_samples,
-            )
-            entry = results["variants"].setdefault(
-                variant,
-                {
-                    "description": description,
-                    "model_type": model.config.model_type,
-                    "neutreno_lambda": getattr(model.config, "neutreno_lambda", None),
-                    "parameters": model.num_parameters(),
-                    "model_dir": variant if saved else None,
-                    "value_path": getattr(model.config, "value_path", None),
-                    "per_seed": [],
-                },
-            )
-            run = {
-                "seed": seed,
-                "initial_weights_sha256": initial_weights,  # what pairs the variants of a seed
-                task.metric: score,
-                "last_layer_cosine": cosine[layers.index(last_layer)],
-                "cosine_similarity": cosine,  # per hidden state in `cosine_layers`: 0 = embeddings, ℓ = block ℓ
-                "cosine_similarity_before": _cosine(before)[1],  # the same, before training
-                "train_seconds": seconds,
-                "train_loss": train_output.training_loss,
-                "learning_curve": _learning_curve(trainer),  # training loss, ten points
-            }
-            if is_value_path_model(model) and model.config.value_path["learnable"]:
-                run["learned_coefficients"] = getattr(model, COEFFICIENTS).detach().float().cpu().tolist()
-            entry["per_seed"].append(run)
-            _summarise(results)
-            if main:
-                write_json(work / RESULTS_FILE, results)  # after the model: a recorded run has its model
+            def save(folder: Path, model=model) -> None:
+                model.save_pretrained(folder)
+                task.processing.save_pretrained(folder)
+
+            write_complete(work / variant, save)
+        # The last block of the encoder (a Segmenter's decoder blocks follow it in the report)
+        layers, cosine, last_layer, decoder_layers = _cosine(report)
+        results.update(
+            cosine_layers=layers,
+            decoder_layers=decoder_layers,
+            last_layer=last_layer,
+            probe_samples=report.num_samples,
+        )
+        entry = results["variants"].setdefault(
+            variant,
+            {
+                "description": description,
+                "model_type": model.config.model_type,
+                "neutreno_lambda": getattr(model.config, "neutreno_lambda", None),
+                "parameters": model.num_parameters(),
+                "model_dir": variant if saved else None,
+                "value_path": getattr(model.config, "value_path", None),
+                "per_seed": [],
+            },
+        )
+        run = {
+            "seed": seed,
+            "initial_weights_sha256": initial_weights,  # what pairs the variants of a seed
+            task.metric: score,
+            "last_layer_cosine": cosine[layers.index(last_layer)],
+            "cosine_similarity": cosine,  # per hidden state in `cosine_layers`: 0 = embeddings, ℓ = block ℓ
+            "cosine_similarity_before": _cosine(before)[1],  # the same, before training
+            "train_seconds": seconds,
+            "train_loss": train_output.training_loss,
+            "learning_curve": _learning_curve(trainer),  # training loss, ten points
+        }
+        if is_value_path_model(model) and model.config.value_path["learnable"]:
+            run["learned_coefficients"] = getattr(model, COEFFICIENTS).detach().float().cpu().tolist()
+        entry["per_seed"].append(run)
+        _summarise(results)
+        if main:
+            write_json(work / RESULTS_FILE, results)  # after the model: a recorded run has its model
+
+    def finished(run: Run) -> bool:
+        return any(r["seed"] == run.seed for r in results["variants"].get(run.variant, {}).get("per_seed", []))
+
+    runs = [Run(variant, seed) for seed in seeds for variant in variants]
+    run_paired(runs, _builder(settings, task), train, finished=finished)  # every variant from the seed's softmax
 
     results["best_variant"] = _best(results)
     if main:

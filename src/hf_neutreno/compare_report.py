@@ -92,6 +92,12 @@ def format_table(results: dict) -> str:
         f"cosine similarity of all token pairs after {where}, on the first {results['probe_samples']} "
         f"{_eval_unit(results)}; train time: per seed.",
     ]
+    if results.get("model", {}).get("pretrained"):
+        notes.append(
+            "Every variant fine-tunes the same pretrained weights: a fixed coefficient's Δ includes switching the "
+            "remedy on (which changes what those weights compute); a learnable one starts at its coefficient "
+            "(0: the pretrained function)."
+        )
     lines += [line for note in notes for line in textwrap.wrap(note, width=118)]
     return "\n".join(lines)
 

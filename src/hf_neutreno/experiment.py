@@ -1,8 +1,9 @@
-"""Paired experiments: the variants of one seed start from the same weights and train on the same batches, and their
-results are summarised over seeds as mean ± sample standard deviation with paired differences.
+"""The experiment engine: paired runs. The variants of one seed start from the same weights and train on the same
+batches, and their results are summarised over seeds as mean ± sample standard deviation with paired differences.
 
-`hf-neutreno compare`, `benchmarks/reproduce.py` and `examples/run_eigen_vit.py` all pair their variants this way:
+`hf-neutreno compare`, `examples/run_eigen_vit.py` and `benchmarks/reproduce.py` all pair their variants this way:
 
+    run_paired(runs, build, train, finished=recorded)                      # the one loop over (variant, seed) runs
     model = paired_model(build, "neutreno", seed, reference="softmax")  # softmax's initial weights, λ > 0
     args = TrainingArguments(output_dir, **pairing_arguments(seed), ...)  # the seed's batches, in the seed's order
     summary({0: 0.71, 1: 0.74, 2: 0.69})                                   # mean ± std over the seeds
@@ -12,12 +13,16 @@ A variant's initial weights depend on its seed alone (not on which variants ran 
 later continues with the seeds it has not finished gets the numbers an uninterrupted run gets.
 """
 
+import dataclasses
 import hashlib
 import math
 import statistics
 from collections.abc import Callable, Iterable, Mapping
 
 import torch
+
+from .value_path import COEFFICIENTS
+from .variants import BASELINE
 
 
 def copy_shared_weights(model: torch.nn.Module, reference: torch.nn.Module | Mapping[str, torch.Tensor]) -> None:
@@ -44,16 +49,59 @@ def paired_model(build: Callable[[str], torch.nn.Module], variant: str, seed: in
     return model
 
 
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One run of a paired experiment: `variant` trained from `seed`, with any further coordinates of the plan in
+    `setting` as (name, value) pairs (say, the fraction of the training data: `(("fraction", 0.5),)`)."""
+
+    variant: str
+    seed: int
+    setting: tuple = ()
+
+    def get(self, name: str, default=None):
+        return dict(self.setting).get(name, default)
+
+
+def run_paired(
+    runs: Iterable[Run],
+    build: Callable[[str], torch.nn.Module],
+    train: Callable[[Run, torch.nn.Module, str], None],
+    *,
+    finished: Callable[[Run], bool] = lambda run: False,
+    reference: str = BASELINE,
+) -> list[Run]:
+    """The paired-training loop every experiment of this package runs: for each run in order that is not `finished`
+    (a resumed experiment's recorded runs), the variant's model paired with the seed's `reference`
+    (`paired_model`), then `train(run, model, fingerprint)`, which trains, scores and records it; `fingerprint` is
+    `weights_fingerprint` of the shared initial weights. A run's numbers depend on its variant, seed and setting
+    alone, so an experiment stopped and resumed gives those of an uninterrupted one. Returns the runs trained."""
+    trained = []
+    for run in runs:
+        if finished(run):
+            continue
+        model = paired_model(build, run.variant, run.seed, reference=reference)
+        train(run, model, weights_fingerprint(model, exclude=_OWN_PARAMETERS))
+        trained.append(run)
+    return trained
+
+
+# A variant's own parameters, which its reference has not: a value path's learnable coefficients.
+_OWN_PARAMETERS = (COEFFICIENTS,)
+
+
 def pairing_arguments(seed: int) -> dict:
     """`TrainingArguments` fields that make every variant of a seed see the same batches in the same order (and the
     same dropout and augmentation draws where the models consume them alike)."""
     return {"seed": seed, "data_seed": seed}
 
 
-def weights_fingerprint(model: torch.nn.Module) -> str:
-    """SHA-256 of the model's weights (names and values): equal for two models that start from the same weights."""
+def weights_fingerprint(model: torch.nn.Module, exclude: Iterable[str] = ()) -> str:
+    """SHA-256 of the model's weights (names and values), those named in `exclude` left out: equal for two models
+    that start from the same weights."""
     digest = hashlib.sha256()
     for name, tensor in sorted(model.state_dict().items()):
+        if name in exclude:
+            continue
         digest.update(name.encode())
         digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()
@@ -80,11 +128,13 @@ def paired(variant: Mapping, baseline: Mapping, higher_is_better: bool = True) -
 
 
 __all__ = [
+    "Run",
     "copy_shared_weights",
     "mean_std",
     "paired",
     "paired_model",
     "pairing_arguments",
+    "run_paired",
     "summary",
     "weights_fingerprint",
 ]

@@ -2,13 +2,13 @@
 
     task = model_task(settings)          # checks the model (adaptable? processor?) before any data is loaded
     task.prepare(dataset)                # columns, labels, splits; ValueError naming the flag to set
-    model = task.build("value-residual", seed=0, coefficient=0.5)
+    model = task.build("value-residual", coefficient=0.5)   # `paired_model` seeds it
 
 Tasks (`TASKS`): image classification (image + label), text classification (text, or a text pair, + label), causal
 language modelling (text), masked language modelling (text, a model with an MLM head) and semantic segmentation
 (image + annotation map). A pretrained model is fine-tuned from its weights; its classification head is kept when
-its labels are the dataset's, else a new one is sized to the dataset's labels. Every variant of a seed is loaded
-under that seed (`torch.manual_seed`), so they share the new head's initial weights, then gets its value path.
+its labels are the dataset's, else a new one is sized to the dataset's labels, drawn under the run's seed
+(`hf_neutreno.experiment.paired_model`), so that every variant of a seed starts from the same head.
 """
 
 import math
@@ -484,10 +484,9 @@ class ModelTask:
             model.load_state_dict(head, strict=False)
         return model
 
-    def build(self, variant: str, seed: int, coefficient: float | None) -> torch.nn.Module:
-        """The model of `variant` for `seed`: loaded (or initialised) under `seed`, so that every variant of the seed
-        shares the new head's weights, then given its value path (or, for this package's own models, its λ)."""
-        torch.manual_seed(seed)
+    def build(self, variant: str, coefficient: float | None) -> torch.nn.Module:
+        """The model of `variant`: loaded (or, with --from-scratch, initialised), its new weights drawn from the
+        global generator, then given its value path (or, for this package's own models, its λ)."""
         if variant == "neutreno" and getattr(self, "native_neutreno", False):
             return self._load(coefficient)
         return build_variant(self._load(None), variant, coefficient)
