@@ -37,7 +37,7 @@ from hf_neutreno import recipes
 from hf_neutreno.corruptions import CORRUPTIONS, check_corruption, corruption_accuracy
 from hf_neutreno.data import get_split, image_and_label_columns, load_image_dataset, subset
 from hf_neutreno.diagnostics import spectral_dominance
-from hf_neutreno.experiment import paired_model, pairing_arguments
+from hf_neutreno.experiment import Run, pairing_arguments, run_paired
 from hf_neutreno.hub import HubTrainer, create_repo
 from hf_neutreno.image_transforms import collate_images, image_transform
 from hf_neutreno.metrics import accuracy
@@ -230,100 +230,107 @@ def main(argv=None) -> dict:
 
     save_results()
     largest = max(args.fractions)
-    for variant in args.variants:
-        for fraction in args.fractions:
-            if any(r["variant"] == variant and r["fraction"] == fraction for r in results["data_efficiency"]):
-                continue  # finished before the run was interrupted
-            train = subset(train_full, fraction if fraction < 1 else None, seed=args.seed)
-            # The plain ViT's initial weights of the seed, wherever the shapes coincide: the variants differ by design.
-            model = paired_model(build, variant, args.seed, reference=BASELINE)
-            run_dir = output_dir / f"{variant}_{int(round(fraction * 100))}pct"
-            checkpoint = (
-                resolve_checkpoint(run_dir, LAST_CHECKPOINT)
-                if resume_requested(args.resume_from_checkpoint)
-                and run_dir.is_dir()
-                and any(run_dir.glob("checkpoint-*"))
-                else None
+
+    def train_run(run: Run, model: torch.nn.Module, initial_weights: str) -> None:
+        variant, fraction = run.variant, run.get("fraction")
+        train = subset(train_full, fraction if fraction < 1 else None, seed=args.seed)
+        run_dir = output_dir / f"{variant}_{int(round(fraction * 100))}pct"
+        checkpoint = (
+            resolve_checkpoint(run_dir, LAST_CHECKPOINT)
+            if resume_requested(args.resume_from_checkpoint) and run_dir.is_dir() and any(run_dir.glob("checkpoint-*"))
+            else None
+        )
+        if checkpoint is None:
+            refuse_to_overwrite(run_dir, overwrite_output_dir=True)  # an earlier run's checkpoints
+        training_args = TrainingArguments(
+            output_dir=str(run_dir),
+            num_train_epochs=args.epochs,
+            max_steps=args.max_steps,
+            per_device_train_batch_size=args.batch_size,
+            per_device_eval_batch_size=2 * args.batch_size,
+            learning_rate=args.learning_rate,
+            weight_decay=args.weight_decay,
+            warmup_steps=args.warmup if args.warmup < 1 else int(args.warmup),
+            lr_scheduler_type="cosine",
+            label_smoothing_factor=args.label_smoothing,
+            bf16=args.bf16,
+            logging_steps=max(1, args.max_steps // 10) if args.max_steps > 0 else 50,
+            save_strategy="epoch",
+            save_total_limit=1,  # what --resume-from-checkpoint continues from
+            report_to=[],
+            dataloader_pin_memory=has_accelerator(),  # torch warns about pinning without one
+            remove_unused_columns=False,
+            dataloader_num_workers=args.num_workers,
+            **pairing_arguments(args.seed),
+            hub_model_id=repo_ids.get(variant),
+            hub_private_repo=args.hub_private_repo,
+            hub_token=args.hub_token,  # read by trainer.push_to_hub
+        )
+        trainer = HubTrainer(
+            model=model,
+            args=training_args,
+            train_dataset=train.with_transform(train_transform),
+            data_collator=collate_images,
+            processing_class=processor,
+        )
+        trainer.train(resume_from_checkpoint=checkpoint)
+        if fraction != largest:
+            clean = accuracy(model, processor(test_images, return_tensors="pt")["pixel_values"], test_labels)
+        else:  # the clean accuracy is severity 0 of the robustness evaluation, on the same images
+            by_severity = corruption_accuracy(
+                model, processor, test_images, test_labels, args.corruptions, args.severities, seed=args.seed
             )
-            if checkpoint is None:
-                refuse_to_overwrite(run_dir, overwrite_output_dir=True)  # an earlier run's checkpoints
-            training_args = TrainingArguments(
-                output_dir=str(run_dir),
-                num_train_epochs=args.epochs,
-                max_steps=args.max_steps,
-                per_device_train_batch_size=args.batch_size,
-                per_device_eval_batch_size=2 * args.batch_size,
-                learning_rate=args.learning_rate,
-                weight_decay=args.weight_decay,
-                warmup_steps=args.warmup if args.warmup < 1 else int(args.warmup),
-                lr_scheduler_type="cosine",
-                label_smoothing_factor=args.label_smoothing,
-                bf16=args.bf16,
-                logging_steps=max(1, args.max_steps // 10) if args.max_steps > 0 else 50,
-                save_strategy="epoch",
-                save_total_limit=1,  # what --resume-from-checkpoint continues from
-                report_to=[],
-                dataloader_pin_memory=has_accelerator(),  # torch warns about pinning without one
-                remove_unused_columns=False,
-                dataloader_num_workers=args.num_workers,
-                **pairing_arguments(args.seed),
-                hub_model_id=repo_ids.get(variant),
-                hub_private_repo=args.hub_private_repo,
-                hub_token=args.hub_token,  # read by trainer.push_to_hub
-            )
-            trainer = HubTrainer(
-                model=model,
-                args=training_args,
-                train_dataset=train.with_transform(train_transform),
-                data_collator=collate_images,
-                processing_class=processor,
-            )
-            trainer.train(resume_from_checkpoint=checkpoint)
-            if fraction != largest:
-                clean = accuracy(model, processor(test_images, return_tensors="pt")["pixel_values"], test_labels)
-            else:  # the clean accuracy is severity 0 of the robustness evaluation, on the same images
-                by_severity = corruption_accuracy(
-                    model, processor, test_images, test_labels, args.corruptions, args.severities, seed=args.seed
-                )
-                for severity, per_corruption in by_severity.items():
-                    mean = float(np.mean(list(per_corruption.values())))
-                    results["robustness"].append(
-                        {
-                            "variant": variant,
-                            "severity": int(severity),
-                            "accuracy": mean,
-                            "per_corruption": per_corruption,
-                        }
-                    )
-                    print(f"[{variant}] severity {severity}: mean accuracy {mean:.4f}")
-                clean = (
-                    by_severity["0"]["none"]
-                    if "0" in by_severity
-                    else accuracy(model, processor(test_images, return_tensors="pt")["pixel_values"], test_labels)
-                )
-            print(f"[{variant} {fraction:.0%}] clean test accuracy {clean:.4f}")
-            if fraction == largest:
-                pixel_values = processor(test_images[: args.spectral_samples], return_tensors="pt")["pixel_values"]
-                spectral = spectral_dominance(model.to("cpu").float(), pixel_values)
-                results["spectral"][variant] = spectral.to_dict()["overall"]
-                print(f"[{variant}] dominating eigenvalue on test images:\n{spectral}")
-                if variant in repo_ids:
-                    robustness = {
-                        f"accuracy_severity_{r['severity']}": r["accuracy"]
-                        for r in results["robustness"]
-                        if r["variant"] == variant and r["severity"] > 0
+            for severity, per_corruption in by_severity.items():
+                mean = float(np.mean(list(per_corruption.values())))
+                results["robustness"].append(
+                    {
+                        "variant": variant,
+                        "severity": int(severity),
+                        "accuracy": mean,
+                        "per_corruption": per_corruption,
                     }
-                    trainer.push_to_hub(
-                        dataset=args.dataset,
-                        dataset_config=args.dataset_config,
-                        dataset_split=args.eval_split,
-                        results={"accuracy": clean, **robustness},
-                        training={"training images": len(train), "variant": variant},
-                    )
-            results["data_efficiency"].append({"variant": variant, "fraction": fraction, "accuracy": clean})
-            save_results()  # this run is finished: a resumed run skips it
-            for stale in run_dir.glob("checkpoint-*"):
-                shutil.rmtree(stale)
+                )
+                print(f"[{variant}] severity {severity}: mean accuracy {mean:.4f}")
+            clean = (
+                by_severity["0"]["none"]
+                if "0" in by_severity
+                else accuracy(model, processor(test_images, return_tensors="pt")["pixel_values"], test_labels)
+            )
+        print(f"[{variant} {fraction:.0%}] clean test accuracy {clean:.4f}")
+        if fraction == largest:
+            pixel_values = processor(test_images[: args.spectral_samples], return_tensors="pt")["pixel_values"]
+            spectral = spectral_dominance(model.to("cpu").float(), pixel_values)
+            results["spectral"][variant] = spectral.to_dict()["overall"]
+            print(f"[{variant}] dominating eigenvalue on test images:\n{spectral}")
+            if variant in repo_ids:
+                robustness = {
+                    f"accuracy_severity_{r['severity']}": r["accuracy"]
+                    for r in results["robustness"]
+                    if r["variant"] == variant and r["severity"] > 0
+                }
+                trainer.push_to_hub(
+                    dataset=args.dataset,
+                    dataset_config=args.dataset_config,
+                    dataset_split=args.eval_split,
+                    results={"accuracy": clean, **robustness},
+                    training={"training images": len(train), "variant": variant},
+                )
+        results["data_efficiency"].append(
+            {"variant": variant, "fraction": fraction, "accuracy": clean, "initial_weights_sha256": initial_weights}
+        )
+        save_results()  # this run is finished: a resumed run skips it
+        for stale in run_dir.glob("checkpoint-*"):
+            shutil.rmtree(stale)
+
+    def finished(run: Run) -> bool:  # before the run was interrupted
+        return any(
+            r["variant"] == run.variant and r["fraction"] == run.get("fraction") for r in results["data_efficiency"]
+        )
+
+    # Every variant from the plain ViT's initial weights of the seed, wherever the shapes coincide: the variants
+    # differ by design only.
+    runs = [Run(variant, args.seed, (("fraction", f),)) for variant in args.variants for f in args.fractions]
+    run_paired(runs, build, train_run, finished=finished)
 
     results["complete"] = True
     save_results()
