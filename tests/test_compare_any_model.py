@@ -269,3 +269,29 @@ def test_the_kept_cifar10_tables_in_the_docs_are_what_the_committed_results_prin
         assert results["seeds"] == [0, 1, 2] and all(len(v["per_seed"]) == 3 for v in results["variants"].values())
         shown = text.split(f"<!-- kept-cifar10: {name} -->\n```\n")[1].split("\n```\n<!-- /kept-cifar10")[0]
         assert shown == format_table(results)
+
+
+@pytest.mark.slow
+def test_compare_runs_unchanged_under_torchrun_one_process_writing_and_reporting(tmp_path):
+    """`torchrun --nproc_per_node 2 -m hf_neutreno compare ...` on CPU (gloo): both processes train every run
+    data-parallel, one writes the folder and prints the table once."""
+    import os
+    import subprocess
+    import sys
+
+    from cli_process import SRC
+
+    model, data = save_tiny_bert_classifier(tmp_path / "bert"), write_text_classification_dataset(tmp_path / "data")
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m",
+               "hf_neutreno", "compare", "--model", str(model), "--dataset", str(data), "--variants",
+               "softmax,value-residual", "--seeds", "2", "--max-steps", "3", "--batch-size", "8", "--output-dir",
+               str(tmp_path / "out"), "--no-progress"]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": SRC, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results["complete"] and results["processes"] == 2
+    assert all(len(entry["per_seed"]) == 2 for entry in results["variants"].values())
+    assert proc.stdout.count("Mean ± sample std over 2 seeds") == 1 and proc.stdout.count("[softmax, seed 0]") == 1
+    for seed in (0, 1):
+        assert len({entry["per_seed"][seed]["initial_weights_sha256"] for entry in results["variants"].values()}) == 1

@@ -26,6 +26,7 @@ from .compare_tasks import EVAL_SPLITS, IMAGE_MODELS, SEGMENTATION_MODELS, TEXT_
 from .data import BUILTIN_DIGITS, load_dataset_splits
 from .experiment import Run, pairing_arguments, paired, run_paired, summary
 from .model_tasks import TASKS, ModelTask, is_model_reference
+from .training_scripts import has_accelerator
 from .value_path import COEFFICIENTS, _is_transformers_class, is_value_path_model
 from .variants import ANY_MODEL_VARIANTS, BASELINE, VARIANTS, build_variant, default_coefficient
 
@@ -99,7 +100,7 @@ def run_comparison(settings: CompareSettings) -> dict:
     settings = dataclasses.replace(settings)
     model_task = ModelTask(_checked_common(settings)) if is_model_reference(settings.model) else None
     settings = _checked(settings, model_task)  # the model is checked before any data is loaded
-    folders = OutputFolders(settings, model_dirs=VARIANTS)
+    folders = _output_folders(settings)
     if folders.finished is not None:
         print(f"{settings.output_dir} already holds this comparison, complete: nothing to resume.")
         return folders.finished
@@ -126,6 +127,27 @@ def run_comparison(settings: CompareSettings) -> dict:
         return _compare(settings, task, folders)
     finally:
         torch.set_num_threads(threads)
+
+
+def _output_folders(settings: CompareSettings) -> OutputFolders:
+    """The output folders, checked (and a killed swap finished) by one process: under torchrun or accelerate launch
+    the others get its view of them, or its error."""
+    from accelerate import PartialState
+    from accelerate.utils import broadcast_object_list
+
+    state = PartialState(cpu=not has_accelerator())  # CPU processes join over gloo, as Trainer's `use_cpu`
+    if state.num_processes == 1:
+        return OutputFolders(settings, model_dirs=VARIANTS)
+    view = [None]
+    if state.is_main_process:
+        try:
+            view = [OutputFolders(settings, model_dirs=VARIANTS)]
+        except ValueError as error:
+            view = [error]
+    broadcast_object_list(view)
+    if isinstance(view[0], ValueError):
+        raise view[0]
+    return view[0]
 
 
 def _checked_common(settings: CompareSettings) -> CompareSettings:
@@ -276,7 +298,8 @@ def _training_arguments(settings, output_dir: str, seed: int, remove_unused_colu
         save_strategy="no",
         report_to="none",
         disable_tqdm=settings.no_progress,
-        dataloader_pin_memory=torch.cuda.is_available(),  # pinning helps only a GPU, and warns without one
+        dataloader_pin_memory=has_accelerator(),  # pinning helps only an accelerator, and warns without one
+        use_cpu=not has_accelerator(),  # on a CPU-only machine, lets torchrun's processes train together
         remove_unused_columns=remove_unused_columns,  # image transforms need the raw image columns
     )
 
@@ -441,6 +464,7 @@ def _compare(settings: CompareSettings, task, folders: OutputFolders) -> dict:
         "seeds": seeds,
         "models_from_seed": seeds[0],
         "baseline": BASELINE,
+        "processes": PartialState().num_processes,  # data-parallel processes (torchrun, accelerate launch)
         "variants": {},
     }
     if isinstance(task, ModelTask):

@@ -236,9 +236,12 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         raise  # the CLI exits with 130
-    print()
-    print(format_table(results))
-    _print_usage(Path(settings.output_dir), results)
+    from accelerate import PartialState
+
+    if PartialState().is_main_process:  # under torchrun / accelerate launch, one process reports
+        print()
+        print(format_table(results))
+        _print_usage(Path(settings.output_dir), results)
     return 0
 
 
