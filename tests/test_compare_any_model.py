@@ -295,3 +295,25 @@ def test_compare_runs_unchanged_under_torchrun_one_process_writing_and_reporting
     assert proc.stdout.count("Mean ± sample std over 2 seeds") == 1 and proc.stdout.count("[softmax, seed 0]") == 1
     for seed in (0, 1):
         assert len({entry["per_seed"][seed]["initial_weights_sha256"] for entry in results["variants"].values()}) == 1
+
+
+@pytest.mark.slow
+def test_compare_fine_tunes_a_saved_segmenter_on_a_local_segmentation_set(tmp_path, data_dir):
+    """The segmentation task from the checkpoint's head: a saved NeuTRENO Segmenter at λ = 0 on fashion-scenes (its
+    `id2label.json` names the classes); `neutreno` sets the model's own λ, scored by mean IoU."""
+    from hf_neutreno.model_factories import segmenter
+    from hf_neutreno.segmentation import make_image_processor
+
+    labels = json.loads((data_dir / "fashion-scenes" / "id2label.json").read_text())
+    model = segmenter("segmenter-micro", [labels[str(i)] for i in range(len(labels))], neutreno_lambda=0.0)
+    model.save_pretrained(tmp_path / "seg")
+    make_image_processor(model.config).save_pretrained(tmp_path / "seg")
+    code = cli.main(["compare", "--model", str(tmp_path / "seg"), "--dataset", str(data_dir / "fashion-scenes"),
+                     "--variants", "softmax,neutreno", "--seeds", "1", "--max-steps", "2", "--max-train-samples",
+                     "32", "--max-eval-samples", "8", "--batch-size", "8", "--output-dir", str(tmp_path / "out"),
+                     "--no-progress"])  # fmt: skip
+    assert code == 0
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results["task"] == "semantic-segmentation" and results["metric"] == "mean_iou"
+    assert results["variants"]["neutreno"]["neutreno_lambda"] == 0.4 and results["decoder_layers"]
+    assert 0 <= results["variants"]["neutreno"]["per_seed"][0]["mean_iou"] <= 1

@@ -85,7 +85,8 @@ def format_table(results: dict) -> str:
         "Variants: "
         + "; ".join(f"{name}: {entry['description']}" for name, entry in results["variants"].items())
         + ".",
-        f"Mean ± sample std over {len(seeds)} seeds ({', '.join(map(str, seeds))}); Δ: the paired difference from "
+        f"Mean ± sample std over {len(seeds)} {'seed' if len(seeds) == 1 else 'seeds'} "
+        f"({', '.join(map(str, seeds))}); Δ: the paired difference from "
         f"{results['baseline']} (same seed), mean ± std; wins: seeds where the variant is better ({better} {title}, "
         "lower cosine).",
         f"{title.capitalize() if metric != 'mean_iou' else title} on {_scored(results)}; last-layer cosine: mean "
