@@ -43,7 +43,7 @@ FINE_TUNING = {"epochs": 3, "weight_decay": 0.01, "learning_rate": 5e-5, "coeffi
 
 
 def _architecture(variant: str) -> str:
-    """What a preset task builds for `variant`: its own attention ("softmax", "neutreno", "vit-minus"), or the
+    """What a preset task builds for `variant`: its own attention (softmax, NeuTRENO, ViT⁻, ViT⁺), or the
     softmax model with a value path put on it ("value-path")."""
     return "value-path" if VARIANTS[variant].method is not None and variant != "neutreno" else variant
 
@@ -364,6 +364,9 @@ def _summarise(results: dict) -> None:
             "min": [min(layer) for layer in layers],
             "max": [max(layer) for layer in layers],
         }
+        before = [run["cosine_similarity_before"] for run in runs if "cosine_similarity_before" in run]
+        if before:  # the same probe before training: what fine-tuning (or training from scratch) changed
+            entry["cosine_similarity_before"] = {"mean": [statistics.fmean(layer) for layer in zip(*before)]}
         entry["train_seconds"] = statistics.fmean(run["train_seconds"] for run in runs)
         base = variants[BASELINE]
         if name != BASELINE and set(entry[metric]["per_seed"]) & set(base[metric]["per_seed"]):

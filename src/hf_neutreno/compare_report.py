@@ -31,6 +31,10 @@ def plot(path: Path, results: dict, title: str) -> None:
         cosine = entry["cosine_similarity"]
         cosine_axes.plot(layers, cosine["mean"], color=color, marker="o", markersize=3, label=variant)
         cosine_axes.fill_between(layers, cosine["min"], cosine["max"], color=color, alpha=0.2, linewidth=0)
+        if "cosine_similarity_before" in entry:  # before training, dashed
+            cosine_axes.plot(
+                layers, entry["cosine_similarity_before"]["mean"], color=color, linestyle="--", linewidth=0.8
+            )
     if results["decoder_layers"]:
         first = results["decoder_layers"][0]
         cosine_axes.axvline(first - 0.5, color="grey", linestyle=":", linewidth=1)
@@ -38,7 +42,10 @@ def plot(path: Path, results: dict, title: str) -> None:
             first - 0.4, 0.02, "decoder", transform=cosine_axes.get_xaxis_transform(), color="grey", fontsize="small"
         )
     loss_axes.set(title="training loss, one line per seed", xlabel="step")
-    cosine_axes.set(title="token cosine similarity (mean; band: seed range)", xlabel="layer (0 = embeddings)")
+    cosine_axes.set(
+        title="token cosine similarity (mean; band: seed range; dashed: before training)",
+        xlabel="layer (0 = embeddings)",
+    )
     for axes in (loss_axes, cosine_axes):
         axes.grid(alpha=0.3)
         axes.legend(fontsize="small")

@@ -13,7 +13,8 @@ from .data import LABELS_FILE, image_and_label_columns, is_local_path, label_nam
 from .image_transforms import collate_images, image_transform
 from .lm_eval import block_eval
 from .metrics import accuracy_metrics
-from .model_factories import LANGUAGE_MODEL_PRESETS, SEGMENTATION_PRESETS, image_classifier, language_model, segmenter
+from .model_factories import IMAGE_VARIANTS, LANGUAGE_MODEL_PRESETS, SEGMENTATION_PRESETS, image_classifier
+from .model_factories import language_model, segmenter
 from .models.configuration_neutreno_gpt import NeuTRENOGPTConfig
 from .models.configuration_neutreno_vit import NeuTRENOViTConfig
 from .segmentation import MeanIoU, make_image_processor
@@ -21,7 +22,7 @@ from .text_data import TEXT_COLUMN, group_into_blocks, token_stream, train_word_
 
 # What a task builds: softmax attention (λ = 0), NeuTRENO (λ > 0), ViT⁻ (image classifiers only), and which can take
 # a value path (`hf_neutreno.apply_value_path` on the softmax model: one stack of layers, so not a Segmenter).
-ARCHITECTURES = ("softmax", "neutreno", "vit-minus", "vit-plus", "value-path")
+ARCHITECTURES = (*IMAGE_VARIANTS, "value-path")
 SEGMENTATION_MODELS = SEGMENTATION_PRESETS
 IMAGE_MODELS = sorted(set(NeuTRENOViTConfig.presets) - set(SEGMENTATION_MODELS))  # classifiers
 TEXT_MODELS = LANGUAGE_MODEL_PRESETS

@@ -20,6 +20,7 @@ from datasets import ClassLabel, Features
 from transformers import AutoConfig, DataCollatorForLanguageModeling, DataCollatorWithPadding, Trainer
 from transformers.models.auto import modeling_auto
 
+from .compare_tasks import ANNOTATION_COLUMN, EVAL_SPLITS
 from .data import LABELS_FILE, is_local_path, read_id2label, subset
 from .image_transforms import collate_images, image_transform
 from .lm_eval import block_eval
@@ -55,10 +56,8 @@ TEXT_PAIRS = (
 )
 TEXT_NAMES = ("text", "sentence", "content", "document", "review")
 LABEL_NAMES = ("label", "labels", "class", "target")
-ANNOTATION_COLUMN = "annotation"
 HELD_OUT_FRACTION, HELD_OUT_SEED = 0.1, 0  # an evaluation split carved from train when the dataset has none
 MLM_PROBABILITY, MLM_EVAL_SEED = 0.15, 0  # BERT's masking; the evaluation masks are drawn once, for every variant
-EVAL_SPLITS = ("test", "validation")
 DEFAULT_MAX_LENGTH = 128  # tokens per example or block, unless the model's positions are fewer
 
 
