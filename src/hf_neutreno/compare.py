@@ -31,7 +31,7 @@ from .value_path import COEFFICIENTS, _is_transformers_class, is_value_path_mode
 from .variants import ANY_MODEL_VARIANTS, BASELINE, VARIANTS, build_variant, default_coefficient
 
 # results["task"] -> the Auto classes that load a variant's model and its image processor or tokenizer
-LOADERS = {task: classes[:2] for task, classes in TASKS.items()}
+LOADERS = {name: (task.auto_class, task.processing_class) for name, task in TASKS.items()}
 
 # Training defaults: a preset trains from scratch; a transformers model is fine-tuned from its weights, with the
 # settings usual for a ~100M-parameter model (BERT's and ViT's fine-tuning recipes: a small learning rate, light weight

@@ -30,14 +30,6 @@ from .text_data import group_into_blocks, token_stream
 from .value_path import _check_adaptable, _refuse_built_in_term
 from .variants import VARIANTS, build_variant
 
-# task: (the Auto class that loads its model, the Auto class of its processing, the metric, what the model is)
-TASKS = {
-    "image-classification": ("AutoModelForImageClassification", "AutoImageProcessor", "accuracy"),
-    "text-classification": ("AutoModelForSequenceClassification", "AutoTokenizer", "accuracy"),
-    "causal-lm": ("AutoModelForCausalLM", "AutoTokenizer", "perplexity"),
-    "masked-lm": ("AutoModelForMaskedLM", "AutoTokenizer", "perplexity"),
-    "semantic-segmentation": ("AutoModelForSemanticSegmentation", "AutoImageProcessor", "mean_iou"),
-}
 # The head a checkpoint's `architectures` entry names -> its task (a base model takes the task from the data).
 HEAD_SUFFIXES = {
     "ForCausalLM": "causal-lm",
@@ -125,7 +117,7 @@ class ModelTask:
         paths = [name for name in wanted if not (self.native_neutreno and name == "neutreno")]
         if not paths:
             return
-        auto_class = getattr(transformers, TASKS[self.task][0] if self.task else "AutoModel")
+        auto_class = getattr(transformers, TASKS[self.task].auto_class if self.task else "AutoModel")
         try:
             with torch.device("meta"):
                 model = auto_class.from_config(self.config)
@@ -160,10 +152,12 @@ class ModelTask:
             self._check_adaptable()
         self.name = self.task
         self.length = self._max_length()
-        self.auto_class, self.processing_class, self.metric = TASKS[self.task]
+        self.kind_of_task = TASKS[self.task]
+        self.auto_class, self.processing_class = self.kind_of_task.auto_class, self.kind_of_task.processing_class
+        self.metric = self.kind_of_task.metric
         self.processing = self._load_processing()
         self.train, self.eval, self.eval_split = self._splits(dataset)
-        getattr(self, "_prepare_" + self.task.replace("-", "_"))()
+        self.kind_of_task.prepare(self)
 
     def _max_length(self) -> int:
         """--max-length, or `DEFAULT_MAX_LENGTH` capped at the model's positions; more than those raises."""
@@ -295,29 +289,6 @@ class ModelTask:
                         f"column {column!r}. Remove them (`dataset.filter(...)`) or choose another --text-column."
                     )
 
-    def _prepare_text_classification(self) -> None:
-        columns = self._text_columns()
-        self._refuse_empty_text(columns)
-        self._labels()
-        tokenizer, label = self.processing, self.label_column
-
-        def encode(batch):
-            encoded = tokenizer(*(batch[c] for c in columns), truncation=True, max_length=self.length)
-            encoded["labels"] = batch[label]
-            return encoded
-
-        remove = self.train.column_names
-        self.train = self.train.map(encode, batched=True, remove_columns=remove, desc="Tokenizing")
-        self.eval = self.eval.map(encode, batched=True, remove_columns=remove, desc="Tokenizing")
-        self.collator = DataCollatorWithPadding(tokenizer)
-        self.text_columns = columns
-        self.sizes = {"train_examples": len(self.train), "eval_examples": len(self.eval), "max_length": self.length}
-        pair = " + ".join(columns)
-        self.summary_data = (
-            f"{len(self.train)} train / {len(self.eval)} {self.eval_split} examples of {pair}, "
-            f"{len(self.labels)} classes, at most {self.length} tokens"
-        )
-
     def _lm_text(self) -> str:
         columns = self._text_columns()
         if len(columns) != 1:
@@ -328,83 +299,9 @@ class ModelTask:
                 raise ValueError(f"--dataset {self.settings.dataset!r}: every row of {split}'s {column!r} is empty.")
         return column
 
-    def _prepare_causal_lm(self) -> None:
-        column = self._lm_text()
-        # Rows are concatenated into one stream and cut into blocks: an empty row adds no tokens (as WikiText's
-        # paragraph breaks), so nothing is dropped.
-        self.train = group_into_blocks(self.train, self.processing, self.length, text_column=column)
-        self.stream = token_stream(self.eval, self.processing, text_column=column)
-        if self.stream.numel() < self.length:
-            raise ValueError(
-                f"The {self.eval_split} text of --dataset {self.settings.dataset!r} has {self.stream.numel()} tokens, "
-                f"fewer than one block of --max-length {self.length}."
-            )
-        self.collator = DataCollatorForLanguageModeling(self.processing, mlm=False)
-        self.sizes = {"train_blocks": len(self.train), "block_size": self.length, "eval_tokens": self.stream.numel()}
-        self.summary_data = (
-            f"{len(self.train)} train blocks of {self.length} tokens, {self.stream.numel()} {self.eval_split} tokens"
-        )
-
-    def _prepare_masked_lm(self) -> None:
-        column = self._lm_text()
-        if self.processing.mask_token is None:
-            raise ValueError(f"--task masked-lm: the tokenizer of {self.source!r} has no mask token.")
-        self.train = group_into_blocks(self.train, self.processing, self.length, text_column=column)
-        blocks = group_into_blocks(self.eval, self.processing, self.length, text_column=column)
-        if len(blocks) == 0:
-            raise ValueError(f"The {self.eval_split} text is shorter than one block of --max-length {self.length}.")
-        self.collator = DataCollatorForLanguageModeling(self.processing, mlm=True, mlm_probability=MLM_PROBABILITY)
-        with torch.random.fork_rng(devices=[]):  # one draw of masks, the same for every variant and seed
-            torch.manual_seed(MLM_EVAL_SEED)
-            masked = self.collator([{"input_ids": ids} for ids in blocks["input_ids"]])
-        self.eval = [{"input_ids": ids, "labels": labels} for ids, labels in zip(masked["input_ids"], masked["labels"])]
-        self.sizes = {"train_blocks": len(self.train), "block_size": self.length, "eval_blocks": len(self.eval)}
-        self.summary_data = (
-            f"{len(self.train)} train blocks of {self.length} tokens, {len(self.eval)} {self.eval_split} blocks with "
-            f"{MLM_PROBABILITY:.0%} of tokens masked (seed {MLM_EVAL_SEED})"
-        )
-
     def _image_column(self) -> str:
         images = [name for name, f in self.train.features.items() if type(f).__name__ == "Image"]
         return self._column("image-column", self.settings.image_column, images, self.train, "image")
-
-    def _prepare_image_classification(self) -> None:
-        image_column = self._image_column()
-        self._labels()
-        transform = image_transform(self.processing, image_column, self.label_column)
-        self.train.set_transform(transform)
-        self.eval.set_transform(transform)
-        self.collator = collate_images
-        self.sizes = {"train_images": len(self.train), "eval_images": len(self.eval)}
-        self.summary_data = (
-            f"{len(self.train)} train / {len(self.eval)} {self.eval_split} images, {len(self.labels)} classes"
-        )
-
-    def _prepare_semantic_segmentation(self) -> None:
-        image_column = self._image_column()
-        self.labels = self._segmentation_labels()
-        processing = self.processing
-
-        def transform(batch: dict) -> dict:
-            encoded = processing(
-                images=[image.convert("RGB") for image in batch[image_column]],
-                segmentation_maps=list(batch[ANNOTATION_COLUMN]),
-                return_tensors="pt",
-            )
-            return {"pixel_values": encoded["pixel_values"], "labels": encoded["labels"]}
-
-        if ANNOTATION_COLUMN not in self.train.column_names:
-            raise ValueError(
-                f"--task semantic-segmentation needs an `{ANNOTATION_COLUMN}` label-map column; --dataset "
-                f"{self.settings.dataset!r} has {_columns_of(self.train)}."
-            )
-        self.train.set_transform(transform)
-        self.eval.set_transform(transform)
-        self.collator = collate_images
-        self.sizes = {"train_images": len(self.train), "eval_images": len(self.eval)}
-        self.summary_data = (
-            f"{len(self.train)} train / {len(self.eval)} {self.eval_split} images, {len(self.labels)} classes"
-        )
 
     def _segmentation_labels(self) -> list[str]:
         if is_local_path(self.settings.dataset) and (Path(self.settings.dataset) / LABELS_FILE).is_file():
@@ -434,7 +331,7 @@ class ModelTask:
         return not self.settings.from_scratch
 
     def _label_fields(self) -> dict:
-        if self.task not in ("image-classification", "text-classification", "semantic-segmentation"):
+        if not self.kind_of_task.labelled:
             return {}
         id2label = dict(enumerate(self.labels))
         return {
@@ -499,34 +396,11 @@ class ModelTask:
         return arguments
 
     def score(self, trainer: Trainer) -> float:
-        if self.task == "causal-lm":
-            progress = self.settings.verbose and not self.settings.no_progress
-            return block_eval(trainer.model, self.stream, self.length, self.settings.batch_size, progress).perplexity
-        if self.task == "masked-lm":
-            return math.exp(trainer.evaluate(self.eval)["eval_loss"])
-        if self.task == "semantic-segmentation":
-            return _mean_iou(trainer.model, self.eval, self.settings.batch_size)
-        return float(trainer.evaluate(self.eval)["eval_accuracy"])
+        return self.kind_of_task.score(self, trainer)
 
     def probe_batches(self) -> list[dict]:
-        count, size = self.settings.probe_samples, self.settings.batch_size
-        if self.task == "causal-lm":
-            blocks = min(count, self.stream.numel() // self.length)
-            ids = self.stream[: blocks * self.length].view(blocks, self.length)
-            return [{"input_ids": batch} for batch in ids.split(size)]
-        rows = [self.eval[i] for i in range(min(count, len(self.eval)))]
-        if self.task in ("image-classification", "semantic-segmentation"):
-            return [
-                {"pixel_values": collate_images(rows[i : i + size])["pixel_values"]} for i in range(0, len(rows), size)
-            ]
-        batches = []
-        for start in range(0, len(rows), size):
-            chunk = [
-                {k: v for k, v in row.items() if k in ("input_ids", "attention_mask")}
-                for row in rows[start : start + size]
-            ]
-            batches.append(dict(DataCollatorWithPadding(self.processing)(chunk)))
-        return batches
+        """The first --probe-samples evaluation inputs, in batches: what the token cosine is measured on."""
+        return self.kind_of_task.probe_batches(self)
 
     def record(self) -> dict:
         """What results.json keeps of the model and the data: enough to rerun it."""
@@ -541,6 +415,203 @@ class ModelTask:
             "splits": self.split_rows,
             "eval_split_from": "the dataset" if self.eval_split in EVAL_SPLITS else "train",
         }
+
+
+# --- the tasks: data, model head, metric ------------------------------------------------------------------------
+
+
+class _Task:
+    """What one task does with a `ModelTask`'s splits: `prepare` turns them into model inputs (and sets `collator`,
+    `sizes`, `summary_data`), `score` scores a trained model, `probe_batches` gives the inputs the token cosine is
+    measured on. `auto_class` loads the model with its head, `processing_class` its tokenizer or image processor;
+    `labelled`: the head is sized to the dataset's labels."""
+
+    name = auto_class = processing_class = metric = ""
+    labelled = False
+
+    @staticmethod
+    def probe_batches(task) -> list[dict]:
+        rows = [task.eval[i] for i in range(min(task.settings.probe_samples, len(task.eval)))]
+        size = task.settings.batch_size
+        return [{"pixel_values": collate_images(rows[i : i + size])["pixel_values"]} for i in range(0, len(rows), size)]
+
+
+class ImageClassification(_Task):
+    name, auto_class, processing_class, metric = (
+        "image-classification", "AutoModelForImageClassification", "AutoImageProcessor", "accuracy"
+    )  # fmt: skip
+    labelled = True
+
+    @staticmethod
+    def prepare(task) -> None:
+        image_column = task._image_column()
+        task._labels()
+        transform = image_transform(task.processing, image_column, task.label_column)
+        task.train.set_transform(transform)
+        task.eval.set_transform(transform)
+        task.collator = collate_images
+        task.sizes = {"train_images": len(task.train), "eval_images": len(task.eval)}
+        task.summary_data = (
+            f"{len(task.train)} train / {len(task.eval)} {task.eval_split} images, {len(task.labels)} classes"
+        )
+
+    @staticmethod
+    def score(task, trainer: Trainer) -> float:
+        return float(trainer.evaluate(task.eval)["eval_accuracy"])
+
+
+class TextClassification(_Task):
+    name, auto_class, processing_class, metric = (
+        "text-classification", "AutoModelForSequenceClassification", "AutoTokenizer", "accuracy"
+    )  # fmt: skip
+    labelled = True
+
+    @staticmethod
+    def prepare(task) -> None:
+        columns = task._text_columns()
+        task._refuse_empty_text(columns)
+        task._labels()
+        tokenizer, label, length = task.processing, task.label_column, task.length
+
+        def encode(batch):
+            encoded = tokenizer(*(batch[c] for c in columns), truncation=True, max_length=length)
+            encoded["labels"] = batch[label]
+            return encoded
+
+        remove = task.train.column_names
+        task.train = task.train.map(encode, batched=True, remove_columns=remove, desc="Tokenizing")
+        task.eval = task.eval.map(encode, batched=True, remove_columns=remove, desc="Tokenizing")
+        task.collator = DataCollatorWithPadding(tokenizer)
+        task.sizes = {"train_examples": len(task.train), "eval_examples": len(task.eval), "max_length": length}
+        task.summary_data = (
+            f"{len(task.train)} train / {len(task.eval)} {task.eval_split} examples of {' + '.join(columns)}, "
+            f"{len(task.labels)} classes, at most {length} tokens"
+        )
+
+    score = ImageClassification.score
+
+    @staticmethod
+    def probe_batches(task) -> list[dict]:
+        rows = [task.eval[i] for i in range(min(task.settings.probe_samples, len(task.eval)))]
+        pad, size = DataCollatorWithPadding(task.processing), task.settings.batch_size
+        keep = ("input_ids", "attention_mask")  # the padding mask: the cosine leaves padding out
+        return [
+            dict(pad([{k: v for k, v in row.items() if k in keep} for row in rows[start : start + size]]))
+            for start in range(0, len(rows), size)
+        ]
+
+
+class CausalLM(_Task):
+    name, auto_class, processing_class, metric = "causal-lm", "AutoModelForCausalLM", "AutoTokenizer", "perplexity"
+
+    @staticmethod
+    def prepare(task) -> None:
+        column, length = task._lm_text(), task.length
+        # Rows are concatenated into one stream and cut into blocks: an empty row adds no tokens (as WikiText's
+        # paragraph breaks), so nothing is dropped.
+        task.train = group_into_blocks(task.train, task.processing, length, text_column=column)
+        task.stream = token_stream(task.eval, task.processing, text_column=column)
+        if task.stream.numel() < length:
+            raise ValueError(
+                f"The {task.eval_split} text of --dataset {task.settings.dataset!r} has {task.stream.numel()} "
+                f"tokens, fewer than one block of --max-length {length}."
+            )
+        task.collator = DataCollatorForLanguageModeling(task.processing, mlm=False)
+        task.sizes = {"train_blocks": len(task.train), "block_size": length, "eval_tokens": task.stream.numel()}
+        task.summary_data = (
+            f"{len(task.train)} train blocks of {length} tokens, {task.stream.numel()} {task.eval_split} tokens"
+        )
+
+    @staticmethod
+    def score(task, trainer: Trainer) -> float:
+        progress = task.settings.verbose and not task.settings.no_progress  # the training bar is the run's one bar
+        return block_eval(trainer.model, task.stream, task.length, task.settings.batch_size, progress).perplexity
+
+    @staticmethod
+    def probe_batches(task) -> list[dict]:
+        blocks = min(task.settings.probe_samples, task.stream.numel() // task.length)
+        ids = task.stream[: blocks * task.length].view(blocks, task.length)
+        return [{"input_ids": batch} for batch in ids.split(task.settings.batch_size)]
+
+
+class MaskedLM(_Task):
+    name, auto_class, processing_class, metric = "masked-lm", "AutoModelForMaskedLM", "AutoTokenizer", "perplexity"
+
+    @staticmethod
+    def prepare(task) -> None:
+        column, length = task._lm_text(), task.length
+        if task.processing.mask_token is None:
+            raise ValueError(f"--task masked-lm: the tokenizer of {task.source!r} has no mask token.")
+        task.train = group_into_blocks(task.train, task.processing, length, text_column=column)
+        blocks = group_into_blocks(task.eval, task.processing, length, text_column=column)
+        if len(blocks) == 0:
+            raise ValueError(f"The {task.eval_split} text is shorter than one block of --max-length {length}.")
+        task.collator = DataCollatorForLanguageModeling(task.processing, mlm=True, mlm_probability=MLM_PROBABILITY)
+        with torch.random.fork_rng(devices=[]):  # one draw of masks, the same for every variant and seed
+            torch.manual_seed(MLM_EVAL_SEED)
+            masked = task.collator([{"input_ids": ids} for ids in blocks["input_ids"]])
+        task.eval = [{"input_ids": ids, "labels": labels} for ids, labels in zip(masked["input_ids"], masked["labels"])]
+        task.sizes = {"train_blocks": len(task.train), "block_size": length, "eval_blocks": len(task.eval)}
+        task.summary_data = (
+            f"{len(task.train)} train blocks of {length} tokens, {len(task.eval)} {task.eval_split} blocks with "
+            f"{MLM_PROBABILITY:.0%} of tokens masked (seed {MLM_EVAL_SEED})"
+        )
+
+    @staticmethod
+    def score(task, trainer: Trainer) -> float:
+        return math.exp(trainer.evaluate(task.eval)["eval_loss"])
+
+    @staticmethod
+    def probe_batches(task) -> list[dict]:
+        rows = task.eval[: task.settings.probe_samples]
+        size = task.settings.batch_size
+        return [
+            {"input_ids": torch.stack([row["input_ids"] for row in rows[i : i + size]])}
+            for i in range(0, len(rows), size)
+        ]
+
+
+class SemanticSegmentation(_Task):
+    name, auto_class, processing_class, metric = (
+        "semantic-segmentation", "AutoModelForSemanticSegmentation", "AutoImageProcessor", "mean_iou"
+    )  # fmt: skip
+    labelled = True
+
+    @staticmethod
+    def prepare(task) -> None:
+        if ANNOTATION_COLUMN not in task.train.column_names:
+            raise ValueError(
+                f"--task semantic-segmentation needs an `{ANNOTATION_COLUMN}` label-map column; --dataset "
+                f"{task.settings.dataset!r} has {_columns_of(task.train)}."
+            )
+        image_column = task._image_column()
+        task.labels = task._segmentation_labels()
+        processing = task.processing
+
+        def transform(batch: dict) -> dict:
+            encoded = processing(
+                images=[image.convert("RGB") for image in batch[image_column]],
+                segmentation_maps=list(batch[ANNOTATION_COLUMN]),
+                return_tensors="pt",
+            )
+            return {"pixel_values": encoded["pixel_values"], "labels": encoded["labels"]}
+
+        task.train.set_transform(transform)
+        task.eval.set_transform(transform)
+        task.collator = collate_images
+        task.sizes = {"train_images": len(task.train), "eval_images": len(task.eval)}
+        task.summary_data = (
+            f"{len(task.train)} train / {len(task.eval)} {task.eval_split} images, {len(task.labels)} classes"
+        )
+
+    @staticmethod
+    def score(task, trainer: Trainer) -> float:
+        return _mean_iou(trainer.model, task.eval, task.settings.batch_size)
+
+
+TASKS = {
+    task.name: task for task in (ImageClassification, TextClassification, CausalLM, MaskedLM, SemanticSegmentation)
+}
 
 
 def _mean_iou(model, evaluation, batch_size: int) -> float:
@@ -570,4 +641,15 @@ def _columns(dataset) -> dict[str, str]:
     return _columns_of(dataset["train"])
 
 
-__all__ = ["TASKS", "ModelTask", "is_model_reference", "task_of_architecture", "task_of_columns"]
+__all__ = [
+    "TASKS",
+    "CausalLM",
+    "ImageClassification",
+    "MaskedLM",
+    "ModelTask",
+    "SemanticSegmentation",
+    "TextClassification",
+    "is_model_reference",
+    "task_of_architecture",
+    "task_of_columns",
+]
