@@ -1,19 +1,28 @@
 r"""Train attention variants side by side on the same data and budget, paired over several seeds; compare them.
 
     hf-neutreno compare                                  # vit-micro on digits, 3 paired seeds, offline, a few minutes
+    hf-neutreno compare --model google-bert/bert-base-uncased --dataset stanfordnlp/sst2 \
+        --variants softmax,neutreno-learnable,value-residual-learnable     # your model, fine-tuned from its weights
+    hf-neutreno compare --model path/to/saved-model --dataset path/to/data --task causal-lm --bf16
     hf-neutreno compare --variants softmax,neutreno,vit-minus    # also ViT⁻ (EigenViT, negative spectrum)
-    hf-neutreno compare --variants softmax,neutreno,value-residual,value-residual-learnable
     hf-neutreno compare --dataset uoft-cs/cifar10 --model vit-tiny --epochs 1 --max-train-samples 5000
     hf-neutreno compare --dataset Salesforce/wikitext --dataset-config wikitext-2-v1 --model gpt-micro \
         --max-steps 300 --max-eval-samples 200
     hf-neutreno compare --model segmenter-micro --dataset path/to/segmentation-parquet --max-steps 300
 
+--model is a transformers model (a Hub id or a saved folder with its tokenizer or image processor), fine-tuned from
+its weights, or a preset of this package, trained from scratch. For a transformers model the task comes from its
+head, else from the dataset's columns (--task overrides): image or text classification, causal or masked language
+modelling, semantic segmentation; its variants are the model as loaded (softmax) and the value paths put on the same
+weights, whose learnable coefficients start at 0 (the pretrained function) with their own learning rate. The
+fine-tuning defaults (learning rate 5e-5, weight decay 0.01, 3 epochs) and the rest are in docs/compare.md.
+
 Variants (--variants, comma-separated): `softmax` (softmax attention, λ = 0: the baseline, always trained),
-`neutreno` (λ = --neutreno-lambda), for image classifier presets `vit-minus` (the eigen-parameterised ViT⁻ of the
-same shape), and for image classifier and language-model presets the value paths of `hf_neutreno.apply_value_path`
-put on the softmax model: `value-residual` (ResFormer, α = --value-residual-alpha), `value-residual-learnable` and
-`neutreno-learnable` (one trainable coefficient per layer, from α or λ); their models are trained and scored but not
-saved (this package's models adapted with a value path run in memory only). They train once per seed (--seeds of
+`neutreno` (λ = --neutreno-lambda), for image classifier presets `vit-minus` and `vit-plus` (the eigen-parameterised
+ViT⁻ and ViT⁺ of the same shape), and for image classifier and language-model presets the value paths of
+`hf_neutreno.apply_value_path` put on the softmax model: `value-residual` (ResFormer, α = --value-residual-alpha),
+`value-residual-learnable` and `neutreno-learnable` (one trainable coefficient per layer, from α or λ); their models
+are trained and scored but not saved (this package's models adapted with a value path run in memory only). They train once per seed (--seeds of
 them: --seed, --seed + 1, ...), paired: within a seed each starts from the same initial weights (softmax's, wherever
 the shapes coincide), sees the same batches in the same order and trains for the same budget with `Trainer`. Each is
 then scored on the test split (else validation): accuracy for an image classifier preset, perplexity for a language-
@@ -29,10 +38,10 @@ not guessed. scene_parse_150 (ADE20K) itself: 0 = "other", ignored, and 1-150 ar
 Prints one row per variant: the score and the last-layer cosine as mean ± sample std over the seeds, each with its
 paired difference from softmax (mean ± std over seeds) and the seeds where the variant is better ("wins"), and the
 training time per seed. Writes to --output-dir: `results.json` (every number of every seed, learning curves, the
-summaries), `comparison.png` (training loss of every seed; cosine per layer, mean and seed range) and one folder per
-variant with the model of the FIRST seed and its image processor or tokenizer, which
-`AutoModelForImageClassification` / `AutoModelForSemanticSegmentation` / `AutoModelForCausalLM.from_pretrained(folder,
-trust_remote_code=True)` loads without this package.
+summaries), `comparison.png` (training loss of every seed; cosine per layer, mean and seed range, and before
+training) and one folder per saved variant with the model of the FIRST seed and its image processor or tokenizer,
+which `AutoModelFor<Task>.from_pretrained(folder, trust_remote_code=True)` loads without this package;
+`best_variant` in results.json names the one with the best mean score.
 
 Nothing finished is lost. The run in progress is written to `<output-dir>.incomplete` (results.json rewritten after
 each finished run, each model folder complete or absent) and replaces --output-dir only when it is complete, so an
