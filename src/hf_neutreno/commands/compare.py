@@ -23,13 +23,13 @@ ViT⁻ and ViT⁺ of the same shape), and for image classifier and language-mode
 `hf_neutreno.apply_value_path` put on the softmax model: `value-residual` (ResFormer, α = --value-residual-alpha),
 `value-residual-learnable` and `neutreno-learnable` (one trainable coefficient per layer, from α or λ); their models
 are trained and scored but not saved (this package's models adapted with a value path run in memory only). They
-train once per seed (--seeds of them: --seed, --seed + 1, ...), paired: within a seed each starts from the same initial weights (softmax's, wherever
-the shapes coincide), sees the same batches in the same order and trains for the same budget with `Trainer`. Each is
-then scored on the test split (else validation): accuracy for an image classifier preset, perplexity for a language-
-model preset (non-overlapping blocks of the context length, `hf_neutreno.lm_eval`), mean IoU for a Segmenter preset
-(`segmenter-*`; on the validation split, else test, resized to the preset's image size). The mean pairwise token
-cosine similarity of every layer is measured on one probe set for all variants: the first --probe-samples evaluation
-samples.
+train once per seed (--seeds of them: --seed, --seed + 1, ...), paired: within a seed each starts from the same
+initial weights (softmax's, wherever the shapes coincide), sees the same batches in the same order and trains for
+the same budget with `Trainer`. Each is then scored on the test split (else validation): accuracy for an image
+classifier preset, perplexity for a language- model preset (non-overlapping blocks of the context length,
+`hf_neutreno.lm_eval`), mean IoU for a Segmenter preset (`segmenter-*`; on the validation split, else test, resized
+to the preset's image size). The mean pairwise token cosine similarity of every layer is measured on one probe set
+for all variants: the first --probe-samples evaluation samples.
 
 Segmentation data has scene_parse_150's columns, `image` and `annotation` (a label map). A local folder must name
 its classes in an `id2label.json`, as the label maps number them (fashion-scenes: 0 = background); the classes are
