@@ -683,7 +683,11 @@ def _saved_model(folder: Path) -> Path:
 @pytest.mark.parametrize(
     "case, options, expected",
     [
-        ("unknown model", ["--model", "vit-huge"], ["--model", "vit-huge", "a preset", "vit-micro", "Hub model id"]),
+        (
+            "unknown model",
+            ["--model", "vit-huge"],
+            ["--model", "vit-huge", "a preset", "vit-micro", "Hub model id", "could not be loaded"],
+        ),
         (
             "unknown dataset",
             ["--dataset", "no-such-dataset-xyz"],

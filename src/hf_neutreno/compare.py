@@ -98,7 +98,7 @@ def run_comparison(settings: CompareSettings) -> dict:
     `ValueError` naming the flag. torch's thread count is restored afterwards.
     """
     settings = dataclasses.replace(settings)
-    model_task = ModelTask(_checked_common(settings)) if is_model_reference(settings.model) else None
+    model_task = None if settings.model in ALL_PRESETS else _model_task(_checked_common(settings))
     settings = _checked(settings, model_task)  # the model is checked before any data is loaded
     folders = _output_folders(settings)
     if folders.finished is not None:
@@ -127,6 +127,16 @@ def run_comparison(settings: CompareSettings) -> dict:
         return _compare(settings, task, folders)
     finally:
         torch.set_num_threads(threads)
+
+
+def _model_task(settings: CompareSettings) -> ModelTask:
+    """The transformers model `--model` names (`gpt2`, `owner/name`, a folder), checked before any data is loaded."""
+    try:
+        return ModelTask(settings)
+    except ValueError as error:
+        if is_model_reference(settings.model):  # a folder or owner/name: the message says what is wrong with it
+            raise
+        raise ValueError(f"{error} This package's presets: {ALL_PRESETS}.") from None
 
 
 def _output_folders(settings: CompareSettings) -> OutputFolders:
@@ -206,11 +216,6 @@ def _checked(settings: CompareSettings, model_task: ModelTask | None) -> Compare
     """`settings` with the defaults that depend on the model filled in; ValueError naming the flag on bad input."""
     settings = _checked_common(settings)
     if model_task is None:
-        if settings.model not in ALL_PRESETS:
-            raise ValueError(
-                f"--model {settings.model!r}: a preset {ALL_PRESETS}, a local folder of a saved transformers model, "
-                "or a Hub model id (owner/name)."
-            )
         for flag in ("task", "text_column", "label_column", "image_column", "max_length"):
             if getattr(settings, flag) is not None:
                 raise ValueError(

@@ -102,7 +102,7 @@ class ModelTask:
         except Exception as error:  # noqa: BLE001 - not found, offline, a model type this transformers lacks
             raise ValueError(
                 f"--model {settings.model!r} could not be loaded ({type(error).__name__}: {str(error).strip()[:300]}). "
-                "It must be a preset, a local folder of a saved transformers model, or a Hub model id."
+                "It must be a preset, a local folder of a saved transformers model, or a Hub model id (owner/name)."
             ) from None
         self.task = settings.task or task_of_architecture(self.config)
         self._check_adaptable()
