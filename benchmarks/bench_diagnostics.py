@@ -31,7 +31,6 @@ from pathlib import Path
 import torch
 
 from common import CLOCKS, DTYPES, machine, report
-
 from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTModel
 from hf_neutreno.diagnostics import DEFAULT_METRICS, HIDDEN_STATE_METRICS, METRICS, measure_oversmoothing
 

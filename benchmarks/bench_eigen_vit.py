@@ -21,14 +21,12 @@ from transformers import ViTConfig, ViTForImageClassification
 
 from bench_vit import make_step
 from common import add_common_arguments, interleaved_medians, machine, report, setup
-
 from hf_neutreno import (
     EigenViTConfig,
     EigenViTForImageClassification,
     NeuTRENOViTConfig,
     NeuTRENOViTForImageClassification,
 )
-
 
 EXPORTED = "EigenViT (ViT⁻) → to_neutreno_vit()"
 

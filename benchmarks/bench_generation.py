@@ -19,7 +19,6 @@ from transformers import GPT2Config, GPT2LMHeadModel
 from transformers.cache_utils import DynamicCache
 
 from common import add_common_arguments, autocast, interleaved_medians, machine, report, setup
-
 from hf_neutreno import apply_value_path
 from hf_neutreno.convert import gpt2_to_neutreno
 

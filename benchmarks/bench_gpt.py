@@ -28,7 +28,6 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from common import add_common_arguments, autocast, machine, report, setup, side_by_side, train_step
-
 from hf_neutreno import NeuTRENOGPTConfig, NeuTRENOGPTForCausalLM
 from hf_neutreno.convert import gpt2_to_neutreno
 

@@ -18,7 +18,6 @@ import argparse
 import torch
 
 from common import add_common_arguments, machine, report, setup, side_by_side, train_step
-
 from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForSemanticSegmentation
 
 LAMBDAS = {"plain": 0.0, "neutreno": 0.6}

@@ -29,7 +29,6 @@ from common import (
     setup,
     train_step,
 )
-
 from hf_neutreno import apply_value_path
 
 # label -> apply_value_path arguments (None: the model as built)

@@ -25,7 +25,6 @@ from common import (
     side_by_side,
     train_step,
 )
-
 from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForImageClassification
 
 LABELS = {"native": "native", "neutreno": "NeuTRENO"}

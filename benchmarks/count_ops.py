@@ -25,11 +25,10 @@ from collections.abc import Callable
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import GPT2Config, GPT2LMHeadModel, ViTConfig, ViTForImageClassification
+from transformers import __version__ as transformers_version
 from transformers.cache_utils import DynamicCache
 
 from common import report
-from transformers import __version__ as transformers_version
-
 from hf_neutreno import (
     EigenViTConfig,
     EigenViTForImageClassification,

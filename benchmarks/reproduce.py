@@ -57,8 +57,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_model, save_model
 from transformers import TrainerCallback
-import reproduce_report as report  # benchmarks/, beside this script
 
+import reproduce_report as report  # benchmarks/, beside this script
 from hf_neutreno import NeuTRENOGPTConfig, NeuTRENOViTConfig, apply_value_path, recipes
 from hf_neutreno.experiment import paired_model
 from hf_neutreno.image_transforms import collate_images, image_transform

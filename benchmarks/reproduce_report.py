@@ -18,9 +18,8 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 
 import reproduce_figures as figures
-from reproduce_claims import CLAIMS, EXPERIMENTS, LM_MODELS, METHODS, PARENT_MODELS
-
 from hf_neutreno.experiment import mean_std, paired, summary
+from reproduce_claims import CLAIMS, EXPERIMENTS, LM_MODELS, METHODS, PARENT_MODELS
 
 BENCHMARKS = Path(__file__).resolve().parent / "results"  # the speed benchmarks' JSON (the opening table's costs)
 SWEEP = "sweep-neutreno-lambda"  # the λ sweep's series: SWEEP + λ

@@ -39,6 +39,7 @@ from hf_neutreno.convert import gpt2_to_neutreno
 from hf_neutreno.hub import HubTrainer, prepare_trainer_push
 from hf_neutreno.lm_eval import PROTOCOLS, evaluate_lm
 from hf_neutreno.model_factories import language_model
+from hf_neutreno.text_data import group_into_blocks, load_wikitext, token_stream, train_word_tokenizer
 from hf_neutreno.training_scripts import (
     checkpoint_to_resume,
     parse_config_overrides,
@@ -46,7 +47,6 @@ from hf_neutreno.training_scripts import (
     script_parser,
     train_metrics,
 )
-from hf_neutreno.text_data import group_into_blocks, load_wikitext, token_stream, train_word_tokenizer
 
 logger = logging.getLogger(__name__)
 

@@ -42,8 +42,6 @@ from hf_neutreno.hub import HubTrainer, create_repo
 from hf_neutreno.image_transforms import collate_images, image_transform
 from hf_neutreno.metrics import accuracy
 from hf_neutreno.model_factories import IMAGE_PRESETS, image_classifier
-from hf_neutreno.variants import BASELINE
-from hf_neutreno.variants import VARIANTS as ALL_VARIANTS
 from hf_neutreno.training_scripts import (
     LAST_CHECKPOINT,
     has_accelerator,
@@ -52,6 +50,8 @@ from hf_neutreno.training_scripts import (
     resume_requested,
     run_script,
 )
+from hf_neutreno.variants import BASELINE
+from hf_neutreno.variants import VARIANTS as ALL_VARIANTS
 
 # The baseline and the poster's two eigen-parameterised ViTs (`hf_neutreno.variants`): softmax, vit-minus, vit-plus.
 VARIANTS = tuple(name for name, variant in ALL_VARIANTS.items() if variant.preset_only or name == BASELINE)

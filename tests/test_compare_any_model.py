@@ -12,6 +12,9 @@ import statistics
 import pytest
 import torch
 import transformers
+
+from hf_neutreno import cli
+from hf_neutreno.value_path import apply_value_path
 from tiny_models import (
     save_tiny_bert_classifier,
     save_tiny_llama,
@@ -20,9 +23,6 @@ from tiny_models import (
     write_text_classification_dataset,
     write_text_dataset,
 )
-
-from hf_neutreno import cli
-from hf_neutreno.value_path import apply_value_path
 
 CASES = {
     # model, its dataset, the task compare must find, the metric

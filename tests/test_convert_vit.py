@@ -19,6 +19,7 @@ from transformers import (
 )
 from transformers.testing_utils import CaptureLogger
 
+from fresh_process import run_fresh
 from hf_neutreno import (
     EigenViTConfig,
     EigenViTForImageClassification,
@@ -29,8 +30,6 @@ from hf_neutreno import (
     convert,
 )
 from hf_neutreno.convert import neutreno_to_vit, vit_to_neutreno
-
-from fresh_process import run_fresh
 from tiny_models import TINY_VIT
 
 SHAPE = dict(TINY_VIT, num_labels=5)

@@ -20,8 +20,10 @@ from transformers import (
 )
 
 import hf_neutreno
+from cli_process import one_line_error, run_cli
 from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForImageClassification, NeuTRENOViTModel
 from hf_neutreno.cli import main
+from hf_neutreno.commands import diagnose as diagnose_cli
 from hf_neutreno.diagnostics import (
     DEFAULT_METRICS,
     OversmoothingReport,
@@ -29,9 +31,6 @@ from hf_neutreno.diagnostics import (
     measure_oversmoothing,
     plot_attention_maps,
 )
-from hf_neutreno.commands import diagnose as diagnose_cli
-
-from cli_process import one_line_error, run_cli
 from tiny_models import TINY_VIT
 
 TINY = dict(TINY_VIT, image_size=32, patch_size=8)

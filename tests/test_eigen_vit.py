@@ -13,6 +13,7 @@ import torch
 from huggingface_hub.errors import StrictDataclassError
 
 import hf_neutreno
+from fresh_process import make_local_hub_cache, run_fresh
 from hf_neutreno import (
     EigenViTAttention,
     EigenViTConfig,
@@ -22,8 +23,6 @@ from hf_neutreno import (
     NeuTRENOViTForImageClassification,
 )
 from hf_neutreno.models.modeling_neutreno_vit import NeuTRENOViTAttention
-
-from fresh_process import make_local_hub_cache, run_fresh
 from tiny_models import TINY_VIT, assert_checkpointing_keeps_the_gradients
 
 TINY = dict(TINY_VIT, num_hidden_layers=2, num_attention_heads=2, num_labels=3)

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from examples_loader import EXAMPLES, load_example
 from tiny_models import local_deit_tiny
 

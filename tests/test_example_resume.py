@@ -9,9 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from examples_loader import load_example
 from safetensors.torch import load_file
 
+from examples_loader import load_example
 from hf_neutreno.training_scripts import whole_run_training_loss
 
 TINY = [

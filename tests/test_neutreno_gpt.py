@@ -7,20 +7,19 @@ from pathlib import Path
 
 import pytest
 import torch
+from huggingface_hub.errors import StrictDataclassError
 from torch import nn
 from torch.nn import functional as F
-from huggingface_hub.errors import StrictDataclassError
 from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
 from transformers.cache_utils import DynamicCache
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
+from examples_loader import load_example
+from fresh_process import make_local_hub_cache, run_fresh
 from hf_neutreno import NeuTRENOGPTAdaptiveLogSoftmax, NeuTRENOGPTConfig, NeuTRENOGPTForCausalLM, NeuTRENOGPTModel
 from hf_neutreno.convert import gpt2_to_neutreno
 from hf_neutreno.lm_eval import block_eval, blocks, evaluate_lm, sliding_window_eval, sliding_windows
 from hf_neutreno.text_data import group_into_blocks, load_wikitext, token_stream, train_word_tokenizer
-
-from examples_loader import load_example
-from fresh_process import make_local_hub_cache, run_fresh
 from tiny_models import TINY_NEUTRENO_GPT, assert_checkpointing_keeps_the_gradients, assert_the_term_changes_the_output
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -4,12 +4,10 @@ import math
 
 import pytest
 import torch
+from huggingface_hub.errors import StrictDataclassError
 from transformers import ViTConfig, ViTForImageClassification
 
-from huggingface_hub.errors import StrictDataclassError
-
 from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForImageClassification, NeuTRENOViTModel
-
 from tiny_models import TINY_VIT, assert_checkpointing_keeps_the_gradients, assert_the_term_changes_the_output
 
 TINY = dict(TINY_VIT, num_hidden_layers=4, num_labels=3)

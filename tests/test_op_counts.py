@@ -10,8 +10,16 @@ import torch
 from torch.nn import functional as F
 
 import count_ops
-from count_ops import GENERATION, INFERENCE, TRAINING, OperationCounter, count, generation_step, inference_step
-from count_ops import training_step
+from count_ops import (
+    GENERATION,
+    INFERENCE,
+    TRAINING,
+    OperationCounter,
+    count,
+    generation_step,
+    inference_step,
+    training_step,
+)
 
 
 def test_the_counter_counts_kernels_and_skips_views():

@@ -12,8 +12,8 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import AutoModelForCausalLM, AutoModelForImageClassification, ViTImageProcessorPil
 
 from hf_neutreno import NeuTRENOGPTConfig, NeuTRENOGPTForCausalLM, NeuTRENOViTConfig, NeuTRENOViTForImageClassification
-from hf_neutreno.text_data import load_wikitext, token_stream, train_word_tokenizer
 from hf_neutreno.image_transforms import image_transform
+from hf_neutreno.text_data import load_wikitext, token_stream, train_word_tokenizer
 
 
 @dataclass

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 import reproduce_figures as figures
 import reproduce_page as page
 

@@ -6,6 +6,7 @@ import json
 import math
 
 import pytest
+
 import reproduce_claims as claims_data
 import reproduce_page as page
 import reproduce_report as report

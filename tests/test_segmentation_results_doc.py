@@ -6,6 +6,7 @@ import shlex
 from pathlib import Path
 
 import pytest
+
 from examples_loader import load_example
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "segmentation-results.md"

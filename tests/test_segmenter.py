@@ -9,9 +9,9 @@ import sys
 import numpy as np
 import pytest
 import torch
+from huggingface_hub.errors import StrictDataclassError
 from PIL import Image
 from torch.nn import functional as F
-from huggingface_hub.errors import StrictDataclassError
 from transformers import AutoModelForSemanticSegmentation, Trainer, TrainingArguments, ViTConfig, ViTModel
 
 from fresh_process import run_fresh

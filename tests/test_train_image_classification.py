@@ -1,6 +1,7 @@
 """`examples/run_image_classification.py` trains on the real Fashion-MNIST with Trainer."""
 
 import pytest
+
 from examples_loader import load_example
 
 CHANCE = 0.1  # 10 balanced classes

@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
-from examples_loader import EXAMPLES, load_example
 from huggingface_hub.errors import StrictDataclassError
-from tiny_models import TINY_NEUTRENO_GPT, TINY_VIT
 
 import hf_neutreno
+from examples_loader import EXAMPLES, load_example
 from hf_neutreno import cli
+from tiny_models import TINY_NEUTRENO_GPT, TINY_VIT
 
 VIT = dict(TINY_VIT, num_attention_heads=2, num_labels=3)
 GPT = dict(TINY_NEUTRENO_GPT, num_hidden_layers=3)

@@ -19,12 +19,21 @@ from pathlib import Path
 import torch
 from transformers import PrinterCallback, ProgressCallback, Trainer, TrainerCallback, TrainingArguments
 
-from .compare_output import COMMAND, FORMAT_VERSION, PLOT_FILE, RESULTS_FILE, OutputFolders, no_nan, write_complete
-from .compare_output import settings_record, write_json
+from .compare_output import (
+    COMMAND,
+    FORMAT_VERSION,
+    PLOT_FILE,
+    RESULTS_FILE,
+    OutputFolders,
+    no_nan,
+    settings_record,
+    write_complete,
+    write_json,
+)
 from .compare_report import HIGHER_IS_BETTER, format_table, plot
 from .compare_tasks import EVAL_SPLITS, IMAGE_MODELS, SEGMENTATION_MODELS, TEXT_MODELS, ImageTask, task_class, task_for
 from .data import BUILTIN_DIGITS, load_dataset_splits
-from .experiment import Run, pairing_arguments, paired, run_paired, summary
+from .experiment import Run, paired, pairing_arguments, run_paired, summary
 from .model_tasks import TASKS, ModelTask, is_model_reference
 from .training_scripts import has_accelerator
 from .value_path import COEFFICIENTS, _is_transformers_class, is_value_path_model

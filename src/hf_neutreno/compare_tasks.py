@@ -13,8 +13,14 @@ from .data import LABELS_FILE, image_and_label_columns, is_local_path, label_nam
 from .image_transforms import collate_images, image_transform
 from .lm_eval import block_eval
 from .metrics import accuracy_metrics
-from .model_factories import IMAGE_VARIANTS, LANGUAGE_MODEL_PRESETS, SEGMENTATION_PRESETS, image_classifier
-from .model_factories import language_model, segmenter
+from .model_factories import (
+    IMAGE_VARIANTS,
+    LANGUAGE_MODEL_PRESETS,
+    SEGMENTATION_PRESETS,
+    image_classifier,
+    language_model,
+    segmenter,
+)
 from .models.configuration_neutreno_gpt import NeuTRENOGPTConfig
 from .models.configuration_neutreno_vit import NeuTRENOViTConfig
 from .segmentation import MeanIoU, make_image_processor

@@ -239,8 +239,14 @@ def neutreno_to_vit(model) -> PreTrainedModel:
     raise `ValueError`. Stochastic depth (`drop_path_rate`) acts only in training and the native ViT has none: it is
     dropped, with a warning.
     """
-    from transformers import DeiTConfig, DeiTForImageClassification, DeiTModel, ViTConfig, ViTForImageClassification
-    from transformers import ViTModel
+    from transformers import (
+        DeiTConfig,
+        DeiTForImageClassification,
+        DeiTModel,
+        ViTConfig,
+        ViTForImageClassification,
+        ViTModel,
+    )
 
     if hasattr(model, "to_neutreno_vit"):  # an EigenViT: its eigen layers become plain v_proj / o_proj
         model = model.to_neutreno_vit()

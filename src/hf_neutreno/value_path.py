@@ -15,7 +15,7 @@ How it works: every transformers 5 model calls attention through ``ALL_ATTENTION
 registers one more implementation, ``"value_path-<inner>"`` (with `AttentionInterface.register` and the inner's mask
 function with `AttentionMaskInterface.register`), that wraps the model's own backend (``<inner>``: eager, sdpa,
 flex_attention or any registered function), numbers the self-attention layers, and adds a forward pre-hook that hands
-every call of the model a fresh dict in which layer 0 leaves its values for the later layers. The dict lives exactly
+every call of the model a fresh context object in which layer 0 leaves its values for the later layers. It lives exactly
 as long as the forward pass (and the gradient-checkpointing recompute that belongs to it), so caches, gradient
 checkpointing, DDP and several adapted models in one process need no other state.
 
@@ -26,6 +26,7 @@ where this package is not installed. This file imports only torch and transforme
 """
 
 import copy
+import dataclasses
 import inspect
 import math
 import numbers
@@ -57,7 +58,7 @@ METHODS = ("neutreno", "value_residual")
 DEFAULT_COEFFICIENTS = {"neutreno": 0.4, "value_residual": 0.5}
 
 ATTENTION_PREFIX = "value_path-"  # registered implementation names: "value_path-sdpa", "value_path-eager", ...
-CONTEXT_KWARG = "value_path_context"  # the per-call dict, handed down to every attention call as a keyword argument
+CONTEXT_KWARG = "value_path_context"  # the per-call `_ForwardContext`, handed to every attention call as a keyword
 LAYER_ATTRIBUTE = "value_path_layer"  # on each adapted self-attention module: its layer number, 0 = the first
 COEFFICIENTS = "value_path_coefficients"  # learnable: one scalar per adapted layer, a parameter of the adapted model
 CLASS_PREFIX = "ValuePath"
@@ -342,19 +343,19 @@ class _ValuePathAttention:
                 "model did not hand its keyword arguments down to its attention, or the layer was called outside "
                 "the adapted model's forward."
             )
-        if context["grad_enabled"] and not torch.is_grad_enabled():
+        if context.grad_enabled and not torch.is_grad_enabled():
             raise RuntimeError(
                 "Gradient checkpointing with use_reentrant=True runs layer 0 without gradients, so V_0 would lose "
                 "the gradient it gets from later layers. Enable it with use_reentrant=False, transformers' default: "
                 "`model.activation_checkpointing_enable()` (Trainer: leave `activation_checkpointing_kwargs` unset)."
             )
         if layer == 0:
-            context["first_values"] = value
+            context.first_values = value
             return attention(module, query, key, value, attention_mask, *args, **kwargs)
-        position = context["layers"].get(layer)
+        position = context.layers.get(layer)
         if position is None:
             return attention(module, query, key, value, attention_mask, *args, **kwargs)
-        first = context["first_values"]
+        first = context.first_values
         if first is None:
             raise RuntimeError(f"Value-path layer {layer} ran before layer 0 in this forward pass.")
         if first.shape != value.shape:
@@ -362,7 +363,7 @@ class _ValuePathAttention:
                 f"Layer {layer}'s values have shape {tuple(value.shape)} but layer 0's {tuple(first.shape)}: a value "
                 "path needs the same key/value heads, head size and cached length in every layer."
             )
-        coefficient = context["coefficient"]
+        coefficient = context.coefficient
         if isinstance(coefficient, tuple):
             coefficient = coefficient[position].to(value.dtype)
         # What the inner backend keeps for its backward pass and the rule's own tensors overlap: a learnable α keeps
@@ -370,17 +371,17 @@ class _ValuePathAttention:
         # with the NeuTRENO term, beside the backend's output without it. The backend's copy is then recomputed
         # from the others in the backward pass instead of being kept (O(N·d); _SavedForBackward).
         learnable = isinstance(coefficient, torch.Tensor)
-        recompute = context["recompute_saved"] and not torch.compiler.is_compiling()  # compiled: traces no hooks
-        saved = _SavedForBackward() if recompute and (context["method"] == "neutreno" or learnable) else None
-        if context["method"] == "value_residual" and context["mix_in_cache"] and not torch.is_grad_enabled():
+        recompute = context.recompute_saved and not torch.compiler.is_compiling()  # compiled: traces no hooks
+        saved = _SavedForBackward() if recompute and (context.method == "neutreno" or learnable) else None
+        if context.method == "value_residual" and context.mix_in_cache and not torch.is_grad_enabled():
             # Generation: the mix is token-wise, so the KV cache can hold mixed values. Mix only the current tokens'
             # rows, in the cache's own tensor (which `value` is), and the past rows are already mixed: O(d) per new
             # token and layer instead of a pass over the whole cache.
-            start, length = context["past"], query.shape[-2]
+            start, length = context.past, query.shape[-2]
             rows = value.narrow(-2, start, length)
             rows.lerp_(first.narrow(-2, start, length), coefficient)
             return attention(module, query, key, value, attention_mask, *args, **kwargs)
-        if context["method"] == "value_residual":
+        if context.method == "value_residual":
             # (1 − α) V_ℓ + α V_0, exactly V_ℓ at α = 0
             mixed = _Lerp.apply(value, first, coefficient) if learnable else torch.lerp(value, first, coefficient)
             if saved is None:
@@ -397,7 +398,7 @@ class _ValuePathAttention:
                 output, *rest = attention(module, query, key, value, attention_mask, *args, **kwargs)
         # The term is token-wise: the current queries' rows, which sit after the `past` cached ones (a static cache
         # hands over its whole buffer, a dynamic one exactly past + queries rows).
-        start, length = context["past"], query.shape[-2]
+        start, length = context.past, query.shape[-2]
         if start + length > value.shape[-2]:
             raise RuntimeError(
                 f"Layer {layer}: {length} queries after {start} cached tokens, but only {value.shape[-2]} values."
@@ -556,17 +557,30 @@ def _begin_forward(model, settings, module, args, kwargs):
         cache = kwargs.get("past_key_values")
     if cache is None:
         cache = next((arg for arg in args if isinstance(arg, Cache)), None)
-    kwargs[CONTEXT_KWARG] = {
-        "method": settings["method"],
-        "coefficient": _forward_coefficients(model, settings),
-        "layers": {layer: position for position, layer in enumerate(settings["layers"])},
-        "past": int(cache.get_seq_length()) if cache is not None else 0,
-        "mix_in_cache": _returns_its_storage(cache),
-        "grad_enabled": torch.is_grad_enabled(),
-        "recompute_saved": _recompute_saved(model),
-        "first_values": None,
-    }
+    kwargs[CONTEXT_KWARG] = _ForwardContext(
+        method=settings["method"],
+        coefficient=_forward_coefficients(model, settings),
+        layers={layer: position for position, layer in enumerate(settings["layers"])},
+        past=int(cache.get_seq_length()) if cache is not None else 0,
+        mix_in_cache=_returns_its_storage(cache),
+        grad_enabled=torch.is_grad_enabled(),
+        recompute_saved=_recompute_saved(model),
+    )
     return args, kwargs
+
+
+@dataclasses.dataclass
+class _ForwardContext:
+    """What one forward pass of an adapted model hands to each of its attention layers (as `CONTEXT_KWARG`)."""
+
+    method: str  # "neutreno" or "value_residual"
+    coefficient: float | tuple  # the fixed one, or one tensor per adapted layer (`_forward_coefficients`)
+    layers: dict  # adapted layer -> its position among the coefficients
+    past: int  # tokens in the KV cache before this call's
+    mix_in_cache: bool  # the cache returns its own storage: generation mixes the new values there
+    grad_enabled: bool  # at the call (gradient checkpointing's recompute must match it)
+    recompute_saved: bool  # may swap the backend's saved tensors for a recipe (`_recompute_saved`)
+    first_values: torch.Tensor | None = None  # V_0, left by layer 0 for the later layers
 
 
 # KV-cache layers whose `update` returns the tensors they store (so values mixed in place stay mixed for the next

@@ -16,8 +16,8 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from ..lm_eval import PROTOCOLS, evaluate_lm
-from . import check_model_folder, check_output_file
 from ..text_data import load_wikitext, token_stream  # importing hf_neutreno registered the NeuTRENO classes
+from . import check_model_folder, check_output_file
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

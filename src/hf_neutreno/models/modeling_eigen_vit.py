@@ -21,7 +21,6 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
-
 from transformers import initialization as init
 from transformers.masking_utils import create_bidirectional_mask
 from transformers.modeling_outputs import BaseModelOutputWithPooling, ImageClassifierOutput

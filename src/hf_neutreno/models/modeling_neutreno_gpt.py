@@ -22,7 +22,6 @@ from collections.abc import Callable
 import torch
 from torch import nn
 from torch.nn import functional as F
-
 from transformers import GenerationMixin, PreTrainedModel
 from transformers import initialization as init
 from transformers.activations import ACT2FN

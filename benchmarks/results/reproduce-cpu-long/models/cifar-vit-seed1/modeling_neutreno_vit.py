@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-
 from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.activations import ACT2FN
