@@ -124,7 +124,7 @@ def _eigen_vit(layers: int) -> EigenViTForImageClassification:
     return EigenViTForImageClassification._from_config(config, attn_implementation="sdpa")
 
 
-def _adapted(native: Callable[[int], torch.nn.Module], method: str, learnable: bool):
+def _adapted(native: Callable[[int], torch.nn.Module], method: str, learnable: bool | str):
     return lambda layers: apply_value_path(native(layers), method, learnable=learnable)
 
 
@@ -151,6 +151,7 @@ for _name, _native, _inputs in (("GPT-2", _gpt2, _text_inputs), ("ViT", _vit, _i
         for _learnable in (False, True):
             _key = f"{_name} + {_label}{', learnable' if _learnable else ''}"
             TRAINING[_key] = (_native, _adapted(_native, _method, _learnable), _inputs)
+    TRAINING[f"{_name} + value residual, gate"] = (_native, _adapted(_native, "value_residual", "gate"), _inputs)
 # Inference: one forward without gradients (EigenViT's weights are fixed between forwards there).
 INFERENCE = {
     "NeuTRENO ViT, λ = 0.6": TRAINING["NeuTRENO ViT, λ = 0.6"],

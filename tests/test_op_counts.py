@@ -57,6 +57,9 @@ PER_LAYER_TRAINING = {
     "ViT + value residual": 4,
     "GPT-2 + value residual, learnable": 12,
     "ViT + value residual, learnable": 12,
+    # the gate: a Linear(hidden → kv heads) and a sigmoid per layer, with their backward (three GEMMs)
+    "GPT-2 + value residual, gate": 16,
+    "ViT + value residual, gate": 16,
 }
 # Per step, outside the layers: input checks (the NeuTRENO GPT's token-id check runs on a CPU only). EigenViT's
 # batched QR of all its layers' weights, and that QR's backward, are per step by design: one for the whole model.

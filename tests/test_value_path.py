@@ -547,8 +547,8 @@ def test_bad_layers(layers):
         apply_value_path(tiny_model("llama"), "neutreno", layers=layers)
 
 
-def test_learnable_must_be_a_bool():
-    with pytest.raises(ValueError, match="`learnable` must be True or False"):
+def test_learnable_must_be_a_bool_or_gate():
+    with pytest.raises(ValueError, match="`learnable` must be True, False or 'gate'"):
         apply_value_path(tiny_model("llama"), "neutreno", learnable="yes")
 
 

@@ -36,7 +36,7 @@ from .data import BUILTIN_DIGITS, load_dataset_splits
 from .experiment import Run, paired, pairing_arguments, run_paired, summary
 from .model_tasks import TASKS, ModelTask, is_model_reference
 from .training_scripts import has_accelerator
-from .value_path import COEFFICIENTS, _is_transformers_class, is_value_path_model
+from .value_path import COEFFICIENTS, GATES, _is_transformers_class, is_value_path_model
 from .variants import ANY_MODEL_VARIANTS, BASELINE, VARIANTS, build_variant, default_coefficient
 
 # results["task"] -> the Auto classes that load a variant's model and its image processor or tokenizer
@@ -319,8 +319,8 @@ def _training_arguments(settings, output_dir: str, seed: int, remove_unused_colu
 
 
 class _CompareTrainer(Trainer):
-    """`Trainer` whose optimizer gives a value path's learnable coefficients a learning rate of their own (and no
-    weight decay): one scalar per layer that starts at 0 would barely move at a fine-tuning learning rate."""
+    """`Trainer` whose optimizer gives a value path's learnable coefficients (or gates) a learning rate of their own
+    and no weight decay: one scalar per layer that starts at 0 would barely move at a fine-tuning learning rate."""
 
     def __init__(self, *args, coefficient_learning_rate: float | None = None, **kwargs):
         self.coefficient_learning_rate = coefficient_learning_rate
@@ -328,12 +328,15 @@ class _CompareTrainer(Trainer):
 
     def create_optimizer(self, model=None):
         optimizer = super().create_optimizer(model)
-        coefficients = getattr(self.model, COEFFICIENTS, None)
-        if self.coefficient_learning_rate is None or coefficients is None or not coefficients.requires_grad:
+        own = [getattr(self.model, COEFFICIENTS, None)]
+        if GATES in self.model._modules:
+            own = list(getattr(self.model, GATES).parameters())
+        own = [p for p in own if p is not None and p.requires_grad]
+        if self.coefficient_learning_rate is None or not own:
             return optimizer
         for group in optimizer.param_groups:
-            group["params"] = [p for p in group["params"] if p is not coefficients]
-        optimizer.add_param_group({"params": [coefficients], "lr": self.coefficient_learning_rate, "weight_decay": 0.0})
+            group["params"] = [p for p in group["params"] if all(p is not q for q in own)]
+        optimizer.add_param_group({"params": own, "lr": self.coefficient_learning_rate, "weight_decay": 0.0})
         return optimizer
 
 
@@ -572,7 +575,7 @@ def _compare(settings: CompareSettings, task, folders: OutputFolders) -> dict:
             "train_loss": train_output.training_loss,
             "learning_curve": _learning_curve(trainer),  # training loss, ten points
         }
-        if is_value_path_model(model) and model.config.value_path["learnable"]:
+        if is_value_path_model(model) and model.config.value_path["learnable"] is True:
             run["learned_coefficients"] = getattr(model, COEFFICIENTS).detach().float().cpu().tolist()
         entry["per_seed"].append(run)
         _summarise(results)

@@ -60,6 +60,8 @@ DEFAULT_COEFFICIENTS = {"neutreno": 0.4, "value_residual": 0.5}
 ATTENTION_PREFIX = "value_path-"  # registered implementation names: "value_path-sdpa", "value_path-eager", ...
 CONTEXT_KWARG = "value_path_context"  # the per-call `_ForwardContext`, handed to every attention call as a keyword
 LAYER_ATTRIBUTE = "value_path_layer"  # on each adapted self-attention module: its layer number, 0 = the first
+GATES = "value_path_gates"  # learnable="gate": one Linear(hidden → key/value heads) per adapted layer
+GATE = "gate"  # `learnable`'s third value: α per token and head, sigmoid(W x + b) of the layer's input x
 COEFFICIENTS = "value_path_coefficients"  # learnable: one scalar per adapted layer, a parameter of the adapted model
 CLASS_PREFIX = "ValuePath"
 
@@ -86,7 +88,7 @@ def apply_value_path(
     method: str,
     coefficient: float | None = None,
     *,
-    learnable: bool = False,
+    learnable: bool | str = False,
     layers: list[int] | None = None,
 ) -> PreTrainedModel:
     """Adapt a built transformers model in place to NeuTRENO or the value residual, and return it.
@@ -103,6 +105,9 @@ def apply_value_path(
             entry i belongs to the i-th smallest adapted layer. A learnable α is used clamped to [0, 1], so that a
             value moved outside by training or by hand still computes a mix (and the saved model computes the same);
             its gradient passes straight through the clamp, so that a value pushed outside can come back.
+            ``learnable="gate"`` (value residual only): α per token and key/value head, ``sigmoid(W x + b)`` of the
+            layer's attention input x (x-transformers' learned value-residual mix), one ``Linear`` per adapted layer
+            in ``value_path_gates``; W starts at 0 and b at logit(α), so that the model starts as the fixed-α one.
         layers: the self-attention layers (0-based) that get the rule; default every layer after the first. Layer 0
             is where V_0 comes from, so it is never one of them.
 
@@ -166,6 +171,8 @@ def remove_value_path(model: PreTrainedModel) -> PreTrainedModel:
             delattr(module, LAYER_ATTRIBUTE)
     if COEFFICIENTS in model._parameters:
         delattr(model, COEFFICIENTS)
+    if GATES in model._modules:
+        delattr(model, GATES)
     inner = _inner_implementation(model)
     model.__class__ = type(model)._value_path_base
     model.set_attn_implementation(inner)
@@ -200,8 +207,13 @@ def check_settings(method, coefficient, learnable, layers, num_layers: int) -> d
         raise ValueError(
             f"`coefficient` (α of 'value_residual') must be in [0, 1] (V_0's weight in the mix), got {coefficient}."
         )
-    if not isinstance(learnable, bool):
-        raise ValueError(f"`learnable` must be True or False, got {learnable!r}.")
+    if not (isinstance(learnable, bool) or learnable == GATE):
+        raise ValueError(f"`learnable` must be True, False or {GATE!r}, got {learnable!r}.")
+    if learnable == GATE and (method != "value_residual" or not 0 < coefficient < 1):
+        raise ValueError(
+            f"`learnable={GATE!r}` is a value-residual mix α = sigmoid(W x + b), which starts at `coefficient` "
+            f"strictly inside (0, 1); got method {method!r} and coefficient {coefficient}."
+        )
     if num_layers < 2:
         raise ValueError(f"A value path needs at least 2 self-attention layers, the model has {num_layers}.")
     if layers is None:
@@ -366,6 +378,8 @@ class _ValuePathAttention:
         coefficient = context.coefficient
         if isinstance(coefficient, tuple):
             coefficient = coefficient[position].to(value.dtype)
+        if layer in context.gates:  # α per token and key/value head, for this call's tokens
+            return _gated_attention(attention, context, module, query, key, value, first, attention_mask, args, kwargs)
         # What the inner backend keeps for its backward pass and the rule's own tensors overlap: a learnable α keeps
         # V_ℓ and V_0 for its gradient, beside the backend's mixed values; the output projection keeps the output
         # with the NeuTRENO term, beside the backend's output without it. The backend's copy is then recomputed
@@ -517,6 +531,25 @@ class _AddScaledDifference(torch.autograd.Function):
         return grad, grad_first, grad_first.neg(), grad_coefficient
 
 
+def _gated_attention(attention, context, module, query, key, value, first, attention_mask, args, kwargs):
+    """The value residual with a gate: (1 − α) V_ℓ + α V_0 with α (batch, tokens, kv heads) for this call's tokens,
+    which sit after the `past` cached ones. Generation mixes the new rows in the cache's own tensor (`value` is it),
+    whose earlier rows are already mixed; a forward over all its tokens mixes them all."""
+    layer = getattr(module, LAYER_ATTRIBUTE)
+    alpha = context.gates[layer].transpose(1, 2).unsqueeze(-1).to(value.dtype)  # (batch, kv heads, tokens, 1)
+    start, length = context.past, query.shape[-2]
+    if context.mix_in_cache and not torch.is_grad_enabled():
+        value.narrow(-2, start, length).lerp_(first.narrow(-2, start, length), alpha)
+        return attention(module, query, key, value, attention_mask, *args, **kwargs)
+    if start != 0 or length != value.shape[-2]:
+        raise RuntimeError(
+            f"Layer {layer}: a gated value residual knows α only for this call's {length} tokens, but the values hold "
+            f"{value.shape[-2]} (a KV cache that does not return what it stores, such as a quantised one, or a "
+            "cache during training). Generate with a DynamicCache or StaticCache."
+        )
+    return attention(module, query, key, torch.lerp(value, first, alpha), attention_mask, *args, **kwargs)
+
+
 class _Lerp(torch.autograd.Function):
     """``torch.lerp(V_ℓ, V_0, α)`` for a learnable α, with the gradients in fewer kernels than autograd's."""
 
@@ -581,6 +614,7 @@ class _ForwardContext:
     grad_enabled: bool  # at the call (gradient checkpointing's recompute must match it)
     recompute_saved: bool  # may swap the backend's saved tensors for a recipe (`_recompute_saved`)
     first_values: torch.Tensor | None = None  # V_0, left by layer 0 for the later layers
+    gates: dict = dataclasses.field(default_factory=dict)  # learnable="gate": layer -> α, (batch, tokens, kv heads)
 
 
 # KV-cache layers whose `update` returns the tensors they store (so values mixed in place stay mixed for the next
@@ -604,7 +638,7 @@ def _forward_coefficients(model, settings):
     (one gradient kernel per pass, not per layer); α clamped to [0, 1], where the mix is defined, with the gradient
     passed straight through the clamp: an α at 0 (where a pretrained model's starts) that a step pushes below 0 still
     learns, instead of staying there with no gradient."""
-    if not settings["learnable"]:
+    if settings["learnable"] is not True:  # fixed, or a gate (whose α the layers' hooks compute)
         return settings["coefficient"]
     values = getattr(model, COEFFICIENTS)
     if settings["method"] == "value_residual":
@@ -650,13 +684,51 @@ def _adapt(model: PreTrainedModel) -> None:
             device=reference.device if reference is not None else None,
         )
         setattr(model, COEFFICIENTS, nn.Parameter(values))
+    if settings["learnable"] == GATE:
+        reference = next((p for p in model.parameters() if p.is_floating_point()), None)
+        config = model.config.get_text_config()
+        kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+        gates = nn.ModuleList(
+            nn.Linear(config.hidden_size, kv_heads, dtype=reference.dtype, device=reference.device)
+            for _ in settings["layers"]
+        )
+        _initialise_gates(gates, settings["coefficient"])
+        setattr(model, GATES, gates)
     hook_settings = copy.deepcopy(settings)  # the hook's own copy: a change to the config is detected, not followed
     model._value_path_hooks = [
         level.register_forward_pre_hook(_Hook(model, hook_settings), with_kwargs=True)
         for level in model.modules()
         if isinstance(level, PreTrainedModel)
     ]
+    if settings["learnable"] == GATE:  # each gated layer reads its attention input x
+        model._value_path_hooks += [
+            layers[layer].register_forward_pre_hook(_GateHook(model, position), with_kwargs=True)
+            for position, layer in enumerate(settings["layers"])
+        ]
     model.set_attn_implementation(register_value_path_attention(inner))
+
+
+def _initialise_gates(gates: nn.ModuleList, coefficient: float) -> None:
+    """W = 0 and b = logit(α): every token starts with α, the fixed-coefficient model."""
+    for gate in gates:
+        init.zeros_(gate.weight)
+        init.constant_(gate.bias, math.log(coefficient / (1 - coefficient)))
+
+
+class _GateHook:
+    """Forward pre-hook of a gated layer's attention module: its input x gives the layer's α = sigmoid(W x + b) per
+    token and key/value head, left in the call's context for the attention function."""
+
+    def __init__(self, model, position: int):
+        self.model, self.position = model, position
+
+    def __call__(self, module, args, kwargs):
+        context = kwargs.get(CONTEXT_KWARG)
+        hidden_states = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
+        if context is not None:
+            gate = getattr(self.model, GATES)[self.position]
+            context.gates[getattr(module, LAYER_ATTRIBUTE)] = torch.sigmoid(gate(hidden_states.to(gate.weight.dtype)))
+        return None
 
 
 class _Hook:
@@ -806,6 +878,8 @@ def value_path_class(base: type, auto_class: str | None = None) -> type:
             # when a checkpoint lacks them (from_pretrained creates parameters empty, then fills the missing ones).
             if module is self and COEFFICIENTS in self._parameters:
                 init.constant_(getattr(self, COEFFICIENTS), self.config.value_path["coefficient"])
+            if module is self and GATES in self._modules:
+                _initialise_gates(getattr(self, GATES), self.config.value_path["coefficient"])
 
         def save_pretrained(self, *args, **kwargs):
             _add_base_model_auto_map(self)

@@ -9,16 +9,17 @@ A variant is one of:
 - ``softmax``: the model as it is (λ = 0), the baseline every other variant is compared with;
 - ``neutreno``: NeuTRENO (Nguyen, Nguyen, Baraniuk, NeurIPS 2023), ``U_ℓ = A_ℓ V_ℓ + λ (V_0 − V_ℓ)``, built into
   this package's models (``config.neutreno_lambda``) and put on any other transformers model by `apply_value_path`;
-- ``neutreno-learnable``, ``value-residual``, ``value-residual-learnable``: the value paths of `apply_value_path`
-  (ResFormer's value residual mixes ``(1 − α) V_ℓ + α V_0``; ``-learnable``: one trainable coefficient per layer);
+- ``neutreno-learnable``, ``value-residual``, ``value-residual-learnable``, ``value-residual-gate``: the value paths
+  of `apply_value_path` (ResFormer's value residual mixes ``(1 − α) V_ℓ + α V_0``; ``-learnable``: one trainable
+  coefficient per layer; ``-gate``: α = sigmoid(W x + b) per token and key/value head, x-transformers' learned mix);
 - ``vit-minus``, ``vit-plus``: the eigen-parameterised ViT⁻ and ViT⁺ (Dovonon, Bronstein, Kusner),
   ``W_V W_proj = V diag(∓ψ²) Vᵀ``, which only an image preset of this package can build (a different
   parameterisation, not a rule on loaded weights).
 
 The coefficient defaults are `apply_value_path`'s (`hf_neutreno.value_path.DEFAULT_COEFFICIENTS`) for a transformers
 model, and the preset's own λ for this package's presets. A learnable coefficient on a *pretrained* model starts at
-`PRETRAINED_LEARNABLE_START` (0: the pretrained function), so that fine-tuning measures what the remedy adds rather
-than the damage of switching it on.
+its variant's `pretrained_start` (0, the pretrained function; 0.01 for the gate, whose sigmoid cannot start at 0), so
+that fine-tuning measures what the remedy adds rather than the damage of switching it on.
 """
 
 import dataclasses
@@ -43,8 +44,9 @@ class Variant:
     name: str
     description: str
     method: str | None = None
-    learnable: bool = False
+    learnable: bool | str = False  # True: a scalar per layer; "gate": per token and head (`apply_value_path`)
     preset_only: bool = False  # a parameterisation only this package's presets build (ViT⁻)
+    pretrained_start: float = PRETRAINED_LEARNABLE_START  # a learnable coefficient's start on a pretrained model
 
     def describe(self, coefficient: float | None) -> str:
         return self.description.format(coefficient=coefficient if coefficient is not None else 0.0)
@@ -58,6 +60,14 @@ VARIANTS = {
         Variant("neutreno-learnable", "NeuTRENO, learnable λ from {coefficient:g}", "neutreno", True),
         Variant("value-residual", "value residual, α={coefficient:g}", "value_residual"),
         Variant("value-residual-learnable", "value residual, learnable α from {coefficient:g}", "value_residual", True),
+        # x-transformers' learned mix: a sigmoid gate, which can start near α = 0 but not at it
+        Variant(
+            "value-residual-gate",
+            "value residual, α gated per token and head, from {coefficient:g}",
+            "value_residual",
+            "gate",
+            pretrained_start=0.01,
+        ),
         Variant("vit-minus", "ViT⁻, Λ=−ψ²", preset_only=True),  # the poster's eigen-parameterised ViT
         Variant("vit-plus", "ViT⁺, Λ=+ψ²", preset_only=True),
     )
@@ -68,12 +78,12 @@ ANY_MODEL_VARIANTS = tuple(name for name, variant in VARIANTS.items() if not var
 
 def default_coefficient(variant: str, *, pretrained: bool = False, preset_lambda: float | None = None) -> float | None:
     """The coefficient `variant` uses when none is given: a preset's own λ for NeuTRENO on this package's presets,
-    `PRETRAINED_LEARNABLE_START` for a learnable coefficient on a pretrained model, else `apply_value_path`'s."""
+    the variant's `pretrained_start` for a learnable coefficient on a pretrained model, else `apply_value_path`'s."""
     entry = VARIANTS[variant]
     if entry.method is None:
         return None
     if pretrained and entry.learnable:
-        return PRETRAINED_LEARNABLE_START
+        return entry.pretrained_start
     if entry.method == "neutreno" and preset_lambda is not None:
         return preset_lambda
     return DEFAULT_COEFFICIENTS[entry.method]

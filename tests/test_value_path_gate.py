@@ -1,0 +1,214 @@
+"""`apply_value_path(model, "value_residual", α, learnable="gate")`: the value residual with α = sigmoid(W x + b) per
+token and key/value head (x-transformers' learned mix), against GPT-2 and Llama written out by hand from the raw
+weights, forward and backward; from its start (exactly the fixed-α model), through cached generation, saving and
+loading without the package."""
+
+import copy
+import json
+import math
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+from fresh_process import run_fresh
+from hf_neutreno import apply_value_path, remove_value_path
+from tiny_models import tiny_inputs, tiny_model
+
+ALPHA = 0.3
+
+
+def _gated(name: str) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """(plain model, the same weights with a gate whose W and b are random, so that α differs per token and head)."""
+    plain = tiny_model(name)
+    _sharpen(plain)
+    model = apply_value_path(copy.deepcopy(plain), "value_residual", ALPHA, learnable="gate")
+    generator = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for gate in model.value_path_gates:
+            gate.weight.copy_(torch.randn(gate.weight.shape, generator=generator) * 0.5)
+            gate.bias.copy_(torch.randn(gate.bias.shape, generator=generator))
+    return plain, model
+
+
+def _sharpen(model) -> None:
+    """Larger weights than the tiny default, so that attention is far from uniform and the rule matters."""
+    generator = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if parameter.dim() == 2 and "embed" not in name and "wte" not in name and "wpe" not in name:
+                parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.3)
+
+
+def _alpha(gate, h: torch.Tensor) -> torch.Tensor:
+    """The gate's α written out: sigmoid(h Wᵀ + b), (batch, tokens, kv heads) -> (batch, kv heads, tokens, 1)."""
+    return torch.sigmoid(h @ gate.weight.T + gate.bias).transpose(1, 2).unsqueeze(-1)
+
+
+def llama_reference(model, input_ids) -> torch.Tensor:
+    """A Llama causal LM written out per head from the raw weights (grouped-query heads repeated by hand), the gated
+    value residual in layers 1 and 2. Norms, MLPs and RoPE are the model's."""
+    base, config = model.model, model.config
+    heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
+    head_dim = config.hidden_size // heads
+    batch, length = input_ids.shape
+    x = base.embed_tokens(input_ids)
+    cos, sin = base.rotary_emb(x, torch.arange(length)[None])
+    causal = torch.ones(length, length, dtype=torch.bool).tril()
+    first = None
+    for index, layer in enumerate(base.layers):
+        attention = layer.self_attn
+        h = layer.input_layernorm(x)
+
+        def project(linear, count):
+            return (h @ linear.weight.T).view(batch, length, count, head_dim).transpose(1, 2)
+
+        q, k, v = (
+            project(attention.q_proj, heads),
+            project(attention.k_proj, kv_heads),
+            project(attention.v_proj, kv_heads),
+        )
+        q, k = apply_rotary_pos_emb(q, k, cos, sin)
+        if index == 0:
+            first = v
+        else:
+            alpha = _alpha(model.value_path_gates[index - 1], h)
+            v = (1 - alpha) * v + alpha * first
+        group = heads // kv_heads
+        scores = q @ k.repeat_interleave(group, 1).transpose(-1, -2) / math.sqrt(head_dim)
+        out = scores.masked_fill(~causal, float("-inf")).softmax(-1) @ v.repeat_interleave(group, 1)
+        x = x + out.transpose(1, 2).reshape(batch, length, -1) @ attention.o_proj.weight.T
+        x = x + layer.mlp(layer.post_attention_layernorm(x))
+    return model.lm_head(base.norm(x))
+
+
+def gpt2_reference(model, input_ids) -> torch.Tensor:
+    """GPT-2 written out from its raw weights (Conv1D: x W + b, fused q/k/v), the gated value residual in layers 1
+    and 2; the MLPs and layer norms are the model's."""
+    transformer, config = model.transformer, model.config
+    heads = config.n_head
+    head_dim = config.n_embd // heads
+    batch, length = input_ids.shape
+    x = transformer.wte(input_ids) + transformer.wpe(torch.arange(length))[None]
+    causal = torch.ones(length, length, dtype=torch.bool).tril()
+    first = None
+    for index, block in enumerate(transformer.h):
+        h = block.ln_1(x)
+        q, k, v = (h @ block.attn.c_attn.weight + block.attn.c_attn.bias).split(config.n_embd, dim=-1)
+        q, k, v = (t.view(batch, length, heads, head_dim).transpose(1, 2) for t in (q, k, v))
+        if index == 0:
+            first = v
+        else:
+            alpha = _alpha(model.value_path_gates[index - 1], h)
+            v = (1 - alpha) * v + alpha * first
+        scores = q @ k.transpose(-1, -2) / math.sqrt(head_dim)
+        out = scores.masked_fill(~causal, float("-inf")).softmax(-1) @ v
+        out = out.transpose(1, 2).reshape(batch, length, -1)
+        x = x + out @ block.attn.c_proj.weight + block.attn.c_proj.bias
+        x = x + block.mlp(block.ln_2(x))
+    return model.lm_head(transformer.ln_f(x))
+
+
+REFERENCES = {"llama": llama_reference, "gpt2": gpt2_reference}
+
+
+@pytest.mark.parametrize("name", REFERENCES)
+def test_the_gate_starts_as_the_fixed_alpha_model(name):
+    plain = tiny_model(name)
+    _sharpen(plain)
+    gated = apply_value_path(copy.deepcopy(plain), "value_residual", ALPHA, learnable="gate")
+    fixed = apply_value_path(copy.deepcopy(plain), "value_residual", ALPHA)
+    input_ids = tiny_inputs(name)["input_ids"]
+    with torch.no_grad():
+        torch.testing.assert_close(gated(input_ids).logits, fixed(input_ids).logits, rtol=0, atol=1e-6)
+        assert (gated(input_ids).logits - plain(input_ids).logits).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("name", REFERENCES)
+def test_the_gate_equals_the_hand_written_reference_forward_and_backward(name):
+    _, model = _gated(name)
+    model.train()
+    for module in model.modules():  # no dropout: the reference has none
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    reference = copy.deepcopy(model)
+    input_ids = tiny_inputs(name)["input_ids"]
+    output = model(input_ids).logits
+    expected = REFERENCES[name](reference, input_ids)
+    torch.testing.assert_close(output, expected, rtol=0, atol=1e-5)
+    output.square().mean().backward()
+    expected.square().mean().backward()
+    gradients = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+    references = {n: p.grad for n, p in reference.named_parameters() if p.grad is not None}
+    assert gradients.keys() == references.keys() and any(n.startswith("value_path_gates") for n in gradients)
+    for key, grad in gradients.items():  # float32 rounding, relative to the largest entry (up to ~10 here)
+        scale = max(1.0, references[key].abs().max().item())
+        torch.testing.assert_close(grad, references[key], rtol=1e-4, atol=2e-6 * scale, msg=key)
+
+
+@pytest.mark.parametrize("name", REFERENCES)
+def test_gated_cached_generation_equals_the_full_forward(name):
+    """Each new token's α comes from its own input; the cache holds the past tokens' values mixed with theirs."""
+    _, model = _gated(name)
+    model.config.pad_token_id = 0
+    inputs = tiny_inputs(name, length=6)
+    settings = dict(max_new_tokens=8, do_sample=False, pad_token_id=0, output_scores=True, return_dict_in_generate=True)
+    caches = {"dynamic": model.generate(**inputs, **settings)}
+    if name != "gpt2":  # GPT-2 has no static cache
+        caches["static"] = model.generate(**inputs, cache_implementation="static", **settings)
+    for kind, cached in caches.items():
+        with torch.no_grad():
+            full = model(cached.sequences).logits  # every position, no cache
+        for step, scores in enumerate(cached.scores):
+            position = inputs["input_ids"].shape[1] - 1 + step
+            torch.testing.assert_close(scores, full[:, position], rtol=0, atol=1e-5, msg=f"{kind}, step {step}")
+
+
+def test_a_gated_model_saves_and_loads_without_the_package(tmp_path):
+    _, model = _gated("llama")
+    model.config.pad_token_id = 0
+    inputs = tiny_inputs("llama")
+    with torch.no_grad():
+        expected = model(**inputs).logits
+    model.save_pretrained(tmp_path / "gated")
+    torch.save({"inputs": inputs, "expected": expected}, tmp_path / "expected.pt")
+    out = run_fresh(
+        f"""
+        import json, torch
+        from transformers import AutoModelForCausalLM
+        saved = torch.load({str(tmp_path / "expected.pt")!r})
+        model = AutoModelForCausalLM.from_pretrained({str(tmp_path / "gated")!r}, trust_remote_code=True).eval()
+        with torch.no_grad():
+            difference = (model(**saved["inputs"]).logits - saved["expected"]).abs().max().item()
+        print(json.dumps([type(model).__name__, type(model).__module__, difference, len(model.value_path_gates)]))
+        """,
+        tmp_path,
+    )
+    name, module, difference, gates = json.loads(out.strip().splitlines()[-1])
+    assert name == "ValuePathLlamaForCausalLM" and "hf_neutreno" not in module
+    assert difference == 0 and gates == 2
+    # with the package: the same, and a checkpoint without the gates starts them at α
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "gated", trust_remote_code=True).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(**inputs).logits, expected, rtol=0, atol=0)
+
+
+def test_removing_the_gate_restores_the_plain_model():
+    plain, model = _gated("gpt2")
+    input_ids = tiny_inputs("gpt2")["input_ids"]
+    remove_value_path(model)
+    assert not hasattr(model, "value_path_gates")
+    with torch.no_grad():
+        torch.testing.assert_close(model(input_ids).logits, plain(input_ids).logits, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    "method, coefficient",
+    [("neutreno", 0.3), ("value_residual", 0.0), ("value_residual", 1.0)],
+)
+def test_a_gate_is_refused_where_its_sigmoid_cannot_start(method, coefficient):
+    with pytest.raises(ValueError, match="learnable='gate'.*strictly inside"):
+        apply_value_path(tiny_model("gpt2"), method, coefficient, learnable="gate")
+    with pytest.raises(ValueError, match="`learnable` must be True, False or 'gate'"):
+        apply_value_path(tiny_model("gpt2"), "value_residual", 0.5, learnable="gates")
