@@ -317,3 +317,21 @@ def test_compare_fine_tunes_a_saved_segmenter_on_a_local_segmentation_set(tmp_pa
     assert results["task"] == "semantic-segmentation" and results["metric"] == "mean_iou"
     assert results["variants"]["neutreno"]["neutreno_lambda"] == 0.4 and results["decoder_layers"]
     assert 0 <= results["variants"]["neutreno"]["per_seed"][0]["mean_iou"] <= 1
+
+
+def test_a_test_split_without_labels_is_passed_over_for_validation(tmp_path, capsys):
+    """GLUE's test splits carry label -1 everywhere: the comparison is scored on validation, and says so."""
+    model = save_tiny_bert_classifier(tmp_path / "bert")
+    rows = {
+        "train": [("good cat", 1), ("bad dog", 0)] * 8,
+        "validation": [("great mat", 1), ("poor log", 0)] * 2,
+        "test": [("a cat", -1), ("a dog", -1)],
+    }
+    data = write_text_classification_dataset(tmp_path / "glue-like", rows=rows)
+    code = cli.main(["compare", "--model", str(model), "--dataset", str(data), "--variants", "softmax,value-residual",
+                     "--seeds", "1", "--max-steps", "2", "--batch-size", "4", "--output-dir", str(tmp_path / "out"),
+                     "--no-progress"])  # fmt: skip
+    assert code == 0
+    assert "not test, which has no labels" in capsys.readouterr().out
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results["eval_split"] == "validation" and results["model"]["splits"] == {"train": 16, "validation": 4}

@@ -190,7 +190,13 @@ class ModelTask:
     def _splits(self, dataset):
         """(train, eval, eval split name): the dataset's test (else validation) split, or one carved from train."""
         settings = self.settings
-        found = next((split for split in EVAL_SPLITS if split in dataset), None)
+        candidates = [split for split in EVAL_SPLITS if split in dataset]
+        if self.kind_of_task.labelled and self.task != SemanticSegmentation.name:
+            # GLUE-style test splits hold no labels (all -1): evaluate on the next split that has them
+            column = self._label_column(dataset["train"])
+            self.unlabelled_splits = [split for split in candidates if set(dataset[split].unique(column)) <= {-1, None}]
+            candidates = [split for split in candidates if split not in self.unlabelled_splits]
+        found = candidates[0] if candidates else None
         if found is None:
             carved = dataset["train"].train_test_split(test_size=HELD_OUT_FRACTION, seed=HELD_OUT_SEED)
             train, evaluation = carved["train"], carved["test"]
@@ -248,11 +254,14 @@ class ModelTask:
             )
         return [name]
 
+    def _label_column(self, data) -> str:
+        guesses = [name for name, f in data.features.items() if type(f).__name__ == "ClassLabel"]
+        return self._column("label-column", self.settings.label_column, [*guesses, *LABEL_NAMES], data, "label")
+
     def _labels(self) -> None:
         """`label_column`, `labels` (names, in id order) and the id of each row's label; unseen eval labels raise."""
         settings = self.settings
-        guesses = [name for name, f in self.train.features.items() if type(f).__name__ == "ClassLabel"]
-        column = self._column("label-column", settings.label_column, [*guesses, *LABEL_NAMES], self.train, "label")
+        column = self._label_column(self.train)
         feature = self.train.features[column]
         if type(feature).__name__ == "ClassLabel":
             self.labels = list(feature.names)
@@ -324,7 +333,9 @@ class ModelTask:
     @property
     def summary(self) -> str:
         start = "trained from scratch" if self.settings.from_scratch else "fine-tuned from its weights"
-        return f"{self.source} ({self.task}, {start}) on {self.settings.dataset} ({self.summary_data})"
+        skipped = getattr(self, "unlabelled_splits", [])
+        note = f"; not {', '.join(skipped)}, which has no labels" if skipped else ""
+        return f"{self.source} ({self.task}, {start}) on {self.settings.dataset} ({self.summary_data}{note})"
 
     @property
     def pretrained(self) -> bool:
