@@ -174,7 +174,12 @@ def test_a_dataset_without_the_columns_lists_them_and_the_flag(tmp_path, capsys)
     (data / "test.csv").write_text("x,y\n5,6\n")
     message = _compare(capsys, "--model", model, "--dataset", data, "--output-dir", tmp_path / "out", "--variants",
                        "softmax,neutreno")  # fmt: skip
-    assert "'x'" in message and "'y'" in message and "--text-column" in message, message
+    assert "'x'" in message and "'y'" in message and "--label-column" in message, message
+    (data / "train.csv").write_text("x,label\n1,0\n3,1\n")  # a label, but no text
+    (data / "test.csv").write_text("x,label\n5,0\n")
+    message = _compare(capsys, "--model", model, "--dataset", data, "--output-dir", tmp_path / "out", "--variants",
+                       "softmax,neutreno")  # fmt: skip
+    assert "'x'" in message and "'label'" in message and "--text-column" in message, message
     assert not (tmp_path / "out").exists()
 
 

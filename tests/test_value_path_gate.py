@@ -26,10 +26,14 @@ def _gated(name: str) -> tuple[torch.nn.Module, torch.nn.Module]:
     model = apply_value_path(copy.deepcopy(plain), "value_residual", ALPHA, learnable="gate")
     generator = torch.Generator().manual_seed(3)
     with torch.no_grad():
-        for gate in model.value_path_gates:
+        for gate in _gates(model):
             gate.weight.copy_(torch.randn(gate.weight.shape, generator=generator) * 0.5)
             gate.bias.copy_(torch.randn(gate.bias.shape, generator=generator))
     return plain, model
+
+
+def _gates(model) -> list[torch.nn.Linear]:
+    return [module.value_path_gate for module in model.modules() if hasattr(module, "value_path_gate")]
 
 
 def _sharpen(model) -> None:
@@ -73,7 +77,7 @@ def llama_reference(model, input_ids) -> torch.Tensor:
         if index == 0:
             first = v
         else:
-            alpha = _alpha(model.value_path_gates[index - 1], h)
+            alpha = _alpha(attention.value_path_gate, h)
             v = (1 - alpha) * v + alpha * first
         group = heads // kv_heads
         scores = q @ k.repeat_interleave(group, 1).transpose(-1, -2) / math.sqrt(head_dim)
@@ -100,7 +104,7 @@ def gpt2_reference(model, input_ids) -> torch.Tensor:
         if index == 0:
             first = v
         else:
-            alpha = _alpha(model.value_path_gates[index - 1], h)
+            alpha = _alpha(block.attn.value_path_gate, h)
             v = (1 - alpha) * v + alpha * first
         scores = q @ k.transpose(-1, -2) / math.sqrt(head_dim)
         out = scores.masked_fill(~causal, float("-inf")).softmax(-1) @ v
@@ -141,7 +145,7 @@ def test_the_gate_equals_the_hand_written_reference_forward_and_backward(name):
     expected.square().mean().backward()
     gradients = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
     references = {n: p.grad for n, p in reference.named_parameters() if p.grad is not None}
-    assert gradients.keys() == references.keys() and any(n.startswith("value_path_gates") for n in gradients)
+    assert gradients.keys() == references.keys() and any(".value_path_gate." in n for n in gradients)
     for key, grad in gradients.items():  # float32 rounding, relative to the largest entry (up to ~10 here)
         scale = max(1.0, references[key].abs().max().item())
         torch.testing.assert_close(grad, references[key], rtol=1e-4, atol=2e-6 * scale, msg=key)
@@ -181,7 +185,8 @@ def test_a_gated_model_saves_and_loads_without_the_package(tmp_path):
         model = AutoModelForCausalLM.from_pretrained({str(tmp_path / "gated")!r}, trust_remote_code=True).eval()
         with torch.no_grad():
             difference = (model(**saved["inputs"]).logits - saved["expected"]).abs().max().item()
-        print(json.dumps([type(model).__name__, type(model).__module__, difference, len(model.value_path_gates)]))
+        gates = sum(hasattr(module, "value_path_gate") for module in model.modules())
+        print(json.dumps([type(model).__name__, type(model).__module__, difference, gates]))
         """,
         tmp_path,
     )
@@ -198,7 +203,7 @@ def test_removing_the_gate_restores_the_plain_model():
     plain, model = _gated("gpt2")
     input_ids = tiny_inputs("gpt2")["input_ids"]
     remove_value_path(model)
-    assert not hasattr(model, "value_path_gates")
+    assert not _gates(model)
     with torch.no_grad():
         torch.testing.assert_close(model(input_ids).logits, plain(input_ids).logits, rtol=0, atol=0)
 
@@ -212,3 +217,55 @@ def test_a_gate_is_refused_where_its_sigmoid_cannot_start(method, coefficient):
         apply_value_path(tiny_model("gpt2"), method, coefficient, learnable="gate")
     with pytest.raises(ValueError, match="`learnable` must be True, False or 'gate'"):
         apply_value_path(tiny_model("gpt2"), "value_residual", 0.5, learnable="gates")
+
+
+def test_a_checkpoint_without_the_gates_starts_them_at_alpha(tmp_path):
+    """The gates' weights missing from a checkpoint (the plain model's, with the settings in its config) are
+    initialised as apply_value_path does: W = 0, b = logit(α), the fixed-α model."""
+    from safetensors.torch import load_file, save_file
+
+    plain = tiny_model("llama")
+    _sharpen(plain)
+    _, model = _gated("llama")
+    model.load_state_dict(plain.state_dict(), strict=False)
+    model.save_pretrained(tmp_path / "gated")
+    weights = tmp_path / "gated" / "model.safetensors"
+    save_file({k: v for k, v in load_file(weights).items() if "value_path_gate" not in k}, weights, {"format": "pt"})
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "gated", trust_remote_code=True).eval()
+    fixed = apply_value_path(plain, "value_residual", ALPHA).eval()
+    input_ids = tiny_inputs("llama")["input_ids"]
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(input_ids).logits, fixed(input_ids).logits, rtol=0, atol=1e-6)
+
+
+def test_lora_trains_the_gates_with_modules_to_save_and_restores_them_on_the_base(tmp_path):
+    """PEFT: `modules_to_save=["value_path_gate"]` trains every gate beside the LoRA weights, saves them in the
+    adapter, and `PeftModel.from_pretrained` puts them back on a freshly adapted base."""
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    plain = tiny_model("llama")
+    base = apply_value_path(copy.deepcopy(plain), "value_residual", ALPHA, learnable="gate")
+    config = LoraConfig(
+        target_modules=["q_proj", "v_proj"], modules_to_save=["value_path_gate"], init_lora_weights=False
+    )
+    peft_model = get_peft_model(base, config)
+    trainable = [n for n, p in peft_model.named_parameters() if p.requires_grad]
+    assert any("value_path_gate" in n for n in trainable) and any("lora_" in n for n in trainable)
+    input_ids = tiny_inputs("llama")["input_ids"]
+    optimizer = torch.optim.SGD([p for p in peft_model.parameters() if p.requires_grad], lr=0.5)
+    for _ in range(3):
+        optimizer.zero_grad()
+        peft_model(input_ids).logits.square().mean().backward()
+        optimizer.step()
+    peft_model.eval()
+    with torch.no_grad():
+        trained = peft_model(input_ids).logits
+        start = (
+            apply_value_path(copy.deepcopy(plain), "value_residual", ALPHA, learnable="gate").eval()(input_ids).logits
+        )
+    assert (trained - start).abs().max() > 1e-4
+    peft_model.save_pretrained(tmp_path / "adapter")
+    fresh = apply_value_path(copy.deepcopy(plain), "value_residual", ALPHA, learnable="gate")
+    restored = PeftModel.from_pretrained(fresh, tmp_path / "adapter").eval()
+    with torch.no_grad():
+        torch.testing.assert_close(restored(input_ids).logits, trained, rtol=0, atol=1e-6)

@@ -60,7 +60,7 @@ DEFAULT_COEFFICIENTS = {"neutreno": 0.4, "value_residual": 0.5}
 ATTENTION_PREFIX = "value_path-"  # registered implementation names: "value_path-sdpa", "value_path-eager", ...
 CONTEXT_KWARG = "value_path_context"  # the per-call `_ForwardContext`, handed to every attention call as a keyword
 LAYER_ATTRIBUTE = "value_path_layer"  # on each adapted self-attention module: its layer number, 0 = the first
-GATES = "value_path_gates"  # learnable="gate": one Linear(hidden → key/value heads) per adapted layer
+GATE_ATTRIBUTE = "value_path_gate"  # learnable="gate": on each gated attention module, Linear(hidden → kv heads)
 GATE = "gate"  # `learnable`'s third value: α per token and head, sigmoid(W x + b) of the layer's input x
 COEFFICIENTS = "value_path_coefficients"  # learnable: one scalar per adapted layer, a parameter of the adapted model
 CLASS_PREFIX = "ValuePath"
@@ -106,8 +106,9 @@ def apply_value_path(
             value moved outside by training or by hand still computes a mix (and the saved model computes the same);
             its gradient passes straight through the clamp, so that a value pushed outside can come back.
             ``learnable="gate"`` (value residual only): α per token and key/value head, ``sigmoid(W x + b)`` of the
-            layer's attention input x (x-transformers' learned value-residual mix), one ``Linear`` per adapted layer
-            in ``value_path_gates``; W starts at 0 and b at logit(α), so that the model starts as the fixed-α one.
+            layer's attention input x (x-transformers' learned value-residual mix), a ``Linear`` named
+            ``value_path_gate`` on each adapted attention module; W starts at 0 and b at logit(α), so that the model
+            starts as the fixed-α one. PEFT trains and saves them with ``modules_to_save=["value_path_gate"]``.
         layers: the self-attention layers (0-based) that get the rule; default every layer after the first. Layer 0
             is where V_0 comes from, so it is never one of them.
 
@@ -169,10 +170,10 @@ def remove_value_path(model: PreTrainedModel) -> PreTrainedModel:
     for module in model.modules():
         if hasattr(module, LAYER_ATTRIBUTE):
             delattr(module, LAYER_ATTRIBUTE)
+        if GATE_ATTRIBUTE in module._modules:
+            delattr(module, GATE_ATTRIBUTE)
     if COEFFICIENTS in model._parameters:
         delattr(model, COEFFICIENTS)
-    if GATES in model._modules:
-        delattr(model, GATES)
     inner = _inner_implementation(model)
     model.__class__ = type(model)._value_path_base
     model.set_attn_implementation(inner)
@@ -685,15 +686,14 @@ def _adapt(model: PreTrainedModel) -> None:
         )
         setattr(model, COEFFICIENTS, nn.Parameter(values))
     if settings["learnable"] == GATE:
+        # On the attention module it gates, so that PEFT's `modules_to_save=["value_path_gate"]` trains and saves it.
         reference = next((p for p in model.parameters() if p.is_floating_point()), None)
         config = model.config.get_text_config()
         kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
-        gates = nn.ModuleList(
-            nn.Linear(config.hidden_size, kv_heads, dtype=reference.dtype, device=reference.device)
-            for _ in settings["layers"]
-        )
-        _initialise_gates(gates, settings["coefficient"])
-        setattr(model, GATES, gates)
+        for layer in settings["layers"]:
+            gate = nn.Linear(config.hidden_size, kv_heads, dtype=reference.dtype, device=reference.device)
+            _initialise_gate(gate, settings["coefficient"])
+            setattr(layers[layer], GATE_ATTRIBUTE, gate)
     hook_settings = copy.deepcopy(settings)  # the hook's own copy: a change to the config is detected, not followed
     model._value_path_hooks = [
         level.register_forward_pre_hook(_Hook(model, hook_settings), with_kwargs=True)
@@ -702,33 +702,27 @@ def _adapt(model: PreTrainedModel) -> None:
     ]
     if settings["learnable"] == GATE:  # each gated layer reads its attention input x
         model._value_path_hooks += [
-            layers[layer].register_forward_pre_hook(_GateHook(model, position), with_kwargs=True)
-            for position, layer in enumerate(settings["layers"])
+            layers[layer].register_forward_pre_hook(_gate_hook, with_kwargs=True) for layer in settings["layers"]
         ]
     model.set_attn_implementation(register_value_path_attention(inner))
 
 
-def _initialise_gates(gates: nn.ModuleList, coefficient: float) -> None:
+def _initialise_gate(gate: nn.Linear, coefficient: float) -> None:
     """W = 0 and b = logit(α): every token starts with α, the fixed-coefficient model."""
-    for gate in gates:
-        init.zeros_(gate.weight)
-        init.constant_(gate.bias, math.log(coefficient / (1 - coefficient)))
+    init.zeros_(gate.weight)
+    init.constant_(gate.bias, math.log(coefficient / (1 - coefficient)))
 
 
-class _GateHook:
+def _gate_hook(module, args, kwargs):
     """Forward pre-hook of a gated layer's attention module: its input x gives the layer's α = sigmoid(W x + b) per
     token and key/value head, left in the call's context for the attention function."""
-
-    def __init__(self, model, position: int):
-        self.model, self.position = model, position
-
-    def __call__(self, module, args, kwargs):
-        context = kwargs.get(CONTEXT_KWARG)
+    context = kwargs.get(CONTEXT_KWARG)
+    if context is not None:
         hidden_states = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
-        if context is not None:
-            gate = getattr(self.model, GATES)[self.position]
-            context.gates[getattr(module, LAYER_ATTRIBUTE)] = torch.sigmoid(gate(hidden_states.to(gate.weight.dtype)))
-        return None
+        gate = getattr(module, GATE_ATTRIBUTE)  # looked up at each call: PEFT may have wrapped it
+        dtype = next(gate.parameters()).dtype
+        context.gates[getattr(module, LAYER_ATTRIBUTE)] = torch.sigmoid(gate(hidden_states.to(dtype)))
+    return None
 
 
 class _Hook:
@@ -878,8 +872,16 @@ def value_path_class(base: type, auto_class: str | None = None) -> type:
             # when a checkpoint lacks them (from_pretrained creates parameters empty, then fills the missing ones).
             if module is self and COEFFICIENTS in self._parameters:
                 init.constant_(getattr(self, COEFFICIENTS), self.config.value_path["coefficient"])
-            if module is self and GATES in self._modules:
-                _initialise_gates(getattr(self, GATES), self.config.value_path["coefficient"])
+
+        @torch.no_grad()
+        @init.guard_torch_init_functions()
+        def initialize_weights(self):
+            super().initialize_weights()
+            # The gates sit in the sub-model whose own `_init_weights` visits them (a Linear: random W): set W = 0
+            # and b = logit(α) afterwards, where a checkpoint lacks them (loaded ones are left as they are).
+            for module in self.modules():
+                if isinstance(getattr(module, GATE_ATTRIBUTE, None), nn.Linear):
+                    _initialise_gate(getattr(module, GATE_ATTRIBUTE), self.config.value_path["coefficient"])
 
         def save_pretrained(self, *args, **kwargs):
             _add_base_model_auto_map(self)
