@@ -507,9 +507,6 @@ def _compare(settings: CompareSettings, task, folders: OutputFolders) -> dict:
         description = VARIANTS[variant].describe(coefficient)
         say(f"\n[{variant}, seed {seed}] {description}")
         progress = detailed_progress(settings) and main
-        before = measure_oversmoothing(
-            model, probe, metrics=["cosine_similarity"], progress=progress, model_name=variant
-        )
         with tempfile.TemporaryDirectory(prefix="hf-neutreno-compare-") as scratch:
             trainer = _CompareTrainer(
                 model=model,
@@ -526,6 +523,10 @@ def _compare(settings: CompareSettings, task, folders: OutputFolders) -> dict:
                     trainer.add_callback(_TrainingBar)
             if forecast:
                 trainer.add_callback(forecast.pop())
+            # Before training, on the device Trainer has put the model on
+            before = measure_oversmoothing(
+                trainer.model, probe, metrics=["cosine_similarity"], progress=progress, model_name=variant
+            )
             start = time.perf_counter()
             train_output = trainer.train()
             seconds = time.perf_counter() - start
