@@ -350,7 +350,7 @@ def test_cli_variants_measure_the_model_with_each_value_path(native_vit_dir, cif
 @pytest.mark.parametrize(
     "extra, message",
     [
-        (["--variants", "softmax,twicing"], "`--variants` takes distinct names from"),
+        (["--variants", "softmax,twice"], "`--variants` takes distinct names from"),
         (["--variants", "neutreno", "--neutreno-lambda", "nan"], "--neutreno-lambda.*must be a finite number"),
         (["--variants", "value-residual", "--value-residual-alpha", "2"], r"--value-residual-alpha.*\[0, 1\]"),
         (["--variants", "neutreno"], "has its own NeuTRENO term on"),  # this package's NeuTRENO ViT, λ = 0.6

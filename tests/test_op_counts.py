@@ -60,6 +60,9 @@ PER_LAYER_TRAINING = {
     # the gate: a Linear(hidden → kv heads) and a sigmoid per layer, with their backward (three GEMMs)
     "GPT-2 + value residual, gate": 16,
     "ViT + value residual, gate": 16,
+    # twicing: a second attention call per layer (forward and backward), the residual V − A V and the sum
+    "GPT-2 + twicing": 9,
+    "ViT + twicing": 9,
 }
 # Per step, outside the layers: input checks (the NeuTRENO GPT's token-id check runs on a CPU only). EigenViT's
 # batched QR of all its layers' weights, and that QR's backward, are per step by design: one for the whole model.

@@ -531,7 +531,7 @@ def test_loaded_plain_from_an_adapted_checkpoint_is_not_adapted_again_silently(t
         ("neutreno", "0.4", "must be a finite number"),
         ("neutreno", -0.1, "must be >= 0"),
         ("value_residual", 1.5, r"must be in \[0, 1\]"),
-        ("twicing", 0.4, r"`method` must be one of \['neutreno', 'value_residual'\]"),
+        ("twice", 0.4, r"`method` must be one of \['neutreno', 'value_residual', 'twicing'\]"),
     ],
 )
 def test_bad_coefficient_or_method(method, coefficient, message):

@@ -1,12 +1,15 @@
-"""NeuTRENO and the value residual on any transformers model, in one call: `apply_value_path(model, method)`.
+"""NeuTRENO, the value residual and twicing on any transformers model, in one call: `apply_value_path(model, method)`.
 
-Both methods reuse the values V_0 of a model's first attention layer in every later layer ℓ, per head:
+The first two reuse the values V_0 of a model's first attention layer in every later layer ℓ, per head:
 
 - ``"neutreno"`` (Nguyen, Nguyen, Baraniuk, "Mitigating Over-smoothing in Transformers via Regularized Nonlocal
   Functionals", NeurIPS 2023): the attention output becomes ``U_ℓ = A_ℓ V_ℓ + λ (V_0 − V_ℓ)``, the term added before
   the heads are merged and projected.
 - ``"value_residual"`` (Zhou et al., "Value Residual Learning", ACL 2025, ResFormer): layer ℓ attends over
   ``(1 − α) V_ℓ + α V_0`` instead of ``V_ℓ``, the mix made before attention.
+- ``"twicing"`` (Abdullaev & Nguyen, "Transformer Meets Twicing: Harnessing Unattended Residual Information", ICLR
+  2025): ``U_ℓ = A_ℓ V_ℓ + c A_ℓ (V_ℓ − A_ℓ V_ℓ)``, the layer's attention applied again to what it left unattended;
+  it needs no V_0, so layer 0 may take it too.
 
 ``learnable=True`` makes λ (or α) one trainable scalar per layer, initialised at the given value, as modded-nanogpt
 learns its value-residual mix. V_0 is taken in the same forward pass and is not detached.
@@ -52,10 +55,10 @@ except ImportError:  # older or newer layouts: nothing to register
 
 logger = logging.get_logger(__name__)
 
-METHODS = ("neutreno", "value_residual")
+METHODS = ("neutreno", "value_residual", "twicing")
 # λ = 0.4: the official WikiText-103 code and ResFormer's NeuTRENO port (the official DeiT code uses 0.6);
 # α = 1/2: ResFormer's identity value residual.
-DEFAULT_COEFFICIENTS = {"neutreno": 0.4, "value_residual": 0.5}
+DEFAULT_COEFFICIENTS = {"neutreno": 0.4, "value_residual": 0.5, "twicing": 1.0}
 
 ATTENTION_PREFIX = "value_path-"  # registered implementation names: "value_path-sdpa", "value_path-eager", ...
 CONTEXT_KWARG = "value_path_context"  # the per-call `_ForwardContext`, handed to every attention call as a keyword
@@ -96,10 +99,11 @@ def apply_value_path(
     Args:
         model: a transformers `PreTrainedModel` whose self-attention goes through transformers' attention interface
             (Llama, Qwen2, GPT-2, BERT, ViT, DeiT, ...), pretrained or not.
-        method: ``"neutreno"`` (U_ℓ = A_ℓ V_ℓ + λ (V_0 − V_ℓ)) or ``"value_residual"`` (attend over
-            (1 − α) V_ℓ + α V_0).
-        coefficient: λ for NeuTRENO (default 0.4, a finite number >= 0; 0 computes the unmodified model) or α for
-            the value residual (default 0.5, in [0, 1]; 0 computes the unmodified model).
+        method: ``"neutreno"`` (U_ℓ = A_ℓ V_ℓ + λ (V_0 − V_ℓ)), ``"value_residual"`` (attend over
+            (1 − α) V_ℓ + α V_0) or ``"twicing"`` (U_ℓ = A_ℓ V_ℓ + c A_ℓ (V_ℓ − A_ℓ V_ℓ)).
+        coefficient: λ for NeuTRENO (default 0.4, a finite number >= 0; 0 computes the unmodified model), α for
+            the value residual (default 0.5, in [0, 1]; 0 computes the unmodified model), or c for twicing
+            (default 1, the paper's (2A − A²) V; >= 0, 0 computes the unmodified model; not learnable).
         learnable: one trainable scalar per adapted layer, initialised at `coefficient`, in the parameter
             ``value_path_coefficients``, in increasing layer order (``config.value_path["layers"]``, stored sorted):
             entry i belongs to the i-th smallest adapted layer. A learnable α is used clamped to [0, 1], so that a
@@ -110,7 +114,7 @@ def apply_value_path(
             ``value_path_gate`` on each adapted attention module; W starts at 0 and b at logit(α), so that the model
             starts as the fixed-α one. PEFT trains and saves them with ``modules_to_save=["value_path_gate"]``.
         layers: the self-attention layers (0-based) that get the rule; default every layer after the first. Layer 0
-            is where V_0 comes from, so it is never one of them.
+            is where V_0 comes from, so it is never one of them, except for twicing (default: every layer).
 
     The settings are stored in ``model.config.value_path``; they cannot change afterwards (call `remove_value_path`
     and adapt again). The model's class becomes ``ValuePath<Class>``, a subclass, so that the saved checkpoint loads
@@ -195,7 +199,7 @@ def check_settings(method, coefficient, learnable, layers, num_layers: int) -> d
     """The settings as ``config.value_path`` stores them, or `ValueError` naming the bad argument."""
     if method not in METHODS:
         raise ValueError(f"`method` must be one of {list(METHODS)}, got {method!r}.")
-    symbol = "λ" if method == "neutreno" else "α"
+    symbol = {"neutreno": "λ", "value_residual": "α", "twicing": "the weight of A (V − A V)"}[method]
     if coefficient is None:
         coefficient = DEFAULT_COEFFICIENTS[method]
     number = _as_real(coefficient)
@@ -208,6 +212,10 @@ def check_settings(method, coefficient, learnable, layers, num_layers: int) -> d
         raise ValueError(
             f"`coefficient` (α of 'value_residual') must be in [0, 1] (V_0's weight in the mix), got {coefficient}."
         )
+    if method == "twicing" and coefficient < 0:
+        raise ValueError(f"`coefficient` (twicing's weight) must be >= 0 (0 is the plain model), got {coefficient}.")
+    if method == "twicing" and learnable is not False:
+        raise ValueError(f"'twicing' takes no learnable coefficient (`learnable=False`), got {learnable!r}.")
     if not (isinstance(learnable, bool) or learnable == GATE):
         raise ValueError(f"`learnable` must be True, False or {GATE!r}, got {learnable!r}.")
     if learnable == GATE and (method != "value_residual" or not 0 < coefficient < 1):
@@ -215,18 +223,19 @@ def check_settings(method, coefficient, learnable, layers, num_layers: int) -> d
             f"`learnable={GATE!r}` is a value-residual mix α = sigmoid(W x + b), which starts at `coefficient` "
             f"strictly inside (0, 1); got method {method!r} and coefficient {coefficient}."
         )
-    if num_layers < 2:
-        raise ValueError(f"A value path needs at least 2 self-attention layers, the model has {num_layers}.")
+    lowest = 0 if method == "twicing" else 1  # twicing needs no V_0, so layer 0 may take it too
+    if num_layers < lowest + 1:
+        raise ValueError(f"A value path needs at least {lowest + 1} self-attention layers, the model has {num_layers}.")
     if layers is None:
-        layers = list(range(1, num_layers))
+        layers = list(range(lowest, num_layers))
     if isinstance(layers, (str, bytes)) or not hasattr(layers, "__iter__"):
         raise ValueError(f"`layers` must be a list of layer indices, got {layers!r}.")
     layers = [_as_index(i) for i in layers]
-    bad = [i for i in layers if not isinstance(i, int) or not 1 <= i < num_layers]
+    bad = [i for i in layers if not isinstance(i, int) or not lowest <= i < num_layers]
     if bad or not layers or len(set(layers)) != len(layers):
+        why = "" if lowest == 0 else " (layer 0 provides V_0)"
         raise ValueError(
-            f"`layers` must list distinct self-attention layers in 1..{num_layers - 1} (layer 0 provides V_0), got "
-            f"{layers}."
+            f"`layers` must list distinct self-attention layers in {lowest}..{num_layers - 1}{why}, got {layers}."
         )
     return {"method": method, "coefficient": float(coefficient), "learnable": learnable, "layers": sorted(layers)}
 
@@ -362,6 +371,10 @@ class _ValuePathAttention:
                 "the gradient it gets from later layers. Enable it with use_reentrant=False, transformers' default: "
                 "`model.activation_checkpointing_enable()` (Trainer: leave `activation_checkpointing_kwargs` unset)."
             )
+        if context.method == "twicing":
+            if layer not in context.layers:
+                return attention(module, query, key, value, attention_mask, *args, **kwargs)
+            return _twicing(attention, context, module, query, key, value, attention_mask, args, kwargs)
         if layer == 0:
             context.first_values = value
             return attention(module, query, key, value, attention_mask, *args, **kwargs)
@@ -532,6 +545,47 @@ class _AddScaledDifference(torch.autograd.Function):
         return grad, grad_first, grad_first.neg(), grad_coefficient
 
 
+class _OneGroup:
+    """An attention module seen with one query head per key/value head: the second attention call of twicing hands
+    over keys and values already repeated per query head, which the backend must not repeat again."""
+
+    num_key_value_groups = 1
+
+    def __init__(self, module):
+        self.__dict__["_module"] = module
+
+    def __getattr__(self, name):
+        return getattr(self.__dict__["_module"], name)
+
+
+def _twicing(attention, context, module, query, key, value, attention_mask, args, kwargs):
+    """Twicing attention (Abdullaev & Nguyen, ICLR 2025): ``A V + c A (V − A V)`` with the layer's own attention
+    matrix A, computed as a second call of the backend on the same queries and keys, whose values are the residual
+    ``V − A V`` per query head. In generation, A V of the earlier tokens is kept per layer beside the KV cache (the
+    residual needs it at every key), and this call's rows are added to it."""
+    layer = getattr(module, LAYER_ATTRIBUTE)
+    output, *rest = attention(module, query, key, value, attention_mask, *args, **kwargs)  # (batch, q, heads, d)
+    heads, kv_heads = query.shape[1], key.shape[1]
+    attended = output.transpose(1, 2)  # A V at this call's tokens: (batch, heads, q, d)
+    start, length, keys = context.past, query.shape[-2], value.shape[-2]
+    if start == 0 and length == keys:
+        history = attended
+    else:
+        history = context.twicing_history.get(layer)
+        if history is None or history.shape[-2] < keys:  # a dynamic cache grows; a static one holds its buffer
+            grown = attended.new_zeros(*attended.shape[:2], keys, attended.shape[-1])
+            if history is not None:
+                grown[..., : history.shape[-2], :] = history
+            history = grown
+        history[..., start : start + length, :] = attended
+    context.twicing_history[layer] = history
+    group = heads // kv_heads
+    values = value.repeat_interleave(group, dim=1) if group > 1 else value
+    keys_per_head = key.repeat_interleave(group, dim=1) if group > 1 else key
+    second, *_ = attention(_OneGroup(module), query, keys_per_head, values - history, attention_mask, *args, **kwargs)
+    return (torch.add(output, second, alpha=context.coefficient), *rest)
+
+
 def _gated_attention(attention, context, module, query, key, value, first, attention_mask, args, kwargs):
     """The value residual with a gate: (1 − α) V_ℓ + α V_0 with α (batch, tokens, kv heads) for this call's tokens,
     which sit after the `past` cached ones. Generation mixes the new rows in the cache's own tensor (`value` is it),
@@ -599,6 +653,8 @@ def _begin_forward(model, settings, module, args, kwargs):
         mix_in_cache=_returns_its_storage(cache),
         grad_enabled=torch.is_grad_enabled(),
         recompute_saved=_recompute_saved(model),
+        # twicing keeps A V of the earlier tokens with the KV cache that holds their keys and values
+        twicing_history=cache.__dict__.setdefault("_value_path_twicing", {}) if cache is not None else {},
     )
     return args, kwargs
 
@@ -616,6 +672,7 @@ class _ForwardContext:
     recompute_saved: bool  # may swap the backend's saved tensors for a recipe (`_recompute_saved`)
     first_values: torch.Tensor | None = None  # V_0, left by layer 0 for the later layers
     gates: dict = dataclasses.field(default_factory=dict)  # learnable="gate": layer -> α, (batch, tokens, kv heads)
+    twicing_history: dict = dataclasses.field(default_factory=dict)  # twicing: layer -> A V of every cached token
 
 
 # KV-cache layers whose `update` returns the tensors they store (so values mixed in place stay mixed for the next

@@ -68,6 +68,7 @@ VARIANTS = {
             "gate",
             pretrained_start=0.01,
         ),
+        Variant("twicing", "twicing attention, A V + {coefficient:g} A (V − A V)", "twicing"),
         Variant("vit-minus", "ViT⁻, Λ=−ψ²", preset_only=True),  # the poster's eigen-parameterised ViT
         Variant("vit-plus", "ViT⁺, Λ=+ψ²", preset_only=True),
     )

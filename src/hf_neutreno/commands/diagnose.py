@@ -193,7 +193,7 @@ def _variants(args) -> dict[str, dict | None]:
         variants[name] = variant.method and {
             "method": variant.method,
             "learnable": variant.learnable,
-            "coefficient": coefficients[variant.method],
+            "coefficient": coefficients.get(variant.method),  # None: apply_value_path's default
         }
     return variants
 

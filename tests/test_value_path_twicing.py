@@ -1,0 +1,156 @@
+"""`apply_value_path(model, "twicing")`: twicing attention (Abdullaev & Nguyen, ICLR 2025), ``A V + A (V − A V)``
+with the layer's own attention matrix, against GPT-2 and Llama written out by hand from the raw weights, forward and
+backward; through cached generation (dynamic and static caches) and a load without the package."""
+
+import copy
+import json
+import math
+
+import pytest
+import torch
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+from fresh_process import run_fresh
+from hf_neutreno import apply_value_path
+from test_value_path_gate import _sharpen
+from tiny_models import tiny_inputs, tiny_model
+
+
+def _twice(probs: torch.Tensor, v: torch.Tensor, layer: int, layers, weight: float) -> torch.Tensor:
+    """A V, plus `weight` · A (V − A V) in the twicing layers."""
+    out = probs @ v
+    return out + weight * (probs @ (v - out)) if layer in layers else out
+
+
+def llama_reference(model, input_ids, layers, weight=1.0) -> torch.Tensor:
+    base, config = model.model, model.config
+    heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
+    head_dim = config.hidden_size // heads
+    batch, length = input_ids.shape
+    x = base.embed_tokens(input_ids)
+    cos, sin = base.rotary_emb(x, torch.arange(length)[None])
+    causal = torch.ones(length, length, dtype=torch.bool).tril()
+    for index, layer in enumerate(base.layers):
+        attention = layer.self_attn
+        h = layer.input_layernorm(x)
+
+        def project(linear, count):
+            return (h @ linear.weight.T).view(batch, length, count, head_dim).transpose(1, 2)
+
+        q, k, v = (
+            project(attention.q_proj, heads),
+            project(attention.k_proj, kv_heads),
+            project(attention.v_proj, kv_heads),
+        )
+        q, k = apply_rotary_pos_emb(q, k, cos, sin)
+        group = heads // kv_heads
+        scores = q @ k.repeat_interleave(group, 1).transpose(-1, -2) / math.sqrt(head_dim)
+        probs = scores.masked_fill(~causal, float("-inf")).softmax(-1)
+        out = _twice(probs, v.repeat_interleave(group, 1), index, layers, weight)
+        x = x + out.transpose(1, 2).reshape(batch, length, -1) @ attention.o_proj.weight.T
+        x = x + layer.mlp(layer.post_attention_layernorm(x))
+    return model.lm_head(base.norm(x))
+
+
+def gpt2_reference(model, input_ids, layers, weight=1.0) -> torch.Tensor:
+    transformer, config = model.transformer, model.config
+    heads = config.n_head
+    head_dim = config.n_embd // heads
+    batch, length = input_ids.shape
+    x = transformer.wte(input_ids) + transformer.wpe(torch.arange(length))[None]
+    causal = torch.ones(length, length, dtype=torch.bool).tril()
+    for index, block in enumerate(transformer.h):
+        h = block.ln_1(x)
+        q, k, v = (h @ block.attn.c_attn.weight + block.attn.c_attn.bias).split(config.n_embd, dim=-1)
+        q, k, v = (t.view(batch, length, heads, head_dim).transpose(1, 2) for t in (q, k, v))
+        probs = (q @ k.transpose(-1, -2) / math.sqrt(head_dim)).masked_fill(~causal, float("-inf")).softmax(-1)
+        out = _twice(probs, v, index, layers, weight).transpose(1, 2).reshape(batch, length, -1)
+        x = x + out @ block.attn.c_proj.weight + block.attn.c_proj.bias
+        x = x + block.mlp(block.ln_2(x))
+    return model.lm_head(transformer.ln_f(x))
+
+
+REFERENCES = {"llama": llama_reference, "gpt2": gpt2_reference}
+
+
+def _model(name, **settings):
+    plain = tiny_model(name)
+    _sharpen(plain)
+    return plain, apply_value_path(copy.deepcopy(plain), "twicing", **settings)
+
+
+@pytest.mark.parametrize("settings, layers", [({}, (0, 1, 2)), ({"layers": [1, 2], "coefficient": 0.5}, (1, 2))])
+@pytest.mark.parametrize("name", REFERENCES)
+def test_twicing_equals_the_hand_written_reference_forward_and_backward(name, settings, layers):
+    plain, model = _model(name, **settings)
+    model.train()
+    for module in model.modules():  # no dropout: the reference has none
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    reference = copy.deepcopy(model)
+    input_ids = tiny_inputs(name)["input_ids"]
+    weight = settings.get("coefficient", 1.0)
+    output, expected = model(input_ids).logits, REFERENCES[name](reference, input_ids, layers, weight)
+    torch.testing.assert_close(output, expected, rtol=0, atol=1e-5)
+    with torch.no_grad():
+        assert (expected - REFERENCES[name](reference, input_ids, ())).abs().max() > 1e-2  # twicing matters here
+    output.square().mean().backward()
+    expected.square().mean().backward()
+    references = dict(reference.named_parameters())
+    for key, parameter in model.named_parameters():
+        if parameter.grad is None:
+            continue
+        scale = max(1.0, references[key].grad.abs().max().item())
+        torch.testing.assert_close(parameter.grad, references[key].grad, rtol=1e-4, atol=2e-6 * scale, msg=key)
+
+
+@pytest.mark.parametrize("name", REFERENCES)
+def test_twicing_cached_generation_equals_the_full_forward(name):
+    """A V of the earlier tokens is kept beside the cache: each new token's second attention call sees V − A V at
+    every key, as the full forward does."""
+    _, model = _model(name)
+    model.config.pad_token_id = 0
+    inputs = tiny_inputs(name, length=6)
+    settings = dict(max_new_tokens=8, do_sample=False, pad_token_id=0, output_scores=True, return_dict_in_generate=True)
+    caches = {"dynamic": model.generate(**inputs, **settings)}
+    if name != "gpt2":
+        caches["static"] = model.generate(**inputs, cache_implementation="static", **settings)
+    for kind, cached in caches.items():
+        with torch.no_grad():
+            full = model(cached.sequences).logits
+        for step, scores in enumerate(cached.scores):
+            position = inputs["input_ids"].shape[1] - 1 + step
+            # float32 rounding of two attention calls per layer at logits of ~5: measured up to 1.2e-5
+            torch.testing.assert_close(scores, full[:, position], rtol=0, atol=5e-5, msg=f"{kind}, step {step}")
+
+
+def test_a_twicing_model_saves_and_loads_without_the_package(tmp_path):
+    _, model = _model("llama", layers=[1, 2])
+    inputs = tiny_inputs("llama")
+    with torch.no_grad():
+        expected = model(**inputs).logits
+    model.save_pretrained(tmp_path / "twicing")
+    torch.save({"inputs": inputs, "expected": expected}, tmp_path / "expected.pt")
+    out = run_fresh(
+        f"""
+        import json, torch
+        from transformers import AutoModelForCausalLM
+        saved = torch.load({str(tmp_path / "expected.pt")!r})
+        model = AutoModelForCausalLM.from_pretrained({str(tmp_path / "twicing")!r}, trust_remote_code=True).eval()
+        with torch.no_grad():
+            difference = (model(**saved["inputs"]).logits - saved["expected"]).abs().max().item()
+        print(json.dumps([type(model).__name__, model.config.value_path, difference]))
+        """,
+        tmp_path,
+    )
+    name, settings, difference = json.loads(out.strip().splitlines()[-1])
+    assert name == "ValuePathLlamaForCausalLM" and settings["method"] == "twicing" and difference == 0
+
+
+def test_twicing_settings_are_checked():
+    with pytest.raises(ValueError, match="'twicing' takes no learnable coefficient"):
+        apply_value_path(tiny_model("gpt2"), "twicing", learnable=True)
+    with pytest.raises(ValueError, match="twicing's weight\\) must be >= 0"):
+        apply_value_path(tiny_model("gpt2"), "twicing", -1.0)
+    with pytest.raises(ValueError, match="in 0..2, got \\[3\\]"):
+        apply_value_path(tiny_model("gpt2"), "twicing", layers=[3])
