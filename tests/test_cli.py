@@ -150,6 +150,7 @@ def lm_dir(tmp_path_factory) -> Path:
     return folder
 
 
+@pytest.mark.slow  # several CLI processes, each importing the package
 def test_evaluate_lm_never_replaces_an_output_file_silently(lm_dir, text_dir, tmp_path):
     existing = tmp_path / "eval.json"
     existing.write_text("{}\n")
@@ -166,6 +167,7 @@ def test_evaluate_lm_never_replaces_an_output_file_silently(lm_dir, text_dir, tm
     assert set(results) == {"sliding", "blocks"} and results["blocks"]["context_length"] == 2
 
 
+@pytest.mark.slow  # several CLI processes, each importing the package
 def test_evaluate_lm_refuses_a_value_path_checkpoint_without_trust_remote_code(lm_dir, text_dir, tmp_path):
     """Without --trust-remote-code transformers builds the plain model from an adapted checkpoint: the command said
     nothing and reported the plain model's perplexity. It names the value path and the flag, and with the flag runs

@@ -394,6 +394,7 @@ def _tokenizer_dropping_control_characters(folder):
     return folder
 
 
+@pytest.mark.slow  # several CLI processes, each importing the package
 def test_cli_text_that_gives_no_tokens_is_one_line_naming_the_sample(tmp_path):
     import pyarrow as pa
 
@@ -419,6 +420,7 @@ def test_cli_a_folder_without_an_image_processor_says_what_is_missing(cifar_dir,
     )
 
 
+@pytest.mark.slow  # several CLI processes, each importing the package
 def test_cli_output_files_are_never_replaced_silently_and_the_plot_path_printed_is_the_real_one(
     image_model_dir, cifar_dir, tmp_path
 ):
