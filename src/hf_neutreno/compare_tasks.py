@@ -23,7 +23,7 @@ from .model_factories import (
 )
 from .models.configuration_neutreno_gpt import NeuTRENOGPTConfig
 from .models.configuration_neutreno_vit import NeuTRENOViTConfig
-from .segmentation import MeanIoU, make_image_processor
+from .segmentation import make_image_processor, segmentation_transform, single_scale_mean_iou
 from .text_data import TEXT_COLUMN, group_into_blocks, token_stream, train_word_tokenizer
 
 # What a task builds: softmax attention (λ = 0), NeuTRENO (λ > 0), ViT⁻ (image classifiers only), and which can take
@@ -220,16 +220,7 @@ class SegmentationTask(_ImageTask):
         self.preset = NeuTRENOViTConfig.from_preset(settings.model)
         self.neutreno_lambda = settings.neutreno_lambda or self.preset.neutreno_lambda
         self.processing = make_image_processor(self.preset, do_reduce_labels=reduce_labels)
-
-        def transform(batch: dict) -> dict:
-            encoded = self.processing(
-                images=[image.convert("RGB") for image in batch[image_column]],
-                segmentation_maps=list(batch[annotation_column]),
-                return_tensors="pt",
-            )
-            return {"pixel_values": encoded["pixel_values"], "labels": encoded["labels"]}
-
-        self._set_splits(dataset, transform)
+        self._set_splits(dataset, segmentation_transform(self.processing, image_column, annotation_column))
 
     def build(self, architecture: str) -> torch.nn.Module:
         # the decoder follows the encoder's λ
@@ -239,20 +230,8 @@ class SegmentationTask(_ImageTask):
         return dict(data_collator=collate_images)
 
     def score(self, trainer: Trainer) -> float:
-        """Mean IoU over the evaluation images at the preset's size (single scale): logits upsampled bilinearly to
-        the label maps, as the image processor's `post_process_semantic_segmentation` does."""
-        model, size = trainer.model, self.settings.batch_size
-        metric = MeanIoU(model.config.num_labels, ignore_index=model.config.semantic_loss_ignore_index)
-        model.eval()
-        with torch.inference_mode():
-            for start in range(0, len(self.eval), size):
-                batch = self.eval[start : start + size]
-                logits = model(pixel_values=batch["pixel_values"]).logits
-                logits = torch.nn.functional.interpolate(
-                    logits, size=batch["labels"].shape[-2:], mode="bilinear", align_corners=False
-                )
-                metric.update(logits.argmax(dim=1), batch["labels"])
-        return float(metric.compute()["mean_iou"])
+        """Mean IoU over the evaluation images at the preset's size (single scale)."""
+        return single_scale_mean_iou(trainer.model, self.eval, self.settings.batch_size)
 
 
 def segmentation_labels(dataset_name: str) -> tuple[list[str], bool]:

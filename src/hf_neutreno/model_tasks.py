@@ -25,7 +25,7 @@ from .data import LABELS_FILE, is_local_path, read_id2label, subset
 from .image_transforms import collate_images, image_transform
 from .lm_eval import block_eval
 from .metrics import accuracy_metrics
-from .segmentation import MeanIoU
+from .segmentation import segmentation_transform, single_scale_mean_iou
 from .text_data import group_into_blocks, token_stream
 from .value_path import _check_adaptable, _refuse_built_in_term
 from .variants import VARIANTS, build_variant
@@ -447,6 +447,17 @@ class _Task:
         return [{"pixel_values": collate_images(rows[i : i + size])["pixel_values"]} for i in range(0, len(rows), size)]
 
 
+def _image_splits(task, transform) -> None:
+    """What the image tasks share: both splits transformed on the fly, stacked by `collate_images`."""
+    task.train.set_transform(transform)
+    task.eval.set_transform(transform)
+    task.collator = collate_images
+    task.sizes = {"train_images": len(task.train), "eval_images": len(task.eval)}
+    task.summary_data = (
+        f"{len(task.train)} train / {len(task.eval)} {task.eval_split} images, {len(task.labels)} classes"
+    )
+
+
 class ImageClassification(_Task):
     name, auto_class, processing_class, metric = (
         "image-classification", "AutoModelForImageClassification", "AutoImageProcessor", "accuracy"
@@ -457,14 +468,7 @@ class ImageClassification(_Task):
     def prepare(task) -> None:
         image_column = task._image_column()
         task._labels()
-        transform = image_transform(task.processing, image_column, task.label_column)
-        task.train.set_transform(transform)
-        task.eval.set_transform(transform)
-        task.collator = collate_images
-        task.sizes = {"train_images": len(task.train), "eval_images": len(task.eval)}
-        task.summary_data = (
-            f"{len(task.train)} train / {len(task.eval)} {task.eval_split} images, {len(task.labels)} classes"
-        )
+        _image_splits(task, image_transform(task.processing, image_column, task.label_column))
 
     @staticmethod
     def score(task, trainer: Trainer) -> float:
@@ -597,51 +601,16 @@ class SemanticSegmentation(_Task):
             )
         image_column = task._image_column()
         task.labels = task._segmentation_labels()
-        processing = task.processing
-
-        def transform(batch: dict) -> dict:
-            encoded = processing(
-                images=[image.convert("RGB") for image in batch[image_column]],
-                segmentation_maps=list(batch[ANNOTATION_COLUMN]),
-                return_tensors="pt",
-            )
-            return {"pixel_values": encoded["pixel_values"], "labels": encoded["labels"]}
-
-        task.train.set_transform(transform)
-        task.eval.set_transform(transform)
-        task.collator = collate_images
-        task.sizes = {"train_images": len(task.train), "eval_images": len(task.eval)}
-        task.summary_data = (
-            f"{len(task.train)} train / {len(task.eval)} {task.eval_split} images, {len(task.labels)} classes"
-        )
+        _image_splits(task, segmentation_transform(task.processing, image_column, ANNOTATION_COLUMN))
 
     @staticmethod
     def score(task, trainer: Trainer) -> float:
-        return _mean_iou(trainer.model, task.eval, task.settings.batch_size)
+        return single_scale_mean_iou(trainer.model, task.eval, task.settings.batch_size)
 
 
 TASKS = {
     task.name: task for task in (ImageClassification, TextClassification, CausalLM, MaskedLM, SemanticSegmentation)
 }
-
-
-def _mean_iou(model, evaluation, batch_size: int) -> float:
-    """Mean IoU over the evaluation images, logits upsampled bilinearly to the label maps (single scale)."""
-    ignore = getattr(model.config, "semantic_loss_ignore_index", 255)
-    metric = MeanIoU(model.config.num_labels, ignore_index=ignore)
-    device = next(model.parameters()).device
-    was_training = model.training
-    model.eval()
-    with torch.inference_mode():
-        for start in range(0, len(evaluation), batch_size):
-            batch = evaluation[start : start + batch_size]
-            logits = model(pixel_values=batch["pixel_values"].to(device)).logits
-            logits = torch.nn.functional.interpolate(
-                logits, size=batch["labels"].shape[-2:], mode="bilinear", align_corners=False
-            )
-            metric.update(logits.argmax(dim=1).cpu(), batch["labels"])
-    model.train(was_training)
-    return float(metric.compute()["mean_iou"])
 
 
 def _columns_of(data) -> dict[str, str]:

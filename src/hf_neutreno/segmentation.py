@@ -218,4 +218,46 @@ def mean_iou(
     return accumulator.compute(nan_to_num)
 
 
-__all__ = ["MS_SCALES", "MeanIoU", "make_image_processor", "mean_iou", "multi_scale_probabilities"]
+def segmentation_transform(processor, image_column: str, annotation_column: str):
+    """A `Dataset.set_transform` function: images and their label maps -> `pixel_values` and `labels`."""
+
+    def transform(batch: dict) -> dict:
+        encoded = processor(
+            images=[image.convert("RGB") for image in batch[image_column]],
+            segmentation_maps=list(batch[annotation_column]),
+            return_tensors="pt",
+        )
+        return {"pixel_values": encoded["pixel_values"], "labels": encoded["labels"]}
+
+    return transform
+
+
+def single_scale_mean_iou(model, evaluation, batch_size: int) -> float:
+    """Mean IoU of `model` over a transformed evaluation split at its input size (single scale): logits upsampled
+    bilinearly to the label maps, as the image processor's `post_process_semantic_segmentation` does."""
+    ignore = getattr(model.config, "semantic_loss_ignore_index", 255)
+    metric = MeanIoU(model.config.num_labels, ignore_index=ignore)
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    with torch.inference_mode():
+        for start in range(0, len(evaluation), batch_size):
+            batch = evaluation[start : start + batch_size]
+            logits = model(pixel_values=batch["pixel_values"].to(device)).logits
+            logits = nn.functional.interpolate(
+                logits, size=batch["labels"].shape[-2:], mode="bilinear", align_corners=False
+            )
+            metric.update(logits.argmax(dim=1).cpu(), batch["labels"])
+    model.train(was_training)
+    return float(metric.compute()["mean_iou"])
+
+
+__all__ = [
+    "MS_SCALES",
+    "MeanIoU",
+    "make_image_processor",
+    "mean_iou",
+    "multi_scale_probabilities",
+    "segmentation_transform",
+    "single_scale_mean_iou",
+]
