@@ -4,7 +4,6 @@ gradient checkpointing, training, saving and loading without the package, and it
 
 import copy
 import json
-import math
 import os
 import subprocess
 import sys
@@ -13,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.nn.functional as F
 from transformers import (
     AutoModel,
     AutoModelForCausalLM,
@@ -29,7 +27,6 @@ from transformers import (
     Trainer,
     TrainingArguments,
 )
-from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 import hf_neutreno
 from fresh_process import run_fresh
@@ -37,7 +34,7 @@ from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTModel, apply_value_path, r
 from hf_neutreno.convert import gpt2_to_neutreno, vit_to_neutreno
 from hf_neutreno.value_path import is_value_path_model, value_path_class
 from hf_neutreno.variants import VARIANTS
-from tiny_models import ARCHITECTURES, CAUSAL, output_of, tiny_inputs, tiny_model
+from tiny_models import ARCHITECTURES, CAUSAL, output_of, tiny_inputs, tiny_model, written_out_decoder
 
 METHODS = ("neutreno", "value_residual")
 TESTS = Path(__file__).resolve().parent
@@ -102,39 +99,21 @@ def test_vit_neutreno_equals_the_packages_neutreno_vit(name):
 
 
 def reference_decoder_logits(model, input_ids, method: str, coefficients: dict[int, float]) -> torch.Tensor:
-    """A Llama/Qwen2 causal LM with its attention written out per head from the raw q/k/v/o weights (grouped-query
-    heads repeated by hand), the value path as the papers write it, no padding. Norms, MLPs and RoPE are the model's."""
-    base, config = model.model, model.config
-    heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
-    head_dim = config.hidden_size // heads
-    batch, length = input_ids.shape
-    x = base.embed_tokens(input_ids)
-    cos, sin = base.rotary_emb(x, torch.arange(length)[None])
-    causal = torch.ones(length, length, dtype=torch.bool).tril()
-    first_values = None
-    for index, layer in enumerate(base.layers):
-        attention = layer.self_attn
-        h = layer.input_layernorm(x)
+    """The decoder written out per head (`written_out_decoder`), the value path as the papers write it."""
+    first = {}
 
-        def project(linear, count):
-            return F.linear(h, linear.weight, linear.bias).view(batch, length, count, head_dim).transpose(1, 2)
-
-        q = project(attention.q_proj, heads)
-        k, v = project(attention.k_proj, kv_heads), project(attention.v_proj, kv_heads)
-        q, k = apply_rotary_pos_emb(q, k, cos, sin)
-        if index == 0:
-            first_values = v
+    def values(index, h, v):
+        first.setdefault("values", v)  # layer 0's
         c = coefficients.get(index, 0.0)
-        attended = (1 - c) * v + c * first_values if method == "value_residual" else v
-        group = heads // kv_heads
-        scores = q @ k.repeat_interleave(group, 1).transpose(-1, -2) / math.sqrt(head_dim)
-        probs = scores.masked_fill(~causal, float("-inf")).softmax(-1)
-        out = probs @ attended.repeat_interleave(group, 1)
-        if method == "neutreno":
-            out = out + c * (first_values - v).repeat_interleave(group, 1)
-        x = x + F.linear(out.transpose(1, 2).reshape(batch, length, -1), attention.o_proj.weight)
-        x = x + layer.mlp(layer.post_attention_layernorm(x))
-    return model.lm_head(base.norm(x))
+        return (1 - c) * v + c * first["values"] if method == "value_residual" else v
+
+    def attended(index, probs, v, out):
+        if method != "neutreno":
+            return out
+        v0 = first["values"].repeat_interleave(v.shape[1] // first["values"].shape[1], 1)
+        return out + coefficients.get(index, 0.0) * (v0 - v)
+
+    return written_out_decoder(model, input_ids, values, attended)
 
 
 @pytest.mark.parametrize("learnable", [False, True])

@@ -5,16 +5,14 @@ loading without the package."""
 
 import copy
 import json
-import math
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
-from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from fresh_process import run_fresh
 from hf_neutreno import apply_value_path, remove_value_path
-from tiny_models import tiny_inputs, tiny_model
+from tiny_models import tiny_inputs, tiny_model, written_out_decoder
 
 ALPHA = 0.3
 
@@ -50,71 +48,22 @@ def _alpha(gate, h: torch.Tensor) -> torch.Tensor:
     return torch.sigmoid(h @ gate.weight.T + gate.bias).transpose(1, 2).unsqueeze(-1)
 
 
-def llama_reference(model, input_ids) -> torch.Tensor:
-    """A Llama causal LM written out per head from the raw weights (grouped-query heads repeated by hand), the gated
-    value residual in layers 1 and 2. Norms, MLPs and RoPE are the model's."""
-    base, config = model.model, model.config
-    heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
-    head_dim = config.hidden_size // heads
-    batch, length = input_ids.shape
-    x = base.embed_tokens(input_ids)
-    cos, sin = base.rotary_emb(x, torch.arange(length)[None])
-    causal = torch.ones(length, length, dtype=torch.bool).tril()
-    first = None
-    for index, layer in enumerate(base.layers):
-        attention = layer.self_attn
-        h = layer.input_layernorm(x)
+def gated_reference(model, input_ids) -> torch.Tensor:
+    """GPT-2 or Llama written out from the raw weights (`written_out_decoder`), the gated value residual in layers
+    1 and 2."""
+    gates, first = _gates(model), {}
 
-        def project(linear, count):
-            return (h @ linear.weight.T).view(batch, length, count, head_dim).transpose(1, 2)
-
-        q, k, v = (
-            project(attention.q_proj, heads),
-            project(attention.k_proj, kv_heads),
-            project(attention.v_proj, kv_heads),
-        )
-        q, k = apply_rotary_pos_emb(q, k, cos, sin)
+    def values(index, h, v):
         if index == 0:
-            first = v
-        else:
-            alpha = _alpha(attention.value_path_gate, h)
-            v = (1 - alpha) * v + alpha * first
-        group = heads // kv_heads
-        scores = q @ k.repeat_interleave(group, 1).transpose(-1, -2) / math.sqrt(head_dim)
-        out = scores.masked_fill(~causal, float("-inf")).softmax(-1) @ v.repeat_interleave(group, 1)
-        x = x + out.transpose(1, 2).reshape(batch, length, -1) @ attention.o_proj.weight.T
-        x = x + layer.mlp(layer.post_attention_layernorm(x))
-    return model.lm_head(base.norm(x))
+            first["values"] = v
+            return v
+        alpha = _alpha(gates[index - 1], h)
+        return (1 - alpha) * v + alpha * first["values"]
+
+    return written_out_decoder(model, input_ids, values)
 
 
-def gpt2_reference(model, input_ids) -> torch.Tensor:
-    """GPT-2 written out from its raw weights (Conv1D: x W + b, fused q/k/v), the gated value residual in layers 1
-    and 2; the MLPs and layer norms are the model's."""
-    transformer, config = model.transformer, model.config
-    heads = config.n_head
-    head_dim = config.n_embd // heads
-    batch, length = input_ids.shape
-    x = transformer.wte(input_ids) + transformer.wpe(torch.arange(length))[None]
-    causal = torch.ones(length, length, dtype=torch.bool).tril()
-    first = None
-    for index, block in enumerate(transformer.h):
-        h = block.ln_1(x)
-        q, k, v = (h @ block.attn.c_attn.weight + block.attn.c_attn.bias).split(config.n_embd, dim=-1)
-        q, k, v = (t.view(batch, length, heads, head_dim).transpose(1, 2) for t in (q, k, v))
-        if index == 0:
-            first = v
-        else:
-            alpha = _alpha(block.attn.value_path_gate, h)
-            v = (1 - alpha) * v + alpha * first
-        scores = q @ k.transpose(-1, -2) / math.sqrt(head_dim)
-        out = scores.masked_fill(~causal, float("-inf")).softmax(-1) @ v
-        out = out.transpose(1, 2).reshape(batch, length, -1)
-        x = x + out @ block.attn.c_proj.weight + block.attn.c_proj.bias
-        x = x + block.mlp(block.ln_2(x))
-    return model.lm_head(transformer.ln_f(x))
-
-
-REFERENCES = {"llama": llama_reference, "gpt2": gpt2_reference}
+REFERENCES = {"llama": gated_reference, "gpt2": gated_reference}
 
 
 @pytest.mark.parametrize("name", REFERENCES)

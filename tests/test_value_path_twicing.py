@@ -4,73 +4,27 @@ backward; through cached generation (dynamic and static caches) and a load witho
 
 import copy
 import json
-import math
 
 import pytest
 import torch
-from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from fresh_process import run_fresh
 from hf_neutreno import apply_value_path
 from test_value_path_gate import _sharpen
-from tiny_models import tiny_inputs, tiny_model
+from tiny_models import tiny_inputs, tiny_model, written_out_decoder
 
 
-def _twice(probs: torch.Tensor, v: torch.Tensor, layer: int, layers, weight: float) -> torch.Tensor:
-    """A V, plus `weight` · A (V − A V) in the twicing layers."""
-    out = probs @ v
-    return out + weight * (probs @ (v - out)) if layer in layers else out
+def twicing_reference(model, input_ids, layers, weight=1.0) -> torch.Tensor:
+    """GPT-2 or Llama written out from the raw weights (`written_out_decoder`): A V, plus `weight` · A (V − A V) in
+    the twicing layers."""
+
+    def attended(index, probs, v, out):
+        return out + weight * (probs @ (v - out)) if index in layers else out
+
+    return written_out_decoder(model, input_ids, attended=attended)
 
 
-def llama_reference(model, input_ids, layers, weight=1.0) -> torch.Tensor:
-    base, config = model.model, model.config
-    heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
-    head_dim = config.hidden_size // heads
-    batch, length = input_ids.shape
-    x = base.embed_tokens(input_ids)
-    cos, sin = base.rotary_emb(x, torch.arange(length)[None])
-    causal = torch.ones(length, length, dtype=torch.bool).tril()
-    for index, layer in enumerate(base.layers):
-        attention = layer.self_attn
-        h = layer.input_layernorm(x)
-
-        def project(linear, count):
-            return (h @ linear.weight.T).view(batch, length, count, head_dim).transpose(1, 2)
-
-        q, k, v = (
-            project(attention.q_proj, heads),
-            project(attention.k_proj, kv_heads),
-            project(attention.v_proj, kv_heads),
-        )
-        q, k = apply_rotary_pos_emb(q, k, cos, sin)
-        group = heads // kv_heads
-        scores = q @ k.repeat_interleave(group, 1).transpose(-1, -2) / math.sqrt(head_dim)
-        probs = scores.masked_fill(~causal, float("-inf")).softmax(-1)
-        out = _twice(probs, v.repeat_interleave(group, 1), index, layers, weight)
-        x = x + out.transpose(1, 2).reshape(batch, length, -1) @ attention.o_proj.weight.T
-        x = x + layer.mlp(layer.post_attention_layernorm(x))
-    return model.lm_head(base.norm(x))
-
-
-def gpt2_reference(model, input_ids, layers, weight=1.0) -> torch.Tensor:
-    transformer, config = model.transformer, model.config
-    heads = config.n_head
-    head_dim = config.n_embd // heads
-    batch, length = input_ids.shape
-    x = transformer.wte(input_ids) + transformer.wpe(torch.arange(length))[None]
-    causal = torch.ones(length, length, dtype=torch.bool).tril()
-    for index, block in enumerate(transformer.h):
-        h = block.ln_1(x)
-        q, k, v = (h @ block.attn.c_attn.weight + block.attn.c_attn.bias).split(config.n_embd, dim=-1)
-        q, k, v = (t.view(batch, length, heads, head_dim).transpose(1, 2) for t in (q, k, v))
-        probs = (q @ k.transpose(-1, -2) / math.sqrt(head_dim)).masked_fill(~causal, float("-inf")).softmax(-1)
-        out = _twice(probs, v, index, layers, weight).transpose(1, 2).reshape(batch, length, -1)
-        x = x + out @ block.attn.c_proj.weight + block.attn.c_proj.bias
-        x = x + block.mlp(block.ln_2(x))
-    return model.lm_head(transformer.ln_f(x))
-
-
-REFERENCES = {"llama": llama_reference, "gpt2": gpt2_reference}
+REFERENCES = {"llama": twicing_reference, "gpt2": twicing_reference}
 
 
 def _model(name, **settings):

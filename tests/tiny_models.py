@@ -9,9 +9,11 @@ names are the native ViT's; `TINY_NEUTRENO_GPT`), and the checks every model's t
 reference tests (`assert_the_term_changes_the_output`) and `assert_checkpointing_keeps_the_gradients`.
 """
 
+import math
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from transformers import (
     BertConfig,
     BertModel,
@@ -31,6 +33,7 @@ from transformers import (
     ViTForImageClassification,
     ViTModel,
 )
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 ARCHITECTURES = ("llama", "qwen2", "gpt2", "bert", "vit", "deit")
 CAUSAL = ("llama", "qwen2", "gpt2")
@@ -250,3 +253,55 @@ def write_image_folder(folder, train: int = 8, test: int = 4) -> Path:
                 pixels[..., channel] += 150
                 Image.fromarray(pixels).save(path / f"{i}.png")
     return Path(folder)
+
+
+# --- the tiny decoders written out by hand from their raw weights: the references of the value-path tests ----------
+
+
+def written_out_decoder(model, input_ids, values=None, attended=None) -> torch.Tensor:
+    """Logits of a tiny Llama/Qwen2 or GPT-2 causal LM with its attention written out per head from the raw q/k/v/o
+    weights (grouped-query heads repeated by hand, causal, no padding); norms, MLPs and RoPE are the model's own.
+
+    Two places for a rule, per layer `index`: `values(index, h, v)` returns the values attended over (h the layer's
+    attention input, v (batch, kv heads, tokens, d)); `attended(index, probs, v, out)` returns the attention output
+    from the probabilities, the values per query head and `probs @ v`."""
+    gpt2 = hasattr(model, "transformer")
+    base, config = (model.transformer, model.config) if gpt2 else (model.model, model.config)
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = config.hidden_size // heads
+    batch, length = input_ids.shape
+    positions = torch.arange(length)[None]
+    x = base.wte(input_ids) + base.wpe(positions) if gpt2 else base.embed_tokens(input_ids)
+    causal = torch.ones(length, length, dtype=torch.bool).tril()
+    for index, layer in enumerate(base.h if gpt2 else base.layers):
+        h = layer.ln_1(x) if gpt2 else layer.input_layernorm(x)
+
+        def split(t, count):
+            return t.view(batch, length, count, head_dim).transpose(1, 2)
+
+        if gpt2:
+            q, k, v = (split(t, heads) for t in (h @ layer.attn.c_attn.weight + layer.attn.c_attn.bias).split(
+                config.hidden_size, dim=-1))  # fmt: skip
+        else:
+            attention = layer.self_attn
+            q, k, v = (split(F.linear(h, p.weight, p.bias), n) for p, n in ((attention.q_proj, heads),
+                       (attention.k_proj, kv_heads), (attention.v_proj, kv_heads)))  # fmt: skip
+            q, k = apply_rotary_pos_emb(q, k, *base.rotary_emb(x, positions))
+        if values is not None:
+            v = values(index, h, v)
+        group = heads // kv_heads
+        scores = q @ k.repeat_interleave(group, 1).transpose(-1, -2) / math.sqrt(head_dim)
+        probs = scores.masked_fill(~causal, float("-inf")).softmax(-1)
+        v = v.repeat_interleave(group, 1)
+        out = probs @ v
+        if attended is not None:
+            out = attended(index, probs, v, out)
+        out = out.transpose(1, 2).reshape(batch, length, -1)
+        if gpt2:
+            x = x + out @ layer.attn.c_proj.weight + layer.attn.c_proj.bias
+            x = x + layer.mlp(layer.ln_2(x))
+        else:
+            x = x + F.linear(out, attention.o_proj.weight)
+            x = x + layer.mlp(layer.post_attention_layernorm(x))
+    return model.lm_head((base.ln_f if gpt2 else base.norm)(x))
