@@ -22,28 +22,20 @@ from collections.abc import Callable
 import torch
 from torch import nn
 from transformers import initialization as init
-from transformers.masking_utils import create_bidirectional_mask
-from transformers.modeling_outputs import BaseModelOutputWithPooling, ImageClassifierOutput
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs
-from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
-from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_eigen_vit import EigenViTConfig
 from .configuration_neutreno_vit import NeuTRENOViTConfig
 from .modeling_neutreno_vit import (
     NeuTRENOViTAttention,
-    NeuTRENOViTEmbeddings,
     NeuTRENOViTForImageClassification,
     NeuTRENOViTLayer,
     NeuTRENOViTModel,
     NeuTRENOViTPreTrainedModel,
-    pool_image,
 )
 from .neutreno_common import (
-    built_fields,
-    check_built_fields,
     eager_attention_forward,
     neutreno_lambda_for_layer,
     neutreno_linear,
@@ -248,60 +240,20 @@ class EigenViTPreTrainedModel(NeuTRENOViTPreTrainedModel):
         return model.to(device=weight.device, dtype=weight.dtype).train(self.training)
 
 
-class EigenViTModel(EigenViTPreTrainedModel):
+class EigenViTModel(EigenViTPreTrainedModel, NeuTRENOViTModel):
     """The NeuTRENO ViT backbone whose blocks in `config.eigen_layers` (default: all) use `EigenViTAttention`; the
-    other blocks use the standard `v_proj` / `o_proj` attention."""
+    other blocks use the standard `v_proj` / `o_proj` attention. Everything else is [`NeuTRENOViTModel`]'s."""
 
-    def __init__(self, config: EigenViTConfig):
-        super().__init__(config)
-        config.validate()  # the config may have been edited after construction
-        self.built_fields = built_fields(config, config.architecture_fields)
-        self.embeddings = NeuTRENOViTEmbeddings(config)
-        self.layers = nn.ModuleList(
-            NeuTRENOViTLayer(config, i, EigenViTAttention(config, i) if config.is_eigen_layer(i) else None)
-            for i in range(config.num_hidden_layers)
-        )
-        self.layernorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.post_init()
+    def layer_attention(self, config: EigenViTConfig, layer_idx: int) -> nn.Module | None:
+        return EigenViTAttention(config, layer_idx) if config.is_eigen_layer(layer_idx) else None
 
-    def get_input_embeddings(self) -> nn.Module:
-        return self.embeddings.patch_embeddings
-
-    @merge_with_config_defaults
-    @capture_outputs(tie_last_hidden_states=False)
-    def forward(
-        self,
-        pixel_values: torch.Tensor | None = None,
-        interpolate_pos_encoding: bool | None = None,
-        attention_mask: torch.Tensor | None = None,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> BaseModelOutputWithPooling:
-        r"""
-        pixel_values (`torch.Tensor` of shape `(batch, channels, height, width)`): the images.
-        interpolate_pos_encoding (`bool`, *optional*): resample the position embeddings to the input size.
-        attention_mask (`torch.Tensor` of shape `(batch, tokens)`, *optional*): 1 for tokens to attend to.
-        """
-        check_built_fields(self.config, self.built_fields)
-        if pixel_values is None:
-            raise ValueError("`pixel_values` is required.")
-        hidden_states = self.embeddings(pixel_values, interpolate_pos_encoding=bool(interpolate_pos_encoding))
-        attention_mask = create_bidirectional_mask(
-            config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask
-        )
+    def layer_kwargs(self, kwargs: dict) -> list[dict]:
+        """Each eigen block's call also gets its (value, output) weights, from one batched QR over all of them."""
         weights = iter(self.eigen_weights())
-        first_layer_values = None
-        for layer in self.layers:
-            if isinstance(layer.attention, EigenViTAttention):
-                kwargs["eigen_weights"] = next(weights)
-            else:
-                kwargs.pop("eigen_weights", None)
-            hidden_states, values = layer(hidden_states, attention_mask, first_layer_values, **kwargs)
-            if first_layer_values is None:
-                first_layer_values = values
-        sequence_output = self.layernorm(hidden_states)
-        return BaseModelOutputWithPooling(
-            last_hidden_state=sequence_output, pooler_output=pool_image(sequence_output, self.config)
-        )
+        return [
+            kwargs | {"eigen_weights": next(weights)} if isinstance(layer.attention, EigenViTAttention) else kwargs
+            for layer in self.layers
+        ]
 
     def eigen_weights(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """(value, output) weights of every eigen layer, in layer order, from one batched QR over all of them.
@@ -338,54 +290,11 @@ class EigenViTModel(EigenViTPreTrainedModel):
         return super().train(mode)
 
 
-class EigenViTForImageClassification(EigenViTPreTrainedModel):
-    """EigenViT with a linear head on the pooled representation (CLS token or mean of patches)."""
+class EigenViTForImageClassification(EigenViTPreTrainedModel, NeuTRENOViTForImageClassification):
+    """EigenViT with a linear head on the pooled representation (CLS token or mean of patches): the NeuTRENO ViT's
+    head on [`EigenViTModel`]."""
 
-    def __init__(self, config: EigenViTConfig):
-        super().__init__(config)
-        self.num_labels = config.num_labels
-        self.vit = EigenViTModel(config)
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels) if config.num_labels > 0 else nn.Identity()
-        self.post_init()
-
-    def get_classifier(self) -> nn.Module:
-        return self.classifier
-
-    def reset_classifier(self, num_labels: int, id2label: dict[int, str] | None = None) -> None:
-        """Replace the head (fine-tuning on another label set), keeping the backbone."""
-        if id2label is not None and len(id2label) != num_labels:
-            raise ValueError(f"`id2label` has {len(id2label)} entries, `num_labels` is {num_labels}.")
-        self.config.id2label = id2label or {i: f"LABEL_{i}" for i in range(num_labels)}
-        self.config.label2id = {v: k for k, v in self.config.id2label.items()}
-        self.num_labels = num_labels
-        weight = self.vit.layernorm.weight
-        self.classifier = nn.Linear(self.config.hidden_size, num_labels).to(weight.device, weight.dtype)
-        init.trunc_normal_(self.classifier.weight, std=self.config.initializer_range)
-        init.zeros_(self.classifier.bias)
-
-    @can_return_tuple
-    def forward(
-        self,
-        pixel_values: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-        interpolate_pos_encoding: bool | None = None,
-        attention_mask: torch.Tensor | None = None,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> ImageClassifierOutput:
-        r"""
-        labels (`torch.LongTensor` of shape `(batch,)`, *optional*): class indices (or floats for regression and
-            multi-label targets); the loss follows `config.problem_type` as in the native ViT.
-        """
-        outputs: BaseModelOutputWithPooling = self.vit(
-            pixel_values, interpolate_pos_encoding=interpolate_pos_encoding, attention_mask=attention_mask, **kwargs
-        )
-        logits = self.classifier(outputs.pooler_output)
-        loss = None
-        if labels is not None:
-            loss = self.loss_function(labels, logits, self.config, **kwargs)
-        return ImageClassifierOutput(
-            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
-        )
+    backbone_class = EigenViTModel
 
 
 __all__ = [

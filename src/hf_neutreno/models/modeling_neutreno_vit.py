@@ -10,8 +10,9 @@ mask transformer applies the same rule with its own V_0 (the paper's Table 2).
 This file travels with every checkpoint (``trust_remote_code``): it imports only torch, transformers and siblings.
 """
 
+import itertools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import torch
@@ -129,73 +130,6 @@ class NeuTRENOViTEmbeddings(nn.Module):
         return self.dropout(embeddings)
 
 
-class NeuTRENOViTAttention(nn.Module):
-    """Multi-head self-attention with the NeuTRENO term; returns (output, attention maps, this layer's values).
-
-    The values are returned with merged heads, (batch, tokens, heads * head_dim): layer 0's are the V_0 of the later
-    layers. λ is the layer's `neutreno_lambda`, read from the config at each forward, unless the caller passes one
-    (the Segmenter's mask transformer passes its `decoder_lambda`).
-    """
-
-    def __init__(self, config: NeuTRENOViTConfig, layer_idx: int):
-        super().__init__()
-        self.config = config
-        self.layer_idx = layer_idx
-        self.head_dim = config.hidden_size // config.num_attention_heads
-        self.scaling = self.head_dim**-0.5
-        self.is_causal = False  # SDPA otherwise defaults to a causal mask
-        self.attention_dropout = config.attention_probs_dropout_prob
-        inner = config.num_attention_heads * self.head_dim
-        self.q_proj = nn.Linear(config.hidden_size, inner, bias=config.qkv_bias)
-        self.k_proj = nn.Linear(config.hidden_size, inner, bias=config.qkv_bias)
-        self.v_proj = nn.Linear(config.hidden_size, inner, bias=config.qkv_bias)
-        self.o_proj = nn.Linear(inner, config.hidden_size, bias=True)
-
-    @property
-    def neutreno_lambda(self) -> float:
-        """λ of this layer, read from the config at every forward, so that editing `neutreno_lambda` or
-        `neutreno_layers` on a built model applies at once (0 for layer 0 and layers outside `neutreno_layers`)."""
-        return neutreno_lambda_for_layer(self.config, self.layer_idx)
-
-    def forward(
-        self,
-        hidden_states: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        first_layer_values: torch.Tensor | None = None,
-        neutreno_lambda: float | None = None,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-        input_shape = hidden_states.shape[:-1]
-        hidden_shape = (*input_shape, -1, self.head_dim)
-
-        query_states = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-        key_states = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-        values = self.v_proj(hidden_states)
-        value_states = values.view(hidden_shape).transpose(1, 2)
-
-        attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
-            self.config._attn_implementation, eager_attention_forward
-        )
-        attn_output, attn_weights = attention_interface(
-            self,
-            query_states,
-            key_states,
-            value_states,
-            attention_mask,
-            dropout=0.0 if not self.training else self.attention_dropout,
-            scaling=self.scaling,
-            **kwargs,
-        )
-        attn_output = neutreno_projection(
-            self.o_proj,
-            attn_output.reshape(*input_shape, -1),
-            values,
-            first_layer_values,
-            self.neutreno_lambda if neutreno_lambda is None else neutreno_lambda,
-        )
-        return attn_output, attn_weights, values
-
-
 def linear_attention_forward(
     module: nn.Module,
     query: torch.Tensor,
@@ -216,16 +150,20 @@ def linear_attention_forward(
     return attn_output.transpose(1, 2).contiguous(), None
 
 
-class NeuTRENOViTAblationAttention(nn.Module):
-    """The attention of the paper's ablations, in any combination; a layer uses it only when the config sets one.
+class NeuTRENOViTAttention(nn.Module):
+    """Multi-head self-attention with the NeuTRENO term; returns (output, attention maps, this layer's values).
+
+    The values are returned with merged heads, (batch, tokens, heads * head_dim): layer 0's are the V_0 of the later
+    layers. λ is the layer's `neutreno_lambda`, read from the config at each forward, unless the caller passes one
+    (the Segmenter's mask transformer passes its `decoder_lambda`).
+
+    The paper's ablations, in any combination, when the config sets them (each costs nothing when it is off):
 
     - `symmetric_attention`: W_Q = W_K (the paper's Sym-DeiT): the keys serve as queries and there is no `q_proj`.
     - `attention_kernel="linear"`: kernel attention (NeuTRENO App. F.2), computed here in O(N d²), so
       `attn_implementation` does not apply to it and it returns no maps.
     - `featscale`: FeatScale (Wang et al., 2022) after the output projection,
       ``x + s_d ⊙ mean_tokens(x) + s_h ⊙ (x − mean_tokens(x))`` with zero-initialised s_d, s_h.
-
-    The NeuTRENO term and the parameter names are those of [`NeuTRENOViTAttention`].
     """
 
     def __init__(self, config: NeuTRENOViTConfig, layer_idx: int):
@@ -234,7 +172,7 @@ class NeuTRENOViTAblationAttention(nn.Module):
         self.layer_idx = layer_idx
         self.head_dim = config.hidden_size // config.num_attention_heads
         self.scaling = self.head_dim**-0.5
-        self.is_causal = False
+        self.is_causal = False  # SDPA otherwise defaults to a causal mask
         self.attention_dropout = config.attention_probs_dropout_prob
         self.attention_function = linear_attention_forward if config.attention_kernel == "linear" else None
         inner = config.num_attention_heads * self.head_dim
@@ -299,10 +237,6 @@ class NeuTRENOViTAblationAttention(nn.Module):
         return attn_output, attn_weights, values
 
 
-def uses_ablation_attention(config: NeuTRENOViTConfig) -> bool:
-    return config.symmetric_attention or config.featscale or config.attention_kernel != "softmax"
-
-
 class NeuTRENOViTMLP(nn.Module):
     def __init__(self, config: NeuTRENOViTConfig):
         super().__init__()
@@ -337,15 +271,12 @@ class NeuTRENOViTLayer(GradientCheckpointingLayer):
     (None from the other layers).
 
     `attention` is the block's attention module, called as [`NeuTRENOViTAttention`] is (EigenViT passes its own);
-    by default [`NeuTRENOViTAttention`], or [`NeuTRENOViTAblationAttention`] when the config sets an ablation.
+    by default [`NeuTRENOViTAttention`].
     """
 
     def __init__(self, config: NeuTRENOViTConfig, layer_idx: int, attention: nn.Module | None = None):
         super().__init__()
-        if attention is None:
-            attention_class = NeuTRENOViTAblationAttention if uses_ablation_attention(config) else NeuTRENOViTAttention
-            attention = attention_class(config, layer_idx)
-        self.attention = attention
+        self.attention = NeuTRENOViTAttention(config, layer_idx) if attention is None else attention
         self.layernorm_before = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.layernorm_after = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.mlp = NeuTRENOViTMLP(config)
@@ -397,7 +328,7 @@ class NeuTRENOViTPreTrainedModel(PreTrainedModel):
     _can_compile_fullgraph = True
     _can_record_outputs = {
         "hidden_states": NeuTRENOViTLayer,
-        "attentions": [NeuTRENOViTAttention, NeuTRENOViTAblationAttention],
+        "attentions": NeuTRENOViTAttention,
     }
     _auto_classes = {
         "AutoModel": "NeuTRENOViTModel",
@@ -423,7 +354,7 @@ class NeuTRENOViTPreTrainedModel(PreTrainedModel):
             init.trunc_normal_(module.cls_token, mean=0.0, std=std)
             if module.distillation_token is not None:
                 init.trunc_normal_(module.distillation_token, mean=0.0, std=std)
-        elif isinstance(module, NeuTRENOViTAblationAttention) and module.featscale_low is not None:
+        elif isinstance(module, NeuTRENOViTAttention) and module.featscale_low is not None:
             init.zeros_(module.featscale_low)  # FeatScale starts as the identity
             init.zeros_(module.featscale_high)
 
@@ -434,12 +365,23 @@ class NeuTRENOViTModel(NeuTRENOViTPreTrainedModel):
         config.validate()  # the config may have been edited after construction
         self.built_fields = built_fields(config, config.architecture_fields)
         self.embeddings = NeuTRENOViTEmbeddings(config)
-        self.layers = nn.ModuleList([NeuTRENOViTLayer(config, i) for i in range(config.num_hidden_layers)])
+        self.layers = nn.ModuleList(
+            NeuTRENOViTLayer(config, i, self.layer_attention(config, i)) for i in range(config.num_hidden_layers)
+        )
         self.layernorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Module:
         return self.embeddings.patch_embeddings
+
+    def layer_attention(self, config: NeuTRENOViTConfig, layer_idx: int) -> nn.Module | None:
+        """The attention module of block `layer_idx`; None gives the block its default, [`NeuTRENOViTAttention`].
+        (EigenViT overrides this and `layer_kwargs`, and shares the rest of this class.)"""
+        return None
+
+    def layer_kwargs(self, kwargs: dict) -> Iterable[dict]:
+        """The keyword arguments of each block's call, in layer order: `kwargs` for every block."""
+        return itertools.repeat(kwargs, len(self.layers))
 
     @merge_with_config_defaults
     @capture_outputs(tie_last_hidden_states=False)
@@ -463,8 +405,8 @@ class NeuTRENOViTModel(NeuTRENOViTPreTrainedModel):
             config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask
         )
         first_layer_values = None
-        for layer in self.layers:
-            hidden_states, values = layer(hidden_states, attention_mask, first_layer_values, **kwargs)
+        for layer, layer_kwargs in zip(self.layers, self.layer_kwargs(kwargs)):
+            hidden_states, values = layer(hidden_states, attention_mask, first_layer_values, **layer_kwargs)
             if first_layer_values is None:
                 first_layer_values = values
         sequence_output = self.layernorm(hidden_states)
@@ -474,10 +416,12 @@ class NeuTRENOViTModel(NeuTRENOViTPreTrainedModel):
 
 
 class NeuTRENOViTForImageClassification(NeuTRENOViTPreTrainedModel):
+    backbone_class = NeuTRENOViTModel  # EigenViT's head sets its own backbone and shares the rest of this class
+
     def __init__(self, config: NeuTRENOViTConfig):
         super().__init__(config)
         self.num_labels = config.num_labels
-        self.vit = NeuTRENOViTModel(config)
+        self.vit = self.backbone_class(config)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels) if config.num_labels > 0 else nn.Identity()
         self.post_init()
 
