@@ -496,6 +496,53 @@ def test_loaded_plain_from_an_adapted_checkpoint_is_not_adapted_again_silently(t
         apply_value_path(plain, "neutreno")
 
 
+def _load_report(load) -> str:
+    """What transformers logs while `load()` runs (its load report among it)."""
+    from transformers.testing_utils import CaptureLogger
+    from transformers.utils import logging as hf_logging
+
+    with CaptureLogger(hf_logging.get_logger("transformers.modeling_utils")) as captured:
+        load()
+    return captured.out
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_every_load_that_drops_a_fixed_value_path_says_so_at_load_time(name, tmp_path):
+    """A fixed coefficient leaves nothing in the weights, so the plain class loaded such a checkpoint without a word.
+    Every adapted checkpoint now carries an empty `value_path_applied` entry, which the plain class reports as an
+    UNEXPECTED key (a concrete class even with trust_remote_code, an Auto class without it); the adapted classes load
+    it, and checkpoints saved before it load adapted without a report."""
+    model = apply_value_path(tiny_model(name), "neutreno", 0.4)
+    model.save_pretrained(tmp_path / "adapted")
+    plain_class = type(model)._value_path_base
+    for load in (
+        lambda: plain_class.from_pretrained(tmp_path / "adapted", trust_remote_code=True),
+        lambda: AutoModelForCausalLM.from_pretrained(tmp_path / "adapted"),
+    ):
+        report = _load_report(load)
+        assert "value_path_applied" in report and "UNEXPECTED" in report, report
+    for auto_class in (AutoModelForCausalLM, AutoModel):
+        report = _load_report(lambda: auto_class.from_pretrained(tmp_path / "adapted", trust_remote_code=True))
+        assert "value_path_applied" not in report, report  # (a backbone reports the head it leaves, as natively)
+
+    # A checkpoint saved before the marker existed: the same folder without it.
+    from safetensors.torch import load_file, save_file
+
+    weights = tmp_path / "adapted" / "model.safetensors"
+    state = load_file(weights)
+    del state["value_path_applied"]
+    save_file(state, weights, metadata={"format": "pt"})
+    loaded = []
+    report = _load_report(
+        lambda: loaded.append(AutoModelForCausalLM.from_pretrained(tmp_path / "adapted", trust_remote_code=True))
+    )
+    assert "value_path_applied" not in report and is_value_path_model(loaded[0]), report
+    inputs = tiny_inputs(name)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded[0](**inputs).logits, model(**inputs).logits)
+    assert "value_path_applied" not in remove_value_path(model).state_dict()
+
+
 # --- refusals --------------------------------------------------------------------------------------------------
 
 

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 import torch
 
-from .value_path import COEFFICIENTS
+from .value_path import COEFFICIENTS, MARKER
 from .variants import BASELINE
 
 
@@ -85,8 +85,8 @@ def run_paired(
     return trained
 
 
-# A variant's own parameters, which its reference has not: a value path's learnable coefficients.
-_OWN_PARAMETERS = (COEFFICIENTS,)
+# A variant's own weights, which its reference has not: a value path's learnable coefficients and its marker.
+_OWN_PARAMETERS = (COEFFICIENTS, MARKER)
 
 
 def pairing_arguments(seed: int) -> dict:

@@ -66,6 +66,10 @@ LAYER_ATTRIBUTE = "value_path_layer"  # on each adapted self-attention module: i
 GATE_ATTRIBUTE = "value_path_gate"  # learnable="gate": on each gated attention module, Linear(hidden → kv heads)
 GATE = "gate"  # `learnable`'s third value: α per token and head, sigmoid(W x + b) of the layer's input x
 COEFFICIENTS = "value_path_coefficients"  # learnable: one scalar per adapted layer, a parameter of the adapted model
+# Every adapted model carries this empty buffer in its weights, so that a load which builds the plain class (without
+# trust_remote_code, or a concrete class such as GPT2LMHeadModel) lists it as an UNEXPECTED key in transformers' load
+# report: the value path is not running. A fixed coefficient would otherwise leave no trace in the weights.
+MARKER = "value_path_applied"
 CLASS_PREFIX = "ValuePath"
 
 # Auto classes a saved model can name in `auto_map`, most specific first, with transformers' public name tables.
@@ -178,6 +182,7 @@ def remove_value_path(model: PreTrainedModel) -> PreTrainedModel:
             delattr(module, GATE_ATTRIBUTE)
     if COEFFICIENTS in model._parameters:
         delattr(model, COEFFICIENTS)
+    delattr(model, MARKER)
     inner = _inner_implementation(model)
     model.__class__ = type(model)._value_path_base
     model.set_attn_implementation(inner)
@@ -733,6 +738,10 @@ def _adapt(model: PreTrainedModel) -> None:
     model.config.value_path = settings
     for index, module in enumerate(layers):
         setattr(module, LAYER_ATTRIBUTE, index)
+    reference = next((p for p in model.parameters() if p.is_floating_point()), None)
+    model.register_buffer(
+        MARKER, torch.empty(0, dtype=torch.bool, device=reference.device if reference is not None else None)
+    )
     if settings["learnable"]:
         reference = next((p for p in model.parameters() if p.is_floating_point()), None)
         values = torch.full(
@@ -911,6 +920,9 @@ def value_path_class(base: type, auto_class: str | None = None) -> type:
 
     class ValuePathModel(base):
         _value_path_base = base
+        # Checkpoints saved before the marker lack it; a backbone loaded from a task checkpoint sees it at the root.
+        _keys_to_ignore_on_load_missing = [*(base._keys_to_ignore_on_load_missing or []), MARKER]
+        _keys_to_ignore_on_load_unexpected = [*(base._keys_to_ignore_on_load_unexpected or []), MARKER]
 
         def __init__(self, config, *args, **kwargs):
             super().__init__(config, *args, **kwargs)
@@ -946,8 +958,8 @@ def value_path_class(base: type, auto_class: str | None = None) -> type:
             if _is_transformers_class(base):
                 logger.warning_once(
                     "A model adapted with a value path loads adapted with `from_pretrained(..., "
-                    "trust_remote_code=True)`; without trust_remote_code, transformers silently builds the plain "
-                    "model from the same folder."
+                    "trust_remote_code=True)`; without trust_remote_code, transformers builds the plain model from "
+                    "the same folder, and its load report lists `value_path_applied` as UNEXPECTED."
                 )
             else:  # Trainer's checkpoints go through here: they resume into the adapted model in memory
                 logger.warning_once(
