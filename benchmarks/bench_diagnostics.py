@@ -146,10 +146,27 @@ def peak_memory_worker(args) -> None:
 
 
 def peak_memory(args, mode: str, num_images: int) -> float:
-    command = [sys.executable, __file__, "--worker", mode, "--num-images", str(num_images),
-               "--batch-size", str(args.batch_size), "--image-size", str(args.image_size), "--device", args.device,
-               "--data-dir", str(args.data_dir), "--threads", str(args.threads), "--dtype", args.dtype,
-               *(["--num-hidden-layers", str(args.num_hidden_layers)] if args.num_hidden_layers else [])]  # fmt: skip
+    command = [
+        sys.executable,
+        __file__,
+        "--worker",
+        mode,
+        "--num-images",
+        str(num_images),
+        "--batch-size",
+        str(args.batch_size),
+        "--image-size",
+        str(args.image_size),
+        "--device",
+        args.device,
+        "--data-dir",
+        str(args.data_dir),
+        "--threads",
+        str(args.threads),
+        "--dtype",
+        args.dtype,
+        *(["--num-hidden-layers", str(args.num_hidden_layers)] if args.num_hidden_layers else []),
+    ]
     result = subprocess.run(command, capture_output=True, text=True, check=True)
     return json.loads(result.stdout.strip().splitlines()[-1])["peak_mib"]
 
@@ -157,8 +174,14 @@ def peak_memory(args, mode: str, num_images: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="CPU-sized run: 64 and 128 images, 2 repeats")
-    parser.add_argument("--sizes", type=int, nargs=2, default=None, metavar=("N1", "N2"),
-                        help="numbers of images (timing at N2, memory at both; default 500 1000)")  # fmt: skip
+    parser.add_argument(
+        "--sizes",
+        type=int,
+        nargs=2,
+        default=None,
+        metavar=("N1", "N2"),
+        help="numbers of images (timing at N2, memory at both; default 500 1000)",
+    )
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--repeats", type=int, default=None, help="timed passes per mode (default 3; quick: 2)")

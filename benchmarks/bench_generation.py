@@ -27,9 +27,18 @@ NATIVE = "native GPT-2"
 
 def build(args, device) -> dict[str, torch.nn.Module]:
     torch.manual_seed(0)
-    config = GPT2Config(n_layer=args.num_hidden_layers or 12, n_embd=768, n_head=12, n_positions=max(args.contexts) + 8,
-                        vocab_size=args.vocab_size, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0,
-                        eos_token_id=0)  # fmt: skip
+    config = GPT2Config(
+        n_layer=args.num_hidden_layers or 12,
+        n_embd=768,
+        n_head=12,
+        n_positions=max(args.contexts) + 8,
+        vocab_size=args.vocab_size,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
     native = GPT2LMHeadModel._from_config(config, attn_implementation=args.attn)
     models = {NATIVE: native, "NeuTRENO GPT": gpt2_to_neutreno(native, neutreno_lambda=0.4)}
     models["NeuTRENO GPT"].set_attn_implementation(args.attn)
@@ -72,8 +81,14 @@ def main() -> None:
         steps = {name: decode_step(model, context, args.batch_size, device, dtype) for name, model in models.items()}
         seconds = interleaved_medians(steps, device, rounds=args.rounds, warmup=3, clock=args.clock)
         for name in models:
-            rows.append({"context": context, "model": name, "ms per token": seconds[name] * 1e3,
-                         "ratio to native": seconds[NATIVE] / seconds[name]})  # fmt: skip
+            rows.append(
+                {
+                    "context": context,
+                    "model": name,
+                    "ms per token": seconds[name] * 1e3,
+                    "ratio to native": seconds[NATIVE] / seconds[name],
+                }
+            )
     meta = machine(args) | {"batch": args.batch_size, "rounds": args.rounds}
     report("Time per generated token with the KV cache", rows, meta, args.out)
 

@@ -95,16 +95,34 @@ HIDDEN, HEADS, VOCAB, TOKENS, IMAGE, PATCH = 32, 4, 64, 8, 16, 4
 
 def _gpt2(layers: int) -> GPT2LMHeadModel:
     torch.manual_seed(0)
-    config = GPT2Config(n_layer=layers, n_embd=HIDDEN, n_head=HEADS, n_inner=4 * HIDDEN, vocab_size=VOCAB,
-                        n_positions=64, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0,
-                        eos_token_id=0)  # fmt: skip
+    config = GPT2Config(
+        n_layer=layers,
+        n_embd=HIDDEN,
+        n_head=HEADS,
+        n_inner=4 * HIDDEN,
+        vocab_size=VOCAB,
+        n_positions=64,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
     return GPT2LMHeadModel._from_config(config, attn_implementation="sdpa")
 
 
 def _vit_fields(layers: int) -> dict:
-    return dict(hidden_size=HIDDEN, num_hidden_layers=layers, num_attention_heads=HEADS, intermediate_size=4 * HIDDEN,
-                image_size=IMAGE, patch_size=PATCH, num_labels=3, hidden_dropout_prob=0.0,
-                attention_probs_dropout_prob=0.0)  # fmt: skip
+    return dict(
+        hidden_size=HIDDEN,
+        num_hidden_layers=layers,
+        num_attention_heads=HEADS,
+        intermediate_size=4 * HIDDEN,
+        image_size=IMAGE,
+        patch_size=PATCH,
+        num_labels=3,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
 
 
 def _vit(layers: int) -> ViTForImageClassification:
@@ -204,8 +222,12 @@ def generation_step(model: torch.nn.Module, inputs: dict):
 
     def step():
         with torch.inference_mode():
-            model(input_ids=prompt[:, -1:], cache=state["cache"], use_cache=True,
-                  position_ids=torch.tensor([[prompt.shape[1]]]))  # fmt: skip
+            model(
+                input_ids=prompt[:, -1:],
+                cache=state["cache"],
+                use_cache=True,
+                position_ids=torch.tensor([[prompt.shape[1]]]),
+            )
 
     return setup, step
 
@@ -222,8 +244,14 @@ def against_native(entry, make_step) -> dict:
     native, model, inputs = entry
     native_layer, native_step = slope(native, inputs, make_step)
     layer, step = slope(model, inputs, make_step)
-    return {"per layer": layer, "native per layer": native_layer, "+ per layer": layer - native_layer,
-            "per step": step, "native per step": native_step, "+ per step": step - native_step}  # fmt: skip
+    return {
+        "per layer": layer,
+        "native per layer": native_layer,
+        "+ per layer": layer - native_layer,
+        "per step": step,
+        "native per step": native_step,
+        "+ per step": step - native_step,
+    }
 
 
 def rows(models: dict, make_step, mode: str) -> list[dict]:
@@ -243,8 +271,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", help="also write the rows as JSON here")
     args = parser.parse_args()
-    meta = {"device": "any CPU (the count is exact)", "torch": torch.__version__, "transformers": transformers_version,
-            "command": "python benchmarks/count_ops.py" + (f" --out {args.out}" if args.out else "")}  # fmt: skip
+    meta = {
+        "device": "any CPU (the count is exact)",
+        "torch": torch.__version__,
+        "transformers": transformers_version,
+        "command": "python benchmarks/count_ops.py" + (f" --out {args.out}" if args.out else ""),
+    }
     report("Kernel-launching operations per training step and per generated token", all_rows(), meta, args.out)
 
 

@@ -51,9 +51,24 @@ def test_compare_on_a_saved_model_pairs_the_seeds_prints_what_it_saved_and_saves
 
     save_model, write_data, task, metric = CASES[name]
     model_dir, data_dir, out = save_model(tmp_path / "model"), write_data(tmp_path / "data"), tmp_path / "out"
-    proc = run_cli("compare", "--model", model_dir, "--dataset", data_dir, "--variants", ",".join(VARIANTS),
-                   "--seeds", "2", "--max-steps", "4", "--batch-size", "8", "--output-dir", out,
-                   "--no-progress")  # fmt: skip
+    proc = run_cli(
+        "compare",
+        "--model",
+        model_dir,
+        "--dataset",
+        data_dir,
+        "--variants",
+        ",".join(VARIANTS),
+        "--seeds",
+        "2",
+        "--max-steps",
+        "4",
+        "--batch-size",
+        "8",
+        "--output-dir",
+        out,
+        "--no-progress",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads((out / "results.json").read_text())
     assert results["complete"] and results["task"] == task and results["metric"] == metric
@@ -90,8 +105,11 @@ def test_compare_on_a_saved_model_pairs_the_seeds_prints_what_it_saved_and_saves
     folder = out / best
 
     # ... and loads where the package is not installed, computing the plain model's weights with the variant's rule
-    auto_class = {"causal-lm": "AutoModelForCausalLM", "text-classification": "AutoModelForSequenceClassification",
-                  "image-classification": "AutoModelForImageClassification"}[task]  # fmt: skip
+    auto_class = {
+        "causal-lm": "AutoModelForCausalLM",
+        "text-classification": "AutoModelForSequenceClassification",
+        "image-classification": "AutoModelForImageClassification",
+    }[task]
     if task == "image-classification":
         torch.manual_seed(0)
         inputs = {"pixel_values": torch.randn(2, 3, 16, 16)}
@@ -129,9 +147,16 @@ def _save_unadaptable(kind: str, folder):
     config = {
         "t5": T5Config(vocab_size=50, d_model=32, d_ff=64, num_layers=2, num_heads=4, d_kv=8),
         "resnet": ResNetConfig(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1]),
-        "mistral": MistralConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                 num_attention_heads=4, num_key_value_heads=2, sliding_window=16),
-    }[kind]  # fmt: skip
+        "mistral": MistralConfig(
+            vocab_size=50,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            sliding_window=16,
+        ),
+    }[kind]
     config.save_pretrained(folder)
     return folder
 
@@ -159,8 +184,17 @@ def _compare(capsys, *argv) -> str:
 def test_a_model_the_adapter_cannot_adapt_is_refused_before_any_data_is_loaded(kind, expected, tmp_path, capsys):
     folder = _save_unadaptable(kind, tmp_path / kind)
     # a Hub dataset that cannot be reached: the model is refused first, so nothing is downloaded
-    message = _compare(capsys, "--model", folder, "--dataset", "nobody/no-such-dataset", "--variants",
-                       "softmax,neutreno", "--output-dir", tmp_path / "out")  # fmt: skip
+    message = _compare(
+        capsys,
+        "--model",
+        folder,
+        "--dataset",
+        "nobody/no-such-dataset",
+        "--variants",
+        "softmax,neutreno",
+        "--output-dir",
+        tmp_path / "out",
+    )
     for part in [*expected, "Supported:", "Llama"]:
         assert part in message, message
     assert not (tmp_path / "out").exists()
@@ -172,13 +206,15 @@ def test_a_dataset_without_the_columns_lists_them_and_the_flag(tmp_path, capsys)
     data.mkdir()
     (data / "train.csv").write_text("x,y\n1,2\n3,4\n")
     (data / "test.csv").write_text("x,y\n5,6\n")
-    message = _compare(capsys, "--model", model, "--dataset", data, "--output-dir", tmp_path / "out", "--variants",
-                       "softmax,neutreno")  # fmt: skip
+    message = _compare(
+        capsys, "--model", model, "--dataset", data, "--output-dir", tmp_path / "out", "--variants", "softmax,neutreno"
+    )
     assert "'x'" in message and "'y'" in message and "--label-column" in message, message
     (data / "train.csv").write_text("x,label\n1,0\n3,1\n")  # a label, but no text
     (data / "test.csv").write_text("x,label\n5,0\n")
-    message = _compare(capsys, "--model", model, "--dataset", data, "--output-dir", tmp_path / "out", "--variants",
-                       "softmax,neutreno")  # fmt: skip
+    message = _compare(
+        capsys, "--model", model, "--dataset", data, "--output-dir", tmp_path / "out", "--variants", "softmax,neutreno"
+    )
     assert "'x'" in message and "'label'" in message and "--text-column" in message, message
     assert not (tmp_path / "out").exists()
 
@@ -210,8 +246,17 @@ def test_a_model_folder_without_its_tokenizer_is_refused(tmp_path, capsys):
 
 def test_preset_only_variants_and_flags_are_refused_where_they_do_not_apply(tmp_path, capsys):
     model = save_tiny_vit_classifier(tmp_path / "vit")
-    message = _compare(capsys, "--model", model, "--dataset", "digits", "--variants", "softmax,vit-minus",
-                       "--output-dir", tmp_path / "out")  # fmt: skip
+    message = _compare(
+        capsys,
+        "--model",
+        model,
+        "--dataset",
+        "digits",
+        "--variants",
+        "softmax,vit-minus",
+        "--output-dir",
+        tmp_path / "out",
+    )
     assert "vit-minus" in message and "value-residual-learnable" in message, message
     message = _compare(capsys, "--model", "vit-micro", "--task", "image-classification", "--output-dir", tmp_path / "o")
     assert "--task is for a transformers model" in message, message
@@ -244,9 +289,26 @@ def test_the_summary_names_the_model_the_task_and_the_carved_split(tmp_path, cap
     model = save_tiny_llama(tmp_path / "llama")
     data = write_text_dataset(tmp_path / "data")
     (data / "test.jsonl").unlink()
-    code = cli.main(["compare", "--model", str(model), "--dataset", str(data), "--variants",
-                     "softmax,neutreno-learnable", "--seeds", "1", "--max-steps", "2", "--batch-size", "4",
-                     "--output-dir", str(tmp_path / "out"), "--no-progress"])  # fmt: skip
+    code = cli.main(
+        [
+            "compare",
+            "--model",
+            str(model),
+            "--dataset",
+            str(data),
+            "--variants",
+            "softmax,neutreno-learnable",
+            "--seeds",
+            "1",
+            "--max-steps",
+            "2",
+            "--batch-size",
+            "4",
+            "--output-dir",
+            str(tmp_path / "out"),
+            "--no-progress",
+        ]
+    )
     assert code == 0
     stdout = capsys.readouterr().out
     assert re.search(r"\(causal-lm, fine-tuned from its weights\)", stdout), stdout
@@ -287,10 +349,32 @@ def test_compare_runs_unchanged_under_torchrun_one_process_writing_and_reporting
     from cli_process import SRC
 
     model, data = save_tiny_bert_classifier(tmp_path / "bert"), write_text_classification_dataset(tmp_path / "data")
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m",
-               "hf_neutreno", "compare", "--model", str(model), "--dataset", str(data), "--variants",
-               "softmax,value-residual", "--seeds", "2", "--max-steps", "3", "--batch-size", "8", "--output-dir",
-               str(tmp_path / "out"), "--no-progress"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "hf_neutreno",
+        "compare",
+        "--model",
+        str(model),
+        "--dataset",
+        str(data),
+        "--variants",
+        "softmax,value-residual",
+        "--seeds",
+        "2",
+        "--max-steps",
+        "3",
+        "--batch-size",
+        "8",
+        "--output-dir",
+        str(tmp_path / "out"),
+        "--no-progress",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": SRC, "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -313,10 +397,30 @@ def test_compare_fine_tunes_a_saved_segmenter_on_a_local_segmentation_set(tmp_pa
     model = segmenter("segmenter-micro", [labels[str(i)] for i in range(len(labels))], neutreno_lambda=0.0)
     model.save_pretrained(tmp_path / "seg")
     make_image_processor(model.config).save_pretrained(tmp_path / "seg")
-    code = cli.main(["compare", "--model", str(tmp_path / "seg"), "--dataset", str(data_dir / "fashion-scenes"),
-                     "--variants", "softmax,neutreno", "--seeds", "1", "--max-steps", "2", "--max-train-samples",
-                     "32", "--max-eval-samples", "8", "--batch-size", "8", "--output-dir", str(tmp_path / "out"),
-                     "--no-progress"])  # fmt: skip
+    code = cli.main(
+        [
+            "compare",
+            "--model",
+            str(tmp_path / "seg"),
+            "--dataset",
+            str(data_dir / "fashion-scenes"),
+            "--variants",
+            "softmax,neutreno",
+            "--seeds",
+            "1",
+            "--max-steps",
+            "2",
+            "--max-train-samples",
+            "32",
+            "--max-eval-samples",
+            "8",
+            "--batch-size",
+            "8",
+            "--output-dir",
+            str(tmp_path / "out"),
+            "--no-progress",
+        ]
+    )
     assert code == 0
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     assert results["task"] == "semantic-segmentation" and results["metric"] == "mean_iou"
@@ -333,9 +437,26 @@ def test_a_test_split_without_labels_is_passed_over_for_validation(tmp_path, cap
         "test": [("a cat", -1), ("a dog", -1)],
     }
     data = write_text_classification_dataset(tmp_path / "glue-like", rows=rows)
-    code = cli.main(["compare", "--model", str(model), "--dataset", str(data), "--variants", "softmax,value-residual",
-                     "--seeds", "1", "--max-steps", "2", "--batch-size", "4", "--output-dir", str(tmp_path / "out"),
-                     "--no-progress"])  # fmt: skip
+    code = cli.main(
+        [
+            "compare",
+            "--model",
+            str(model),
+            "--dataset",
+            str(data),
+            "--variants",
+            "softmax,value-residual",
+            "--seeds",
+            "1",
+            "--max-steps",
+            "2",
+            "--batch-size",
+            "4",
+            "--output-dir",
+            str(tmp_path / "out"),
+            "--no-progress",
+        ]
+    )
     assert code == 0
     assert "not test, which has no labels" in capsys.readouterr().out
     results = json.loads((tmp_path / "out" / "results.json").read_text())

@@ -37,8 +37,9 @@ def test_fig6_neutreno_lowers_last_layer_token_similarity_at_random_init(data_di
     # 4 px patches (65 tokens) to fit CI time; the gap is large (≈ 0.3 vs ≈ 0.7 over several seeds).
     config = NeuTRENOViTConfig.from_preset("deit-tiny", image_size=32, patch_size=4)
     neutreno = NeuTRENOViTModel(config)
-    baseline = NeuTRENOViTModel(NeuTRENOViTConfig.from_preset("deit-tiny", image_size=32, patch_size=4,
-                                                              neutreno_lambda=0.0))  # fmt: skip
+    baseline = NeuTRENOViTModel(
+        NeuTRENOViTConfig.from_preset("deit-tiny", image_size=32, patch_size=4, neutreno_lambda=0.0)
+    )
     baseline.load_state_dict(neutreno.state_dict())
     processor = ViTImageProcessorPil(size={"height": 32, "width": 32})
     pixels = processor(cifar10_images(data_dir, 32), return_tensors="pt")["pixel_values"]
@@ -77,8 +78,9 @@ def test_native_models_give_every_metric_on_every_layer(name):
     report = measure_oversmoothing(model, [batch, batch], metrics=METRICS, progress=False)
     assert report.metrics == list(METRICS) and report.num_samples == 6
     for metric in METRICS:
-        expected = {"attention_map_similarity": [2, 3]}.get(metric, [1, 2, 3] if metric in ATTENTION_METRICS else
-                                                            [0, 1, 2, 3])  # fmt: skip
+        expected = {"attention_map_similarity": [2, 3]}.get(
+            metric, [1, 2, 3] if metric in ATTENTION_METRICS else [0, 1, 2, 3]
+        )
         assert report.layer_indices(metric) == expected, metric
         assert all(value == value for value in report.per_layer(metric)), metric  # no NaN
         assert report.counts[metric] == [6] * len(expected)
@@ -133,8 +135,11 @@ def _reference_attention_metrics(per_layer_qkv, maps, token_mask, scaling, causa
         alignment_values.append(float(torch.stack(a_samples).mean()))
         if s_samples:
             similarity_values.append(float(torch.stack(s_samples).mean()))
-    return {"functional_j": j_values, "gradient_alignment": alignment_values,
-            "attention_map_similarity": similarity_values}  # fmt: skip
+    return {
+        "functional_j": j_values,
+        "gradient_alignment": alignment_values,
+        "attention_map_similarity": similarity_values,
+    }
 
 
 def _sharpen(model: nn.Module) -> None:
@@ -169,8 +174,11 @@ def test_attention_metrics_of_neutreno_vit_equal_independent_computation():
 
 def test_attention_metrics_of_gpt2_equal_independent_computation():
     # Causal, fused `c_attn` projection, right padding.
-    model = GPT2Model(GPT2Config(vocab_size=50, n_embd=32, n_layer=3, n_head=4, bos_token_id=1, eos_token_id=2,
-                                 attn_implementation="eager"))  # fmt: skip
+    model = GPT2Model(
+        GPT2Config(
+            vocab_size=50, n_embd=32, n_layer=3, n_head=4, bos_token_id=1, eos_token_id=2, attn_implementation="eager"
+        )
+    )
     _sharpen(model)
     batch = _text_batch()
     report = measure_oversmoothing(model, [batch], metrics=list(ATTENTION_METRICS), progress=False)
@@ -190,8 +198,9 @@ def test_symmetric_neutreno_attention_aligns_the_gradient_estimates_exactly():
     # Sym-DeiT (W_Q = W_K): the symmetric and asymmetric estimates are the same vector (Table 4's upper bound).
     model = NeuTRENOViTModel(NeuTRENOViTConfig(**TINY_VIT, symmetric_attention=True))
     _sharpen(model)
-    report = measure_oversmoothing(model, [{"pixel_values": torch.randn(2, 3, 16, 16)}], metrics=["gradient_alignment"],
-                                   progress=False)  # fmt: skip
+    report = measure_oversmoothing(
+        model, [{"pixel_values": torch.randn(2, 3, 16, 16)}], metrics=["gradient_alignment"], progress=False
+    )
     assert report.per_layer("gradient_alignment") == pytest.approx([1.0, 1.0, 1.0], abs=1e-5)
 
 
@@ -200,8 +209,9 @@ def test_results_do_not_depend_on_batching_and_repeat_exactly():
     pixels = torch.randn(4, 3, 16, 16)
     whole = measure_oversmoothing(model, [{"pixel_values": pixels}], metrics=METRICS, progress=False)
     again = measure_oversmoothing(model, [{"pixel_values": pixels}], metrics=METRICS, progress=False)
-    split = measure_oversmoothing(model, [{"pixel_values": pixels[:1]}, {"pixel_values": pixels[1:]}], metrics=METRICS,
-                                  progress=False)  # fmt: skip
+    split = measure_oversmoothing(
+        model, [{"pixel_values": pixels[:1]}, {"pixel_values": pixels[1:]}], metrics=METRICS, progress=False
+    )
     assert whole.values == again.values
     for metric in METRICS:
         assert whole.per_layer(metric) == pytest.approx(split.per_layer(metric), rel=1e-5), metric
@@ -220,8 +230,7 @@ def test_default_metrics_leave_out_only_the_effective_rank():
 
 def test_layers_select_hidden_states_and_attention_blocks():
     model = NeuTRENOViTModel(NeuTRENOViTConfig(**TINY_VIT))
-    report = measure_oversmoothing(model, [{"pixel_values": torch.randn(2, 3, 16, 16)}], layers=[0, -1],
-                                   progress=False)  # fmt: skip
+    report = measure_oversmoothing(model, [{"pixel_values": torch.randn(2, 3, 16, 16)}], layers=[0, -1], progress=False)
     assert report.layer_indices("cosine_similarity") == [0, 3]
     assert report.layer_indices("functional_j") == [3]
     assert report.layer_indices("attention_map_similarity") == [3]

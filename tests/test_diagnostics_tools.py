@@ -39,8 +39,9 @@ TINY = dict(TINY_VIT, image_size=32, patch_size=8)
 def _report(neutreno_lambda: float = 0.6) -> OversmoothingReport:
     torch.manual_seed(0)
     model = NeuTRENOViTModel(NeuTRENOViTConfig(**TINY, neutreno_lambda=neutreno_lambda))
-    return measure_oversmoothing(model, [{"pixel_values": torch.randn(2, 3, 32, 32)}], progress=False,
-                                 model_name=f"λ={neutreno_lambda}")  # fmt: skip
+    return measure_oversmoothing(
+        model, [{"pixel_values": torch.randn(2, 3, 32, 32)}], progress=False, model_name=f"λ={neutreno_lambda}"
+    )
 
 
 def test_report_json_round_trip(tmp_path):
@@ -137,11 +138,23 @@ def test_trainer_callback_logs_per_layer_metrics(tmp_path):
 
     model = NeuTRENOViTForImageClassification(NeuTRENOViTConfig(**TINY, num_labels=3))
     recorder = _LogRecorder()
-    args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, max_steps=4, per_device_train_batch_size=4,
-                             eval_strategy="steps", eval_steps=2, save_strategy="no", logging_steps=1,
-                             report_to="none", learning_rate=1e-3, seed=0, disable_tqdm=True)  # fmt: skip
-    trainer = Trainer(model=model, args=args, train_dataset=_RandomImages(16), eval_dataset=_RandomImages(8),
-                      callbacks=[recorder])  # fmt: skip
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        max_steps=4,
+        per_device_train_batch_size=4,
+        eval_strategy="steps",
+        eval_steps=2,
+        save_strategy="no",
+        logging_steps=1,
+        report_to="none",
+        learning_rate=1e-3,
+        seed=0,
+        disable_tqdm=True,
+    )
+    trainer = Trainer(
+        model=model, args=args, train_dataset=_RandomImages(16), eval_dataset=_RandomImages(8), callbacks=[recorder]
+    )
     probe = [{"pixel_values": _RandomImages(6).pixels}]
     callback = OversmoothingCallback(probe, metrics=["cosine_similarity", "functional_j"]).attach(trainer)
     trainer.train()
@@ -201,8 +214,23 @@ def cifar_dir(data_dir, tmp_path_factory):
 
 def test_cli_writes_report_and_plot_for_an_image_model(image_model_dir, cifar_dir, tmp_path, capsys):
     out, png = tmp_path / "report.json", tmp_path / "report.png"
-    code = main(["diagnose", str(image_model_dir), "--dataset", str(cifar_dir), "--num-samples", "20",
-                 "--batch-size", "8", "--out", str(out), "--plot", str(png), "--no-progress"])  # fmt: skip
+    code = main(
+        [
+            "diagnose",
+            str(image_model_dir),
+            "--dataset",
+            str(cifar_dir),
+            "--num-samples",
+            "20",
+            "--batch-size",
+            "8",
+            "--out",
+            str(out),
+            "--plot",
+            str(png),
+            "--no-progress",
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     report = OversmoothingReport.from_json(out)
     assert report.num_samples == 20 and report.metrics == list(DEFAULT_METRICS)
@@ -214,9 +242,23 @@ def test_cli_writes_report_and_plot_for_an_image_model(image_model_dir, cifar_di
 
     # A second run drawn against the first: same model, same subset, so identical values.
     again = tmp_path / "again.json"
-    code = main(["diagnose", str(image_model_dir), "--dataset", str(cifar_dir), "--num-samples", "20",
-                 "--metrics", "cosine_similarity", "--compare", str(out), "--out", str(again),
-                 "--no-progress"])  # fmt: skip
+    code = main(
+        [
+            "diagnose",
+            str(image_model_dir),
+            "--dataset",
+            str(cifar_dir),
+            "--num-samples",
+            "20",
+            "--metrics",
+            "cosine_similarity",
+            "--compare",
+            str(out),
+            "--out",
+            str(again),
+            "--no-progress",
+        ]
+    )
     assert code == 0
     second = OversmoothingReport.from_json(again)
     assert second.metrics == ["cosine_similarity"]
@@ -233,13 +275,29 @@ def test_cli_text_model_with_padding(data_dir, tmp_path, capsys):
     tokenizer.train_from_iterator(lines, trainers.WordLevelTrainer(special_tokens=["<pad>", "<unk>", "<eos>"]))
     hf_tokenizer = PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>", eos_token="<eos>")
     model_dir = tmp_path / "gpt2"
-    GPT2LMHeadModel(GPT2Config(vocab_size=len(hf_tokenizer), n_embd=32, n_layer=2, n_head=4, bos_token_id=2,
-                               eos_token_id=2)).save_pretrained(model_dir)  # fmt: skip
+    GPT2LMHeadModel(
+        GPT2Config(vocab_size=len(hf_tokenizer), n_embd=32, n_layer=2, n_head=4, bos_token_id=2, eos_token_id=2)
+    ).save_pretrained(model_dir)
     hf_tokenizer.save_pretrained(model_dir)  # no pad token: the CLI pads with eos, masked out
 
     out = tmp_path / "text.json"
-    code = main(["diagnose", str(model_dir), "--dataset", str(text_dir), "--num-samples", "12", "--batch-size", "5",
-                 "--max-length", "24", "--out", str(out), "--no-progress"])  # fmt: skip
+    code = main(
+        [
+            "diagnose",
+            str(model_dir),
+            "--dataset",
+            str(text_dir),
+            "--num-samples",
+            "12",
+            "--batch-size",
+            "5",
+            "--max-length",
+            "24",
+            "--out",
+            str(out),
+            "--no-progress",
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     report = OversmoothingReport.from_json(out)
     assert report.num_samples == 12 and report.layer_indices("functional_j") == [1, 2]
@@ -268,8 +326,9 @@ def test_cli_errors(image_model_dir, cifar_dir, capsys, extra, message):
     assert __import__("re").search(message, err), err
 
 
-def test_cli_empty_dataset_and_model_without_hidden_states(image_model_dir, cifar_dir, data_dir, tmp_path, capsys,
-                                                            monkeypatch):  # fmt: skip
+def test_cli_empty_dataset_and_model_without_hidden_states(
+    image_model_dir, cifar_dir, data_dir, tmp_path, capsys, monkeypatch
+):
     import pyarrow.compute as pc
 
     wiki = pq.read_table(data_dir / "wikitext-2-v1" / "test-00000-of-00001.parquet").slice(0, 50)
@@ -325,8 +384,10 @@ def test_cli_variants_measure_the_model_with_each_value_path(native_vit_dir, cif
         ]
     )
     assert code == 0, capsys.readouterr().err
-    reports = {v: OversmoothingReport.from_json(tmp_path / f"r-{v}.json")
-               for v in ("softmax", "neutreno", "value-residual-learnable")}  # fmt: skip
+    reports = {
+        v: OversmoothingReport.from_json(tmp_path / f"r-{v}.json")
+        for v in ("softmax", "neutreno", "value-residual-learnable")
+    }
     assert reports["neutreno"].metadata["value_path"] == {"method": "neutreno", "learnable": False, "coefficient": 0.6}
     assert "[value-residual-learnable]" in capsys.readouterr().out  # one table, a column per variant
 
@@ -371,8 +432,18 @@ def test_cli_more_variants_on_a_model_saved_with_a_value_path_are_refused_with_a
 
     model = ViTForImageClassification.from_pretrained(native_vit_dir)
     adapted = _save_with_processor(hf_neutreno.apply_value_path(model, "neutreno", 0.6), tmp_path / "adapted")
-    proc = run_cli("diagnose", adapted, "--dataset", cifar_dir, "--trust-remote-code", "--num-samples", "4",
-                   "--variants", "softmax,value-residual", "--no-progress")  # fmt: skip
+    proc = run_cli(
+        "diagnose",
+        adapted,
+        "--dataset",
+        cifar_dir,
+        "--trust-remote-code",
+        "--num-samples",
+        "4",
+        "--variants",
+        "softmax,value-residual",
+        "--no-progress",
+    )
     message = one_line_error(proc, "diagnose")
     assert message.startswith(f"--variants 'softmax,value-residual': {str(adapted)!r} already has a value path")
     assert "['value-residual'] would put another on it" in message and "`--variants softmax` (the default)" in message

@@ -150,11 +150,17 @@ def vit_to_segmenter(
         )
     src_config = backbone.config
     if kind == "NeuTRENOViTModel":
-        fields = {k: v for k, v in src_config.to_diff_dict().items() if k in NeuTRENOViTConfig.__annotations__
-                  and not k.startswith("decoder_") and k not in _HEAD_FIELDS}  # fmt: skip
+        fields = {
+            k: v
+            for k, v in src_config.to_diff_dict().items()
+            if k in NeuTRENOViTConfig.__annotations__ and not k.startswith("decoder_") and k not in _HEAD_FIELDS
+        }
     else:
-        fields = {name: getattr(src_config, name) for name in _VIT_FIELDS
-                  if name not in _HEAD_FIELDS and getattr(src_config, name, None) is not None}  # fmt: skip
+        fields = {
+            name: getattr(src_config, name)
+            for name in _VIT_FIELDS
+            if name not in _HEAD_FIELDS and getattr(src_config, name, None) is not None
+        }
         fields.update(use_distillation_token=kind == "DeiTModel", pooling="cls")
     if neutreno_lambda is not None:  # else the NeuTRENO ViT's default
         fields["neutreno_lambda"] = neutreno_lambda
@@ -171,8 +177,9 @@ def vit_to_segmenter(
     source_grid = _grid(src_config.image_size, src_config.patch_size)
     target_grid = _grid(config.image_size, config.patch_size)
     if source_grid != target_grid:
-        state[position] = resample_position_embeddings(state[position], source_grid, target_grid,
-                                                       config.num_prefix_tokens)  # fmt: skip
+        state[position] = resample_position_embeddings(
+            state[position], source_grid, target_grid, config.num_prefix_tokens
+        )
     target = NeuTRENOViTForSemanticSegmentation(config)
     try:
         missing, unexpected = target.load_state_dict(state, strict=False)
@@ -377,8 +384,12 @@ def gpt2_state_dict_to_neutreno(state_dict: dict[str, torch.Tensor], num_layers:
         for gpt2_norm, norm in (("ln_1", "self_attn_layer_norm"), ("ln_2", "mlp_layer_norm")):
             target[f"{dst}{norm}.weight"] = take(f"{src}{gpt2_norm}.weight")
             target[f"{dst}{norm}.bias"] = take(f"{src}{gpt2_norm}.bias")
-        conv1d_to_linear = (("attn.c_attn", "self_attn.qkv_proj"), ("attn.c_proj", "self_attn.o_proj"),
-                            ("mlp.c_fc", "mlp.fc1"), ("mlp.c_proj", "mlp.fc2"))  # fmt: skip
+        conv1d_to_linear = (
+            ("attn.c_attn", "self_attn.qkv_proj"),
+            ("attn.c_proj", "self_attn.o_proj"),
+            ("mlp.c_fc", "mlp.fc1"),
+            ("mlp.c_proj", "mlp.fc2"),
+        )
         for gpt2_linear, linear in conv1d_to_linear:
             target[f"{dst}{linear}.weight"] = take(f"{src}{gpt2_linear}.weight").t().contiguous()
             target[f"{dst}{linear}.bias"] = take(f"{src}{gpt2_linear}.bias")

@@ -32,17 +32,23 @@ logger = logging.getLogger(__name__)
 
 # model_type -> template file in model_cards/. A new model type adds one line here and one template; a task of a
 # model type with a card of its own is keyed (model_type, pipeline tag) and chosen before the model type's.
-CARD_TEMPLATES = {"neutreno_vit": "neutreno_deit_tiny_imagenet.md", "neutreno_gpt": "neutreno_gpt_wikitext103.md",
-                  "eigen_vit": "eigenvit_ti_cifar100.md",
-                  ("neutreno_vit", "image-segmentation"): "neutreno_segmenter_ade20k.md"}  # fmt: skip
+CARD_TEMPLATES = {
+    "neutreno_vit": "neutreno_deit_tiny_imagenet.md",
+    "neutreno_gpt": "neutreno_gpt_wikitext103.md",
+    "eigen_vit": "eigenvit_ti_cifar100.md",
+    ("neutreno_vit", "image-segmentation"): "neutreno_segmenter_ade20k.md",
+}
 CITATIONS_FILE = "citations.bib"
 OVERSMOOTHING_PLOT = "oversmoothing.png"
 # The over-smoothing metrics a card shows (those the report has): the paper's token cosine similarity (Fig. 1) and
 # the poster's HFC/LFC ratio. A report with neither shows all of its metrics.
 CARD_METRICS = ("cosine_similarity", "hfc_lfc_ratio")
 # The Auto class a checkpoint is loaded with -> the Hub's pipeline tag and the task of its eval results.
-PIPELINE_TAGS = {"AutoModelForImageClassification": "image-classification", "AutoModelForCausalLM": "text-generation",
-                 "AutoModelForSemanticSegmentation": "image-segmentation"}  # fmt: skip
+PIPELINE_TAGS = {
+    "AutoModelForImageClassification": "image-classification",
+    "AutoModelForCausalLM": "text-generation",
+    "AutoModelForSemanticSegmentation": "image-segmentation",
+}
 # Trainer metric keys that describe the run rather than the model.
 _NOT_METRICS = ("runtime", "samples_per_second", "steps_per_second", "epoch", "total_flos")
 
@@ -107,11 +113,21 @@ def _metric_items(results: Mapping[str, float]) -> list[tuple[str, float]]:
 
 
 def model_card(
-    model, *, repo_id: str | None = None, dataset: str | None = None, dataset_config: str | None = None,
-    dataset_split: str = "test", results: Mapping[str, float] | Sequence[EvalResult] | None = None,
-    oversmoothing: Any = None, oversmoothing_plot: str | None = None, training: Mapping[str, Any] | None = None,
-    base_model: str | None = None, template: str | None = None, license: str = "apache-2.0", tags: Sequence[str] = (),
-) -> ModelCard:  # fmt: skip
+    model,
+    *,
+    repo_id: str | None = None,
+    dataset: str | None = None,
+    dataset_config: str | None = None,
+    dataset_split: str = "test",
+    results: Mapping[str, float] | Sequence[EvalResult] | None = None,
+    oversmoothing: Any = None,
+    oversmoothing_plot: str | None = None,
+    training: Mapping[str, Any] | None = None,
+    base_model: str | None = None,
+    template: str | None = None,
+    license: str = "apache-2.0",
+    tags: Sequence[str] = (),
+) -> ModelCard:
     """Render the model card of `model` from its `model_cards/` template (or `template`, a file or shipped name).
 
     `repo_id` goes into the loading example; `dataset` is a Hub id (listed under `datasets:`) or a local folder (only
@@ -141,28 +157,46 @@ def model_card(
         if not dataset_name:
             raise ValueError("`results` need the `dataset` they were measured on.")
         results = [
-            EvalResult(task_type=pipeline_tag or "other", dataset_type=dataset_id or dataset_name,
-                       dataset_name=dataset_name, dataset_config=dataset_config, dataset_split=dataset_split,
-                       metric_type=metric, metric_name=metric.replace("_", " "), metric_value=value)
+            EvalResult(
+                task_type=pipeline_tag or "other",
+                dataset_type=dataset_id or dataset_name,
+                dataset_name=dataset_name,
+                dataset_config=dataset_config,
+                dataset_split=dataset_split,
+                metric_type=metric,
+                metric_name=metric.replace("_", " "),
+                metric_value=value,
+            )
             for metric, value in _metric_items(results)
-        ]  # fmt: skip
+        ]
     eval_results = list(results or [])
     report = oversmoothing_report(oversmoothing)
 
     card_data = ModelCardData(
-        model_name=model_name, license=license, library_name="transformers", pipeline_tag=pipeline_tag,
+        model_name=model_name,
+        license=license,
+        library_name="transformers",
+        pipeline_tag=pipeline_tag,
         tags=list(dict.fromkeys(["custom_code", "hf-neutreno", config.model_type.replace("_", "-"), *tags])),
-        datasets=[dataset_id] if dataset_id else None, base_model=base_model, eval_results=eval_results or None,
-    )  # fmt: skip
+        datasets=[dataset_id] if dataset_id else None,
+        base_model=base_model,
+        eval_results=eval_results or None,
+    )
     return ModelCard.from_template(
-        card_data, template_str=template_text(template),
+        card_data,
+        template_str=template_text(template),
         model_name=model_name,  # ModelCardData.to_dict() moves it into model-index
-        repo_id=repo_id or f"<user>/{model_name}", auto_class=auto_class, config=config.to_dict(),
-        num_parameters=sum(p.numel() for p in model.parameters()), results=eval_results, dataset_name=dataset_name,
+        repo_id=repo_id or f"<user>/{model_name}",
+        auto_class=auto_class,
+        config=config.to_dict(),
+        num_parameters=sum(p.numel() for p in model.parameters()),
+        results=eval_results,
+        dataset_name=dataset_name,
         oversmoothing_table=report.markdown_table(_card_metrics(report)) if report else None,
-        oversmoothing_plot=oversmoothing_plot, training=dict(training or {}),
+        oversmoothing_plot=oversmoothing_plot,
+        training=dict(training or {}),
         citations=template_text(CITATIONS_FILE).strip(),
-    )  # fmt: skip
+    )
 
 
 def write_card(folder: str | os.PathLike, model, **card_kwargs) -> Path:
@@ -238,10 +272,19 @@ def create_repo(repo_id: str, *, token: str | bool | None = None, private: bool 
 
 
 def push_to_hub(
-    model, repo_id: str, processor=None, tokenizer=None, *, card: ModelCard | None = None, private: bool | None = None,
-    token: str | bool | None = None, revision: str | None = None, create_pr: bool = False,
-    commit_message: str = "Upload model with hf-neutreno", **card_kwargs,
-):  # fmt: skip
+    model,
+    repo_id: str,
+    processor=None,
+    tokenizer=None,
+    *,
+    card: ModelCard | None = None,
+    private: bool | None = None,
+    token: str | bool | None = None,
+    revision: str | None = None,
+    create_pr: bool = False,
+    commit_message: str = "Upload model with hf-neutreno",
+    **card_kwargs,
+):
     """Push `model` (weights, config, code), its processor and/or tokenizer and its model card to `repo_id`:
     `create_repo` (which fails fast), `save_for_hub` into a temporary folder (always removed), then ONE `upload_folder`
     commit, so readers see the old repository or the complete new one. `card_kwargs` go to `model_card`."""
@@ -252,8 +295,13 @@ def push_to_hub(
     with tempfile.TemporaryDirectory(prefix="hf-neutreno-push-") as tmp:
         folder = save_for_hub(Path(tmp) / "upload", model, processor, tokenizer, card=card, **card_kwargs)
         with _reaching_the_hub(api, repo_id):
-            return api.upload_folder(repo_id=repo_id, folder_path=folder, commit_message=commit_message,
-                                     revision=revision, create_pr=create_pr)  # fmt: skip
+            return api.upload_folder(
+                repo_id=repo_id,
+                folder_path=folder,
+                commit_message=commit_message,
+                revision=revision,
+                create_pr=create_pr,
+            )
 
 
 class ModelCardMixin:
@@ -287,11 +335,22 @@ def prepare_trainer_push(args) -> bool:
             f"--hub_strategy {strategy!r} is not supported here: the finished model is pushed once, with "
             "its code and card. Use --hub_strategy end (or every_save); resume from local checkpoints."
         )
-    create_repo(args.hub_model_id or Path(args.output_dir).absolute().name, token=args.hub_token,
-                private=args.hub_private_repo)  # fmt: skip
+    create_repo(
+        args.hub_model_id or Path(args.output_dir).absolute().name, token=args.hub_token, private=args.hub_private_repo
+    )
     args.push_to_hub = False
     return True
 
 
-__all__ = ["CARD_TEMPLATES", "HubTrainer", "ModelCardMixin", "create_repo", "model_card", "oversmoothing_report",
-           "prepare_trainer_push", "push_to_hub", "save_for_hub", "write_card"]  # fmt: skip
+__all__ = [
+    "CARD_TEMPLATES",
+    "HubTrainer",
+    "ModelCardMixin",
+    "create_repo",
+    "model_card",
+    "oversmoothing_report",
+    "prepare_trainer_push",
+    "push_to_hub",
+    "save_for_hub",
+    "write_card",
+]

@@ -460,8 +460,11 @@ def _image_splits(task, transform) -> None:
 
 class ImageClassification(_Task):
     name, auto_class, processing_class, metric = (
-        "image-classification", "AutoModelForImageClassification", "AutoImageProcessor", "accuracy"
-    )  # fmt: skip
+        "image-classification",
+        "AutoModelForImageClassification",
+        "AutoImageProcessor",
+        "accuracy",
+    )
     labelled = True
 
     @staticmethod
@@ -477,8 +480,11 @@ class ImageClassification(_Task):
 
 class TextClassification(_Task):
     name, auto_class, processing_class, metric = (
-        "text-classification", "AutoModelForSequenceClassification", "AutoTokenizer", "accuracy"
-    )  # fmt: skip
+        "text-classification",
+        "AutoModelForSequenceClassification",
+        "AutoTokenizer",
+        "accuracy",
+    )
     labelled = True
 
     @staticmethod
@@ -588,8 +594,11 @@ class MaskedLM(_Task):
 
 class SemanticSegmentation(_Task):
     name, auto_class, processing_class, metric = (
-        "semantic-segmentation", "AutoModelForSemanticSegmentation", "AutoImageProcessor", "mean_iou"
-    )  # fmt: skip
+        "semantic-segmentation",
+        "AutoModelForSemanticSegmentation",
+        "AutoImageProcessor",
+        "mean_iou",
+    )
     labelled = True
 
     @staticmethod

@@ -310,6 +310,10 @@ def measure_oversmoothing(
     if first_decoder_layer is not None:
         metadata["decoder_layers"] = list(range(first_decoder_layer, len(hidden_states)))
     return OversmoothingReport(
-        values=values, layers=layer_ids, counts=counts, num_samples=num_samples, model_name=model_name,
+        values=values,
+        layers=layer_ids,
+        counts=counts,
+        num_samples=num_samples,
+        model_name=model_name,
         metadata=metadata,
-    )  # fmt: skip
+    )

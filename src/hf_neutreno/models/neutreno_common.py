@@ -113,8 +113,9 @@ class _NeuTRENOLinear(torch.autograd.Function):
             weight_used = weight.to(torch.get_autocast_dtype(device))
         else:
             weight_used = weight
-        output = nn.functional.linear(_residual(attn_output, value_states, first_layer_values, neutreno_lambda),
-                                      weight_used, bias)  # fmt: skip
+        output = nn.functional.linear(
+            _residual(attn_output, value_states, first_layer_values, neutreno_lambda), weight_used, bias
+        )
         ctx.save_for_backward(attn_output, value_states, first_layer_values, weight_used)
         ctx.neutreno_lambda = neutreno_lambda
         ctx.weight_dtype = weight.dtype
