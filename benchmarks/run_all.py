@@ -9,9 +9,9 @@
 
 Speed and memory (`bench_vit.py`, `bench_eigen_vit.py`, `bench_gpt.py`, `bench_diagnostics.py`,
 `bench_segmenter.py`) write one JSON each into --out; the reproductions (`reproduce.py`) write theirs into
---out/reproduce. With --docs, the pages `benchmarks.md` (speed and memory, rendered here from the JSON, each table
-with its machine and command, each ratio checked against its target) and `results.md` (the reproductions, rendered
-by `reproduce.py`) are written there.
+--out/reproduce. With --docs, the pages `benchmarks.md` (speed and memory, rendered by `speed_page.py` from the
+JSON, each table with its machine and command, each ratio checked against its target) and `results.md` (the
+reproductions, rendered by `reproduce.py`) are written there.
 A hand-written `notes.md` in --out is included in `benchmarks.md` as the reading of those numbers.
 
 The GPU tier (`--budget gpu`) writes into benchmarks/results/gpu and, with --docs, the pages `benchmarks-gpu.md` and
@@ -24,12 +24,13 @@ and page) on a CPU with toy models, steps and batches: a check of the code, not 
 """
 
 import argparse
-import json
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from speed_page import DEFAULT_PAGES, PAGES, render
 
 HERE = Path(__file__).resolve().parent
 
@@ -215,129 +216,6 @@ REPRODUCE = {
         "1",
     ],
 }
-# The pages each tier writes into --docs: (speed and memory, reproductions).
-PAGES = {"gpu": ("benchmarks-gpu.md", "results-gpu.md")}
-DEFAULT_PAGES = ("benchmarks.md", "results.md")
-
-# What each table is checked against: (row filter, column, comparison, target).
-TARGETS = {
-    "vit": [
-        (None, "throughput ratio", ">=", 0.97),
-        (None, "total memory ratio", "<=", 1.03),
-        ({"mode": "train"}, "step peak ratio", "<=", 1.03),
-    ],
-    "eigen_vit": [
-        ({"model": "EigenViT (ViT⁻)"}, "train ratio", ">=", 0.97),
-        ({"model": "EigenViT (ViT⁻)"}, "infer ratio", ">=", 0.98),
-        ({"model": "EigenViT (ViT⁻) → to_neutreno_vit()"}, "infer ratio", ">=", 0.98),
-    ],
-    "gpt": [
-        ({"shape": "paper"}, "train throughput ratio", ">=", 0.97),
-        ({"shape": "gpt2-small"}, "train throughput ratio", ">=", 0.97),
-        ({"shape": "paper"}, "total memory ratio", "<=", 1.03),
-        ({"shape": "gpt2-small"}, "total memory ratio", "<=", 1.03),
-        ({"shape": "paper"}, "generate throughput ratio", ">=", 0.95),
-        ({"shape": "gpt2-small"}, "generate throughput ratio", ">=", 0.95),
-    ],
-    "gpt_scaling": [(None, "train throughput ratio", ">=", 0.97), (None, "total memory ratio", "<=", 1.03)],
-    "diagnostics": [({"mode": "hidden"}, "× inference", "<=", 1.5)],
-    "generation": [(None, "ratio to native", ">=", 0.95)],
-    "segmenter": [
-        (None, "throughput ratio", ">=", 0.97),
-        (None, "total memory ratio", "<=", 1.03),
-        (None, "step peak ratio", "<=", 1.03),
-    ],
-    "value_path": [
-        (None, "throughput ratio", ">=", 0.97),
-        (None, "total memory ratio", "<=", 1.03),
-        (None, "step peak ratio", "<=", 1.03),
-    ],
-}
-# The paper's GPT shape (dim 128) is too small to keep a GPU busy: its GPU target is 0.90.
-GPU_TARGETS = {
-    ("gpt", str({"shape": "paper"}), "train throughput ratio"): 0.90,
-    ("gpt_scaling", str(None), "train throughput ratio"): 0.90,
-}
-SECTIONS = {  # JSON file -> (heading, what it measures)
-    "vit": (
-        "NeuTRENO ViT vs the native ViT",
-        "DeiT-tiny shape, λ = 0.6 in layers 1-11, against `transformers`' `ViTForImageClassification` of the "
-        "same shape and attention kernel. A training step is forward + backward + AdamW; inference is a forward "
-        "under `torch.inference_mode`. `step peak` is the memory allocated during a step above what was allocated "
-        "before it; `total` adds weights and optimizer state.",
-    ),
-    "eigen_vit": (
-        "EigenViT vs the NeuTRENO ViT and the native ViT",
-        "vit-tiny-224 shape. EigenViT makes the value and output weights of all its layers from Θ, ψ with "
-        "one QR batched over layers and heads in every forward with gradients; without gradients it makes "
-        "them once and reuses them while Θ and ψ are unchanged. `→ to_neutreno_vit()` is its export with "
-        "those weights stored (timed at inference only). Ratios are to the native ViT.",
-    ),
-    "gpt": (
-        "NeuTRENO GPT vs the native GPT-2",
-        "The NeuTRENO model is `gpt2_to_neutreno(native, λ = 0.4)`: the same weights and architecture (the λ = 0 "
-        "column checks they give the same logits). Training on Zipf-distributed token ids; generation is greedy "
-        "`generate` with the KV cache. `as-trained` (informational) is the paper's preset with its tied adaptive "
-        "softmax over 267,735 words against GPT-2 of the same dimensions with a full softmax.",
-    ),
-    "gpt_scaling": (
-        "Context scaling of the NeuTRENO GPT",
-        "The paper's shape at contexts 256 → 2048 with the same number of tokens per step (the batch "
-        "shrinks as the context grows): the NeuTRENO term is O(N·d), so the ratio should stay flat while "
-        "attention's O(N²) share grows in both models.",
-    ),
-    "diagnostics": (
-        "Cost of `measure_oversmoothing`",
-        "DeiT-tiny (NeuTRENO, λ = 0.6) on real CIFAR-10 test images resized to 224 px: time relative to "
-        "plain inference over the same images, and the peak memory of a fresh process at two numbers of "
-        "images (it must not grow with them). `hidden`: the default hidden-state metrics (cosine "
-        "similarity, HFC/LFC, distance to rank one); `hidden+erank`: those and the effective rank, "
-        "measured only when asked for by name; `default`: the default metric set, attention metrics "
-        "included; `all`: every metric.",
-    ),
-    "op_counts": (
-        "Kernels per training step and per generated token",
-        "Every ATen operation that launches a kernel (views, detaches and uninitialised allocations "
-        "excluded) in one forward and backward pass (`training`), one forward without gradients "
-        "(`inference`) or one new token's forward with the KV cache (`generation`), counted on a CPU by "
-        "`benchmarks/count_ops.py`: exact, the same on every CPU. `per layer` is the slope over depth, "
-        "(count at 4 layers − count at 2) / 2; `per step` the rest. `+` columns are differences to the "
-        "native counterpart (transformers' GPT-2 or ViT of the same shape); a negative `+ per step` is "
-        "layer 0, which has no term. On small GPU shapes each kernel's launch sets the step time. "
-        "tests/test_op_counts.py holds each count under its ceiling.",
-    ),
-    "generation": (
-        "Time per generated token with the KV cache",
-        "GPT-2-small shape, batch 1: the forward of one new token after 128 and after 2,048 cached tokens, "
-        "for the native `GPT2LMHeadModel`, the NeuTRENO GPT converted from it (λ = 0.4) and the native "
-        "model with `apply_value_path` NeuTRENO (λ = 0.4) and value residual (α = ½). Each method's extra "
-        "work per new token is O(d) per layer (only the new token's values), so a ratio must not fall as "
-        "the cache grows.",
-    ),
-    "segmenter": (
-        "NeuTRENO Segmenter vs the λ = 0 Segmenter",
-        "The `segmenter-deit-tiny` preset (DeiT-tiny encoder, 2-block mask transformer, 150 classes) with "
-        "λ = 0.6 in the encoder and in the decoder (its own V_0), against the same model and initial "
-        "weights with λ = 0 in both. A training step is forward + loss on 512 × 512 labels + backward + "
-        "SGD with momentum 0.9 (Segmenter's optimizer). `step peak` is the memory allocated during a step "
-        "above what was allocated before it; `total` adds weights and momentum buffers.",
-    ),
-    "value_path": (
-        "Value paths on native models (`apply_value_path`)",
-        "A GPT-2-small-shaped `GPT2LMHeadModel` (context 256, batch 2) and a ViT-tiny-shaped "
-        "`ViTForImageClassification` (224 px, batch 8), randomly initialised, as built (`unmodified`) and "
-        "with each value path applied to the same weights: NeuTRENO (λ = 0.4) and the value residual "
-        "(α = ½), fixed and learnable, in layers 1-11. A training step is forward + backward + AdamW. On "
-        "a CPU the five models run with one thread, timed by the process's CPU time, interleaved round by "
-        "round in rotating order, medians reported: the machine that produced this page shares its 2 "
-        "cores with a long-running job, so wall times drift and single rounds are noisy (two runs of this "
-        "benchmark there, 11 and 15 rounds, differed by up to 0.06 in a throughput ratio). `step peak` is "
-        "the memory allocated during a step above what was allocated before it; `total` adds weights and "
-        "optimizer state. SDPA keeps its own output (and its values) for the backward pass; the adapter "
-        "rebuilds them there from the output with the NeuTRENO term (and from V_ℓ, V_0 and a learnable α) "
-        "instead of keeping a second copy per layer (docs/value-path.md, Cost).",
-    ),
-}
 
 
 def run(command: list[str]) -> None:
@@ -380,159 +258,6 @@ def run_everything(args) -> None:
     page = PAGES.get(args.budget, DEFAULT_PAGES)[1]
     run(reproduce + (["--docs", str(Path(args.docs) / page)] if args.docs else []))
     print(f"\nEverything ran in {(time.perf_counter() - start) / 60:.1f} min.")
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# benchmarks.md
-
-
-def _matches(row: dict, where: dict | None) -> bool:
-    return where is None or all(row.get(k) == v for k, v in where.items())
-
-
-def check_targets(name: str, rows: list[dict], budget: str = "full") -> list[str]:
-    """One line per target: the worst value among the rows it applies to, and whether it meets the target."""
-    lines = []
-    targets = TARGETS.get(name, [])
-    if budget == "gpu":  # where the GPU tier's target differs: (row filter, column) -> target
-        targets = [(w, c, op, GPU_TARGETS.get((name, str(w), c), t)) for w, c, op, t in targets]
-    for where, column, op, target in targets:
-        values = [row[column] for row in rows if _matches(row, where) and column in row]
-        if not values:
-            continue
-        worst = min(values) if op == ">=" else max(values)
-        met = worst >= target if op == ">=" else worst <= target
-        scope = ", ".join(f"{k} {v}" for k, v in (where or {}).items()) or "every row"
-        verdict = "met" if met else "not met"
-        lines.append(f"- {column} ({scope}): worst {worst:.3f}, target {op} {target}: **{verdict}**")
-    return lines
-
-
-def table(rows: list[dict]) -> list[str]:
-    columns = list(dict.fromkeys(c for row in rows for c in row))
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    for row in rows:
-        lines.append("| " + " | ".join(_fmt(row.get(c, "")) for c in columns) + " |")
-    return lines
-
-
-def _fmt(value) -> str:
-    if isinstance(value, float):
-        return f"{value:.3f}" if abs(value) < 100 else f"{value:.1f}"
-    return str(value)
-
-
-def _machine_line(machine: dict) -> str:
-    keep = (
-        "device",
-        "cpu_threads",
-        "torch",
-        "transformers",
-        "dtype",
-        "attn",
-        "clock",
-        "batch",
-        "rounds",
-        "generate",
-        "images",
-    )
-    parts = [f"{k.replace('_', ' ')} {machine[k]}" for k in keep if k in machine]
-    return f"Machine and settings: {', '.join(parts)}. Command: `{machine.get('command', '?')}`."
-
-
-def render(out: Path, docs: Path, budget: str = "full") -> str:
-    """The speed-and-memory page of the tier `budget` (benchmarks.md; the GPU tier's benchmarks-gpu.md) in `docs`."""
-    paths = {name: out / f"{name}.json" for name in SECTIONS}
-    found = {name: json.loads(path.read_text()) for name, path in paths.items() if path.exists()}
-    title = "# Speed and memory on a GPU" if budget == "gpu" else "# Speed and memory"
-    lines = [
-        title,
-        "",
-        "Generated by `benchmarks/run_all.py --render` from the JSON in `" + str(out) + "`; do not edit by hand. "
-        "Every comparison runs its models side by side in one process, interleaved round by round in rotating "
-        "order, and reports medians and ratios to the baseline (ratios above 1 mean faster, or more memory). "
-        "Memory on a CPU is read from the profiler's allocation timeline (exact), on a GPU from the allocator.",
-        "",
-    ]
-    if budget == "gpu" and found:
-        machines = [data["machine"] for data in found.values()]
-        devices = sorted({m["device"] for m in machines})
-        dtypes = sorted({m["dtype"] for m in machines if "dtype" in m})
-        attn = sorted({m["attn"] for m in machines if "attn" in m})
-        lines += [
-            f"**Device**: {', '.join(devices)}; autocast {', '.join(dtypes)}, attention {', '.join(attn)}; "
-            f"torch {machines[0]['torch']}, transformers {machines[0]['transformers']}.",
-            "",
-        ]
-    notes = out / "notes.md"
-    if notes.exists():
-        lines += ["## Reading these numbers", "", notes.read_text().strip(), ""]
-    for name, data in found.items():
-        heading, description = SECTIONS[name]
-        lines += [f"## {heading}", "", description, "", *table(data["rows"]), "", _machine_line(data["machine"]), ""]
-        checks = check_targets(name, data["rows"], budget)
-        if checks:
-            lines += ["Targets:", "", *checks, ""]
-    for path in sorted(out.glob("profile*.json")):  # each profiled run
-        lines += profile_section(path)
-    lines += [
-        "## Rerun",
-        "",
-        "```bash",
-        "python benchmarks/run_all.py --quick   # every benchmark and reproduction at a toy size (CPU)",
-        "python benchmarks/run_all.py --docs docs   # the full size (GPU, bf16) and these pages",
-        "# the GPU tier (~40 min on one H100): benchmarks-gpu.md and results-gpu.md",
-        "python benchmarks/run_all.py --budget gpu --docs docs",
-        "```",
-        "",
-        "Each benchmark script also runs alone; its docstring gives its options.",
-        "",
-    ]
-    text = "\n".join(lines)
-    docs.mkdir(parents=True, exist_ok=True)
-    (docs / PAGES.get(budget, DEFAULT_PAGES)[0]).write_text(text)
-    return text
-
-
-def profile_section(path: Path) -> list[str]:
-    """The page's section from `profile_gpu.py`'s JSON, if there is one: per shape, the kernels and GPU time of a
-    training step, the throughput ratios eager, with the term as plain autograd ops and compiled, and the kernels the
-    NeuTRENO model adds."""
-    if not path.exists():
-        return []
-    data = json.loads(path.read_text())
-    columns = [
-        "shape",
-        "native kernels per step",
-        "neutreno kernels per step",
-        "native GPU ms per step",
-        "neutreno GPU ms per step",
-        "eager ratio",
-        "eager ratio, term as plain autograd ops",
-        "compiled ratio",
-    ]
-    rows = [{c: shape.get(c, "") for c in columns} for shape in data["shapes"]]
-    lines = [
-        f"## Where the time goes: a profiled training step (`profile_gpu.py`, {path.name})",
-        "",
-        "One training step (forward, backward, fused AdamW; bf16 autocast, SDPA) of DeiT-tiny at batch 256 and "
-        "of the paper's GPT shape at 32 × 256 tokens, native and NeuTRENO, under the PyTorch profiler: the CUDA "
-        "kernels per step and their GPU time; then throughput ratios NeuTRENO / native from interleaved rounds: "
-        "eager, eager with the NeuTRENO projection's memory-saving autograd function replaced by plain autograd "
-        "ops (which keep the projection's input), and both models under `torch.compile`.",
-        "",
-        *table(rows),
-        "",
-        _machine_line(data["machine"]),
-        "",
-    ]
-    for shape in data["shapes"]:
-        added = [
-            {"kernel": row["kernel"][:90], "calls per step": row["calls"], "µs per step": row["µs"]}
-            for row in shape["added kernels"][:6]
-        ]
-        lines += [f"The kernels that change most, NeuTRENO − native ({shape['shape']}):", "", *table(added), ""]
-    return lines
 
 
 def main(argv=None) -> None:

@@ -5,6 +5,7 @@ import json
 import pytest
 
 import run_all  # benchmarks/ is on the tests' path (setup.cfg)
+import speed_page
 
 MACHINE = {"device": "CPU: test", "cpu_threads": 2, "torch": "2.x", "transformers": "5.x", "command": "python b.py"}
 
@@ -14,7 +15,7 @@ def test_targets_report_the_worst_row_and_whether_it_meets_the_target():
         {"mode": "train", "throughput ratio": 0.99, "total memory ratio": 1.00, "step peak ratio": 1.00},
         {"mode": "infer", "throughput ratio": 0.96, "total memory ratio": 1.02, "step peak ratio": 1.08},
     ]
-    lines = run_all.check_targets("vit", rows)
+    lines = speed_page.check_targets("vit", rows)
     assert lines == [
         "- throughput ratio (every row): worst 0.960, target >= 0.97: **not met**",
         "- total memory ratio (every row): worst 1.020, target <= 1.03: **met**",
@@ -28,7 +29,7 @@ def test_render_writes_every_table_with_its_machine_and_the_notes(tmp_path):
     rows = [{"mode": "hidden", "seconds": 3.0, "× inference": 1.25}]
     (out / "diagnostics.json").write_text(json.dumps({"title": "t", "machine": MACHINE, "rows": rows}))
     (out / "notes.md").write_text("Measured on a test machine.")
-    text = run_all.render(out, docs)
+    text = speed_page.render(out, docs)
     assert (docs / "benchmarks.md").read_text() == text
     assert "Measured on a test machine." in text
     assert "| mode | seconds | × inference |" in text and "| hidden | 3.000 | 1.250 |" in text
@@ -52,7 +53,7 @@ def test_gpu_tier_smoke_writes_both_pages_naming_the_device(tmp_path, data_dir):
     assert speed.startswith("# Speed and memory on a GPU")
     assert f"**Device**: {device}; autocast bf16, attention sdpa" in speed
     assert f"torch {torch.__version__}" in speed and "Scaled-down smoke run" in speed
-    for name, (heading, _) in run_all.SECTIONS.items():  # every table the tier makes, with its machine line
+    for name, (heading, _) in speed_page.SECTIONS.items():  # every table the tier makes, with its machine line
         if name in run_all.BENCHMARKS and "gpu-smoke" not in run_all.BENCHMARKS[name][1]:
             continue  # a CPU-only table (the exact kernel counts)
         section = speed.split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
@@ -85,4 +86,31 @@ def test_the_committed_speed_pages_are_rendered_from_the_committed_json(budget, 
 
     root = Path(run_all.__file__).resolve().parents[1]
     monkeypatch.chdir(root)  # the page names its folder as the command line did: relative to the repository
-    assert run_all.render(Path(folder), tmp_path, budget) == (root / "docs" / page).read_text()
+    assert speed_page.render(Path(folder), tmp_path, budget) == (root / "docs" / page).read_text()
+
+
+def test_a_table_too_wide_for_the_page_splits_into_column_groups_that_repeat_its_keys():
+    rows = [
+        {"shape": name, "context": 256, **{f"measure number {i} | ratio": 1000.0 + 100 * k + i for i in range(12)}}
+        for k, name in enumerate(("paper", "gpt2-small"))
+    ]
+    lines = speed_page.table(rows)
+    assert max(map(len, lines)) <= speed_page.WIDTH
+    headers = [line for line in lines if line.startswith("| shape | context |")]
+    assert len(headers) > 1  # split, each group with the key columns
+    text = "\n".join(lines)
+    for row in rows:  # every value is on the page once, with its row's keys
+        for column, value in list(row.items())[2:]:
+            assert text.count(f"{value:.1f}") == 1
+    assert "measure number 0 \\| ratio" in text  # a "|" in a header is escaped, not a new column
+
+
+def test_wrapping_leaves_code_tables_and_headings_and_keeps_every_word():
+    long = "word " * 40
+    text = f"# {long}\n\n{long}\n\n- {long}\n\n| a | {long} |\n\n```bash\n{long}\n```"
+    wrapped = speed_page.wrap_markdown(text)
+    assert wrapped.split() == text.split()
+    lines = wrapped.splitlines()
+    assert lines[0] == f"# {long}" and f"| a | {long} |" in lines and long in lines  # heading, table, code kept
+    prose = [line for line in lines if not line.startswith(("#", "|")) and line != long]
+    assert max(map(len, prose)) <= speed_page.WIDTH and any(line.startswith("  word") for line in prose)  # list item

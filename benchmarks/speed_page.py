@@ -1,0 +1,346 @@
+"""The speed-and-memory pages (docs/benchmarks.md, the GPU tier's docs/benchmarks-gpu.md), rendered from the
+benchmarks' JSON: each table with its machine and command, each ratio checked against its target. Lines are at most
+120 characters: prose is wrapped, and a table too wide for that is split into column groups that repeat its leading
+key columns."""
+
+import json
+import re
+import textwrap
+from pathlib import Path
+
+WIDTH = 120
+LIST_ITEM = re.compile(r"\s*(?:[-*]|\d+\.) ")
+
+# The pages each tier writes into --docs: (speed and memory, reproductions).
+PAGES = {"gpu": ("benchmarks-gpu.md", "results-gpu.md")}
+DEFAULT_PAGES = ("benchmarks.md", "results.md")
+
+# What each table is checked against: (row filter, column, comparison, target).
+TARGETS = {
+    "vit": [
+        (None, "throughput ratio", ">=", 0.97),
+        (None, "total memory ratio", "<=", 1.03),
+        ({"mode": "train"}, "step peak ratio", "<=", 1.03),
+    ],
+    "eigen_vit": [
+        ({"model": "EigenViT (ViT⁻)"}, "train ratio", ">=", 0.97),
+        ({"model": "EigenViT (ViT⁻)"}, "infer ratio", ">=", 0.98),
+        ({"model": "EigenViT (ViT⁻) → to_neutreno_vit()"}, "infer ratio", ">=", 0.98),
+    ],
+    "gpt": [
+        ({"shape": "paper"}, "train throughput ratio", ">=", 0.97),
+        ({"shape": "gpt2-small"}, "train throughput ratio", ">=", 0.97),
+        ({"shape": "paper"}, "total memory ratio", "<=", 1.03),
+        ({"shape": "gpt2-small"}, "total memory ratio", "<=", 1.03),
+        ({"shape": "paper"}, "generate throughput ratio", ">=", 0.95),
+        ({"shape": "gpt2-small"}, "generate throughput ratio", ">=", 0.95),
+    ],
+    "gpt_scaling": [(None, "train throughput ratio", ">=", 0.97), (None, "total memory ratio", "<=", 1.03)],
+    "diagnostics": [({"mode": "hidden"}, "× inference", "<=", 1.5)],
+    "generation": [(None, "ratio to native", ">=", 0.95)],
+    "segmenter": [
+        (None, "throughput ratio", ">=", 0.97),
+        (None, "total memory ratio", "<=", 1.03),
+        (None, "step peak ratio", "<=", 1.03),
+    ],
+    "value_path": [
+        (None, "throughput ratio", ">=", 0.97),
+        (None, "total memory ratio", "<=", 1.03),
+        (None, "step peak ratio", "<=", 1.03),
+    ],
+}
+# The paper's GPT shape (dim 128) is too small to keep a GPU busy: its GPU target is 0.90.
+GPU_TARGETS = {
+    ("gpt", str({"shape": "paper"}), "train throughput ratio"): 0.90,
+    ("gpt_scaling", str(None), "train throughput ratio"): 0.90,
+}
+SECTIONS = {  # JSON file -> (heading, what it measures)
+    "vit": (
+        "NeuTRENO ViT vs the native ViT",
+        "DeiT-tiny shape, λ = 0.6 in layers 1-11, against `transformers`' `ViTForImageClassification` of the "
+        "same shape and attention kernel. A training step is forward + backward + AdamW; inference is a forward "
+        "under `torch.inference_mode`. `step peak` is the memory allocated during a step above what was allocated "
+        "before it; `total` adds weights and optimizer state.",
+    ),
+    "eigen_vit": (
+        "EigenViT vs the NeuTRENO ViT and the native ViT",
+        "vit-tiny-224 shape. EigenViT makes the value and output weights of all its layers from Θ, ψ with "
+        "one QR batched over layers and heads in every forward with gradients; without gradients it makes "
+        "them once and reuses them while Θ and ψ are unchanged. `→ to_neutreno_vit()` is its export with "
+        "those weights stored (timed at inference only). Ratios are to the native ViT.",
+    ),
+    "gpt": (
+        "NeuTRENO GPT vs the native GPT-2",
+        "The NeuTRENO model is `gpt2_to_neutreno(native, λ = 0.4)`: the same weights and architecture (the λ = 0 "
+        "column checks they give the same logits). Training on Zipf-distributed token ids; generation is greedy "
+        "`generate` with the KV cache. `as-trained` (informational) is the paper's preset with its tied adaptive "
+        "softmax over 267,735 words against GPT-2 of the same dimensions with a full softmax.",
+    ),
+    "gpt_scaling": (
+        "Context scaling of the NeuTRENO GPT",
+        "The paper's shape at contexts 256 → 2048 with the same number of tokens per step (the batch "
+        "shrinks as the context grows): the NeuTRENO term is O(N·d), so the ratio should stay flat while "
+        "attention's O(N²) share grows in both models.",
+    ),
+    "diagnostics": (
+        "Cost of `measure_oversmoothing`",
+        "DeiT-tiny (NeuTRENO, λ = 0.6) on real CIFAR-10 test images resized to 224 px: time relative to "
+        "plain inference over the same images, and the peak memory of a fresh process at two numbers of "
+        "images (it must not grow with them). `hidden`: the default hidden-state metrics (cosine "
+        "similarity, HFC/LFC, distance to rank one); `hidden+erank`: those and the effective rank, "
+        "measured only when asked for by name; `default`: the default metric set, attention metrics "
+        "included; `all`: every metric.",
+    ),
+    "op_counts": (
+        "Kernels per training step and per generated token",
+        "Every ATen operation that launches a kernel (views, detaches and uninitialised allocations "
+        "excluded) in one forward and backward pass (`training`), one forward without gradients "
+        "(`inference`) or one new token's forward with the KV cache (`generation`), counted on a CPU by "
+        "`benchmarks/count_ops.py`: exact, the same on every CPU. `per layer` is the slope over depth, "
+        "(count at 4 layers − count at 2) / 2; `per step` the rest. `+` columns are differences to the "
+        "native counterpart (transformers' GPT-2 or ViT of the same shape); a negative `+ per step` is "
+        "layer 0, which has no term. On small GPU shapes each kernel's launch sets the step time. "
+        "tests/test_op_counts.py holds each count under its ceiling.",
+    ),
+    "generation": (
+        "Time per generated token with the KV cache",
+        "GPT-2-small shape, batch 1: the forward of one new token after 128 and after 2,048 cached tokens, "
+        "for the native `GPT2LMHeadModel`, the NeuTRENO GPT converted from it (λ = 0.4) and the native "
+        "model with `apply_value_path` NeuTRENO (λ = 0.4) and value residual (α = ½). Each method's extra "
+        "work per new token is O(d) per layer (only the new token's values), so a ratio must not fall as "
+        "the cache grows.",
+    ),
+    "segmenter": (
+        "NeuTRENO Segmenter vs the λ = 0 Segmenter",
+        "The `segmenter-deit-tiny` preset (DeiT-tiny encoder, 2-block mask transformer, 150 classes) with "
+        "λ = 0.6 in the encoder and in the decoder (its own V_0), against the same model and initial "
+        "weights with λ = 0 in both. A training step is forward + loss on 512 × 512 labels + backward + "
+        "SGD with momentum 0.9 (Segmenter's optimizer). `step peak` is the memory allocated during a step "
+        "above what was allocated before it; `total` adds weights and momentum buffers.",
+    ),
+    "value_path": (
+        "Value paths on native models (`apply_value_path`)",
+        "A GPT-2-small-shaped `GPT2LMHeadModel` (context 256, batch 2) and a ViT-tiny-shaped "
+        "`ViTForImageClassification` (224 px, batch 8), randomly initialised, as built (`unmodified`) and "
+        "with each value path applied to the same weights: NeuTRENO (λ = 0.4) and the value residual "
+        "(α = ½), fixed and learnable, in layers 1-11. A training step is forward + backward + AdamW. On "
+        "a CPU the five models run with one thread, timed by the process's CPU time, interleaved round by "
+        "round in rotating order, medians reported: the machine that produced this page shares its 2 "
+        "cores with a long-running job, so wall times drift and single rounds are noisy (two runs of this "
+        "benchmark there, 11 and 15 rounds, differed by up to 0.06 in a throughput ratio). `step peak` is "
+        "the memory allocated during a step above what was allocated before it; `total` adds weights and "
+        "optimizer state. SDPA keeps its own output (and its values) for the backward pass; the adapter "
+        "rebuilds them there from the output with the NeuTRENO term (and from V_ℓ, V_0 and a learnable α) "
+        "instead of keeping a second copy per layer (docs/value-path.md, Cost).",
+    ),
+}
+
+
+def _matches(row: dict, where: dict | None) -> bool:
+    return where is None or all(row.get(k) == v for k, v in where.items())
+
+
+def check_targets(name: str, rows: list[dict], budget: str = "full") -> list[str]:
+    """One line per target: the worst value among the rows it applies to, and whether it meets the target."""
+    lines = []
+    targets = TARGETS.get(name, [])
+    if budget == "gpu":  # where the GPU tier's target differs: (row filter, column) -> target
+        targets = [(w, c, op, GPU_TARGETS.get((name, str(w), c), t)) for w, c, op, t in targets]
+    for where, column, op, target in targets:
+        values = [row[column] for row in rows if _matches(row, where) and column in row]
+        if not values:
+            continue
+        worst = min(values) if op == ">=" else max(values)
+        met = worst >= target if op == ">=" else worst <= target
+        scope = ", ".join(f"{k} {v}" for k, v in (where or {}).items()) or "every row"
+        verdict = "met" if met else "not met"
+        lines.append(f"- {column} ({scope}): worst {worst:.3f}, target {op} {target}: **{verdict}**")
+    return lines
+
+
+def table(rows: list[dict]) -> list[str]:
+    """A Markdown table of `rows`; where a row would be wider than `WIDTH`, several tables, each with the leading
+    key columns (those before the first number) and as many of the others as fit."""
+    columns = list(dict.fromkeys(c for row in rows for c in row))
+    # a "|" in a cell ("max |Δlogit|") would end it: escaped
+    cells = {c: [_fmt(row.get(c, "")).replace("|", "\\|") for row in rows] for c in columns}
+    keys = []
+    for column in columns:
+        if any(isinstance(row.get(column), float) for row in rows) or len(keys) == len(columns) - 1:
+            break
+        keys.append(column)
+
+    def lines_of(group):
+        return ["| " + " | ".join(c.replace("|", "\\|") for c in group) + " |", "|" + "---|" * len(group)] + [
+            "| " + " | ".join(cells[c][i] for c in group) + " |" for i in range(len(rows))
+        ]
+
+    groups, group = [], list(keys)
+    for column in columns[len(keys) :]:
+        if len(group) > len(keys) and max(map(len, lines_of([*group, column]))) > WIDTH:
+            groups.append(group)
+            group = list(keys)
+        group.append(column)
+    groups.append(group)
+    lines = []
+    for group in groups:
+        lines += ["", *lines_of(group)]
+    return lines[1:]
+
+
+def wrap_markdown(text: str, width: int = WIDTH) -> str:
+    """`text` with every paragraph or list item that has a line over `width` re-wrapped; headings, tables and code
+    blocks are left as they are."""
+    out, block, fenced = [], [], False
+
+    def flush():
+        if block and max(map(len, block)) > width:
+            marker = LIST_ITEM.match(block[0]).group(0) if LIST_ITEM.match(block[0]) else ""
+            words = " ".join(line.strip() for line in block)[len(marker.strip()) :].strip()
+            out.extend(
+                textwrap.wrap(
+                    words,
+                    width,
+                    initial_indent=marker,
+                    subsequent_indent=" " * len(marker),
+                    break_long_words=False,
+                    break_on_hyphens=False,
+                )
+            )
+        else:
+            out.extend(block)
+        block.clear()
+
+    for line in text.split("\n"):
+        if line.startswith("```"):
+            flush()
+            fenced = not fenced
+            out.append(line)
+        elif fenced or not line.strip() or line.startswith(("#", "|")):
+            flush()
+            out.append(line)
+        else:
+            if LIST_ITEM.match(line):
+                flush()
+            block.append(line)
+    flush()
+    return "\n".join(out)
+
+
+def _fmt(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.3f}" if abs(value) < 100 else f"{value:.1f}"
+    return str(value)
+
+
+def _machine_line(machine: dict) -> str:
+    keep = (
+        "device",
+        "cpu_threads",
+        "torch",
+        "transformers",
+        "dtype",
+        "attn",
+        "clock",
+        "batch",
+        "rounds",
+        "generate",
+        "images",
+    )
+    parts = [f"{k.replace('_', ' ')} {machine[k]}" for k in keep if k in machine]
+    return f"Machine and settings: {', '.join(parts)}. Command: `{machine.get('command', '?')}`."
+
+
+def render(out: Path, docs: Path, budget: str = "full") -> str:
+    """The speed-and-memory page of the tier `budget` (benchmarks.md; the GPU tier's benchmarks-gpu.md) in `docs`."""
+    paths = {name: out / f"{name}.json" for name in SECTIONS}
+    found = {name: json.loads(path.read_text()) for name, path in paths.items() if path.exists()}
+    title = "# Speed and memory on a GPU" if budget == "gpu" else "# Speed and memory"
+    lines = [
+        title,
+        "",
+        "Generated by `benchmarks/run_all.py --render` from the JSON in `" + str(out) + "`; do not edit by hand. "
+        "Every comparison runs its models side by side in one process, interleaved round by round in rotating "
+        "order, and reports medians and ratios to the baseline (ratios above 1 mean faster, or more memory). "
+        "Memory on a CPU is read from the profiler's allocation timeline (exact), on a GPU from the allocator.",
+        "",
+    ]
+    if budget == "gpu" and found:
+        machines = [data["machine"] for data in found.values()]
+        devices = sorted({m["device"] for m in machines})
+        dtypes = sorted({m["dtype"] for m in machines if "dtype" in m})
+        attn = sorted({m["attn"] for m in machines if "attn" in m})
+        lines += [
+            f"**Device**: {', '.join(devices)}; autocast {', '.join(dtypes)}, attention {', '.join(attn)}; "
+            f"torch {machines[0]['torch']}, transformers {machines[0]['transformers']}.",
+            "",
+        ]
+    notes = out / "notes.md"
+    if notes.exists():
+        lines += ["## Reading these numbers", "", notes.read_text().strip(), ""]
+    for name, data in found.items():
+        heading, description = SECTIONS[name]
+        lines += [f"## {heading}", "", description, "", *table(data["rows"]), "", _machine_line(data["machine"]), ""]
+        checks = check_targets(name, data["rows"], budget)
+        if checks:
+            lines += ["Targets:", "", *checks, ""]
+    for path in sorted(out.glob("profile*.json")):  # each profiled run
+        lines += profile_section(path)
+    lines += [
+        "## Rerun",
+        "",
+        "```bash",
+        "python benchmarks/run_all.py --quick   # every benchmark and reproduction at a toy size (CPU)",
+        "python benchmarks/run_all.py --docs docs   # the full size (GPU, bf16) and these pages",
+        "# the GPU tier (~40 min on one H100): benchmarks-gpu.md and results-gpu.md",
+        "python benchmarks/run_all.py --budget gpu --docs docs",
+        "```",
+        "",
+        "Each benchmark script also runs alone; its docstring gives its options.",
+        "",
+    ]
+    text = wrap_markdown("\n".join(lines))
+    docs.mkdir(parents=True, exist_ok=True)
+    (docs / PAGES.get(budget, DEFAULT_PAGES)[0]).write_text(text)
+    return text
+
+
+def profile_section(path: Path) -> list[str]:
+    """The page's section from `profile_gpu.py`'s JSON, if there is one: per shape, the kernels and GPU time of a
+    training step, the throughput ratios eager, with the term as plain autograd ops and compiled, and the kernels the
+    NeuTRENO model adds."""
+    if not path.exists():
+        return []
+    data = json.loads(path.read_text())
+    columns = [
+        "shape",
+        "native kernels per step",
+        "neutreno kernels per step",
+        "native GPU ms per step",
+        "neutreno GPU ms per step",
+        "eager ratio",
+        "eager ratio, term as plain autograd ops",
+        "compiled ratio",
+    ]
+    rows = [{c: shape.get(c, "") for c in columns} for shape in data["shapes"]]
+    lines = [
+        f"## Where the time goes: a profiled training step (`profile_gpu.py`, {path.name})",
+        "",
+        "One training step (forward, backward, fused AdamW; bf16 autocast, SDPA) of DeiT-tiny at batch 256 and "
+        "of the paper's GPT shape at 32 × 256 tokens, native and NeuTRENO, under the PyTorch profiler: the CUDA "
+        "kernels per step and their GPU time; then throughput ratios NeuTRENO / native from interleaved rounds: "
+        "eager, eager with the NeuTRENO projection's memory-saving autograd function replaced by plain autograd "
+        "ops (which keep the projection's input), and both models under `torch.compile`.",
+        "",
+        *table(rows),
+        "",
+        _machine_line(data["machine"]),
+        "",
+    ]
+    for shape in data["shapes"]:
+        added = [
+            {"kernel": row["kernel"][:90], "calls per step": row["calls"], "µs per step": row["µs"]}
+            for row in shape["added kernels"][:6]
+        ]
+        lines += [f"The kernels that change most, NeuTRENO − native ({shape['shape']}):", "", *table(added), ""]
+    return lines
