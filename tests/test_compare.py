@@ -312,8 +312,9 @@ def test_value_path_variants_are_the_seeds_softmax_model_adapted_trained_and_not
         True,
         0.6,
     )
-    assert residual.keys() == softmax.keys() and all(torch.equal(softmax[k], residual[k]) for k in softmax)
-    assert learnable.keys() - softmax.keys() == {"value_path_coefficients"}
+    assert residual.keys() - softmax.keys() == {"value_path_applied"}  # the adapted model's marker
+    assert all(torch.equal(softmax[k], residual[k]) for k in softmax)
+    assert learnable.keys() - softmax.keys() == {"value_path_coefficients", "value_path_applied"}
     assert all(torch.equal(softmax[k], learnable[k]) for k in softmax)
     assert torch.equal(learnable["value_path_coefficients"], torch.full((5,), 0.6))
     for name in ("value-residual", "neutreno-learnable"):

@@ -451,81 +451,99 @@ def _best(results: dict) -> str | None:
 
 
 def _compare(settings: CompareSettings, task, folders: OutputFolders) -> dict:
-    from accelerate import PartialState
+    return _Comparison(settings, task, folders).run()
 
-    from .diagnostics import measure_oversmoothing
 
-    main = PartialState().is_main_process  # under torchrun / accelerate launch, one process writes and prints
-    say = print if main else lambda *args, **kwargs: None
-    work, variants = folders.work, settings.variants
-    seeds = list(range(settings.seed, settings.seed + settings.seeds))
-    budget = f"{settings.max_steps} steps" if settings.max_steps else f"{settings.epochs:g} epochs"
-    say(
-        f"{COMMAND}: {task.summary}; {', '.join(variants)}; {budget}, batch {settings.batch_size}, "
-        f"seeds {', '.join(map(str, seeds))}"
-    )
-    if task.pretrained:
-        say(
-            "Each variant fine-tunes the same pretrained weights. A remedy with a fixed coefficient changes the "
-            "function those weights compute, so its difference from softmax includes that change; a learnable "
-            "coefficient that starts at 0 starts from the pretrained function."
+class _Comparison:
+    """One call of `run_comparison`: its results (resumed or new), trained run by run through `run_paired` and
+    written after each run. Under torchrun / accelerate launch, one process writes and prints."""
+
+    def __init__(self, settings: CompareSettings, task, folders: OutputFolders):
+        from accelerate import PartialState
+
+        self.settings, self.task, self.folders = settings, task, folders
+        self.state = PartialState()
+        self.main = self.state.is_main_process
+        self.seeds = list(range(settings.seed, settings.seed + settings.seeds))
+        self.results = folders.resumed or self._new_results()
+        if isinstance(task, ModelTask):
+            self.results.setdefault("model", task.record())
+
+    def say(self, *args, **kwargs) -> None:
+        if self.main:
+            print(*args, **kwargs)
+
+    def _new_results(self) -> dict:
+        settings, task = self.settings, self.task
+        return {
+            "command": COMMAND,
+            "format_version": FORMAT_VERSION,
+            "complete": False,
+            "settings": settings_record(settings),
+            "task": task.name,
+            "metric": task.metric,
+            "eval_split": task.eval_split,
+            "data": task.sizes,
+            "seeds": self.seeds,
+            "models_from_seed": self.seeds[0],
+            "baseline": BASELINE,
+            "processes": self.state.num_processes,  # data-parallel processes (torchrun, accelerate launch)
+            "variants": {},
+        }
+
+    def run(self) -> dict:
+        settings, task, work, results = self.settings, self.task, self.folders.work, self.results
+        budget = f"{settings.max_steps} steps" if settings.max_steps else f"{settings.epochs:g} epochs"
+        self.say(
+            f"{COMMAND}: {task.summary}; {', '.join(settings.variants)}; {budget}, batch {settings.batch_size}, "
+            f"seeds {', '.join(map(str, self.seeds))}"
         )
-    results = folders.resumed or {
-        "command": COMMAND,
-        "format_version": FORMAT_VERSION,
-        "complete": False,
-        "settings": settings_record(settings),
-        "task": task.name,
-        "metric": task.metric,
-        "eval_split": task.eval_split,
-        "data": task.sizes,
-        "seeds": seeds,
-        "models_from_seed": seeds[0],
-        "baseline": BASELINE,
-        "processes": PartialState().num_processes,  # data-parallel processes (torchrun, accelerate launch)
-        "variants": {},
-    }
-    if isinstance(task, ModelTask):
-        results.setdefault("model", task.record())
-    if folders.resumed:
-        say(f"Resuming the interrupted run in {work}.")
-    if main:
-        work.mkdir(parents=True, exist_ok=True)
-        write_json(work / RESULTS_FILE, results)
-    probe = task.probe_batches()
-    left = sum(
-        1
-        for seed in seeds
-        for variant in variants
-        if not any(run["seed"] == seed for run in results["variants"].get(variant, {}).get("per_seed", []))
-    )
-    forecast = [_Forecast(left)] if not settings.no_progress and main else []  # on the first run of this call
+        if task.pretrained:
+            self.say(
+                "Each variant fine-tunes the same pretrained weights. A remedy with a fixed coefficient changes the "
+                "function those weights compute, so its difference from softmax includes that change; a learnable "
+                "coefficient that starts at 0 starts from the pretrained function."
+            )
+        if self.folders.resumed:
+            self.say(f"Resuming the interrupted run in {work}.")
+        if self.main:
+            work.mkdir(parents=True, exist_ok=True)
+            write_json(work / RESULTS_FILE, results)
+        self.probe = task.probe_batches()
+        runs = [Run(variant, seed) for seed in self.seeds for variant in settings.variants]
+        left = sum(not self.finished(run) for run in runs)
+        self.forecast = [_Forecast(left)] if not settings.no_progress and self.main else []  # the first run's
+        run_paired(runs, _builder(settings, task), self.train, finished=self.finished)  # from the seed's softmax
 
-    def train(run: Run, model: torch.nn.Module, initial_weights: str) -> None:
-        variant, seed = run.variant, run.seed
+        results["best_variant"] = _best(results)
+        if self.main:
+            title = f"{settings.model} on {Path(settings.dataset).name}, seeds {self.seeds[0]}-{self.seeds[-1]}"
+            write_complete(work / PLOT_FILE, lambda path: plot(path, results, title))
+            results.update(complete=True, plot=PLOT_FILE)
+            write_json(work / RESULTS_FILE, results)
+            self.folders.swap()
+        self.state.wait_for_everyone()
+        results.update(complete=True, plot=PLOT_FILE)
+        return results
+
+    def finished(self, run: Run) -> bool:
+        per_seed = self.results["variants"].get(run.variant, {}).get("per_seed", [])
+        return any(r["seed"] == run.seed for r in per_seed)
+
+    def train(self, run: Run, model: torch.nn.Module, initial_weights: str) -> None:
+        """Train, score and measure one run; record it (and, for the first seed, save its model)."""
+        from .diagnostics import measure_oversmoothing
+
+        settings, task, variant = self.settings, self.task, run.variant
         coefficient = _coefficient(settings, task, variant)
         description = VARIANTS[variant].describe(coefficient)
-        say(f"\n[{variant}, seed {seed}] {description}")
-        progress = detailed_progress(settings) and main
+        self.say(f"\n[{variant}, seed {run.seed}] {description}")
+        progress = detailed_progress(settings) and self.main
         with tempfile.TemporaryDirectory(prefix="hf-neutreno-compare-") as scratch:
-            trainer = _CompareTrainer(
-                model=model,
-                train_dataset=task.train,
-                processing_class=task.processing,
-                args=_training_arguments(settings, scratch, seed, remove_unused_columns=task.name.endswith("-lm")),
-                coefficient_learning_rate=settings.coefficient_learning_rate,
-                **task.trainer_arguments(),
-            )
-            if not settings.verbose:  # one bar per run; Trainer's log dictionaries and evaluation bar: --verbose
-                trainer.remove_callback(PrinterCallback)
-                trainer.remove_callback(ProgressCallback)
-                if not settings.no_progress:
-                    trainer.add_callback(_TrainingBar)
-            if forecast:
-                trainer.add_callback(forecast.pop())
+            trainer = self._trainer(model, scratch, run.seed)
             # Before training, on the device Trainer has put the model on
             before = measure_oversmoothing(
-                trainer.model, probe, metrics=["cosine_similarity"], progress=progress, model_name=variant
+                trainer.model, self.probe, metrics=["cosine_similarity"], progress=progress, model_name=variant
             )
             start = time.perf_counter()
             train_output = trainer.train()
@@ -533,40 +551,53 @@ def _compare(settings: CompareSettings, task, folders: OutputFolders) -> dict:
             score = task.score(trainer)
         model = trainer.model
         report = measure_oversmoothing(
-            model, probe, metrics=["cosine_similarity"], progress=progress, model_name=variant
+            model, self.probe, metrics=["cosine_similarity"], progress=progress, model_name=variant
         )
         saved = _saveable(model)
-        if seed == seeds[0] and saved and main:
+        if run.seed == self.seeds[0] and saved and self.main:
 
             def save(folder: Path, model=model) -> None:
                 model.save_pretrained(folder)
                 task.processing.save_pretrained(folder)
 
-            write_complete(work / variant, save)
+            write_complete(self.folders.work / variant, save)
+        entry = self.results["variants"].setdefault(variant, _variant_entry(model, variant, description, saved))
+        entry["per_seed"].append(
+            self._run_record(run, model, initial_weights, score, report, before, seconds, train_output, trainer)
+        )
+        _summarise(self.results)
+        if self.main:
+            write_json(self.folders.work / RESULTS_FILE, self.results)  # after the model: a recorded run has its model
+
+    def _trainer(self, model: torch.nn.Module, scratch: str, seed: int) -> Trainer:
+        settings, task = self.settings, self.task
+        trainer = _CompareTrainer(
+            model=model,
+            train_dataset=task.train,
+            processing_class=task.processing,
+            args=_training_arguments(settings, scratch, seed, remove_unused_columns=task.name.endswith("-lm")),
+            coefficient_learning_rate=settings.coefficient_learning_rate,
+            **task.trainer_arguments(),
+        )
+        if not settings.verbose:  # one bar per run; Trainer's log dictionaries and evaluation bar: --verbose
+            trainer.remove_callback(PrinterCallback)
+            trainer.remove_callback(ProgressCallback)
+            if not settings.no_progress:
+                trainer.add_callback(_TrainingBar)
+        if self.forecast:
+            trainer.add_callback(self.forecast.pop())
+        return trainer
+
+    def _run_record(self, run, model, initial_weights, score, report, before, seconds, train_output, trainer) -> dict:
         # The last block of the encoder (a Segmenter's decoder blocks follow it in the report)
         layers, cosine, last_layer, decoder_layers = _cosine(report)
-        results.update(
-            cosine_layers=layers,
-            decoder_layers=decoder_layers,
-            last_layer=last_layer,
-            probe_samples=report.num_samples,
+        self.results.update(
+            cosine_layers=layers, decoder_layers=decoder_layers, last_layer=last_layer, probe_samples=report.num_samples
         )
-        entry = results["variants"].setdefault(
-            variant,
-            {
-                "description": description,
-                "model_type": model.config.model_type,
-                "neutreno_lambda": getattr(model.config, "neutreno_lambda", None),
-                "parameters": model.num_parameters(),
-                "model_dir": variant if saved else None,
-                "value_path": getattr(model.config, "value_path", None),
-                "per_seed": [],
-            },
-        )
-        run = {
-            "seed": seed,
+        record = {
+            "seed": run.seed,
             "initial_weights_sha256": initial_weights,  # what pairs the variants of a seed
-            task.metric: score,
+            self.task.metric: score,
             "last_layer_cosine": cosine[layers.index(last_layer)],
             "cosine_similarity": cosine,  # per hidden state in `cosine_layers`: 0 = embeddings, ℓ = block ℓ
             "cosine_similarity_before": _cosine(before)[1],  # the same, before training
@@ -575,28 +606,21 @@ def _compare(settings: CompareSettings, task, folders: OutputFolders) -> dict:
             "learning_curve": _learning_curve(trainer),  # training loss, ten points
         }
         if is_value_path_model(model) and model.config.value_path["learnable"] is True:
-            run["learned_coefficients"] = getattr(model, COEFFICIENTS).detach().float().cpu().tolist()
-        entry["per_seed"].append(run)
-        _summarise(results)
-        if main:
-            write_json(work / RESULTS_FILE, results)  # after the model: a recorded run has its model
+            record["learned_coefficients"] = getattr(model, COEFFICIENTS).detach().float().cpu().tolist()
+        return record
 
-    def finished(run: Run) -> bool:
-        return any(r["seed"] == run.seed for r in results["variants"].get(run.variant, {}).get("per_seed", []))
 
-    runs = [Run(variant, seed) for seed in seeds for variant in variants]
-    run_paired(runs, _builder(settings, task), train, finished=finished)  # every variant from the seed's softmax
-
-    results["best_variant"] = _best(results)
-    if main:
-        title = f"{settings.model} on {Path(settings.dataset).name}, seeds {seeds[0]}-{seeds[-1]}"
-        write_complete(work / PLOT_FILE, lambda path: plot(path, results, title))
-        results.update(complete=True, plot=PLOT_FILE)
-        write_json(work / RESULTS_FILE, results)
-        folders.swap()
-    PartialState().wait_for_everyone()
-    results.update(complete=True, plot=PLOT_FILE)
-    return results
+def _variant_entry(model: torch.nn.Module, variant: str, description: str, saved: bool) -> dict:
+    """What results.json keeps of a variant, besides its runs."""
+    return {
+        "description": description,
+        "model_type": model.config.model_type,
+        "neutreno_lambda": getattr(model.config, "neutreno_lambda", None),
+        "parameters": model.num_parameters(),
+        "model_dir": variant if saved else None,
+        "value_path": getattr(model.config, "value_path", None),
+        "per_seed": [],
+    }
 
 
 __all__ = ["BASELINE", "LOADERS", "VARIANTS", "CompareSettings", "format_table", "run_comparison"]
