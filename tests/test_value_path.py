@@ -498,6 +498,36 @@ def test_missing_learnable_coefficients_start_at_the_coefficient(tmp_path):
     assert learned_coefficients(model) == [0.25, 0.25]
 
 
+def test_a_checkpoint_of_the_earlier_layout_loads_its_coefficients_onto_the_layers(tmp_path):
+    """Earlier checkpoints kept the learnable coefficients as one vector `value_path_coefficients` on the outermost
+    model (entry i: the i-th smallest adapted layer). Written by hand in that layout, it loads with each entry on its
+    layer, with nothing reported missing or unexpected, through `from_pretrained` and through `load_state_dict`."""
+    from safetensors.torch import load_file, save_file
+
+    inputs = tiny_inputs("llama")
+    model = apply_value_path(tiny_model("llama"), "neutreno", learnable=True, layers=[2, 1])
+    _sharpen(model)
+    _set_coefficients(model, [0.15, 0.7])
+    with torch.no_grad():
+        expected = model(**inputs).logits
+    model.save_pretrained(tmp_path)
+    weights = load_file(tmp_path / "model.safetensors")
+    new = sorted(k for k in weights if k.endswith(".value_path_coefficient.value"))
+    assert new == [f"model.layers.{i}.self_attn.value_path_coefficient.value" for i in (1, 2)]
+    old = {k: v for k, v in weights.items() if k not in new} | {"value_path_coefficients": torch.tensor([0.15, 0.7])}
+    save_file(old, tmp_path / "model.safetensors", {"format": "pt"})
+
+    loaded, info = AutoModelForCausalLM.from_pretrained(tmp_path, trust_remote_code=True, output_loading_info=True)
+    assert learned_coefficients(loaded) == pytest.approx([0.15, 0.7])
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    resumed = apply_value_path(tiny_model("llama"), "neutreno", learnable=True)
+    resumed.load_state_dict(old)  # strict: every key has its place
+    assert learned_coefficients(resumed) == pytest.approx([0.15, 0.7])
+    with torch.no_grad():
+        assert torch.equal(loaded(**inputs).logits, expected)
+        assert torch.equal(resumed(**inputs).logits, expected)
+
+
 def test_loaded_plain_from_an_adapted_checkpoint_is_not_adapted_again_silently(tmp_path):
     apply_value_path(tiny_model("llama"), "neutreno").save_pretrained(tmp_path / "adapted")
     plain = AutoModelForCausalLM.from_pretrained(tmp_path / "adapted")  # without trust_remote_code
