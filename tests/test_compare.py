@@ -314,7 +314,7 @@ def test_value_path_variants_are_the_seeds_softmax_model_adapted_trained_and_not
     )
     assert residual.keys() == softmax.keys() and all(torch.equal(softmax[k], residual[k]) for k in softmax)
     own = learnable.keys() - softmax.keys()  # one coefficient on each adapted layer's attention
-    assert own == {f"vit.encoder.layer.{i}.attention.attention.value_path_coefficient.value" for i in range(1, 6)}, own
+    assert own == {f"vit.layers.{i}.attention.value_path_coefficient.value" for i in range(1, 6)}, own
     assert all(torch.equal(softmax[k], learnable[k]) for k in softmax)
     assert all(torch.equal(learnable[k], torch.tensor(0.6)) for k in own)
     for name in ("value-residual", "neutreno-learnable"):
