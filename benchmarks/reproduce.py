@@ -546,10 +546,9 @@ def _run(unit: dict, budget: Budget, out: Path, work_dir: str, data: str | None)
 
 def learned_coefficients(model) -> list[float] | None:
     """A learnable value path's trained coefficient per adapted layer (None for a fixed one)."""
-    from hf_neutreno.value_path import COEFFICIENTS
+    from hf_neutreno.value_path import learned_coefficients
 
-    coefficients = getattr(model, COEFFICIENTS, None)
-    return None if coefficients is None else coefficients.detach().cpu().tolist()
+    return learned_coefficients(model)
 
 
 def value_path_arguments(task: str, variant: str) -> dict:

@@ -1,4 +1,4 @@
-"""Run code in a fresh Python process where `hf_neutreno` cannot be imported.
+"""Run code in a fresh Python process where `hf_neutreno` cannot be imported (or, asked, where it can).
 
 This is how a user without the package meets a checkpoint: only the code files saved next to the weights
 (`trust_remote_code=True`) may define the model. The process gets a clean HF_HOME and HF_HUB_OFFLINE=1.
@@ -22,13 +22,16 @@ sys.meta_path.insert(0, _BlockHfNeutreno())
 """
 
 
-def run_fresh(code: str, workdir: Path, hf_home: Path | None = None, timeout: int = 300) -> str:
-    """Run `code` with the package blocked; returns stdout, raises with stderr on failure."""
+def run_fresh(
+    code: str, workdir: Path, hf_home: Path | None = None, timeout: int = 300, block_package: bool = True
+) -> str:
+    """Run `code` with the package blocked (unless `block_package=False`: a new process with nothing of the test's in
+    memory); returns stdout, raises with stderr on failure."""
     workdir = Path(workdir)
     hf_home = Path(hf_home) if hf_home is not None else workdir / "hf_home"
     hf_home.mkdir(parents=True, exist_ok=True)
     script = workdir / "fresh_process_script.py"
-    script.write_text(_BLOCK_PACKAGE + textwrap.dedent(code))
+    script.write_text((_BLOCK_PACKAGE if block_package else "") + textwrap.dedent(code))
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     # One thread, as the tests (conftest.py): the same matmul order, so "identical logits" means bit-identical.
     env.update(HF_HOME=str(hf_home), HF_HUB_OFFLINE="1", TRANSFORMERS_VERBOSITY="error", OMP_NUM_THREADS="1")

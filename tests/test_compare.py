@@ -314,9 +314,10 @@ def test_value_path_variants_are_the_seeds_softmax_model_adapted_trained_and_not
     )
     assert residual.keys() - softmax.keys() == {"value_path_applied"}  # the adapted model's marker
     assert all(torch.equal(softmax[k], residual[k]) for k in softmax)
-    assert learnable.keys() - softmax.keys() == {"value_path_coefficients", "value_path_applied"}
+    own = learnable.keys() - softmax.keys() - {"value_path_applied"}  # one coefficient on each adapted layer
+    assert own == {f"vit.layers.{i}.attention.value_path_coefficient.value" for i in range(1, 6)}, own
     assert all(torch.equal(softmax[k], learnable[k]) for k in softmax)
-    assert torch.equal(learnable["value_path_coefficients"], torch.full((5,), 0.6))
+    assert all(torch.equal(learnable[k], torch.tensor(0.6)) for k in own)
     for name in ("value-residual", "neutreno-learnable"):
         entry = results["variants"][name]
         assert entry["model_dir"] is None and entry["value_path"]["method"] in ("value_residual", "neutreno")

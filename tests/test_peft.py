@@ -14,6 +14,8 @@ from transformers import AutoModelForCausalLM, AutoModelForImageClassification, 
 from hf_neutreno import NeuTRENOGPTConfig, NeuTRENOGPTForCausalLM, NeuTRENOViTConfig, NeuTRENOViTForImageClassification
 from hf_neutreno.image_transforms import image_transform
 from hf_neutreno.text_data import load_wikitext, token_stream, train_word_tokenizer
+from hf_neutreno.value_path import PEFT_MODULES, apply_value_path, learned_coefficients
+from tiny_models import tiny_inputs, tiny_model
 
 
 @dataclass
@@ -123,3 +125,45 @@ def test_lora_on_q_and_v_trains_saves_and_reloads(case, data_dir, tmp_path):
         # Merged into the base weights, LoRA is a plain model with the same outputs (fp32 rounding of W + BA).
         merged = reloaded.merge_and_unload()
         torch.testing.assert_close(getattr(merged(**batch), case.output), expected, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("method", ["neutreno", "value_residual"])
+def test_lora_trains_saves_and_restores_the_learnable_coefficients(method, tmp_path):
+    """`modules_to_save=PEFT_MODULES`: the learnable coefficient of every adapted layer trains beside the LoRA
+    weights (the base's own copy stays frozen), is saved in the adapter, and `PeftModel.from_pretrained` onto a
+    freshly adapted base restores it exactly, with the same logits."""
+    start = 0.3
+    base = apply_value_path(tiny_model("llama"), method, start, learnable=True).eval()
+    lora = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"],
+                      modules_to_save=PEFT_MODULES)  # fmt: skip
+    model = get_peft_model(base, lora)
+    trainable = {name for name, p in model.named_parameters() if p.requires_grad}
+    coefficients = {name for name in trainable if ".value_path_coefficient." in name}
+    assert len(coefficients) == 2 and trainable - coefficients and all("lora_" in n for n in trainable - coefficients)
+    assert learned_coefficients(model) == [pytest.approx(start)] * 2
+
+    inputs = tiny_inputs("llama")
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=5e-2)
+    for _ in range(5):
+        model(**inputs, labels=inputs["input_ids"]).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    trained = learned_coefficients(model)
+    assert all(abs(value - start) > 1e-3 for value in trained), trained  # each layer's moved
+    with model.disable_adapter():  # the base's own coefficients: frozen, still at the start
+        assert learned_coefficients(model) == [pytest.approx(start)] * 2
+    with torch.no_grad():
+        expected = model(**inputs).logits
+
+    model.save_pretrained(tmp_path / "adapter")
+    from safetensors.torch import load_file
+
+    saved = load_file(tmp_path / "adapter" / "adapter_model.safetensors")
+    assert sorted(k for k in saved if "value_path_coefficient" in k) == [
+        f"base_model.model.model.layers.{i}.self_attn.value_path_coefficient.value" for i in (1, 2)
+    ]
+    fresh = apply_value_path(tiny_model("llama"), method, start, learnable=True)
+    reloaded = PeftModel.from_pretrained(fresh, tmp_path / "adapter").eval()
+    assert learned_coefficients(reloaded) == trained
+    with torch.no_grad():
+        assert torch.equal(reloaded(**inputs).logits, expected)

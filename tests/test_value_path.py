@@ -32,7 +32,7 @@ import hf_neutreno
 from fresh_process import run_fresh
 from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTModel, apply_value_path, remove_value_path
 from hf_neutreno.convert import gpt2_to_neutreno, vit_to_neutreno
-from hf_neutreno.value_path import is_value_path_model, value_path_class
+from hf_neutreno.value_path import coefficient_parameters, is_value_path_model, learned_coefficients, value_path_class
 from hf_neutreno.variants import VARIANTS
 from tiny_models import ARCHITECTURES, CAUSAL, output_of, tiny_inputs, tiny_model, written_out_decoder
 
@@ -127,13 +127,20 @@ def test_grouped_query_decoders_equal_a_per_head_reference(name, method, learnab
     coefficients = {1: 0.3, 2: 0.3}
     if learnable:  # one scalar per layer, each its own
         with torch.no_grad():
-            model.value_path_coefficients.copy_(torch.tensor([0.15, 0.7]))
+            _set_coefficients(model, [0.15, 0.7])
         coefficients = {1: 0.15, 2: 0.7}
     with torch.no_grad():
         expected = reference_decoder_logits(model, input_ids, method, coefficients)
         torch.testing.assert_close(model(input_ids).logits, expected, rtol=0, atol=1e-5)
         plain = reference_decoder_logits(model, input_ids, method, {})
     assert (expected - plain).abs().max() > 1e-2
+
+
+def _set_coefficients(model, values) -> None:
+    """Set the learnable coefficients, in increasing layer order."""
+    with torch.no_grad():
+        for parameter, value in zip(coefficient_parameters(model), values, strict=True):
+            parameter.fill_(value)
 
 
 def _count_rebuilds(monkeypatch) -> list:
@@ -163,7 +170,7 @@ def test_grouped_query_decoder_gradients_equal_the_per_head_reference(name, meth
     reference = copy.deepcopy(model)
     input_ids = tiny_inputs(name)["input_ids"]
     if learnable:
-        coefficients = dict(zip((1, 2), reference.value_path_coefficients))
+        coefficients = dict(zip((1, 2), coefficient_parameters(reference)))
     else:
         coefficients = {1: 0.3, 2: 0.3}
     rebuilt = _count_rebuilds(monkeypatch)
@@ -171,7 +178,9 @@ def test_grouped_query_decoder_gradients_equal_the_per_head_reference(name, meth
     reference_decoder_logits(reference, input_ids, method, coefficients).square().mean().backward()
     assert rebuilt or (method == "value_residual" and not learnable)  # a fixed α keeps nothing twice
     expected = _grads(reference)
-    assert _grads(model).keys() == expected.keys() and ("value_path_coefficients" in expected) == learnable
+    assert (
+        _grads(model).keys() == expected.keys() and any(".value_path_coefficient." in k for k in expected) == learnable
+    )
     for key, grad in _grads(model).items():
         torch.testing.assert_close(grad, expected[key], rtol=1e-4, atol=1e-6, msg=key)
 
@@ -276,7 +285,7 @@ def test_gradient_checkpointing_gives_the_same_gradients(name, method):
     _loss(other, name, second).backward()  # another adapted model in between
     loss.backward()
     actual = _grads(checkpointed)
-    assert actual.keys() == expected.keys() and "value_path_coefficients" in actual
+    assert actual.keys() == expected.keys() and any(".value_path_coefficient." in k for k in actual)
     for key in expected:
         if method == "value_residual":
             assert torch.equal(actual[key], expected[key]), key
@@ -314,7 +323,7 @@ def test_remove_value_path_restores_class_config_and_parameters(tmp_path):
     assert type(model).__name__ == "ValuePathLlamaForCausalLM" and isinstance(model, LlamaForCausalLM)
     assert model.config.value_path == {"method": "value_residual", "coefficient": 0.5, "learnable": True,
                                        "layers": [1, 2]}  # fmt: skip
-    assert model.value_path_coefficients.tolist() == [0.5, 0.5]
+    assert learned_coefficients(model) == [0.5, 0.5]
     model.save_pretrained(tmp_path)  # writes auto_map into the config in memory too
     assert model.config.auto_map == {
         "AutoModelForCausalLM": "value_path.ValuePathLlamaForCausalLM",
@@ -384,11 +393,11 @@ def test_trainer_fine_tunes_an_adapted_llama_and_its_coefficients(tmp_path):
     trainer.train()
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     assert losses[-1] < 0.5 * losses[0], losses
-    assert not torch.equal(model.value_path_coefficients.detach(), torch.full((2,), 0.4))  # trained too
+    assert not torch.equal(torch.tensor(learned_coefficients(model)), torch.full((2,), 0.4))  # trained too
 
 
 _FRESH_LOAD = """
-import json, torch, transformers
+import json, sys, torch, transformers
 from transformers import AutoModelForCausalLM, AutoModelForImageClassification
 results = {}
 for name in ["llama-neutreno", "llama-residual-learnable", "gpt2-neutreno-learnable", "vit-residual"]:
@@ -401,7 +410,8 @@ for name in ["llama-neutreno", "llama-residual-learnable", "gpt2-neutreno-learna
             "class": type(adapted).__name__, "module": type(adapted).__module__,
             "attn": adapted.config._attn_implementation,
             "equal": torch.equal(adapted(**saved["inputs"]).logits, saved["adapted"]),
-            "coefficients": getattr(adapted, "value_path_coefficients", torch.tensor([])).tolist(),
+            # the reader of the file that travelled with the checkpoint
+            "coefficients": sys.modules[type(adapted).__module__].learned_coefficients(adapted) or [],
             "plain_class": type(plain).__name__,
             "plain_equal": torch.equal(plain(**saved["inputs"]).logits, saved["plain"]),
         }
@@ -429,7 +439,7 @@ def test_saved_models_load_adapted_without_the_package(tmp_path):
             plain = output_of(model, inputs)
             apply_value_path(model, **settings)
             if settings.get("learnable"):
-                model.value_path_coefficients.copy_(torch.tensor([0.11, 0.22]))
+                _set_coefficients(model, [0.11, 0.22])
             adapted = output_of(model, inputs)
         model.save_pretrained(tmp_path / folder)
         torch.save({"inputs": inputs, "adapted": adapted, "plain": plain}, tmp_path / folder / "expected.pt")
@@ -485,7 +495,37 @@ def test_missing_learnable_coefficients_start_at_the_coefficient(tmp_path):
     config = tiny_model("llama").config
     config.value_path = {"method": "value_residual", "coefficient": 0.25, "learnable": True, "layers": [1, 2]}
     model = value_path_class(LlamaForCausalLM).from_pretrained(tmp_path / "plain", config=config)
-    assert model.value_path_coefficients.tolist() == [0.25, 0.25]
+    assert learned_coefficients(model) == [0.25, 0.25]
+
+
+def test_a_checkpoint_of_the_earlier_layout_loads_its_coefficients_onto_the_layers(tmp_path):
+    """Earlier checkpoints kept the learnable coefficients as one vector `value_path_coefficients` on the outermost
+    model (entry i: the i-th smallest adapted layer). Written by hand in that layout, it loads with each entry on its
+    layer, with nothing reported missing or unexpected, through `from_pretrained` and through `load_state_dict`."""
+    from safetensors.torch import load_file, save_file
+
+    inputs = tiny_inputs("llama")
+    model = apply_value_path(tiny_model("llama"), "neutreno", learnable=True, layers=[2, 1])
+    _sharpen(model)
+    _set_coefficients(model, [0.15, 0.7])
+    with torch.no_grad():
+        expected = model(**inputs).logits
+    model.save_pretrained(tmp_path)
+    weights = load_file(tmp_path / "model.safetensors")
+    new = sorted(k for k in weights if k.endswith(".value_path_coefficient.value"))
+    assert new == [f"model.layers.{i}.self_attn.value_path_coefficient.value" for i in (1, 2)]
+    old = {k: v for k, v in weights.items() if k not in new} | {"value_path_coefficients": torch.tensor([0.15, 0.7])}
+    save_file(old, tmp_path / "model.safetensors", {"format": "pt"})
+
+    loaded, info = AutoModelForCausalLM.from_pretrained(tmp_path, trust_remote_code=True, output_loading_info=True)
+    assert learned_coefficients(loaded) == pytest.approx([0.15, 0.7])
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    resumed = apply_value_path(tiny_model("llama"), "neutreno", learnable=True)
+    resumed.load_state_dict(old)  # strict: every key has its place
+    assert learned_coefficients(resumed) == pytest.approx([0.15, 0.7])
+    with torch.no_grad():
+        assert torch.equal(loaded(**inputs).logits, expected)
+        assert torch.equal(resumed(**inputs).logits, expected)
 
 
 def test_loaded_plain_from_an_adapted_checkpoint_is_not_adapted_again_silently(tmp_path):
@@ -716,14 +756,14 @@ def test_packages_own_gpt_with_its_term_off_equals_its_built_in_neutreno_and_gen
 
 
 def test_learnable_coefficients_follow_increasing_layer_order_whatever_order_layers_were_given_in():
-    """`layers=(2, 1)`: entry 0 of `value_path_coefficients` belongs to layer 1. Zeroing it leaves the model adapted
+    """`layers=(2, 1)`: entry 0 of `learned_coefficients` belongs to layer 1. Zeroing it leaves the model adapted
     in layer 2 alone, which the same method with `layers=[2]` and the fixed coefficient computes."""
     inputs = tiny_inputs("llama")
     model = apply_value_path(tiny_model("llama"), "neutreno", 0.3, learnable=True, layers=(2, 1))
     _sharpen(model)
     assert model.config.value_path["layers"] == [1, 2]
     with torch.no_grad():
-        model.value_path_coefficients.copy_(torch.tensor([0.0, 0.3]))
+        _set_coefficients(model, [0.0, 0.3])
         only_layer_2 = apply_value_path(tiny_model("llama"), "neutreno", 0.3, layers=[2])
         _sharpen(only_layer_2)
         torch.testing.assert_close(model(**inputs).logits, only_layer_2(**inputs).logits, rtol=0, atol=1e-6)
@@ -740,7 +780,7 @@ def test_a_learnable_alpha_moved_outside_zero_one_computes_the_nearest_mix_also_
     model = apply_value_path(copy.deepcopy(base), "value_residual", learnable=True)
     reference = apply_value_path(copy.deepcopy(base), "value_residual", inside)
     with torch.no_grad():
-        model.value_path_coefficients.fill_(outside)
+        _set_coefficients(model, [outside, outside])
         expected = reference(**inputs).logits
         torch.testing.assert_close(model(**inputs).logits, expected, rtol=0, atol=1e-6)
         model.save_pretrained(tmp_path)
@@ -758,9 +798,9 @@ def test_a_learnable_alpha_pushed_below_zero_still_gets_the_gradient_of_the_mix_
     for start in (0.0, -0.25):
         model = apply_value_path(copy.deepcopy(base), "value_residual", 0.0, learnable=True)
         with torch.no_grad():
-            model.value_path_coefficients.fill_(start)
+            _set_coefficients(model, [start, start])
         model(**inputs).logits.square().mean().backward()
-        gradients[start] = model.value_path_coefficients.grad
+        gradients[start] = torch.stack([p.grad for p in coefficient_parameters(model)])
     assert gradients[-0.25].abs().min() > 0
     torch.testing.assert_close(gradients[-0.25], gradients[0.0], rtol=1e-5, atol=0)
 
@@ -820,10 +860,10 @@ def test_automodel_loads_the_backbone_of_an_adapted_checkpoint_adapted(name, tmp
     model = apply_value_path(tiny_model(name), "value_residual", learnable=True)
     _sharpen(model)
     with torch.no_grad():
-        model.value_path_coefficients.copy_(torch.tensor([0.2, 0.9]))
+        _set_coefficients(model, [0.2, 0.9])
     model.save_pretrained(tmp_path)
     backbone = AutoModel.from_pretrained(tmp_path, trust_remote_code=True)
-    assert is_value_path_model(backbone) and backbone.value_path_coefficients.tolist() == pytest.approx([0.2, 0.9])
+    assert is_value_path_model(backbone) and learned_coefficients(backbone) == pytest.approx([0.2, 0.9])
     inputs = {k: v for k, v in tiny_inputs(name).items() if k != "labels"}
     with torch.no_grad():
         expected = model(**inputs, output_hidden_states=True).hidden_states[-1]

@@ -188,15 +188,15 @@ def test_a_checkpoint_without_the_gates_starts_them_at_alpha(tmp_path):
 
 
 def test_lora_trains_the_gates_with_modules_to_save_and_restores_them_on_the_base(tmp_path):
-    """PEFT: `modules_to_save=["value_path_gate"]` trains every gate beside the LoRA weights, saves them in the
+    """PEFT: `modules_to_save=PEFT_MODULES` trains every gate beside the LoRA weights, saves them in the
     adapter, and `PeftModel.from_pretrained` puts them back on a freshly adapted base."""
     from peft import LoraConfig, PeftModel, get_peft_model
 
+    from hf_neutreno.value_path import PEFT_MODULES
+
     plain = tiny_model("llama")
     base = apply_value_path(copy.deepcopy(plain), "value_residual", ALPHA, learnable="gate")
-    config = LoraConfig(
-        target_modules=["q_proj", "v_proj"], modules_to_save=["value_path_gate"], init_lora_weights=False
-    )
+    config = LoraConfig(target_modules=["q_proj", "v_proj"], modules_to_save=PEFT_MODULES, init_lora_weights=False)
     peft_model = get_peft_model(base, config)
     trainable = [n for n, p in peft_model.named_parameters() if p.requires_grad]
     assert any("value_path_gate" in n for n in trainable) and any("lora_" in n for n in trainable)

@@ -34,7 +34,8 @@ from .models.modeling_neutreno_vit import (
     NeuTRENOViTModel,
     NeuTRENOViTPreTrainedModel,
 )
-from .value_path import apply_value_path, remove_value_path
+from .value_path import apply_value_path, learned_coefficients, remove_value_path
+from .value_path_delta import load_value_path, save_value_path
 
 __version__ = "0.1.0"
 
@@ -98,5 +99,8 @@ __all__ = [
     "NeuTRENOViTPreTrainedModel",
     "OversmoothingCallback",
     "apply_value_path",
+    "learned_coefficients",
+    "load_value_path",
     "remove_value_path",
+    "save_value_path",
 ]

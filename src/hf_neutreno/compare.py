@@ -36,7 +36,7 @@ from .data import BUILTIN_DIGITS, load_dataset_splits
 from .experiment import Run, paired, pairing_arguments, run_paired, summary
 from .model_tasks import TASKS, ModelTask, is_model_reference
 from .training_scripts import has_accelerator
-from .value_path import COEFFICIENTS, GATE_ATTRIBUTE, _is_transformers_class, is_value_path_model
+from .value_path import _is_transformers_class, is_value_path_model, learned_coefficients, value_path_parameters
 from .variants import ANY_MODEL_VARIANTS, BASELINE, VARIANTS, build_variant, default_coefficient
 
 # results["task"] -> the Auto classes that load a variant's model and its image processor or tokenizer
@@ -328,8 +328,7 @@ class _CompareTrainer(Trainer):
 
     def create_optimizer(self, model=None):
         optimizer = super().create_optimizer(model)
-        own = [p for n, p in self.model.named_parameters() if n == COEFFICIENTS or f".{GATE_ATTRIBUTE}." in n]
-        own = [p for p in own if p.requires_grad]
+        own = [p for p in value_path_parameters(self.model).values() if p.requires_grad]
         if self.coefficient_learning_rate is None or not own:
             return optimizer
         for group in optimizer.param_groups:
@@ -606,7 +605,7 @@ class _Comparison:
             "learning_curve": _learning_curve(trainer),  # training loss, ten points
         }
         if is_value_path_model(model) and model.config.value_path["learnable"] is True:
-            record["learned_coefficients"] = getattr(model, COEFFICIENTS).detach().float().cpu().tolist()
+            record["learned_coefficients"] = learned_coefficients(model)
         return record
 
 

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 import torch
 
-from .value_path import COEFFICIENTS, MARKER
+from .value_path import MARKER, value_path_parameters
 from .variants import BASELINE
 
 
@@ -80,13 +80,10 @@ def run_paired(
         if finished(run):
             continue
         model = paired_model(build, run.variant, run.seed, reference=reference)
-        train(run, model, weights_fingerprint(model, exclude=_OWN_PARAMETERS))
+        # a variant's own weights, which its reference has not (a value path's coefficients, gates, marker), left out
+        train(run, model, weights_fingerprint(model, exclude={*value_path_parameters(model), MARKER}))
         trained.append(run)
     return trained
-
-
-# A variant's own weights, which its reference has not: a value path's learnable coefficients and its marker.
-_OWN_PARAMETERS = (COEFFICIENTS, MARKER)
 
 
 def pairing_arguments(seed: int) -> dict:

@@ -65,7 +65,11 @@ CONTEXT_KWARG = "value_path_context"  # the per-call `_ForwardContext`, handed t
 LAYER_ATTRIBUTE = "value_path_layer"  # on each adapted self-attention module: its layer number, 0 = the first
 GATE_ATTRIBUTE = "value_path_gate"  # learnable="gate": on each gated attention module, Linear(hidden → kv heads)
 GATE = "gate"  # `learnable`'s third value: α per token and head, sigmoid(W x + b) of the layer's input x
-COEFFICIENTS = "value_path_coefficients"  # learnable: one scalar per adapted layer, a parameter of the adapted model
+COEFFICIENT_ATTRIBUTE = "value_path_coefficient"  # learnable=True: on each adapted attention module, its scalar
+# The modules a value path trains, by the attribute names PEFT matches: `LoraConfig(modules_to_save=PEFT_MODULES)`.
+PEFT_MODULES = (COEFFICIENT_ATTRIBUTE, GATE_ATTRIBUTE)
+# Earlier checkpoints kept the learnable scalars as one vector on the outermost model; loading converts it.
+OLD_COEFFICIENTS = "value_path_coefficients"
 # Every adapted model carries this empty buffer in its weights, so that a load which builds the plain class (without
 # trust_remote_code, or a concrete class such as GPT2LMHeadModel) lists it as an UNEXPECTED key in transformers' load
 # report: the value path is not running. A fixed coefficient would otherwise leave no trace in the weights.
@@ -108,15 +112,17 @@ def apply_value_path(
         coefficient: λ for NeuTRENO (default 0.4, a finite number >= 0; 0 computes the unmodified model), α for
             the value residual (default 0.5, in [0, 1]; 0 computes the unmodified model), or c for twicing
             (default 1, the paper's (2A − A²) V; >= 0, 0 computes the unmodified model; not learnable).
-        learnable: one trainable scalar per adapted layer, initialised at `coefficient`, in the parameter
-            ``value_path_coefficients``, in increasing layer order (``config.value_path["layers"]``, stored sorted):
-            entry i belongs to the i-th smallest adapted layer. A learnable α is used clamped to [0, 1], so that a
-            value moved outside by training or by hand still computes a mix (and the saved model computes the same);
-            its gradient passes straight through the clamp, so that a value pushed outside can come back.
+        learnable: one trainable scalar per adapted layer, initialised at `coefficient`: a `LayerCoefficient` named
+            ``value_path_coefficient`` on each adapted attention module (`learned_coefficients(model)` reads them in
+            increasing layer order, that of ``config.value_path["layers"]``, stored sorted). A learnable α is used
+            clamped to [0, 1], so that a value moved outside by training or by hand still computes a mix (and the
+            saved model computes the same); its gradient passes straight through the clamp, so that a value pushed
+            outside can come back.
             ``learnable="gate"`` (value residual only): α per token and key/value head, ``sigmoid(W x + b)`` of the
             layer's attention input x (x-transformers' learned value-residual mix), a ``Linear`` named
             ``value_path_gate`` on each adapted attention module; W starts at 0 and b at logit(α), so that the model
-            starts as the fixed-α one. PEFT trains and saves them with ``modules_to_save=["value_path_gate"]``.
+            starts as the fixed-α one. PEFT trains and saves the scalars and the gates beside LoRA with
+            ``LoraConfig(..., modules_to_save=PEFT_MODULES)``.
         layers: the self-attention layers (0-based) that get the rule; default every layer after the first. Layer 0
             is where V_0 comes from, so it is never one of them, except for twicing (default: every layer).
 
@@ -178,10 +184,9 @@ def remove_value_path(model: PreTrainedModel) -> PreTrainedModel:
     for module in model.modules():
         if hasattr(module, LAYER_ATTRIBUTE):
             delattr(module, LAYER_ATTRIBUTE)
-        if GATE_ATTRIBUTE in module._modules:
-            delattr(module, GATE_ATTRIBUTE)
-    if COEFFICIENTS in model._parameters:
-        delattr(model, COEFFICIENTS)
+        for name in PEFT_MODULES:
+            if name in module._modules:
+                delattr(module, name)
     delattr(model, MARKER)
     inner = _inner_implementation(model)
     model.__class__ = type(model)._value_path_base
@@ -198,6 +203,47 @@ def remove_value_path(model: PreTrainedModel) -> PreTrainedModel:
 def is_value_path_model(model) -> bool:
     """Whether `model` is adapted by `apply_value_path` (or loaded adapted)."""
     return hasattr(type(model), "_value_path_base")
+
+
+def coefficient_parameters(model: nn.Module) -> list[nn.Parameter]:
+    """The learnable coefficients of `model` (``learnable=True``; a PEFT model's active adapter's under
+    ``modules_to_save``), one scalar parameter per adapted layer, in increasing layer order; empty for fixed ones."""
+    holders = [
+        (getattr(module, LAYER_ATTRIBUTE), getattr(module, COEFFICIENT_ATTRIBUTE))
+        for module in model.modules()
+        if COEFFICIENT_ATTRIBUTE in module._modules and hasattr(module, LAYER_ATTRIBUTE)
+    ]
+    return [holder() for _, holder in sorted(holders, key=operator.itemgetter(0))]
+
+
+def learned_coefficients(model: nn.Module) -> list[float] | None:
+    """The learnable coefficient of each adapted layer as floats, in increasing layer order (entry i belongs to the
+    i-th smallest of ``config.value_path["layers"]``); None where the coefficients are not learnable."""
+    parameters = coefficient_parameters(model)
+    return [float(p.item()) for p in parameters] if parameters else None
+
+
+def value_path_parameters(model: nn.Module) -> dict[str, nn.Parameter]:
+    """The parameters a value path adds to `model` by name (learnable coefficients and gates): those PEFT's
+    ``modules_to_save=PEFT_MODULES`` trains, and which a model's other weights do not include."""
+    return {
+        name: parameter
+        for name, parameter in model.named_parameters()
+        if any(f".{module}." in f".{name}" for module in PEFT_MODULES)
+    }
+
+
+class LayerCoefficient(nn.Module):
+    """One adapted layer's learnable λ or α, a module of its own on the layer's attention module so that PEFT's
+    ``modules_to_save`` can name it, as it names the gates. Calling it gives the parameter (through PEFT's wrapper:
+    the active adapter's copy)."""
+
+    def __init__(self, value: float, dtype=None, device=None):
+        super().__init__()
+        self.value = nn.Parameter(torch.tensor(value, dtype=dtype, device=device))
+
+    def forward(self) -> torch.Tensor:
+        return self.value
 
 
 def check_settings(method, coefficient, learnable, layers, num_layers: int) -> dict:
@@ -628,7 +674,7 @@ class _Lerp(torch.autograd.Function):
         return grad - grad_first, grad_first, grad_coefficient
 
 
-def _begin_forward(model, settings, module, args, kwargs):
+def _begin_forward(model, settings, attention_modules, module, args, kwargs):
     """Forward pre-hook of every PreTrainedModel level: the outermost call gets a fresh context for its layers."""
     if CONTEXT_KWARG in kwargs:  # an outer level of the same call made it
         return None
@@ -652,7 +698,7 @@ def _begin_forward(model, settings, module, args, kwargs):
         cache = next((arg for arg in args if isinstance(arg, Cache)), None)
     kwargs[CONTEXT_KWARG] = _ForwardContext(
         method=settings["method"],
-        coefficient=_forward_coefficients(model, settings),
+        coefficient=_forward_coefficients(settings, attention_modules),
         layers={layer: position for position, layer in enumerate(settings["layers"])},
         past=int(cache.get_seq_length()) if cache is not None else 0,
         mix_in_cache=_returns_its_storage(cache),
@@ -695,18 +741,19 @@ def _returns_its_storage(cache) -> bool:
     return future is not None and future.__name__ in _STORING_CACHE_LAYERS
 
 
-def _forward_coefficients(model, settings):
+def _forward_coefficients(settings, attention_modules):
     """The coefficient of this forward pass: the fixed one, or the learnable ones as one scalar per layer. They are the
-    forward pass's own copy (the backward pass's recompute reads it; an optimizer step does not change it), unbound
-    (one gradient kernel per pass, not per layer); α clamped to [0, 1], where the mix is defined, with the gradient
+    forward pass's own copy (the backward pass's recompute reads it; an optimizer step does not change it), stacked
+    from the layers' `LayerCoefficient`s (looked up at each call: PEFT may have wrapped them) and unbound: one kernel
+    each way per pass, not per layer; α clamped to [0, 1], where the mix is defined, with the gradient
     passed straight through the clamp: an α at 0 (where a pretrained model's starts) that a step pushes below 0 still
     learns, instead of staying there with no gradient."""
     if settings["learnable"] is not True:  # fixed, or a gate (whose α the layers' hooks compute)
         return settings["coefficient"]
-    values = getattr(model, COEFFICIENTS)
+    values = torch.stack([getattr(module, COEFFICIENT_ATTRIBUTE)() for module in attention_modules])
     if settings["method"] == "value_residual":
         return (values + (values.clamp(0.0, 1.0) - values).detach()).unbind()
-    return values.clone().unbind()
+    return values.unbind()
 
 
 def _recompute_saved(model) -> bool:
@@ -742,15 +789,16 @@ def _adapt(model: PreTrainedModel) -> None:
     model.register_buffer(
         MARKER, torch.empty(0, dtype=torch.bool, device=reference.device if reference is not None else None)
     )
-    if settings["learnable"]:
+    if settings["learnable"] is True:
+        # On the attention module of its layer, as the gates, so that PEFT's `modules_to_save` can name it.
         reference = next((p for p in model.parameters() if p.is_floating_point()), None)
-        values = torch.full(
-            (len(settings["layers"]),),
-            settings["coefficient"],
-            dtype=reference.dtype if reference is not None else None,
-            device=reference.device if reference is not None else None,
-        )
-        setattr(model, COEFFICIENTS, nn.Parameter(values))
+        for layer in settings["layers"]:
+            coefficient = LayerCoefficient(
+                settings["coefficient"],
+                dtype=reference.dtype if reference is not None else None,
+                device=reference.device if reference is not None else None,
+            )
+            setattr(layers[layer], COEFFICIENT_ATTRIBUTE, coefficient)
     if settings["learnable"] == GATE:
         # On the attention module it gates, so that PEFT's `modules_to_save=["value_path_gate"]` trains and saves it.
         reference = next((p for p in model.parameters() if p.is_floating_point()), None)
@@ -761,16 +809,36 @@ def _adapt(model: PreTrainedModel) -> None:
             _initialise_gate(gate, settings["coefficient"])
             setattr(layers[layer], GATE_ATTRIBUTE, gate)
     hook_settings = copy.deepcopy(settings)  # the hook's own copy: a change to the config is detected, not followed
+    adapted = [layers[layer] for layer in settings["layers"]]
     model._value_path_hooks = [
-        level.register_forward_pre_hook(_Hook(model, hook_settings), with_kwargs=True)
+        level.register_forward_pre_hook(_Hook(model, hook_settings, adapted), with_kwargs=True)
         for level in model.modules()
         if isinstance(level, PreTrainedModel)
     ]
+    # `load_state_dict` of a state dict in the earlier layout (Trainer resuming an earlier checkpoint)
+    model._value_path_hooks.append(model.register_load_state_dict_pre_hook(_convert_old_state_dict))
     if settings["learnable"] == GATE:  # each gated layer reads its attention input x
         model._value_path_hooks += [
             layers[layer].register_forward_pre_hook(_gate_hook, with_kwargs=True) for layer in settings["layers"]
         ]
     model.set_attn_implementation(register_value_path_attention(inner))
+
+
+def _read_checkpoint_tensor(key: str, state_dict: dict | None, checkpoint_files: list | None) -> torch.Tensor:
+    """One tensor of a checkpoint that `from_pretrained` read (a state dict, or safetensors or .bin files)."""
+    if state_dict is not None and key in state_dict:
+        return state_dict[key]
+    for file in checkpoint_files or ():
+        if str(file).endswith(".safetensors"):
+            # transformers' own safetensors reader (this file imports only torch and transformers)
+            with transformers.modeling_utils.safe_open(str(file), framework="pt") as opened:
+                if key in opened.keys():
+                    return opened.get_tensor(key)
+        else:
+            tensors = transformers.modeling_utils.load_state_dict(file)
+            if key in tensors:
+                return tensors[key]
+    raise KeyError(f"{key!r} is not in the checkpoint.")
 
 
 def _initialise_gate(gate: nn.Linear, coefficient: float) -> None:
@@ -794,11 +862,37 @@ def _gate_hook(module, args, kwargs):
 class _Hook:
     """`_begin_forward` bound to its model (a class rather than a closure, so that the model can be pickled)."""
 
-    def __init__(self, model, settings):
-        self.model, self.settings = model, settings
+    def __init__(self, model, settings, attention_modules):
+        self.model, self.settings, self.attention_modules = model, settings, attention_modules
 
     def __call__(self, module, args, kwargs):
-        return _begin_forward(self.model, self.settings, module, args, kwargs)
+        return _begin_forward(self.model, self.settings, self.attention_modules, module, args, kwargs)
+
+
+def _convert_old_state_dict(module, state_dict, prefix, *args):
+    """`load_state_dict` pre-hook of the adapted model: the earlier layout's vector of learnable coefficients
+    (``value_path_coefficients`` on the outermost model) becomes one entry per layer's `LayerCoefficient`."""
+    old = state_dict.pop(prefix + OLD_COEFFICIENTS, None)
+    if old is not None:
+        state_dict.update({prefix + key: value for key, value in _split_old_coefficients(module, old).items()})
+
+
+def _split_old_coefficients(model, old: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The earlier layout's coefficient vector (entry i: the i-th smallest adapted layer) as the state-dict entries of
+    the layers' `LayerCoefficient`s; nothing for a model without them (a gated one kept an unused vector)."""
+    names = {
+        getattr(module, LAYER_ATTRIBUTE): f"{path}.{COEFFICIENT_ATTRIBUTE}.value"
+        for path, module in model.named_modules()
+        if COEFFICIENT_ATTRIBUTE in module._modules
+    }
+    if not names:
+        return {}
+    if old.shape != (len(names),):
+        raise ValueError(
+            f"The checkpoint's `{OLD_COEFFICIENTS}` has shape {tuple(old.shape)}, but the model has {len(names)} "
+            "learnable coefficients (one per adapted layer)."
+        )
+    return {names[layer]: value.clone() for layer, value in zip(sorted(names), old)}
 
 
 def _check_adaptable(model: PreTrainedModel) -> tuple[list[nn.Module], str]:
@@ -935,22 +1029,41 @@ def value_path_class(base: type, auto_class: str | None = None) -> type:
             register_value_path_attention(self.config._attn_implementation.removeprefix(ATTENTION_PREFIX))
 
         @torch.no_grad()
-        def _init_weights(self, module):
-            super()._init_weights(module)
-            # The learnable coefficients live on the outermost model, whose `_init_weights` is the one that sees them
-            # when a checkpoint lacks them (from_pretrained creates parameters empty, then fills the missing ones).
-            if module is self and COEFFICIENTS in self._parameters:
-                init.constant_(getattr(self, COEFFICIENTS), self.config.value_path["coefficient"])
-
-        @torch.no_grad()
         @init.guard_torch_init_functions()
         def initialize_weights(self):
             super().initialize_weights()
-            # The gates sit in the sub-model whose own `_init_weights` visits them (a Linear: random W): set W = 0
-            # and b = logit(α) afterwards, where a checkpoint lacks them (loaded ones are left as they are).
+            # The coefficients and gates sit in the sub-model whose own `_init_weights` visits them (a Linear: random
+            # W): set them to the configured start afterwards, where a checkpoint lacks them (from_pretrained creates
+            # parameters empty, then fills the missing ones; loaded ones are left as they are).
+            start = self.config.value_path["coefficient"]
             for module in self.modules():
                 if isinstance(getattr(module, GATE_ATTRIBUTE, None), nn.Linear):
-                    _initialise_gate(getattr(module, GATE_ATTRIBUTE), self.config.value_path["coefficient"])
+                    _initialise_gate(getattr(module, GATE_ATTRIBUTE), start)
+                if isinstance(getattr(module, COEFFICIENT_ATTRIBUTE, None), LayerCoefficient):
+                    init.constant_(getattr(module, COEFFICIENT_ATTRIBUTE).value, start)
+
+        @staticmethod
+        def _load_pretrained_model(model, state_dict, checkpoint_files, load_config, *args, **kwargs):
+            # A checkpoint in the earlier layout: its coefficient vector is read here (transformers reports it as
+            # unexpected) and put into the layers' coefficients once they are initialised (below).
+            loading_info, *rest = base._load_pretrained_model(
+                model, state_dict, checkpoint_files, load_config, *args, **kwargs
+            )
+            if OLD_COEFFICIENTS in loading_info.unexpected_keys:
+                old = _read_checkpoint_tensor(OLD_COEFFICIENTS, state_dict, checkpoint_files)
+                model.__dict__["_value_path_old_coefficients"] = old
+                loading_info.unexpected_keys.discard(OLD_COEFFICIENTS)
+            return (loading_info, *rest)
+
+        def _adjust_missing_and_unexpected_keys(self, loading_info):
+            super()._adjust_missing_and_unexpected_keys(loading_info)
+            old = self.__dict__.pop("_value_path_old_coefficients", None)
+            if old is not None:
+                converted = _split_old_coefficients(self, old)
+                with torch.no_grad():
+                    for name, value in converted.items():
+                        self.get_parameter(name).copy_(value)
+                loading_info.missing_keys.difference_update(converted)
 
         def save_pretrained(self, *args, **kwargs):
             _add_base_model_auto_map(self)
