@@ -1,8 +1,9 @@
 """Names and defaults that the library defines once and the command line shows, in a module that imports neither torch
 nor transformers, so that `hf-neutreno --help` and each subcommand's `--help` stay fast. The modules that use them
-import them from here (`hf_neutreno.model_factories`, `.compare_tasks`, `.model_tasks`, `.data`, `.lm_eval`,
-`.diagnostics.metrics`), where they were defined before; the variants are `hf_neutreno.variants`, the value paths'
-default coefficients `hf_neutreno.value_path_defaults`.
+(`hf_neutreno.model_factories`, `.compare_tasks`, `.model_tasks`, `.data`, `.lm_eval`, `.diagnostics`) import them
+from here and export them too. The other torch-free homes of such names: the variants, `hf_neutreno.variants`; the
+value paths' default coefficients, `hf_neutreno.value_path_defaults`; `compare`'s settings,
+`hf_neutreno.compare_settings`.
 """
 
 import importlib.util
