@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, DataCollatorForLanguageModeling
 
-import hf_neutreno  # noqa: F401  (registers the NeuTRENO classes with the Auto API)
+import hf_neutreno.models  # noqa: F401  (registers the NeuTRENO classes with the Auto API)
 from hf_neutreno import NeuTRENOGPTConfig, NeuTRENOGPTForCausalLM, recipes
 from hf_neutreno.convert import gpt2_to_neutreno
 from hf_neutreno.hub import HubTrainer, prepare_trainer_push

@@ -17,6 +17,16 @@ def run_cli(*argv, cwd: Path | None = None, timeout: int = 300, env: dict | None
                           capture_output=True, text=True, timeout=timeout)  # fmt: skip
 
 
+def run_python(code: str, timeout: int = 300) -> str:
+    """`python -c code` in a fresh process running the code under test, offline (nothing imported by the tests is
+    there); returns stdout, raises with stderr on failure."""
+    environment = {**os.environ, "PYTHONPATH": SRC, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True,
+                          timeout=timeout)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    return proc.stdout
+
+
 def one_line_error(proc, command: str) -> str:
     """The error a user error ends with: exit status 2, no traceback, one line `hf-neutreno COMMAND: error: ...`,
     the last of stderr (progress bars may come before it). Returns its message."""

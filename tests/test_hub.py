@@ -243,6 +243,7 @@ def test_pushed_folder_loads_by_repo_id_in_a_fresh_process(tmp_path):
         "configuration_neutreno_vit.py",
         "modeling_neutreno_vit.py",
         "neutreno_common.py",
+        "presets.py",
         "preprocessor_config.json",
         "README.md",
         hub.OVERSMOOTHING_PLOT,

@@ -1,84 +1,86 @@
 """hf-neutreno: NeuTRENO and eigen-parameterised transformers for the Hugging Face ecosystem.
 
-Importing the package registers every config and model with the Auto classes and marks them for remote code, so
-that `save_pretrained` and Trainer checkpoints carry their code and `auto_map`. `apply_value_path` puts NeuTRENO or
-the value residual on any transformers model (it registers its attention function only when called).
+`import hf_neutreno` imports neither torch nor transformers (so `hf-neutreno --help` is fast): each public name is
+imported on first use, as transformers does. Any config or model class (or `import hf_neutreno.models`) registers
+every config and model with the Auto classes and marks them for remote code, so that `save_pretrained` and Trainer
+checkpoints carry their code and `auto_map`. `apply_value_path` puts NeuTRENO, the value residual or twicing on any
+transformers model (it registers its attention function only when called).
 """
 
-from transformers import (
-    AutoConfig,
-    AutoModel,
-    AutoModelForCausalLM,
-    AutoModelForImageClassification,
-    AutoModelForSemanticSegmentation,
-)
-
-from .models.configuration_eigen_vit import EigenViTConfig
-from .models.configuration_neutreno_gpt import NeuTRENOGPTConfig
-from .models.configuration_neutreno_vit import NeuTRENOViTConfig
-from .models.modeling_eigen_vit import (
-    EigenViTAttention,
-    EigenViTForImageClassification,
-    EigenViTModel,
-    EigenViTPreTrainedModel,
-)
-from .models.modeling_neutreno_gpt import (
-    NeuTRENOGPTAdaptiveLogSoftmax,
-    NeuTRENOGPTForCausalLM,
-    NeuTRENOGPTModel,
-    NeuTRENOGPTPreTrainedModel,
-)
-from .models.modeling_neutreno_vit import (
-    NeuTRENOViTForImageClassification,
-    NeuTRENOViTForSemanticSegmentation,
-    NeuTRENOViTModel,
-    NeuTRENOViTPreTrainedModel,
-)
-from .value_path import apply_value_path, learned_coefficients, remove_value_path
-from .value_path_delta import load_value_path, save_value_path
+import importlib
+from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
-# (config, {Auto class: model class}); the first Auto class of each model is the one `save_pretrained` records.
-_REGISTRY = [
-    (
-        NeuTRENOViTConfig,
-        {
-            AutoModel: NeuTRENOViTModel,
-            AutoModelForImageClassification: NeuTRENOViTForImageClassification,
-            AutoModelForSemanticSegmentation: NeuTRENOViTForSemanticSegmentation,
-        },
+# submodule -> the public names it defines, imported on first access (PEP 562); the TYPE_CHECKING block below
+# imports them for IDEs and type checkers.
+_SUBMODULES = {
+    "models.configuration_eigen_vit": ("EigenViTConfig",),
+    "models.configuration_neutreno_gpt": ("NeuTRENOGPTConfig",),
+    "models.configuration_neutreno_vit": ("NeuTRENOViTConfig",),
+    "models.modeling_eigen_vit": (
+        "EigenViTAttention",
+        "EigenViTForImageClassification",
+        "EigenViTModel",
+        "EigenViTPreTrainedModel",
     ),
-    (
-        EigenViTConfig,
-        {AutoModel: EigenViTModel, AutoModelForImageClassification: EigenViTForImageClassification},
+    "models.modeling_neutreno_gpt": (
+        "NeuTRENOGPTAdaptiveLogSoftmax",
+        "NeuTRENOGPTForCausalLM",
+        "NeuTRENOGPTModel",
+        "NeuTRENOGPTPreTrainedModel",
     ),
-    (
-        NeuTRENOGPTConfig,
-        {AutoModel: NeuTRENOGPTModel, AutoModelForCausalLM: NeuTRENOGPTForCausalLM},
+    "models.modeling_neutreno_vit": (
+        "NeuTRENOViTForImageClassification",
+        "NeuTRENOViTForSemanticSegmentation",
+        "NeuTRENOViTModel",
+        "NeuTRENOViTPreTrainedModel",
     ),
-]
-
-
-def _register() -> None:
-    for config_class, models in _REGISTRY:
-        AutoConfig.register(config_class.model_type, config_class, exist_ok=True)
-        config_class.register_for_auto_class()
-        for auto_class, model_class in models.items():
-            auto_class.register(config_class, model_class, exist_ok=True)
-            model_class.register_for_auto_class(auto_class.__name__)
-
-
-_register()
+    "diagnostics.callback": ("OversmoothingCallback",),
+    "value_path": ("apply_value_path", "learned_coefficients", "remove_value_path"),
+    "value_path_delta": ("load_value_path", "save_value_path"),
+}
+_MODULE_OF = {name: module for module, names in _SUBMODULES.items() for name in names}
 
 
 def __getattr__(name: str):
-    # The diagnostics import the Trainer machinery: load them on first use to keep `import hf_neutreno` fast.
-    if name == "OversmoothingCallback":
-        from .diagnostics.callback import OversmoothingCallback
+    if name not in _MODULE_OF:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    # `hf_neutreno.models` is imported first for every module below it: it registers the Auto classes.
+    value = getattr(importlib.import_module(f".{_MODULE_OF[name]}", __name__), name)
+    globals()[name] = value  # later accesses skip __getattr__
+    return value
 
-        return OversmoothingCallback
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_MODULE_OF})
+
+
+if TYPE_CHECKING:
+    from .diagnostics.callback import OversmoothingCallback
+    from .models.configuration_eigen_vit import EigenViTConfig
+    from .models.configuration_neutreno_gpt import NeuTRENOGPTConfig
+    from .models.configuration_neutreno_vit import NeuTRENOViTConfig
+    from .models.modeling_eigen_vit import (
+        EigenViTAttention,
+        EigenViTForImageClassification,
+        EigenViTModel,
+        EigenViTPreTrainedModel,
+    )
+    from .models.modeling_neutreno_gpt import (
+        NeuTRENOGPTAdaptiveLogSoftmax,
+        NeuTRENOGPTForCausalLM,
+        NeuTRENOGPTModel,
+        NeuTRENOGPTPreTrainedModel,
+    )
+    from .models.modeling_neutreno_vit import (
+        NeuTRENOViTForImageClassification,
+        NeuTRENOViTForSemanticSegmentation,
+        NeuTRENOViTModel,
+        NeuTRENOViTPreTrainedModel,
+    )
+    from .value_path import apply_value_path, learned_coefficients, remove_value_path
+    from .value_path_delta import load_value_path, save_value_path
 
 
 __all__ = [

@@ -1,8 +1,8 @@
 """`hf-neutreno`: train and compare NeuTRENO models, measure over-smoothing, evaluate language models, publish.
 
 The entry point of the command line: one subcommand per module of `hf_neutreno.commands`, each exposing
-`add_arguments(parser)` and `run(args) -> int`. Only the module of the subcommand being run is imported, so
-`hf-neutreno --help` stays fast.
+`add_arguments(parser)` and `run(args) -> int`. Only the module of the subcommand being run is imported, and it
+imports torch and transformers only in `run`, so `hf-neutreno --help` and every subcommand's `--help` stay fast.
 
 Errors are handled here, once. A user's mistake (a bad flag or value, a missing file or folder, an unknown model or
 dataset, offline mode, a Hub refusal) ends the command with one line, `hf-neutreno COMMAND: error: ...`, and exit

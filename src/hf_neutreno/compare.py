@@ -7,7 +7,8 @@
 `results.json`, `comparison.png` and one model folder per variant (the first seed's) to `output_dir`, and returns
 the results; `format_table` prints them. A run in progress lives in `<output_dir>.incomplete` and replaces
 `output_dir` only once complete; `resume=True` continues an interrupted one. `hf-neutreno compare`
-(`hf_neutreno.commands.compare`) is its command line, whose help describes the variants, scores and files.
+(`hf_neutreno.commands.compare`) is its command line, whose help describes the variants, scores and files. The
+settings and their defaults are `hf_neutreno.compare_settings` (importable without torch).
 """
 
 import dataclasses
@@ -31,6 +32,7 @@ from .compare_output import (
     write_json,
 )
 from .compare_report import HIGHER_IS_BETTER, format_table, plot
+from .compare_settings import FINE_TUNING, FROM_SCRATCH, CompareSettings
 from .compare_tasks import EVAL_SPLITS, IMAGE_MODELS, SEGMENTATION_MODELS, TEXT_MODELS, ImageTask, task_class, task_for
 from .data import BUILTIN_DIGITS, load_dataset_splits
 from .experiment import Run, paired, pairing_arguments, run_paired, summary
@@ -42,62 +44,13 @@ from .variants import ANY_MODEL_VARIANTS, BASELINE, VARIANTS, build_variant, def
 # results["task"] -> the Auto classes that load a variant's model and its image processor or tokenizer
 LOADERS = {name: (task.auto_class, task.processing_class) for name, task in TASKS.items()}
 
-# Training defaults: a preset trains from scratch; a transformers model is fine-tuned from its weights, with the
-# settings usual for a ~100M-parameter model (BERT's and ViT's fine-tuning recipes: a small learning rate, light weight
-# decay, a few epochs), and its learnable coefficients, which start at 0, get a learning rate of their own (at
-# 5e-5 a scalar would move by at most ~0.05 in a thousand Adam steps).
-FROM_SCRATCH = {"epochs": 8, "weight_decay": 0.05}  # learning rate: 3e-3 image classifiers, 1e-3 the others
 ALL_PRESETS = IMAGE_MODELS + SEGMENTATION_MODELS + TEXT_MODELS
-FINE_TUNING = {"epochs": 3, "weight_decay": 0.01, "learning_rate": 5e-5, "coefficient_learning_rate": 1e-2}
 
 
 def _architecture(variant: str) -> str:
     """What a preset task builds for `variant`: its own attention (softmax, NeuTRENO, ViT⁻, ViT⁺), or the
     softmax model with a value path put on it ("value-path")."""
     return "value-path" if VARIANTS[variant].method is not None and variant != "neutreno" else variant
-
-
-@dataclasses.dataclass
-class CompareSettings:
-    """What `run_comparison` trains and how; `hf-neutreno compare --help` explains each field (flag `--model` for
-    `model`, `--max-steps` for `max_steps`, ...). `model` is a preset of this package (trained from scratch) or a
-    transformers model, a Hub id or a saved folder (fine-tuned from its weights unless `from_scratch`). None picks the
-    default: `FROM_SCRATCH` or `FINE_TUNING` for the training settings (a preset's learning rate: 3e-3 for image
-    classifiers, 1e-3 for language models and Segmenters), and `hf_neutreno.variants.default_coefficient` for λ and
-    α. The variants train once per seed `seed, seed + 1, ..., seed + seeds - 1`."""
-
-    model: str = "vit-micro"
-    dataset: str = BUILTIN_DIGITS
-    dataset_config: str | None = None
-    task: str | None = None
-    from_scratch: bool = False
-    text_column: str | None = None
-    label_column: str | None = None
-    image_column: str | None = None
-    max_length: int | None = None
-    variants: tuple[str, ...] = ("softmax", "neutreno")
-    neutreno_lambda: float | None = None
-    value_residual_alpha: float | None = None
-    output_dir: str = "runs/compare"
-    resume: bool = False
-    epochs: float | None = None
-    max_steps: int | None = None
-    batch_size: int = 32
-    gradient_accumulation_steps: int = 1
-    learning_rate: float | None = None
-    coefficient_learning_rate: float | None = None
-    lr_scheduler_type: str = "cosine"
-    warmup_ratio: float = 0.1
-    weight_decay: float | None = None
-    bf16: bool = False
-    max_train_samples: int | None = None
-    max_eval_samples: int | None = None
-    probe_samples: int = 256
-    seed: int = 0
-    seeds: int = 3
-    threads: int = 1
-    no_progress: bool = False
-    verbose: bool = False
 
 
 def run_comparison(settings: CompareSettings) -> dict:

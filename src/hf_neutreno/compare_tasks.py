@@ -13,25 +13,16 @@ from .data import LABELS_FILE, image_and_label_columns, is_local_path, label_nam
 from .image_transforms import collate_images, image_transform
 from .lm_eval import block_eval
 from .metrics import accuracy_metrics
-from .model_factories import (
-    IMAGE_VARIANTS,
-    LANGUAGE_MODEL_PRESETS,
-    SEGMENTATION_PRESETS,
-    image_classifier,
-    language_model,
-    segmenter,
-)
+from .model_factories import IMAGE_VARIANTS, image_classifier, language_model, segmenter
 from .models.configuration_neutreno_gpt import NeuTRENOGPTConfig
 from .models.configuration_neutreno_vit import NeuTRENOViTConfig
+from .names import IMAGE_MODELS, SEGMENTATION_MODELS, TEXT_MODELS
 from .segmentation import make_image_processor, segmentation_transform, single_scale_mean_iou
 from .text_data import TEXT_COLUMN, group_into_blocks, token_stream, train_word_tokenizer
 
 # What a task builds: softmax attention (λ = 0), NeuTRENO (λ > 0), ViT⁻ (image classifiers only), and which can take
 # a value path (`hf_neutreno.apply_value_path` on the softmax model: one stack of layers, so not a Segmenter).
 ARCHITECTURES = (*IMAGE_VARIANTS, "value-path")
-SEGMENTATION_MODELS = SEGMENTATION_PRESETS
-IMAGE_MODELS = sorted(set(NeuTRENOViTConfig.presets) - set(SEGMENTATION_MODELS))  # classifiers
-TEXT_MODELS = LANGUAGE_MODEL_PRESETS
 EVAL_SPLITS = ("test", "validation")  # the first one the dataset has
 IMAGE_DATASETS = "digits or uoft-cs/cifar10 (or a local folder of Parquet files or images)"
 TEXT_DATASETS = "Salesforce/wikitext with --dataset-config wikitext-2-v1 (or a local folder of its Parquet files)"

@@ -12,7 +12,8 @@ from pathlib import Path
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Image, load_dataset
 from datasets.packaged_modules.imagefolder.imagefolder import ImageFolder
 
-BUILTIN_DIGITS = "digits"
+from .names import BUILTIN_DIGITS  # the default dataset of `hf-neutreno compare`, shown without importing datasets
+
 LABELS_FILE = "id2label.json"  # a local dataset folder's class names: {label id: name}
 
 

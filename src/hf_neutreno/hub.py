@@ -90,7 +90,7 @@ def _auto_class(model) -> str:
     if auto_class is None:
         raise ValueError(
             f"{type(model).__name__} is not registered with an Auto class, so its checkpoint would not load with "
-            "trust_remote_code. Import `hf_neutreno` before creating or loading the model (it registers them)."
+            "trust_remote_code. Import `hf_neutreno.models` before creating or loading the model (it registers them)."
         )
     return auto_class
 

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 import torch
 from tqdm.auto import tqdm
 
-PROTOCOLS = ("sliding", "blocks")
+from .names import PROTOCOLS  # shown by `hf-neutreno evaluate-lm --help` without torch
 
 
 @dataclass(frozen=True)

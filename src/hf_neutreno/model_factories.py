@@ -14,15 +14,12 @@ from .models.configuration_neutreno_vit import NeuTRENOViTConfig
 from .models.modeling_eigen_vit import EigenViTForImageClassification
 from .models.modeling_neutreno_gpt import NeuTRENOGPTForCausalLM
 from .models.modeling_neutreno_vit import NeuTRENOViTForImageClassification, NeuTRENOViTForSemanticSegmentation
+from .names import IMAGE_PRESETS, LANGUAGE_MODEL_PRESETS, SEGMENTATION_PRESETS
 from .variants import VARIANTS
 
 # The variants (`hf_neutreno.variants`) an image classifier preset builds: "softmax" and "neutreno" are NeuTRENO ViTs
 # (λ = 0 and λ > 0), "vit-minus" and "vit-plus" EigenViTs.
 IMAGE_VARIANTS = tuple(name for name, v in VARIANTS.items() if v.method is None or name == "neutreno" or v.preset_only)
-IMAGE_PRESETS = sorted(EigenViTConfig.presets)  # the NeuTRENO ViT's presets and the poster's ViT-Ti
-# A NeuTRENO ViT preset with a decoder is a Segmenter.
-SEGMENTATION_PRESETS = sorted(name for name, fields in NeuTRENOViTConfig.presets.items() if "decoder_type" in fields)
-LANGUAGE_MODEL_PRESETS = sorted(NeuTRENOGPTConfig.presets)
 
 
 def _labels(labels: list[str]) -> dict:

@@ -20,11 +20,13 @@ from datasets import ClassLabel, Features
 from transformers import AutoConfig, DataCollatorForLanguageModeling, DataCollatorWithPadding, Trainer
 from transformers.models.auto import modeling_auto
 
+from . import models  # noqa: F401  (registers this package's models: --model may be a folder saved by one)
 from .compare_tasks import ANNOTATION_COLUMN, EVAL_SPLITS
 from .data import LABELS_FILE, is_local_path, read_id2label, subset
 from .image_transforms import collate_images, image_transform
 from .lm_eval import block_eval
 from .metrics import accuracy_metrics
+from .names import TASK_SPECS
 from .segmentation import segmentation_transform, single_scale_mean_iou
 from .text_data import group_into_blocks, token_stream
 from .value_path import _check_adaptable, _refuse_built_in_term
@@ -459,12 +461,8 @@ def _image_splits(task, transform) -> None:
 
 
 class ImageClassification(_Task):
-    name, auto_class, processing_class, metric = (
-        "image-classification",
-        "AutoModelForImageClassification",
-        "AutoImageProcessor",
-        "accuracy",
-    )
+    name = "image-classification"
+    auto_class, processing_class, metric = TASK_SPECS[name]
     labelled = True
 
     @staticmethod
@@ -479,12 +477,8 @@ class ImageClassification(_Task):
 
 
 class TextClassification(_Task):
-    name, auto_class, processing_class, metric = (
-        "text-classification",
-        "AutoModelForSequenceClassification",
-        "AutoTokenizer",
-        "accuracy",
-    )
+    name = "text-classification"
+    auto_class, processing_class, metric = TASK_SPECS[name]
     labelled = True
 
     @staticmethod
@@ -523,7 +517,8 @@ class TextClassification(_Task):
 
 
 class CausalLM(_Task):
-    name, auto_class, processing_class, metric = "causal-lm", "AutoModelForCausalLM", "AutoTokenizer", "perplexity"
+    name = "causal-lm"
+    auto_class, processing_class, metric = TASK_SPECS[name]
 
     @staticmethod
     def prepare(task) -> None:
@@ -556,7 +551,8 @@ class CausalLM(_Task):
 
 
 class MaskedLM(_Task):
-    name, auto_class, processing_class, metric = "masked-lm", "AutoModelForMaskedLM", "AutoTokenizer", "perplexity"
+    name = "masked-lm"
+    auto_class, processing_class, metric = TASK_SPECS[name]
 
     @staticmethod
     def prepare(task) -> None:
@@ -593,12 +589,8 @@ class MaskedLM(_Task):
 
 
 class SemanticSegmentation(_Task):
-    name, auto_class, processing_class, metric = (
-        "semantic-segmentation",
-        "AutoModelForSemanticSegmentation",
-        "AutoImageProcessor",
-        "mean_iou",
-    )
+    name = "semantic-segmentation"
+    auto_class, processing_class, metric = TASK_SPECS[name]
     labelled = True
 
     @staticmethod

@@ -25,7 +25,8 @@ checkpointing, DDP and several adapted models in one process need no other state
 The model's class becomes ``ValuePath<Class>``, a subclass that adapts itself in ``__init__`` from
 ``config.value_path``, so `save_pretrained` stores the settings in the config, copies this file next to the weights
 and records it in ``auto_map``: ``AutoModel*.from_pretrained(folder, trust_remote_code=True)`` loads the adapted model
-where this package is not installed. This file imports only torch and transformers.
+where this package is not installed. This file imports only torch, transformers and its flat sibling
+`value_path_defaults.py`, copied with it.
 """
 
 import copy
@@ -48,6 +49,8 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.auto import modeling_auto
 from transformers.utils import logging
 
+from .value_path_defaults import DEFAULT_COEFFICIENTS
+
 try:  # transformers 5 records `output_hidden_states` per model class, registered in PreTrainedModel.__init__
     from transformers.utils.output_capturing import _CAN_RECORD_REGISTRY
 except ImportError:  # older or newer layouts: nothing to register
@@ -56,9 +59,6 @@ except ImportError:  # older or newer layouts: nothing to register
 logger = logging.get_logger(__name__)
 
 METHODS = ("neutreno", "value_residual", "twicing")
-# λ = 0.4: the official WikiText-103 code and ResFormer's NeuTRENO port (the official DeiT code uses 0.6);
-# α = 1/2: ResFormer's identity value residual.
-DEFAULT_COEFFICIENTS = {"neutreno": 0.4, "value_residual": 0.5, "twicing": 1.0}
 
 ATTENTION_PREFIX = "value_path-"  # registered implementation names: "value_path-sdpa", "value_path-eager", ...
 CONTEXT_KWARG = "value_path_context"  # the per-call `_ForwardContext`, handed to every attention call as a keyword

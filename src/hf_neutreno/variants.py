@@ -23,10 +23,12 @@ that fine-tuning measures what the remedy adds rather than the damage of switchi
 """
 
 import dataclasses
+from typing import TYPE_CHECKING
 
-import torch
+from .value_path_defaults import DEFAULT_COEFFICIENTS
 
-from .value_path import DEFAULT_COEFFICIENTS, apply_value_path
+if TYPE_CHECKING:
+    import torch
 
 BASELINE = "softmax"  # what every other variant is compared with, seed by seed
 # A learnable coefficient on a pretrained model starts here: the remedy switched on computes the pretrained function.
@@ -90,7 +92,7 @@ def default_coefficient(variant: str, *, pretrained: bool = False, preset_lambda
     return DEFAULT_COEFFICIENTS[entry.method]
 
 
-def build_variant(model: torch.nn.Module, variant: str, coefficient: float | None = None) -> torch.nn.Module:
+def build_variant(model: "torch.nn.Module", variant: str, coefficient: float | None = None) -> "torch.nn.Module":
     """`model` as `variant`: returned as it is for ``softmax``, adapted in place with `apply_value_path` for a value
     path (`coefficient` None: `apply_value_path`'s default). ViT⁻ is built by the presets, not from a model."""
     entry = VARIANTS[variant]
@@ -98,6 +100,8 @@ def build_variant(model: torch.nn.Module, variant: str, coefficient: float | Non
         raise ValueError(f"Variant {variant!r} is a parameterisation of this package's presets, not a value path.")
     if entry.method is None:
         return model
+    from .value_path import apply_value_path  # torch: imported here so that the registry's names need none
+
     return apply_value_path(model, entry.method, coefficient, learnable=entry.learnable)
 
 

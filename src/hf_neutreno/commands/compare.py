@@ -56,12 +56,11 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from ..compare import FINE_TUNING, FROM_SCRATCH, LOADERS, VARIANTS, CompareSettings, format_table, run_comparison
 from ..compare_output import INCOMPLETE, PLOT_FILE, RESULTS_FILE
-from ..compare_tasks import IMAGE_MODELS, SEGMENTATION_MODELS, TEXT_MODELS
-from ..model_tasks import TASKS
-from ..value_path import DEFAULT_COEFFICIENTS
-from ..variants import PRETRAINED_LEARNABLE_START
+from ..compare_settings import FINE_TUNING, FROM_SCRATCH, CompareSettings
+from ..names import IMAGE_MODELS, SEGMENTATION_MODELS, TASK_SPECS, TEXT_MODELS
+from ..value_path_defaults import DEFAULT_COEFFICIENTS
+from ..variants import PRETRAINED_LEARNABLE_START, VARIANTS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -75,7 +74,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--task",
-        choices=list(TASKS),
+        choices=list(TASK_SPECS),
         help="for a transformers model: the task, when its head (config.architectures) and the dataset's columns "
         "do not decide it",
     )
@@ -225,6 +224,9 @@ def _variants(text: str) -> tuple[str, ...]:
 
 
 def run(args: argparse.Namespace) -> int:
+    # The training machinery (torch, transformers, datasets) is imported here, not at the top: `--help` needs none.
+    from ..compare import format_table, run_comparison
+
     if args.vit_minus:  # the deprecated spelling of adding vit-minus to --variants
         args.variants = (*args.variants, "vit-minus")
     settings = CompareSettings(**{f.name: getattr(args, f.name) for f in dataclasses.fields(CompareSettings)})
@@ -261,7 +263,7 @@ def _print_usage(output_dir: Path, results: dict) -> None:
         return
     best = results.get("best_variant") or saved[-1]
     folder = str(output_dir / best)
-    auto_class, processing_auto_class = LOADERS[results["task"]]
+    auto_class, processing_auto_class, _ = TASK_SPECS[results["task"]]
     name = "tokenizer" if processing_auto_class == "AutoTokenizer" else "processor"
     remote = ", trust_remote_code=True" if name == "tokenizer" else ""
     print(

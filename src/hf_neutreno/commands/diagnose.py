@@ -23,8 +23,8 @@ import argparse
 import math
 from pathlib import Path
 
-from ..diagnostics.metrics import DEFAULT_METRICS, METRICS, check_metrics
-from ..value_path import DEFAULT_COEFFICIENTS
+from ..names import DEFAULT_METRICS, METRICS
+from ..value_path_defaults import DEFAULT_COEFFICIENTS
 from ..variants import ANY_MODEL_VARIANTS, VARIANTS
 from . import check_model_folder, check_output_file
 
@@ -90,7 +90,7 @@ def _load_model(name: str, trust_remote_code: bool):
     import transformers
     from transformers import AutoConfig, AutoModel
 
-    import hf_neutreno  # registers this package's models with the Auto classes
+    import hf_neutreno.models  # registers this package's models with the Auto classes
 
     config = AutoConfig.from_pretrained(name, trust_remote_code=trust_remote_code)
     architecture = (getattr(config, "architectures", None) or [None])[0]
@@ -211,9 +211,11 @@ def _plot_path(path: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    # torch, transformers and datasets are imported here and in the helpers above, not at the top: `--help` needs none.
     import torch
 
     from ..diagnostics import OversmoothingReport, measure_oversmoothing
+    from ..diagnostics.metrics import check_metrics
     from ..value_path import apply_value_path, check_settings, is_value_path_model, remove_value_path
 
     # Cheap checks first: a typo should not cost a model download.

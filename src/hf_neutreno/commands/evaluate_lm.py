@@ -12,11 +12,7 @@ import argparse
 import json
 import sys
 
-import torch
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-from ..lm_eval import PROTOCOLS, evaluate_lm
-from ..text_data import load_wikitext, token_stream  # importing hf_neutreno registered the NeuTRENO classes
+from ..names import PROTOCOLS
 from . import check_model_folder, check_output_file
 
 
@@ -43,6 +39,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # torch, transformers and datasets are imported here, not at the top: `--help` needs none.
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    import hf_neutreno.models  # noqa: F401  (registers this package's models with the Auto classes)
+
+    from ..lm_eval import evaluate_lm
+    from ..text_data import load_wikitext, token_stream
+
     # Cheap checks first: a typo should not cost loading a model.
     for flag, value, least in (
         ("--context-length", args.context_length, 1),

@@ -16,12 +16,6 @@ from pathlib import Path
 
 from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
-from transformers import AutoConfig, AutoImageProcessor, AutoTokenizer
-
-import hf_neutreno
-
-from ..diagnostics import OversmoothingReport
-from ..hub import create_repo, oversmoothing_report, push_to_hub, save_for_hub
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,6 +44,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # transformers and torch are imported here and in the helpers it calls, not at the top: `--help` needs neither.
+    from ..hub import create_repo, push_to_hub, save_for_hub
+
     check_repo_id(args.repo_id)  # it goes into the model card and the Hub's URLs: checked before anything is written
     model_dir = Path(args.model_dir)
     if not (model_dir / "config.json").is_file():
@@ -94,6 +91,10 @@ def check_repo_id(repo_id: str) -> None:
 
 def load_saved(model_dir: Path):
     """A saved hf-neutreno model with its image processor and/or tokenizer (None where the folder has none)."""
+    from transformers import AutoConfig, AutoImageProcessor, AutoTokenizer
+
+    import hf_neutreno.models  # registers this package's models with the Auto classes
+
     config = AutoConfig.from_pretrained(model_dir)
     name = (config.architectures or [None])[0]
     model_class = getattr(hf_neutreno, name, None) if name else None
@@ -109,8 +110,11 @@ def load_saved(model_dir: Path):
     return model, processor, tokenizer
 
 
-def _load_oversmoothing(path: str) -> OversmoothingReport:
+def _load_oversmoothing(path: str):
     """An `OversmoothingReport` JSON (it has "values") or a plain ``{metric: [value per hidden state]}``."""
+    from ..diagnostics import OversmoothingReport
+    from ..hub import oversmoothing_report
+
     data = json.loads(Path(path).read_text())
     return (
         OversmoothingReport.from_dict(data)

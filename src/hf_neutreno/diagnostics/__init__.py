@@ -11,8 +11,8 @@ command line. `hf_neutreno.diagnostics.metrics` defines every metric exactly. Pl
 checkpoint.
 """
 
+from ..names import ATTENTION_METRICS, DEFAULT_METRICS, HIDDEN_STATE_METRICS, METRICS
 from .callback import OversmoothingCallback
-from .metrics import ATTENTION_METRICS, DEFAULT_METRICS, HIDDEN_STATE_METRICS, METRICS
 from .oversmoothing import measure_oversmoothing
 from .probe import attention_maps
 from .report import OversmoothingReport, plot_attention_maps

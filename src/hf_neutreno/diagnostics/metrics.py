@@ -17,12 +17,7 @@ Conventions shared by every function:
 
 import torch
 
-HIDDEN_STATE_METRICS = ("cosine_similarity", "hfc_lfc_ratio", "rank_one_distance", "effective_rank")
-ATTENTION_METRICS = ("attention_map_similarity", "functional_j", "gradient_alignment")
-METRICS = HIDDEN_STATE_METRICS + ATTENTION_METRICS
-# What `metrics=None` measures: every metric but the effective rank, whose eigendecompositions cost about as much as
-# the forward pass on CPU (docs/benchmarks.md); ask for it by name.
-DEFAULT_METRICS = tuple(m for m in METRICS if m != "effective_rank")
+from ..names import DEFAULT_METRICS, METRICS  # shown by `hf-neutreno diagnose --help` without torch
 
 
 def check_metrics(metrics) -> tuple[str, ...]:

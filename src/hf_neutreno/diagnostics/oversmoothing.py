@@ -19,10 +19,8 @@ import torch
 from tqdm.auto import tqdm
 from transformers.modeling_outputs import SemanticSegmenterOutput
 
+from ..names import ATTENTION_METRICS, HIDDEN_STATE_METRICS, METRICS
 from .metrics import (
-    ATTENTION_METRICS,
-    HIDDEN_STATE_METRICS,
-    METRICS,
     attention_map_similarity,
     check_metrics,
     functional_j,

@@ -7,21 +7,7 @@ from huggingface_hub.dataclasses import strict, validated_field
 
 from .configuration_neutreno_vit import NeuTRENOViTConfig
 from .neutreno_common import check_layer_indices, neutreno_lambda_field
-
-
-def _vit_tiny(image_size: int, patch_size: int) -> dict:
-    """ViT-Ti shapes: dim 192, 12 layers, 3 heads, MLP ratio 4, qkv bias, LayerNorm eps 1e-6."""
-    return dict(
-        hidden_size=192,
-        num_hidden_layers=12,
-        num_attention_heads=3,
-        intermediate_size=768,
-        image_size=image_size,
-        patch_size=patch_size,
-        layer_norm_eps=1e-6,
-        qkv_bias=True,
-        hidden_act="gelu",
-    )
+from .presets import EIGEN_VIT_PRESETS
 
 
 def _eigenvalue_range_rule(value) -> None:
@@ -68,11 +54,7 @@ class EigenViTConfig(NeuTRENOViTConfig):
 
     model_type = "eigen_vit"
     architecture_fields = (*NeuTRENOViTConfig.architecture_fields, "eigen_layers")
-    presets = {
-        **NeuTRENOViTConfig.presets,
-        "vit-tiny": _vit_tiny(32, 4),
-        "vit-tiny-224": _vit_tiny(224, 16),
-    }
+    presets = EIGEN_VIT_PRESETS
 
     neutreno_lambda: float | int = neutreno_lambda_field(0.0)
     spectrum_sign: Literal["negative", "positive"] = "negative"

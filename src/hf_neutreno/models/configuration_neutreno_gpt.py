@@ -13,73 +13,7 @@ from .neutreno_common import (
     neutreno_layers_field,
     positive_int_field,
 )
-
-
-def _wikitext103_small() -> dict:
-    """The paper's model (lmtool-fwp "small", Transformer-XL code without memory, attn_type 2 / 222)."""
-    return dict(
-        vocab_size=267735,  # WikiText-103 words + <eos> (the standard Transformer-XL vocabulary)
-        hidden_size=128,
-        num_hidden_layers=16,
-        num_attention_heads=8,
-        intermediate_size=2048,
-        hidden_act="relu",
-        max_position_embeddings=256,
-        position_embedding_type="sinusoidal",
-        norm_position="post",
-        layer_norm_eps=1e-5,
-        attention_bias=False,
-        lm_head_bias=True,
-        scale_embeddings=True,
-        adaptive_softmax_cutoffs=[20000, 40000, 200000],
-        embedding_dropout=0.1,
-        attention_dropout=0.0,
-        hidden_dropout=0.1,
-        activation_dropout=0.1,
-        output_dropout=0.1,
-    )
-
-
-def _gpt2_small() -> dict:
-    """GPT-2 small (124M): the shape `hf_neutreno.convert.gpt2_to_neutreno` produces from `openai-community/gpt2`."""
-    return dict(
-        vocab_size=50257,
-        hidden_size=768,
-        num_hidden_layers=12,
-        num_attention_heads=12,
-        intermediate_size=3072,
-        hidden_act="gelu_new",
-        max_position_embeddings=1024,
-        position_embedding_type="learned",
-        norm_position="pre",
-        layer_norm_eps=1e-5,
-        attention_bias=True,
-        lm_head_bias=False,
-        scale_embeddings=False,
-        adaptive_softmax_cutoffs=None,
-        embedding_dropout=0.1,
-        attention_dropout=0.1,
-        hidden_dropout=0.1,
-        activation_dropout=0.0,
-        output_dropout=0.0,
-        bos_token_id=50256,
-        eos_token_id=50256,
-    )
-
-
-def _gpt_micro() -> dict:
-    """The paper's design (post-LN, sinusoidal positions, adaptive softmax) at `vit-micro`'s size, for a quick CPU run
-    of `hf-neutreno compare` on WikiText-2: 6 layers, dim 64, 4 heads, FFN 256, context 64."""
-    return dict(
-        _wikitext103_small(),
-        vocab_size=33279,  # WikiText-2 words + <eos> + <pad>, as `train_word_tokenizer` counts them
-        hidden_size=64,
-        num_hidden_layers=6,
-        num_attention_heads=4,
-        intermediate_size=256,
-        max_position_embeddings=64,
-        adaptive_softmax_cutoffs=[2000, 10000],
-    )
+from .presets import NEUTRENO_GPT_PRESETS
 
 
 @strict
@@ -153,7 +87,7 @@ class NeuTRENOGPTConfig(NeuTRENOConfigMixin, PreTrainedConfig):
         "output_dropout",
     )
     keys_to_ignore_at_inference = ["cache", "past_key_values"]  # the cache's names from / before transformers 5.24
-    presets = {"wikitext103-small": _wikitext103_small(), "gpt2-small": _gpt2_small(), "gpt-micro": _gpt_micro()}
+    presets = NEUTRENO_GPT_PRESETS
 
     vocab_size: int = positive_int_field("vocab_size", 267735)
     hidden_size: int = positive_int_field("hidden_size", 128)

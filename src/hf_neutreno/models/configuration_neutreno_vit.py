@@ -16,21 +16,7 @@ from .neutreno_common import (
     optional_positive_int_field,
     positive_int_field,
 )
-
-
-def _deit(hidden_size: int, heads: int) -> dict:
-    """DeiT shapes (Touvron et al. 2021): 12 layers, MLP ratio 4, patch 16, 224 px, qkv bias, LayerNorm eps 1e-6."""
-    return dict(
-        hidden_size=hidden_size,
-        num_hidden_layers=12,
-        num_attention_heads=heads,
-        intermediate_size=4 * hidden_size,
-        patch_size=16,
-        image_size=224,
-        layer_norm_eps=1e-6,
-        qkv_bias=True,
-        hidden_act="gelu",
-    )
+from .presets import NEUTRENO_VIT_PRESETS
 
 
 def _size_field(name: str, default: int):
@@ -123,37 +109,7 @@ class NeuTRENOViTConfig(NeuTRENOConfigMixin, PreTrainedConfig):
         "decoder_dropout",
     )
     dropout_fields = ("hidden_dropout_prob", "attention_probs_dropout_prob", "drop_path_rate", "decoder_dropout")
-    presets = {
-        "deit-tiny": _deit(192, 3),
-        "deit-small": _deit(384, 6),
-        "deit-base": _deit(768, 12),
-        # DeiT-tiny's width and depth for 32×32 images (CIFAR), patch 4: 64 patch tokens.
-        "vit-tiny": dict(_deit(192, 3), image_size=32, patch_size=4),
-        # A small model for 8×8 images (scikit-learn's digits): the offline demo of `hf-neutreno compare`.
-        "vit-micro": dict(_deit(64, 4), num_hidden_layers=6, image_size=8, patch_size=2),
-        # Segmenter on ADE20K (NeuTRENO Table 2): DeiT-tiny at 512 × 512 crops, drop path 0.1 (Segmenter's
-        # training default), a 2-block mask transformer of the encoder's width and heads, 150 classes.
-        "segmenter-deit-tiny": dict(
-            _deit(192, 3),
-            image_size=512,
-            drop_path_rate=0.1,
-            num_labels=150,
-            decoder_type="mask_transformer",
-            decoder_num_layers=2,
-            decoder_dropout=0.1,
-        ),
-        # The same Segmenter at vit-micro's width and depth for 64 × 64 images, patch 8 (64 patch tokens): the CPU
-        # demo of `hf-neutreno compare` on fashion-scenes. The classes come from the dataset.
-        "segmenter-micro": dict(
-            _deit(64, 4),
-            num_hidden_layers=6,
-            image_size=64,
-            patch_size=8,
-            decoder_type="mask_transformer",
-            decoder_num_layers=2,
-            decoder_dropout=0.1,
-        ),
-    }
+    presets = NEUTRENO_VIT_PRESETS
 
     hidden_size: int = positive_int_field("hidden_size", 192)
     num_hidden_layers: int = positive_int_field("num_hidden_layers", 12)

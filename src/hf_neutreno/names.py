@@ -1,0 +1,56 @@
+"""Names and defaults that the library defines once and the command line shows, in a module that imports neither torch
+nor transformers, so that `hf-neutreno --help` and each subcommand's `--help` stay fast. The modules that use them
+(`hf_neutreno.model_factories`, `.compare_tasks`, `.model_tasks`, `.data`, `.lm_eval`, `.diagnostics`) import them
+from here and export them too. The other torch-free homes of such names: the variants, `hf_neutreno.variants`; the
+value paths' default coefficients, `hf_neutreno.value_path_defaults`; `compare`'s settings,
+`hf_neutreno.compare_settings`.
+"""
+
+import importlib.util
+from pathlib import Path
+
+
+def _preset_tables():
+    """models/presets.py, read by its path: importing it as `hf_neutreno.models.presets` would first import
+    `hf_neutreno.models`, which registers the model classes with the Auto classes (transformers and torch)."""
+    spec = importlib.util.spec_from_file_location(
+        f"{__name__}._presets", Path(__file__).parent / "models" / "presets.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_PRESETS = _preset_tables()
+IMAGE_PRESETS = sorted(_PRESETS.EIGEN_VIT_PRESETS)  # the NeuTRENO ViT's presets and the poster's ViT-Ti
+# A NeuTRENO ViT preset with a decoder is a Segmenter.
+SEGMENTATION_PRESETS = sorted(
+    name for name, fields in _PRESETS.NEUTRENO_VIT_PRESETS.items() if "decoder_type" in fields
+)
+LANGUAGE_MODEL_PRESETS = sorted(_PRESETS.NEUTRENO_GPT_PRESETS)
+# The presets `hf-neutreno compare` trains from scratch.
+SEGMENTATION_MODELS = SEGMENTATION_PRESETS
+IMAGE_MODELS = sorted(set(_PRESETS.NEUTRENO_VIT_PRESETS) - set(SEGMENTATION_MODELS))  # classifiers
+TEXT_MODELS = LANGUAGE_MODEL_PRESETS
+
+# The tasks of a transformers model in `hf-neutreno compare` (`hf_neutreno.model_tasks.TASKS`): name -> the Auto
+# class of the model with its head, the Auto class of its tokenizer or image processor, the score.
+TASK_SPECS = {
+    "image-classification": ("AutoModelForImageClassification", "AutoImageProcessor", "accuracy"),
+    "text-classification": ("AutoModelForSequenceClassification", "AutoTokenizer", "accuracy"),
+    "causal-lm": ("AutoModelForCausalLM", "AutoTokenizer", "perplexity"),
+    "masked-lm": ("AutoModelForMaskedLM", "AutoTokenizer", "perplexity"),
+    "semantic-segmentation": ("AutoModelForSemanticSegmentation", "AutoImageProcessor", "mean_iou"),
+}
+
+BUILTIN_DIGITS = "digits"  # scikit-learn's bundled 8×8 digits (`hf_neutreno.data.load_dataset_splits`)
+
+PROTOCOLS = ("sliding", "blocks")  # the perplexity protocols of `hf_neutreno.lm_eval`
+
+# The over-smoothing metrics (`hf_neutreno.diagnostics.metrics`).
+HIDDEN_STATE_METRICS = ("cosine_similarity", "hfc_lfc_ratio", "rank_one_distance", "effective_rank")
+ATTENTION_METRICS = ("attention_map_similarity", "functional_j", "gradient_alignment")
+METRICS = HIDDEN_STATE_METRICS + ATTENTION_METRICS
+# What `metrics=None` measures: every metric but the effective rank, whose eigendecompositions cost about as much as
+# the forward pass on CPU (docs/benchmarks.md); ask for it by name.
+DEFAULT_METRICS = tuple(m for m in METRICS if m != "effective_rank")

@@ -1,0 +1,9 @@
+"""The default coefficient of each `apply_value_path` method.
+
+A flat sibling of `value_path.py`, which imports it, so it travels with every checkpoint saved with a value path. It
+imports nothing, so that the command line shows these defaults without importing torch (a fast `hf-neutreno --help`).
+"""
+
+# λ = 0.4: the official WikiText-103 code and ResFormer's NeuTRENO port (the official DeiT code uses 0.6);
+# α = 1/2: ResFormer's identity value residual.
+DEFAULT_COEFFICIENTS = {"neutreno": 0.4, "value_residual": 0.5, "twicing": 1.0}

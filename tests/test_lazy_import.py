@@ -1,0 +1,134 @@
+"""`import hf_neutreno` and every `--help` of the command line import neither torch nor transformers (they take
+seconds); the package's names load on first use, and `hf_neutreno.models` registers the Auto classes as before.
+
+Each check runs in a fresh process, where nothing imported by the tests hides an import."""
+
+import json
+
+from cli_process import run_python
+from hf_neutreno.cli import SUBCOMMANDS
+from hf_neutreno.value_path_defaults import DEFAULT_COEFFICIENTS
+
+HEAVY = ("torch", "transformers", "datasets")
+
+# What the package registered with the Auto classes before it was made lazy, written out: model type -> {Auto class:
+# model class}; the config of each is registered with AutoConfig.
+REGISTERED = {
+    "neutreno_vit": {
+        "AutoModel": "NeuTRENOViTModel",
+        "AutoModelForImageClassification": "NeuTRENOViTForImageClassification",
+        "AutoModelForSemanticSegmentation": "NeuTRENOViTForSemanticSegmentation",
+    },
+    "eigen_vit": {"AutoModel": "EigenViTModel", "AutoModelForImageClassification": "EigenViTForImageClassification"},
+    "neutreno_gpt": {"AutoModel": "NeuTRENOGPTModel", "AutoModelForCausalLM": "NeuTRENOGPTForCausalLM"},
+}
+CONFIGS = {"neutreno_vit": "NeuTRENOViTConfig", "eigen_vit": "EigenViTConfig", "neutreno_gpt": "NeuTRENOGPTConfig"}
+
+
+def test_every_help_imports_neither_torch_nor_transformers():
+    """`hf-neutreno --help` and each subcommand's `--help` print their help; no heavy library is imported, checked
+    after each one."""
+    out = run_python(f"""
+import contextlib, io, json, sys
+from hf_neutreno.cli import main
+results = {{}}
+for argv in ([], *([name] for name in {list(SUBCOMMANDS)!r})):
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
+        code = main([*argv, "--help"])
+    results[" ".join(argv) or "hf-neutreno"] = [code, text.getvalue(), [m for m in {HEAVY!r} if m in sys.modules]]
+print(json.dumps(results))
+""")
+    results = json.loads(out)
+    assert list(results) == ["hf-neutreno", *SUBCOMMANDS]
+    for command, (code, text, imported) in results.items():
+        assert code == 0 and text.startswith("usage: hf-neutreno"), (command, code, text[:200])
+        assert imported == [], (command, imported)
+    text = {command: " ".join(text.split()) for command, (_, text, _) in results.items()}  # whatever the wrapping
+    for name, (_, help_text) in SUBCOMMANDS.items():  # the top-level help lists every subcommand
+        assert name in text["hf-neutreno"] and help_text[:40] in text["hf-neutreno"]
+    # the subcommands' help shows the names and defaults their parsers take from the light modules
+    assert "vit-micro" in text["compare"] and "value-residual-learnable" in text["compare"]
+    assert "causal-lm" in text["compare"] and "sliding" in text["evaluate-lm"]
+    assert (
+        "cosine_similarity" in text["diagnose"] and f"(default: {DEFAULT_COEFFICIENTS['neutreno']})" in text["diagnose"]
+    )
+
+
+def test_importing_the_package_imports_neither_torch_nor_transformers():
+    out = run_python(f"""
+import json, sys
+import hf_neutreno
+names = dir(hf_neutreno)
+print(json.dumps([[m for m in {HEAVY!r} if m in sys.modules], sorted(hf_neutreno.__all__), names]))
+""")
+    imported, public, names = json.loads(out)
+    assert imported == []
+    assert {*CONFIGS.values(), "apply_value_path", "remove_value_path", "OversmoothingCallback"} <= set(public)
+    assert set(public) <= set(names)  # dir() lists the names not loaded yet
+
+
+def test_a_config_class_registers_the_auto_classes_on_first_use():
+    """Before any class is used nothing is registered; `from hf_neutreno import NeuTRENOViTConfig` registers, and every
+    public name resolves to the class of its module."""
+    out = run_python("""
+import json
+import hf_neutreno
+from transformers import AutoConfig
+try:
+    AutoConfig.for_model("neutreno_vit")
+    before = "registered"
+except ValueError:
+    before = "unknown"
+from hf_neutreno import NeuTRENOViTConfig
+config = AutoConfig.for_model("neutreno_vit", hidden_size=48)
+resolved = {name: getattr(hf_neutreno, name).__module__ for name in hf_neutreno.__all__}
+print(json.dumps([before, type(config) is NeuTRENOViTConfig, config.hidden_size, resolved]))
+""")
+    before, same_class, hidden_size, resolved = json.loads(out)
+    assert before == "unknown" and same_class and hidden_size == 48
+    assert all(module.startswith("hf_neutreno.") for module in resolved.values()), resolved
+    assert resolved["apply_value_path"] == "hf_neutreno.value_path"
+    assert resolved["NeuTRENOGPTConfig"] == "hf_neutreno.models.configuration_neutreno_gpt"
+
+
+def test_importing_the_models_registers_every_model_with_every_auto_class():
+    """`import hf_neutreno.models` registers what the package registered before, no less and no more (for the Auto
+    classes it uses), and marks each class for remote code with the Auto class `save_pretrained` records."""
+    auto_classes = sorted({auto for models in REGISTERED.values() for auto in models})
+    out = run_python(f"""
+import json
+import transformers
+import hf_neutreno.models
+found = {{}}
+for model_type in {list(REGISTERED)!r}:
+    config_class = type(transformers.AutoConfig.for_model(model_type))
+    models = {{}}
+    for auto_name in {auto_classes!r}:
+        mapping = getattr(transformers, auto_name)._model_mapping
+        if config_class in mapping:
+            model_class = mapping[config_class]
+            models[auto_name] = [model_class.__name__, model_class._auto_class]
+    found[model_type] = [config_class.__name__, config_class._auto_class, models]
+print(json.dumps(found))
+""")
+    found = json.loads(out)
+    assert set(found) == set(REGISTERED)
+    for model_type, (config_name, config_auto, models) in found.items():
+        assert config_name == CONFIGS[model_type] and config_auto == "AutoConfig"
+        assert models == {auto: [name, auto] for auto, name in REGISTERED[model_type].items()}, model_type
+
+
+def test_the_light_names_are_the_ones_the_library_uses():
+    """The names `--help` shows come from `hf_neutreno.names`, which reads the preset tables by their path: they are
+    the presets the configs build and the tasks `compare` runs."""
+    from hf_neutreno import EigenViTConfig, NeuTRENOGPTConfig, NeuTRENOViTConfig, names
+    from hf_neutreno.model_tasks import TASKS
+
+    assert names.IMAGE_PRESETS == sorted(EigenViTConfig.presets)
+    assert names.LANGUAGE_MODEL_PRESETS == sorted(NeuTRENOGPTConfig.presets)
+    assert set(names.IMAGE_MODELS) | set(names.SEGMENTATION_MODELS) == set(NeuTRENOViTConfig.presets)
+    assert all("decoder_type" in NeuTRENOViTConfig.presets[name] for name in names.SEGMENTATION_MODELS)
+    assert list(TASKS) == list(names.TASK_SPECS)
+    assert all((task.auto_class, task.processing_class, task.metric) == names.TASK_SPECS[task.name] for task in
+               TASKS.values())  # fmt: skip
