@@ -8,10 +8,11 @@ Two shapes of native transformers models, randomly initialised (timing does not 
 GPT-2-small-shaped `GPT2LMHeadModel` (768 wide, 12 layers, 12 heads, 50,257 tokens, context 256) and a
 ViT-tiny-shaped `ViTForImageClassification` (192 wide, 12 layers, 3 heads, 224 px, 1000 classes). Each is measured
 as built and with each value path applied to the same weights: NeuTRENO (λ = 0.4) and the value residual (α = ½),
-fixed and learnable, in layers 1-11. A training step is forward + backward + AdamW step. Every model uses the same
-attention kernel (`--attn`, sdpa by default); the adapted ones wrap it. `step peak` is the memory allocated during a
-step above what was allocated before it; `total` adds weights and optimizer state. Targets: ≥ 0.97 of the
-unmodified model's throughput, ≤ 1.03 of its memory.
+fixed and learnable (the value residual also with its gate), in layers 1-11, and twicing (c = 1) in every layer,
+which calls attention twice per layer (reported, not held to the targets). A training step is forward + backward +
+AdamW step. Every model uses the same attention kernel (`--attn`, sdpa by default); the adapted ones wrap it. `step
+peak` is the memory allocated during a step above what was allocated before it; `total` adds weights and optimizer
+state. Targets: ≥ 0.97 of the unmodified model's throughput, ≤ 1.03 of its memory.
 """
 
 import argparse
@@ -38,6 +39,8 @@ VARIANTS = {
     "NeuTRENO, learnable λ": dict(method="neutreno", coefficient=0.4, learnable=True),
     "value residual": dict(method="value_residual", coefficient=0.5),
     "value residual, learnable α": dict(method="value_residual", coefficient=0.5, learnable=True),
+    "value residual, gate": dict(method="value_residual", coefficient=0.5, learnable="gate"),
+    "twicing": dict(method="twicing", coefficient=1.0),  # every layer: a second attention call in each
 }
 SHAPES = ("gpt2-small", "vit-tiny")
 
@@ -86,8 +89,9 @@ def measure(shape: str, args, device: torch.device, dtype: torch.dtype) -> list[
         models[label] = model if settings is None else apply_value_path(model, **settings)
         optimizer = torch.optim.AdamW(models[label].parameters(), lr=1e-4)
         steps[label] = (train_step(models[label], optimizer, inputs, device, dtype), optimizer)
-    seconds = interleaved_medians({label: fn for label, (fn, _) in steps.items()}, device, rounds=args.rounds,
-                                  clock=args.clock)  # fmt: skip
+    seconds = interleaved_medians(
+        {label: fn for label, (fn, _) in steps.items()}, device, rounds=args.rounds, clock=args.clock
+    )
     peak = {label: peak_bytes(fn, device) for label, (fn, _) in steps.items()}  # after warm-up: steady state
     total = {label: peak[label] + resident_bytes(models[label], opt) for label, (_, opt) in steps.items()}
     unit = "tokens/s" if shape == "gpt2-small" else "img/s"
@@ -97,6 +101,7 @@ def measure(shape: str, args, device: torch.device, dtype: torch.dtype) -> list[
         {
             "shape": shape,
             "model": label,
+            "attention calls": 2 if (VARIANTS[label] or {}).get("method") == "twicing" else 1,  # per layer
             "batch": batch,
             unit: per_step / seconds[label],
             "throughput ratio": seconds[base] / seconds[label],

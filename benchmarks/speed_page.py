@@ -43,10 +43,10 @@ TARGETS = {
         (None, "total memory ratio", "<=", 1.03),
         (None, "step peak ratio", "<=", 1.03),
     ],
-    "value_path": [
-        (None, "throughput ratio", ">=", 0.97),
-        (None, "total memory ratio", "<=", 1.03),
-        (None, "step peak ratio", "<=", 1.03),
+    "value_path": [  # twicing's second attention call per layer is its method, not an overhead
+        ({"attention calls": 1}, "throughput ratio", ">=", 0.97),
+        ({"attention calls": 1}, "total memory ratio", "<=", 1.03),
+        ({"attention calls": 1}, "step peak ratio", "<=", 1.03),
     ],
 }
 # The paper's GPT shape (dim 128) is too small to keep a GPU busy: its GPU target is 0.90.
@@ -123,8 +123,10 @@ SECTIONS = {  # JSON file -> (heading, what it measures)
         "A GPT-2-small-shaped `GPT2LMHeadModel` (context 256, batch 2) and a ViT-tiny-shaped "
         "`ViTForImageClassification` (224 px, batch 8), randomly initialised, as built (`unmodified`) and "
         "with each value path applied to the same weights: NeuTRENO (λ = 0.4) and the value residual "
-        "(α = ½), fixed and learnable, in layers 1-11. A training step is forward + backward + AdamW. On "
-        "a CPU the five models run with one thread, timed by the process's CPU time, interleaved round by "
+        "(α = ½), fixed and learnable, in layers 1-11; where the table has them, also the value residual with "
+        "its gate, and twicing (c = 1) in all 12 layers, which calls attention twice per layer (`attention "
+        "calls`; the targets apply to the others). A training step is forward + backward + AdamW. On "
+        "a CPU the models run with one thread, timed by the process's CPU time, interleaved round by "
         "round in rotating order, medians reported: the machine that produced this page shares its 2 "
         "cores with a long-running job, so wall times drift and single rounds are noisy (two runs of this "
         "benchmark there, 11 and 15 rounds, differed by up to 0.06 in a throughput ratio). `step peak` is "
@@ -137,7 +139,9 @@ SECTIONS = {  # JSON file -> (heading, what it measures)
 
 
 def _matches(row: dict, where: dict | None) -> bool:
-    return where is None or all(row.get(k) == v for k, v in where.items())
+    """Whether `row` is one a target applies to; a row without a filtered column (one recorded before the column
+    existed) is not excluded by it."""
+    return where is None or all(row.get(k, v) == v for k, v in where.items())
 
 
 def check_targets(name: str, rows: list[dict], budget: str = "full") -> list[str]:
