@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -20,3 +22,31 @@ def test_every_python_file_is_laid_out_by_ruff_format():
 def test_ruff_check_passes():
     proc = _ruff("check", ".")
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# Text the repository writes for readers; the kept checkpoints' copies of model code under benchmarks/results are
+# snapshots of the files they were saved with.
+TEXT_SUFFIXES = (".py", ".md", ".toml", ".yaml", ".yml", ".cfg", ".txt")
+
+
+def _tracked_text_files() -> list[Path]:
+    names = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    return [
+        ROOT / name
+        for name in names
+        if (name.endswith(TEXT_SUFFIXES) or name == ".ci/run") and not name.startswith("benchmarks/results/")
+    ]
+
+
+def test_lines_are_at_most_120_characters_in_code_and_docs():
+    """Python, Markdown (docs, READMEs, model-card templates), configs and the CI script. Only a single word that
+    cannot be broken (a long command-line value) may be longer."""
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout: the tracked files are unknown")
+    long = []
+    for path in _tracked_text_files():
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            unbreakable = " " not in line.strip().removesuffix("\\").strip()
+            if len(line) > 120 and not unbreakable:
+                long.append(f"{path.relative_to(ROOT)}:{number}: {len(line)} characters")
+    assert not long, "\n".join(long)
