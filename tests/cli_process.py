@@ -13,16 +13,23 @@ SRC = str(Path(hf_neutreno.__file__).resolve().parents[1])  # the code under tes
 
 def run_cli(*argv, cwd: Path | None = None, timeout: int = 300, env: dict | None = None):
     environment = {**os.environ, "PYTHONPATH": SRC, "HF_HUB_OFFLINE": "1", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "hf_neutreno", *map(str, argv)], cwd=cwd, env=environment,
-                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "hf_neutreno", *map(str, argv)],
+        cwd=cwd,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def run_python(code: str, timeout: int = 300) -> str:
     """`python -c code` in a fresh process running the code under test, offline (nothing imported by the tests is
     there); returns stdout, raises with stderr on failure."""
     environment = {**os.environ, "PYTHONPATH": SRC, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True,
-                          timeout=timeout)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=environment, capture_output=True, text=True, timeout=timeout
+    )
     assert proc.returncode == 0, proc.stderr[-6000:]
     return proc.stdout
 

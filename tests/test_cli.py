@@ -25,8 +25,15 @@ from hf_neutreno.cli import SUBCOMMANDS, main
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("model")
-    config = NeuTRENOViTConfig(hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=16,
-                               image_size=8, patch_size=4, neutreno_lambda=0.6)  # fmt: skip
+    config = NeuTRENOViTConfig(
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=16,
+        image_size=8,
+        patch_size=4,
+        neutreno_lambda=0.6,
+    )
     NeuTRENOViTForImageClassification(config).save_pretrained(folder)
     ViTImageProcessorPil(size={"height": 8, "width": 8}).save_pretrained(folder)
     return folder
@@ -103,8 +110,9 @@ def test_the_console_script_exits_2_with_one_line(model_dir, tmp_path):
     assert script, "the console script is installed next to the interpreter (pip install -e .)"
     src = str(Path(hf_neutreno.__file__).resolve().parents[1])  # the code under test, wherever it is installed
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": src}
-    proc = subprocess.run([script, "push", str(model_dir), "me/model"], capture_output=True, text=True, env=env,
-                          timeout=300)  # fmt: skip
+    proc = subprocess.run(
+        [script, "push", str(model_dir), "me/model"], capture_output=True, text=True, env=env, timeout=300
+    )
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines() == [
         "hf-neutreno push: error: Cannot push to 'me/model': the Hugging Face Hub is in offline mode "

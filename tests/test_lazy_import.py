@@ -130,5 +130,6 @@ def test_the_light_names_are_the_ones_the_library_uses():
     assert set(names.IMAGE_MODELS) | set(names.SEGMENTATION_MODELS) == set(NeuTRENOViTConfig.presets)
     assert all("decoder_type" in NeuTRENOViTConfig.presets[name] for name in names.SEGMENTATION_MODELS)
     assert list(TASKS) == list(names.TASK_SPECS)
-    assert all((task.auto_class, task.processing_class, task.metric) == names.TASK_SPECS[task.name] for task in
-               TASKS.values())  # fmt: skip
+    assert all(
+        (task.auto_class, task.processing_class, task.metric) == names.TASK_SPECS[task.name] for task in TASKS.values()
+    )

@@ -134,8 +134,9 @@ def test_lora_trains_saves_and_restores_the_learnable_coefficients(method, tmp_p
     freshly adapted base restores it exactly, with the same logits."""
     start = 0.3
     base = apply_value_path(tiny_model("llama"), method, start, learnable=True).eval()
-    lora = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"],
-                      modules_to_save=PEFT_MODULES)  # fmt: skip
+    lora = LoraConfig(
+        r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"], modules_to_save=PEFT_MODULES
+    )
     model = get_peft_model(base, lora)
     trainable = {name for name, p in model.named_parameters() if p.requires_grad}
     coefficients = {name for name in trainable if ".value_path_coefficient." in name}

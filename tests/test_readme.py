@@ -188,8 +188,10 @@ def test_readme_compare_on_your_model_command_runs_as_written(tmp_path, data_dir
     (command,) = blocks(README, "console")
     argv = command.replace("\\\n", " ").split()
     assert argv[:2] == ["hf-neutreno", "compare"]
-    stand_ins = {"facebook/deit-tiny-patch16-224": str(local_deit_tiny(tmp_path / "deit")),
-                 "uoft-cs/cifar10": str(data_dir / "cifar10")}  # fmt: skip
+    stand_ins = {
+        "facebook/deit-tiny-patch16-224": str(local_deit_tiny(tmp_path / "deit")),
+        "uoft-cs/cifar10": str(data_dir / "cifar10"),
+    }
     argv = [stand_ins.get(arg, arg) for arg in argv[2:]]
     scale = ["--max-steps", "2", "--max-train-samples", "32", "--max-eval-samples", "16", "--probe-samples", "8"]
     proc = run_cli("compare", *argv, *scale, "--output-dir", tmp_path / "out", "--no-progress", timeout=900)

@@ -321,8 +321,12 @@ def test_remove_value_path_restores_class_config_and_parameters(tmp_path):
     names = [name for name, _ in model.named_parameters()]
     apply_value_path(model, "value_residual", learnable=True)
     assert type(model).__name__ == "ValuePathLlamaForCausalLM" and isinstance(model, LlamaForCausalLM)
-    assert model.config.value_path == {"method": "value_residual", "coefficient": 0.5, "learnable": True,
-                                       "layers": [1, 2]}  # fmt: skip
+    assert model.config.value_path == {
+        "method": "value_residual",
+        "coefficient": 0.5,
+        "learnable": True,
+        "layers": [1, 2],
+    }
     assert learned_coefficients(model) == [0.5, 0.5]
     model.save_pretrained(tmp_path)  # writes auto_map into the config in memory too
     assert model.config.auto_map == {
@@ -386,9 +390,18 @@ def test_trainer_fine_tunes_an_adapted_llama_and_its_coefficients(tmp_path):
     torch.manual_seed(0)
     pattern = torch.arange(3, 19).repeat(2)  # a sequence the model can learn to continue
     rows = [{"input_ids": pattern.roll(-i)[:16], "labels": pattern.roll(-i)[:16]} for i in range(16)]
-    args = TrainingArguments(output_dir=str(tmp_path), max_steps=30, per_device_train_batch_size=8, learning_rate=1e-2,
-                             logging_steps=1, save_strategy="no", report_to="none", use_cpu=True, disable_tqdm=True,
-                             seed=0)  # fmt: skip
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        max_steps=30,
+        per_device_train_batch_size=8,
+        learning_rate=1e-2,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        use_cpu=True,
+        disable_tqdm=True,
+        seed=0,
+    )
     trainer = Trainer(model=model, args=args, train_dataset=rows)
     trainer.train()
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
@@ -471,10 +484,21 @@ def test_torch_compile_fullgraph_gives_the_same_gradients(method):
 def test_ddp_gradients_equal_one_process(tmp_path):
     """2 ranks (gloo) × half a batch under DistributedDataParallel: the all-reduced gradients, learnable coefficients
     included, equal one process's gradients of the whole batch."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS), str(TESTS.parent / "src")]))}  # fmt: skip
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-               str(TESTS / "value_path_ddp_worker.py"), str(tmp_path / "ddp.pt")]  # fmt: skip
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS), str(TESTS.parent / "src")])),
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        str(TESTS / "value_path_ddp_worker.py"),
+        str(tmp_path / "ddp.pt"),
+    ]
     process = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert process.returncode == 0, process.stderr[-4000:]
     from value_path_ddp_worker import adapted_model, batch
@@ -641,9 +665,18 @@ def test_models_a_value_path_cannot_reach_are_refused_by_name():
 
 
 def test_sliding_window_flash_and_foreign_classes_are_refused():
-    sliding = Qwen2ForCausalLM(Qwen2Config(hidden_size=32, intermediate_size=64, num_hidden_layers=3,
-                                           num_attention_heads=4, num_key_value_heads=2, vocab_size=50,
-                                           use_sliding_window=True, max_window_layers=1))  # fmt: skip
+    sliding = Qwen2ForCausalLM(
+        Qwen2Config(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=3,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            vocab_size=50,
+            use_sliding_window=True,
+            max_window_layers=1,
+        )
+    )
     with pytest.raises(ValueError, match=r"\['sliding_attention'\] layers"):
         apply_value_path(sliding, "value_residual")
     model = tiny_model("llama")
@@ -651,9 +684,17 @@ def test_sliding_window_flash_and_foreign_classes_are_refused():
     with pytest.raises(ValueError, match="flash_attention_2.*cannot be wrapped"):
         apply_value_path(model, "neutreno")
 
-    neutreno_vit = NeuTRENOViTModel(NeuTRENOViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                                      intermediate_size=64, image_size=16, patch_size=4,
-                                                      neutreno_lambda=0.6))  # fmt: skip
+    neutreno_vit = NeuTRENOViTModel(
+        NeuTRENOViTConfig(
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=64,
+            image_size=16,
+            patch_size=4,
+            neutreno_lambda=0.6,
+        )
+    )
     with pytest.raises(ValueError, match=r"its own NeuTRENO term on \(config.neutreno_lambda = 0.6\)"):
         apply_value_path(neutreno_vit, "value_residual")
 
@@ -679,9 +720,17 @@ def test_classes_from_outside_transformers_adapt_and_save_with_a_warning_that_th
 
 def _package_vit(neutreno_lambda: float) -> NeuTRENOViTModel:
     torch.manual_seed(0)
-    model = NeuTRENOViTModel(NeuTRENOViTConfig(hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
-                                               intermediate_size=64, image_size=16, patch_size=4,
-                                               neutreno_lambda=neutreno_lambda))  # fmt: skip
+    model = NeuTRENOViTModel(
+        NeuTRENOViTConfig(
+            hidden_size=32,
+            num_hidden_layers=3,
+            num_attention_heads=4,
+            intermediate_size=64,
+            image_size=16,
+            patch_size=4,
+            neutreno_lambda=neutreno_lambda,
+        )
+    )
     _sharpen(model)
     return model.eval()
 
@@ -847,8 +896,9 @@ def test_a_whole_adapted_model_unpickled_in_a_new_process_runs(tmp_path):
         print("ok")
     """
     env = {k: v for k, v in os.environ.items()} | {"OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env,
-                          timeout=300)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env, timeout=300
+    )
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
 
 

@@ -40,12 +40,23 @@ CAUSAL = ("llama", "qwen2", "gpt2")
 VOCAB = 50
 TEXT = dict(vocab_size=VOCAB, num_hidden_layers=3, num_attention_heads=4, bos_token_id=1, eos_token_id=2)
 DECODER = dict(hidden_size=32, intermediate_size=64, num_key_value_heads=2, **TEXT)
-TINY_VIT = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64, image_size=16,
-                patch_size=4)  # fmt: skip
+TINY_VIT = dict(
+    hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64, image_size=16, patch_size=4
+)
 # The NeuTRENO GPT (its own field names): hidden 32, 4 layers, 4 heads, no dropout.
-TINY_NEUTRENO_GPT = dict(vocab_size=97, hidden_size=32, num_hidden_layers=4, num_attention_heads=4,
-                         intermediate_size=64, max_position_embeddings=64, embedding_dropout=0.0, hidden_dropout=0.0,
-                         activation_dropout=0.0, output_dropout=0.0, pad_token_id=0)  # fmt: skip
+TINY_NEUTRENO_GPT = dict(
+    vocab_size=97,
+    hidden_size=32,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    intermediate_size=64,
+    max_position_embeddings=64,
+    embedding_dropout=0.0,
+    hidden_dropout=0.0,
+    activation_dropout=0.0,
+    output_dropout=0.0,
+    pad_token_id=0,
+)
 NO_DROPOUT = {
     "gpt2": dict(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0),
     "bert": dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0),
@@ -175,8 +186,9 @@ def tiny_tokenizer():
 def save_tiny_llama(folder) -> Path:
     """A tiny Llama causal LM (grouped-query attention) saved with its tokenizer: a user's own model folder."""
     tokenizer = tiny_tokenizer()
-    special = dict(pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.eos_token_id,
-                   eos_token_id=tokenizer.eos_token_id)  # fmt: skip
+    special = dict(
+        pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id
+    )
     config = LlamaConfig(**{**DECODER, "vocab_size": len(tokenizer), **special}, max_position_embeddings=64)
     torch.manual_seed(0)
     LlamaForCausalLM(config).save_pretrained(folder)
@@ -281,12 +293,16 @@ def written_out_decoder(model, input_ids, values=None, attended=None) -> torch.T
             return t.view(batch, length, count, head_dim).transpose(1, 2)
 
         if gpt2:
-            q, k, v = (split(t, heads) for t in (h @ layer.attn.c_attn.weight + layer.attn.c_attn.bias).split(
-                config.hidden_size, dim=-1))  # fmt: skip
+            q, k, v = (
+                split(t, heads)
+                for t in (h @ layer.attn.c_attn.weight + layer.attn.c_attn.bias).split(config.hidden_size, dim=-1)
+            )
         else:
             attention = layer.self_attn
-            q, k, v = (split(F.linear(h, p.weight, p.bias), n) for p, n in ((attention.q_proj, heads),
-                       (attention.k_proj, kv_heads), (attention.v_proj, kv_heads)))  # fmt: skip
+            q, k, v = (
+                split(F.linear(h, p.weight, p.bias), n)
+                for p, n in ((attention.q_proj, heads), (attention.k_proj, kv_heads), (attention.v_proj, kv_heads))
+            )
             q, k = apply_rotary_pos_emb(q, k, *base.rotary_emb(x, positions))
         if values is not None:
             v = values(index, h, v)

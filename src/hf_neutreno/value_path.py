@@ -779,9 +779,12 @@ def _adapt(model: PreTrainedModel) -> None:
     if unknown:
         raise ValueError(f"config.value_path has unknown keys {sorted(unknown)}.")
     settings = check_settings(
-        stored.get("method"), stored.get("coefficient"), stored.get("learnable", False), stored.get("layers"),
+        stored.get("method"),
+        stored.get("coefficient"),
+        stored.get("learnable", False),
+        stored.get("layers"),
         len(layers),
-    )  # fmt: skip
+    )
     model.config.value_path = settings
     for index, module in enumerate(layers):
         setattr(module, LAYER_ATTRIBUTE, index)

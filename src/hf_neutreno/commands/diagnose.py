@@ -39,9 +39,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-samples", type=int, default=1000, help="samples to measure (default: 1000)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--max-length", type=int, default=256, help="text: tokens per sample (default: 256)")
-    parser.add_argument("--metrics", nargs="+", default=None, metavar="METRIC",
-                        help=f"any of {list(METRICS)} (default: {list(DEFAULT_METRICS)}; "
-                        "effective_rank costs about one more forward pass on CPU)")  # fmt: skip
+    parser.add_argument(
+        "--metrics",
+        nargs="+",
+        default=None,
+        metavar="METRIC",
+        help=f"any of {list(METRICS)} (default: {list(DEFAULT_METRICS)}; "
+        "effective_rank costs about one more forward pass on CPU)",
+    )
     parser.add_argument("--layers", nargs="+", type=int, default=None, help="hidden-state indices (default: all)")
     parser.add_argument("--out", default=None, metavar="REPORT.json", help="write the report as JSON")
     parser.add_argument(
@@ -63,8 +68,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_COEFFICIENTS["neutreno"],
         help="λ of the neutreno variants (default: %(default)s)",
     )
-    parser.add_argument("--value-residual-alpha", type=float, default=DEFAULT_COEFFICIENTS["value_residual"],
-                        help="α of the value-residual variants (default: %(default)s)")  # fmt: skip
+    parser.add_argument(
+        "--value-residual-alpha",
+        type=float,
+        default=DEFAULT_COEFFICIENTS["value_residual"],
+        help="α of the value-residual variants (default: %(default)s)",
+    )
     parser.add_argument("--trust-remote-code", action="store_true", help="allow code from the model folder or repo")
     parser.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random subset (default: 0)")
@@ -281,9 +290,13 @@ def run(args: argparse.Namespace) -> int:
             if settings is not None:
                 remove_value_path(model)
         report.metadata.update(
-            dataset=args.dataset, dataset_config=args.dataset_config, split=split, seed=args.seed, variant=variant,
+            dataset=args.dataset,
+            dataset_config=args.dataset_config,
+            split=split,
+            seed=args.seed,
+            variant=variant,
             value_path=settings,
-        )  # fmt: skip
+        )
         reports.append(report)
     print(reports[0].table([*reports[1:], *others]))
     for path, report in zip(outs, reports):

@@ -72,8 +72,9 @@ def run(args: argparse.Namespace) -> int:
         folder = save_for_hub(args.save_to, model, processor, tokenizer, repo_id=args.repo_id, **card_kwargs)
         print(f"Wrote {folder}: {sorted(p.name for p in folder.iterdir())}")
         return 0
-    commit = push_to_hub(model, args.repo_id, processor, tokenizer, private=args.private or None, token=args.token,
-                         **card_kwargs)  # fmt: skip
+    commit = push_to_hub(
+        model, args.repo_id, processor, tokenizer, private=args.private or None, token=args.token, **card_kwargs
+    )
     print(f"Pushed to {getattr(commit, 'commit_url', args.repo_id)}")
     return 0
 
