@@ -8,8 +8,11 @@ import math
 import pytest
 
 import reproduce_claims as claims_data
+import reproduce_methods
 import reproduce_page as page
 import reproduce_report as report
+from reproduce_plans import Unit
+from reproduce_results import UnitResult
 
 T95_TWO_DEGREES = 4.303  # Student's t, two-sided 95 %, 3 seeds
 BUDGET = {
@@ -190,7 +193,7 @@ def page_for(tmp_path_factory):
             out = tmp_path_factory.mktemp(f"run-{chosen}")
             (out / "units").mkdir()
             for unit in fabricated_units(chosen):
-                (out / "units" / f"{report.unit_name(unit['unit'])}.json").write_text(json.dumps(unit))
+                (out / "units" / f"{Unit.from_json(unit['unit']).name}.json").write_text(json.dumps(unit))
             (out / "run.json").write_text(
                 json.dumps(
                     {
@@ -210,14 +213,15 @@ def page_for(tmp_path_factory):
             with pytest.MonkeyPatch.context() as patch:
                 patch.setattr(report, "BENCHMARKS", benchmarks)
                 results = report.aggregate(out, chosen_lambda=chosen)
-            pages[chosen] = out, results, report.render(out, results)
+            pages[chosen] = out, results, page.render(out, results)
         return pages[chosen]
 
     return make
 
 
 def claims_of(units: list[dict], planned: tuple = ()) -> dict:
-    return {c["id"]: c for c in report.claims(report.group(units), list(planned))}
+    results = [UnitResult.from_json(unit) for unit in units]
+    return {c["id"]: c for c in report.claims(report.group(results), list(planned))}
 
 
 def by_hand(differences: list[float]) -> tuple[float, float]:
@@ -344,11 +348,11 @@ def test_the_claims_data_is_consistent():
     """Every claim id is unique, every opening-table cell names a claim, every measure has a format."""
     ids = [claim["id"] for claim in claims_data.CLAIMS]
     assert len(ids) == len(set(ids))
-    for method in claims_data.METHODS.values():
-        for field in (*claims_data.TASKS, "cosine", "hfc"):
+    for method in reproduce_methods.METHODS.values():
+        for field in (*reproduce_methods.TASKS, "cosine", "hfc"):
             assert method.get(field) in (None, "n/a", *ids), (method["name"], field)
     for claim in claims_data.CLAIMS:
-        assert report.measure_format(claim["measure"]) and claim["sign"] in (-1, 0, 1)
+        assert claim["measure"].format and claim["sign"] in (-1, 0, 1)
 
 
 def test_commands_of_one_machine_are_named_as_spans():
