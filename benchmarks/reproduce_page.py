@@ -24,30 +24,83 @@ VERDICTS = {
 # ---------------------------------------------------------------------------------------------------- the page
 
 
-def markdown(out: Path, results: dict, figures: str) -> str:
-    run = json.loads((out / "run.json").read_text()) if (out / "run.json").exists() else {"sessions": []}
+def read_run(out: Path) -> dict:
+    return json.loads((out / "run.json").read_text()) if (out / "run.json").exists() else {"sessions": []}
+
+
+def title(run: dict) -> str:
+    return "Reproductions on a GPU" if run.get("budget_name") == "gpu" else "Small-scale reproductions"
+
+
+def markdown(out: Path, results: dict, figures: str, log: str = "results-log.md") -> str:
+    """The results page: the which-remedy table and the verdicts first, then the run (its commands in the run log
+    `log`, a page beside this one), the hand-written notes, one section per experiment and how to rerun."""
+    run = read_run(out)
     notes = out / "notes.md"  # hand-written reading of this run's numbers, kept with them
     sections = [
         opening(results),
-        header(run, load_units(out)),
         claims_table(results),
+        header(run, load_units(out), log),
         fill("notes", notes=notes.read_text().strip()) if notes.exists() else "",
     ]
     sections += [section(results, figures) for key, section in SECTIONS if key is None or key in results]
     sections.append(fill("rerun"))
-    title = "Reproductions on a GPU" if run.get("budget_name") == "gpu" else "Small-scale reproductions"
-    text = fill("page", title=title, body="\n\n".join(s for s in sections if s))
-    return re.sub(r"\n{3,}", "\n\n", text).strip() + "\n"
+    return _finish(fill("page", title=title(run), body="\n\n".join(s for s in sections if s)))
+
+
+def log_markdown(out: Path, page: str = "results.md") -> str:
+    """The run log of the results page `page`: every recorded command."""
+    run = read_run(out)
+    return _finish(fill("log", title=title(run), page=page, commands="\n".join(command_lines(run["sessions"]))))
+
+
+def _finish(text: str) -> str:
+    return wrap(re.sub(r"\n{3,}", "\n\n", text).strip()) + "\n"
+
+
+# A word that markdown would read as the start of another block at the start of a line: a list marker, a heading,
+# a quote, a table row.
+_BLOCK_START = re.compile(r"^([-+*]|\d+[.)])$|^[#>|]")
+
+
+def wrap(text: str, width: int = 120) -> str:
+    """`text` with every prose line longer than `width` broken at spaces (a list item's continuation indented under
+    it), which renders the same; table rows, headings, images and code blocks are kept whole (markdown tables have
+    no continuation lines), and a word that would start a line as another block takes the word before along."""
+    lines, fence = [], False
+    for line in text.split("\n"):
+        if line.startswith("```"):
+            fence = not fence
+        if fence or len(line) <= width or line.startswith(("```", "|", "#", ">", "![", "<")):
+            lines.append(line)
+            continue
+        indent = "  " if line.startswith("- ") else ""
+        current, *words = line.split(" ")
+        for word in words:
+            if len(current) + 1 + len(word) <= width:
+                current += " " + word
+            elif _BLOCK_START.match(word) and current.strip().count(" "):  # take the word before along
+                current, before = current.rsplit(" ", 1)
+                lines.append(current)
+                current = f"{indent}{before} {word}"
+            else:
+                lines.append(current)
+                current = indent + word
+        lines.append(current)
+    return "\n".join(lines)
 
 
 def render(out: Path, results: dict, docs: Path | None = None) -> str:
     """The results page for every experiment present, written to `<out>/results.md` and to `docs` if given (figure
-    links relative to each file)."""
+    links relative to each file), each with its run log beside it (`results-log.md`, `<docs stem>-log.md`)."""
     text = markdown(out, results, figures=".")
     (out / "results.md").write_text(text)
+    (out / "results-log.md").write_text(log_markdown(out))
     if docs is not None:
         docs.parent.mkdir(parents=True, exist_ok=True)
-        docs.write_text(markdown(out, results, figures=os.path.relpath(out, docs.parent)))
+        log = f"{docs.stem}-log.md"
+        docs.write_text(markdown(out, results, figures=os.path.relpath(out, docs.parent), log=log))
+        (docs.parent / log).write_text(log_markdown(out, page=docs.name))
     return text
 
 
@@ -120,11 +173,12 @@ def opening(results: dict) -> str:
     return fill("opening", table=table(head, rows), sentences="\n".join(sentences))
 
 
-def header(run: dict, units: list[UnitResult]) -> str:
-    """Machine, commands, load, progress, compute and budget of the run, from run.json and the units."""
+def header(run: dict, units: list[UnitResult], log: str = "results-log.md") -> str:
+    """Machine, load, progress, compute and budget of the run, from run.json and the units (its commands are in the
+    run log `log`)."""
     sessions = run["sessions"]
     budget = run.get("budget") or (units[0].budget if units else {})
-    lines = [fill("run"), "", *machine_lines(sessions)]
+    lines = [fill("run", log=log), "", *machine_lines(sessions)]
     if budget.get("bf16") or budget.get("attn_implementation"):
         lines.append(
             fill(
@@ -133,7 +187,6 @@ def header(run: dict, units: list[UnitResult]) -> str:
                 attention=budget.get("attn_implementation") or "sdpa",
             )
         )
-    lines += command_lines(sessions)
     lines += totals(run, units, budget)
     return "\n".join(lines)
 

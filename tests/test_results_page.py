@@ -4,15 +4,19 @@ segmentation included), the benchmarks' costs, and the recorded commands without
 
 import json
 import math
+import re
+import shutil
+from pathlib import Path
 
 import pytest
 
+import reproduce
 import reproduce_claims as claims_data
 import reproduce_methods
 import reproduce_page as page
 import reproduce_report as report
 from reproduce_plans import Unit
-from reproduce_results import UnitResult
+from reproduce_results import UnitResult, load_units
 
 T95_TWO_DEGREES = 4.303  # Student's t, two-sided 95 %, 3 seeds
 BUDGET = {
@@ -275,9 +279,16 @@ def opening_rows(text: str) -> dict[str, list[str]]:
     return {row[0].strip(): [cell.strip() for cell in row[1:]] for row in rows[1:]}
 
 
+def unwrapped(text: str) -> str:
+    """The page with each list item's continuation lines (broken at 120 characters) joined to it."""
+    return re.sub(r"\n  (?=\S)", " ", text)
+
+
 def test_opening_table_and_sentences_come_from_the_same_claims(page_for):
-    text = page_for(0.2)[2]
-    assert text.index("## Which remedy, and when") < text.index("## The run")  # the page opens with it
+    text = unwrapped(page_for(0.2)[2])
+    # The page opens with the which-remedy table, then the verdicts; the run and its details come after.
+    claims, run = text.index("## Each claim against its paper"), text.index("## The run")
+    assert text.index("## Which remedy, and when") < claims < run
     rows = opening_rows(text)
     official = rows["NeuTRENO at the official λ (ViT 0.6, LM 0.4)"]
     # columns: scratch, adaptation, 10 %, WikiText-2, segmentation, cosine Δ, ‖HFC‖/‖LFC‖ Δ, throughput, memory
@@ -336,10 +347,13 @@ def test_round_two_and_new_variants_have_their_tables_and_curves(page_for):
         assert f"({'.'}/{figure}.png)" in text and (out / f"{figure}.png").stat().st_size > 0
 
 
-def test_recorded_commands_do_not_show_the_data_path(page_for):
-    text = page_for(0.2)[2]
-    assert "/home/someone/private-data" not in text and "/srv/repo" not in text
-    assert "`python benchmarks/reproduce.py --budget quick --data $HF_NEUTRENO_DATA --out benchmarks/results/x`" in text
+def test_recorded_commands_are_in_the_run_log_without_the_data_path(page_for):
+    out, _, text = page_for(0.2)
+    log = " ".join((out / "results-log.md").read_text().split())  # the commands, lines broken at 120 characters
+    assert "[results-log.md](results-log.md)" in " ".join(text.split()) and "`python benchmarks/" not in text
+    for page_text in (text, log):
+        assert "/home/someone/private-data" not in page_text and "/srv/repo" not in page_text
+    assert "`python benchmarks/reproduce.py --budget quick --data $HF_NEUTRENO_DATA --out benchmarks/results/x`" in log
     assert page.redact("reproduce.py --data=/d/x --workers 2") == "reproduce.py --data=$HF_NEUTRENO_DATA --workers 2"
     assert page.redact("reproduce.py --out runs/x") == "reproduce.py --out runs/x"  # already relative: as it was
 
@@ -372,3 +386,28 @@ def test_a_machine_line_gives_workers_only_when_its_commands_agree():
     text = page.header({"budget": BUDGET, "sessions": [session(1), session(2), session(5, **gpu)]}, [])
     assert "- **Machine (commands 1-2)**: CPU, 2 cores; worker processes and torch threads as each command" in text
     assert "- **Machine (command 3)**: NVIDIA H200; 5 worker process(es) × 1 torch thread(s); python 3.12" in text
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize(
+    "folder, docs",
+    [("benchmarks/results/reproduce-cpu-long", "docs/results.md"), ("benchmarks/results/reproduce", None)],
+)
+def test_the_committed_pages_are_rendered_from_the_committed_unit_json(folder, docs, tmp_path):
+    """Every committed unit's JSON parses into a typed unit named as its file, and `--render` on a copy of the run
+    gives the committed pages, run logs and experiment JSON byte for byte (the docs page from docs/ beside it)."""
+    out = tmp_path / folder
+    shutil.copytree(ROOT / folder, out, ignore=shutil.ignore_patterns("models", "*.png"))
+    units = load_units(out)
+    assert units and all(f"{u.unit.name}.json" in {p.name for p in (out / "units").iterdir()} for u in units)
+    assert len(units) == len(list((out / "units").glob("*.json")))
+    reproduce.main(["--render", "--out", str(out)] + (["--docs", str(tmp_path / docs)] if docs else []))
+    written = [p.name for p in out.glob("*.json") if p.name not in ("run.json", "wikitext2_unigram.json")]
+    for name in ("results.md", "results-log.md", *written):
+        assert (out / name).read_text() == (ROOT / folder / name).read_text(), name
+    if docs:
+        log = Path(docs).with_name(Path(docs).stem + "-log.md")
+        for page_path in (Path(docs), log):
+            assert (tmp_path / page_path).read_text() == (ROOT / page_path).read_text(), page_path
