@@ -1,4 +1,4 @@
-"""benchmarks/reproduce.py end to end at a microscopic budget, and its statistics against hand computation."""
+"""evidence/reproduce.py end to end at a microscopic budget, and its statistics against hand computation."""
 
 import importlib.util
 import json
@@ -18,11 +18,11 @@ import reproduce_tables as tables
 import reproduce_training
 from hf_neutreno import experiment
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+EVIDENCE = Path(__file__).resolve().parents[1] / "evidence"
 
 
 def _load_reproduce():
-    spec = importlib.util.spec_from_file_location("reproduce", BENCHMARKS / "reproduce.py")
+    spec = importlib.util.spec_from_file_location("reproduce", EVIDENCE / "reproduce.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -203,7 +203,7 @@ def test_markdown_has_every_table_and_resolvable_figures(micro_run):
         "## WikiText-2",
     ):
         assert heading in text, heading
-    assert "torch 2." in " ".join(text.split()) and "python benchmarks/reproduce.py --quick" in log
+    assert "torch 2." in " ".join(text.split()) and "python evidence/reproduce.py --quick" in log
     figures = re.findall(r"!\[[^]]*\]\(([^)]+)\)", text)
     assert {Path(path).name for path in figures} >= {"cifar10_curves.png", "wikitext2_curves.png"}  # the curves
     for path in figures:

@@ -1,4 +1,4 @@
-"""The results page of benchmarks/reproduce.py from fabricated unit JSON (no training): the claims' verdicts against
+"""The results page of evidence/reproduce.py from fabricated unit JSON (no training): the claims' verdicts against
 intervals computed by hand, the opening "which remedy" table and its sentences (round 2's units, the value paths and
 segmentation included), the benchmarks' costs, and the recorded commands without this machine's data path."""
 
@@ -160,8 +160,7 @@ MACHINE = {
     "transformers": "5.24",
 }
 COMMAND = (
-    "python benchmarks/reproduce.py --budget quick --data /home/someone/private-data "
-    "--out /srv/repo/benchmarks/results/x"
+    "python evidence/reproduce.py --budget quick --data /home/someone/private-data --out /srv/repo/benchmarks/results/x"
 )
 
 
@@ -353,7 +352,7 @@ def test_recorded_commands_are_in_the_run_log_without_the_data_path(page_for):
     assert "[results-log.md](results-log.md)" in " ".join(text.split()) and "`python benchmarks/" not in text
     for page_text in (text, log):
         assert "/home/someone/private-data" not in page_text and "/srv/repo" not in page_text
-    assert "`python benchmarks/reproduce.py --budget quick --data $HF_NEUTRENO_DATA --out benchmarks/results/x`" in log
+    assert "`python evidence/reproduce.py --budget quick --data $HF_NEUTRENO_DATA --out benchmarks/results/x`" in log
     assert page.redact("reproduce.py --data=/d/x --workers 2") == "reproduce.py --data=$HF_NEUTRENO_DATA --workers 2"
     assert page.redact("reproduce.py --out runs/x") == "reproduce.py --out runs/x"  # already relative: as it was
 
@@ -393,7 +392,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.mark.parametrize(
     "folder, docs",
-    [("benchmarks/results/reproduce-cpu-long", "docs/results.md"), ("benchmarks/results/reproduce", None)],
+    [("evidence/results/reproduce-cpu-long", "docs/results.md"), ("evidence/results/reproduce", None)],
 )
 def test_the_committed_pages_are_rendered_from_the_committed_unit_json(folder, docs, tmp_path):
     """Every committed unit's JSON parses into a typed unit named as its file, and `--render` on a copy of the run
@@ -403,6 +402,7 @@ def test_the_committed_pages_are_rendered_from_the_committed_unit_json(folder, d
     units = load_units(out)
     assert units and all(f"{u.unit.name}.json" in {p.name for p in (out / "units").iterdir()} for u in units)
     assert len(units) == len(list((out / "units").glob("*.json")))
+    assert all(field in u.record for u in units for field in u.unit.plan.records)  # what each plan measures
     reproduce.main(["--render", "--out", str(out)] + (["--docs", str(tmp_path / docs)] if docs else []))
     written = [p.name for p in out.glob("*.json") if p.name not in ("run.json", "wikitext2_unigram.json")]
     for name in ("results.md", "results-log.md", *written):

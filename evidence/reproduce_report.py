@@ -22,7 +22,8 @@ from reproduce_methods import METHODS
 from reproduce_plans import CIFAR, LM, SWEEP, VALIDATED
 from reproduce_results import ACCURACY, Measure, UnitResult, load_units
 
-BENCHMARKS = Path(__file__).resolve().parent / "results"  # the speed benchmarks' JSON (the opening table's costs)
+# The speed benchmarks' JSON (the opening table's costs).
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 CURVES = {
     "cifar10_accuracy": "cifar10_curves.png",
     "wikitext2": "wikitext2_curves.png",  # learning-curve figures

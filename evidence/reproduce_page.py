@@ -106,9 +106,10 @@ def render(out: Path, results: dict, docs: Path | None = None) -> str:
 
 def redact(command: str) -> str:
     """A recorded command as the page shows it: `--data $HF_NEUTRENO_DATA` instead of this machine's data folder, and
-    an output folder under the repository's benchmarks/ relative to the repository."""
+    an output folder under the repository's evidence/ (or, before the evidence had its folder, benchmarks/) relative
+    to the repository."""
     command = re.sub(r"--data(=|\s+)\S+", r"--data\1$HF_NEUTRENO_DATA", command)
-    return re.sub(r"(--out(?:=|\s+))\S*?/(benchmarks/results/\S+)", r"\1\2", command)
+    return re.sub(r"(--out(?:=|\s+))\S*?/((?:evidence|benchmarks)/results/\S+)", r"\1\2", command)
 
 
 def _short(claim: dict) -> str:

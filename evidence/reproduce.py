@@ -20,9 +20,9 @@ cores), `cpu-long` (models that learn, about an hour of one CPU thread each; doc
 scale, for a GPU), `gpu` (bf16, sdpa: 25 CIFAR epochs and the LMs to early stopping, 3 seeds; with the benchmarks
 about 40 minutes of one H100 through `benchmarks/run_all.py --budget gpu`, pages docs/*-gpu.md).
 
-    python benchmarks/reproduce.py --quick
-    python benchmarks/reproduce.py --budget cpu-long --workers 1 --threads 1 \
-        --out benchmarks/results/reproduce-cpu-long --docs docs/results.md
+    python evidence/reproduce.py --quick
+    python evidence/reproduce.py --budget cpu-long --workers 1 --threads 1 \
+        --out evidence/results/reproduce-cpu-long --docs docs/results.md
 
 `--data DIR` (default: `$HF_NEUTRENO_DATA`) reads a local copy of the datasets; without either they come from the
 Hub (uoft-cs/cifar10, Salesforce/wikitext). Every budget field is also a
@@ -36,7 +36,7 @@ run. `--render` only re-renders the markdown from the JSON there.
 GPU with the same budget; copy its `units/*.json` (and its session from `run.json`) into the main run's folder, where
 the page counts them like any other. Each unit records the `device` that trained it.
 
-    python benchmarks/reproduce.py --budget cpu-long --experiments value-path --only 'valuepath-lm-*' --out share
+    python evidence/reproduce.py --budget cpu-long --experiments value-path --only 'valuepath-lm-*' --out share
 
 The harness, beside this driver (which schedules the units, runs each through `hf_neutreno.experiment.run_paired`
 in a worker pool, and records the sessions): `reproduce_budget` (the tiers), `reproduce_plans` (each kind of unit as
@@ -62,15 +62,14 @@ from pathlib import Path
 
 import torch
 
-import reproduce_report as report  # benchmarks/, beside this script
-from common import machine
+import reproduce_report as report  # evidence/, beside this script
 from hf_neutreno.experiment import run_paired
 from hf_neutreno.variants import BASELINE
 from reproduce_budget import ATTN_IMPLEMENTATIONS, BUDGETS, PLAN_FIELDS, Budget, same_computation
 from reproduce_lm import unigram_reference
 from reproduce_page import render
 from reproduce_plans import ROUND2_EXPERIMENTS, Unit, schedule, validated_lambda
-from reproduce_training import ROOT, Context
+from reproduce_training import ROOT, Context, machine
 
 
 def _optional_int(text: str) -> int | None:
@@ -180,6 +179,8 @@ def run_unit(unit: Unit, budget: Budget, out: Path, data: str | None = None) -> 
     build = unit.plan.builder(unit, context)
     if not run_paired([unit.run], build, train, finished=lambda run: cached(out, unit, budget), reference=BASELINE):
         return name
+    if missing := [field for field in unit.plan.records if field not in result]:
+        raise RuntimeError(f"{name}: its plan measures {list(unit.plan.records)}, but the result has no {missing}")
     shutil.rmtree(work_dir, ignore_errors=True)
     seconds = time.perf_counter() - start + result.pop("seconds_before_resume", 0.0)
     result.update(
@@ -348,7 +349,7 @@ def train(args: argparse.Namespace, budget: Budget, command: str) -> list[str]:
 def main(argv=None) -> dict:
     args, budget = parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    command = "python benchmarks/reproduce.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "python evidence/reproduce.py " + " ".join(sys.argv[1:] if argv is None else argv)
     failed = [] if args.render else train(args, budget, command)
     unigram_reference(args.out, args.data)
     results = report.aggregate(args.out, validated_lambda(args.out))
