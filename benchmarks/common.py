@@ -210,3 +210,32 @@ def _fmt(value) -> str:
     if isinstance(value, float):
         return f"{value:.3f}" if abs(value) < 100 else f"{value:.1f}"
     return str(value)
+
+
+def markdown_table(header: list[str], rows: list[list[str]], keys: int = 1, width: int = 120) -> list[str]:
+    """The lines of a Markdown table; where a line would be wider than `width`, several tables, one after the other,
+    each with the first `keys` columns (what names a row) and as many of the others as fit. A column that does not
+    fit even alone beside those becomes a list of "key: value" items (which wrap) under its header."""
+
+    def lines_of(columns: list[int]) -> list[str]:
+        return ["| " + " | ".join(header[c] for c in columns) + " |", "|" + "---|" * len(columns)] + [
+            "| " + " | ".join(str(row[c]) for c in columns) + " |" for row in rows
+        ]
+
+    groups, group = [], list(range(keys))
+    for column in range(keys, len(header)):
+        if len(group) > keys and max(map(len, lines_of([*group, column]))) > width:
+            groups.append(group)
+            group = list(range(keys))
+        group.append(column)
+    groups.append(group)
+    lines = []
+    for group in groups:
+        table = lines_of(group)
+        if len(group) == keys + 1 and max(map(len, table)) > width:
+            column = group[-1]
+            table = [f"{' / '.join(header[:keys])}: {header[column]}", ""] + [
+                f"- {' / '.join(map(str, row[:keys]))}: {row[column]}" for row in rows
+            ]
+        lines += ["", *table]
+    return lines[1:]

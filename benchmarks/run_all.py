@@ -8,14 +8,16 @@
     python benchmarks/run_all.py --render --out benchmarks/results --docs docs   # only re-render the pages
 
 Speed and memory (`bench_vit.py`, `bench_eigen_vit.py`, `bench_gpt.py`, `bench_diagnostics.py`,
-`bench_segmenter.py`) write one JSON each into --out; the reproductions (`reproduce.py`) write theirs into
---out/reproduce. With --docs, the pages `benchmarks.md` (speed and memory, rendered by `speed_page.py` from the
-JSON, each table with its machine and command, each ratio checked against its target) and `results.md` (the
-reproductions, rendered by `reproduce.py`) are written there.
+`bench_segmenter.py`) write one JSON each into --out; the reproductions (`evidence/reproduce.py`) write theirs
+into --out/reproduce (the GPU tier's default: evidence/results/reproduce-gpu). With --docs, the pages
+`benchmarks.md` (speed and memory, rendered by `speed_page.py` from the JSON, each table with its machine and
+command, each ratio checked against its target) and `results.md` (the reproductions, rendered by `reproduce.py`) are
+written there.
 A hand-written `notes.md` in --out is included in `benchmarks.md` as the reading of those numbers.
 
-The GPU tier (`--budget gpu`) writes into benchmarks/results/gpu and, with --docs, the pages `benchmarks-gpu.md` and
-`results-gpu.md` (the CPU pages stay as they are), each naming the GPU, dtype and library versions. It runs every
+The GPU tier (`--budget gpu`) writes into benchmarks/results/gpu (its reproductions into
+evidence/results/reproduce-gpu) and, with --docs, the pages `benchmarks-gpu.md` and `results-gpu.md` (the CPU pages
+stay as they are), each naming the GPU, dtype and library versions. It runs every
 benchmark at GPU batch sizes in bf16 with sdpa attention (flash kernels on an H100 in bf16), and reproduce.py's
 `gpu` budget: the four CIFAR-10 ViT variants for 25 epochs and the WikiText-2 LMs to early stopping, 3 seeds, 4 units
 at a time on the one GPU. docs/benchmarks.md ("The GPU tier") gives the time estimate and how it was made. A run cut
@@ -33,6 +35,7 @@ from pathlib import Path
 from speed_page import DEFAULT_PAGES, PAGES, render
 
 HERE = Path(__file__).resolve().parent
+EVIDENCE = HERE.parent / "evidence"  # the reproductions: their script, page generator and results
 
 # Each benchmark's flags per tier. quick: every table at a size 2 CPU cores run in a few minutes. full: bf16 at the
 # scripts' GPU batch sizes. gpu: bf16 at batch sizes that keep an H100 busy (the ViTs' 197 and 577 tokens fill it at
@@ -234,8 +237,9 @@ SMOKE_NOTE = (
 def run_everything(args) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    evidence = Path(args.evidence)
     if args.smoke:  # every page of a smoke run says so, as its notes
-        for folder in (out, out / "reproduce"):
+        for folder in (out, evidence):
             folder.mkdir(parents=True, exist_ok=True)
             (folder / "notes.md").write_text(SMOKE_NOTE + "\n")
     start = time.perf_counter()
@@ -248,10 +252,10 @@ def run_everything(args) -> None:
         run([sys.executable, str(HERE / script), *flags[args.tier], *extra, "--out", str(out / f"{name}.json")])
     reproduce = [
         sys.executable,
-        str(HERE / "reproduce.py"),
+        str(EVIDENCE / "reproduce.py"),
         *REPRODUCE[args.tier],
         "--out",
-        str(out / "reproduce"),
+        str(evidence),
         "--workers",
         str(args.workers),
     ] + (["--data", args.data] if args.data else [])
@@ -301,6 +305,9 @@ def main(argv=None) -> None:
         parser.error(f"--smoke scales down the GPU tier: use it with --budget gpu, not --budget {args.budget}")
     args.tier = f"{args.budget}-smoke" if args.smoke else args.budget
     default_out = "benchmarks/results/gpu" if args.tier == "gpu" else f"runs/all-{args.tier}"
+    # The GPU tier's evidence goes beside the other runs' (evidence/results), its speed results into benchmarks/.
+    default_evidence = EVIDENCE / "results" / "reproduce-gpu" if args.tier == "gpu" else None
+    args.evidence = (args.out is None and default_evidence) or Path(args.out or default_out) / "reproduce"
     args.out = args.out or default_out
     # The GPU tier trains 4 units at a time on the one GPU: a small model leaves it idle while Python launches kernels,
     # and the other processes fill those gaps (16 cores: 4 units, each with 3 data-loading workers).

@@ -8,6 +8,8 @@ import re
 import textwrap
 from pathlib import Path
 
+from common import markdown_table
+
 WIDTH = 120
 LIST_ITEM = re.compile(r"\s*(?:[-*]|\d+\.) ")
 
@@ -163,33 +165,16 @@ def check_targets(name: str, rows: list[dict], budget: str = "full") -> list[str
 
 
 def table(rows: list[dict]) -> list[str]:
-    """A Markdown table of `rows`; where a row would be wider than `WIDTH`, several tables, each with the leading
-    key columns (those before the first number) and as many of the others as fit."""
+    """A Markdown table of `rows` (`common.markdown_table`: split into column groups where too wide), whose key
+    columns are those before the first number."""
     columns = list(dict.fromkeys(c for row in rows for c in row))
-    # a "|" in a cell ("max |Δlogit|") would end it: escaped
-    cells = {c: [_fmt(row.get(c, "")).replace("|", "\\|") for row in rows] for c in columns}
-    keys = []
-    for column in columns:
-        if any(isinstance(row.get(column), float) for row in rows) or len(keys) == len(columns) - 1:
-            break
-        keys.append(column)
+    keys = next((i for i, c in enumerate(columns) if any(isinstance(row.get(c), float) for row in rows)), 1)
+    cells = [[_escape(_fmt(row.get(c, ""))) for c in columns] for row in rows]
+    return markdown_table([_escape(c) for c in columns], cells, keys=max(keys, 1))
 
-    def lines_of(group):
-        return ["| " + " | ".join(c.replace("|", "\\|") for c in group) + " |", "|" + "---|" * len(group)] + [
-            "| " + " | ".join(cells[c][i] for c in group) + " |" for i in range(len(rows))
-        ]
 
-    groups, group = [], list(keys)
-    for column in columns[len(keys) :]:
-        if len(group) > len(keys) and max(map(len, lines_of([*group, column]))) > WIDTH:
-            groups.append(group)
-            group = list(keys)
-        group.append(column)
-    groups.append(group)
-    lines = []
-    for group in groups:
-        lines += ["", *lines_of(group)]
-    return lines[1:]
+def _escape(text: str) -> str:
+    return text.replace("|", "\\|")  # a "|" in a cell ("max |Δlogit|") would end it
 
 
 def wrap_markdown(text: str, width: int = WIDTH) -> str:

@@ -7,7 +7,15 @@ import numpy as np
 import pytest
 import torch
 
-from hf_neutreno.experiment import copy_shared_weights, paired, paired_model, summary, weights_fingerprint
+from hf_neutreno.experiment import (
+    Run,
+    copy_shared_weights,
+    paired,
+    paired_model,
+    run_paired,
+    summary,
+    weights_fingerprint,
+)
 from hf_neutreno.model_factories import image_classifier
 
 SHAPE = dict(
@@ -41,6 +49,27 @@ def test_a_variant_starts_from_its_seeds_reference_whatever_was_built_before():
     assert all(torch.equal(again[k], vit_minus[k]) for k in vit_minus)  # its own parameters are the seed's too
     other = state(paired_model(build, "neutreno", 6, reference="softmax"))
     assert not all(torch.equal(other[k], reference[k]) for k in reference)
+
+
+def test_run_paired_trains_the_unfinished_runs_from_their_seeds_reference():
+    """Each run not `finished` is trained once, in order, from the weights its seed draws for the reference (built
+    here by hand), with the fingerprint of those weights; `build` None hands the run to `train` to build itself."""
+    seen = []
+
+    def train(run, model, fingerprint):
+        seen.append((run, None if model is None else state(model), fingerprint))
+
+    runs = [Run("softmax", 3), Run("neutreno", 3), Run("neutreno", 4, (("fraction", 0.5),))]
+    trained = run_paired(runs, build, train, finished=lambda run: run.seed == 4)
+    assert trained == runs[:2] and [run for run, _, _ in seen] == runs[:2]
+    torch.manual_seed(3)
+    reference = build("softmax")
+    for _, weights, fingerprint in seen:
+        assert all(torch.equal(weights[k], tensor) for k, tensor in reference.state_dict().items())
+        assert fingerprint == weights_fingerprint(reference)
+    assert runs[2].get("fraction") == 0.5
+    seen.clear()
+    assert run_paired(runs[2:], None, train) == runs[2:] and seen == [(runs[2], None, None)]
 
 
 def test_copy_shared_weights_copies_names_and_shapes_that_coincide_only():

@@ -1,4 +1,4 @@
-"""The trained ViTs committed with the cpu-long run (benchmarks/results/reproduce-cpu-long/models/): each loads through
+"""The trained ViTs committed with the cpu-long run (evidence/results/reproduce-cpu-long/models/): each loads through
 the Auto classes with `trust_remote_code=True` in a process where `hf_neutreno` cannot be imported, and scores what its
 unit's JSON recorded: the test accuracy on CIFAR-10's 10,000 test images, and the last-layer token cosine similarity on
 the first 1,000 of them, recomputed here with plain tensor math from the model's hidden states."""
@@ -10,7 +10,7 @@ import pytest
 
 from fresh_process import run_fresh
 
-RUN = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "reproduce-cpu-long"
+RUN = Path(__file__).resolve().parents[1] / "evidence" / "results" / "reproduce-cpu-long"
 KEPT = sorted(path.stem for path in (RUN / "units").glob("parent-*.json"))
 
 # The unit's accuracy came from another process, batch size and (possibly) CPU: a logit within rounding of a tie may

@@ -1,4 +1,4 @@
-"""benchmarks/reproduce.py end to end at a microscopic budget, and its statistics against hand computation."""
+"""evidence/reproduce.py end to end at a microscopic budget, and its statistics against hand computation."""
 
 import importlib.util
 import json
@@ -9,21 +9,26 @@ from pathlib import Path
 
 import pytest
 
+import reproduce_cifar
 import reproduce_figures as figures
 import reproduce_page as page
+import reproduce_plans as plans
+import reproduce_segment
+import reproduce_tables as tables
+import reproduce_training
+from hf_neutreno import experiment
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+EVIDENCE = Path(__file__).resolve().parents[1] / "evidence"
 
 
 def _load_reproduce():
-    spec = importlib.util.spec_from_file_location("reproduce", BENCHMARKS / "reproduce.py")
+    spec = importlib.util.spec_from_file_location("reproduce", EVIDENCE / "reproduce.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
 reproduce = _load_reproduce()
-stats = sys.modules["reproduce_report"]
 
 # Two seeds (a std needs two), 2-layer models (so NeuTRENO's term acts), a few images and tokens, two steps each.
 MICRO = [
@@ -62,22 +67,22 @@ EXPERIMENTS = ("cifar10_accuracy", "oversmoothing", "spectral", "data_efficiency
 
 
 def test_mean_and_sample_std_by_hand():
-    assert stats.mean_std([1, 2, 3]) == (2.0, 1.0)  # std with n − 1: sqrt((1 + 0 + 1) / 2)
-    mean, std = stats.mean_std([0.5])
+    assert experiment.mean_std([1, 2, 3]) == (2.0, 1.0)  # std with n − 1: sqrt((1 + 0 + 1) / 2)
+    mean, std = experiment.mean_std([0.5])
     assert mean == 0.5 and math.isnan(std)
-    summary = stats.summary({0: 0.2, 1: 0.4, 2: 0.9})
+    summary = experiment.summary({0: 0.2, 1: 0.4, 2: 0.9})
     assert summary["mean"] == pytest.approx(0.5) and summary["std"] == pytest.approx(math.sqrt(0.13))
     assert summary["per_seed"] == {"0": 0.2, "1": 0.4, "2": 0.9} and summary["n"] == 3
 
 
 def test_paired_differences_by_hand():
     variant, baseline = {0: 0.6, 1: 0.5, 2: 0.9}, {0: 0.5, 1: 0.7, 2: 0.8}
-    delta = stats.paired(variant, baseline)  # differences 0.1, -0.2, 0.1
+    delta = experiment.paired(variant, baseline)  # differences 0.1, -0.2, 0.1
     assert delta["mean"] == pytest.approx(0.0, abs=1e-12)
     assert delta["std"] == pytest.approx(math.sqrt((0.01 + 0.04 + 0.01) / 2))
     assert delta["wins"] == 2
-    assert stats.paired(variant, baseline, higher_is_better=False)["wins"] == 1  # perplexity: lower wins
-    assert stats.paired({0: 1.0, 5: 2.0}, {0: 0.5})["n"] == 1  # only seeds both have are paired
+    assert experiment.paired(variant, baseline, higher_is_better=False)["wins"] == 1  # perplexity: lower wins
+    assert experiment.paired({0: 1.0, 5: 2.0}, {0: 0.5})["n"] == 1  # only seeds both have are paired
 
 
 def test_accuracy_table_aligns_seeds_when_variants_have_different_numbers():
@@ -86,11 +91,11 @@ def test_accuracy_table_aligns_seeds_when_variants_have_different_numbers():
         "names": {"vit": "ViT", "neutreno": "NeuTRENO"},
         "paired": {},
         "summary": {
-            "vit": {"accuracy": stats.summary({0: 0.6215, 1: 0.621})},
-            "neutreno": {"accuracy": stats.summary({0: 0.6124, 1: 0.6036, 2: 0.6041})},
+            "vit": {"accuracy": experiment.summary({0: 0.6215, 1: 0.621})},
+            "neutreno": {"accuracy": experiment.summary({0: 0.6124, 1: 0.6036, 2: 0.6041})},
         },
     }
-    table = page.comparison(data).splitlines()
+    table = tables.comparison(data).splitlines()
     assert "per seed: 0 / 1 / 2" in table[0]
     assert "(62.15 / 62.10 / —) |" in table[2] and "(61.24 / 60.36 / 60.41) |" in table[3]
 
@@ -188,6 +193,7 @@ def test_eigen_spectra_fix_the_dominating_eigenvalue(micro_run):
 def test_markdown_has_every_table_and_resolvable_figures(micro_run):
     out, docs = micro_run
     text = docs.read_text()
+    log = " ".join((docs.parent / "results-log.md").read_text().split())  # its commands, lines broken at 120
     for heading in (
         "## CIFAR-10",
         "## Over-smoothing per layer",
@@ -197,7 +203,7 @@ def test_markdown_has_every_table_and_resolvable_figures(micro_run):
         "## WikiText-2",
     ):
         assert heading in text, heading
-    assert "torch 2." in text and "python benchmarks/reproduce.py --quick" in text
+    assert "torch 2." in " ".join(text.split()) and "python evidence/reproduce.py --quick" in log
     figures = re.findall(r"!\[[^]]*\]\(([^)]+)\)", text)
     assert {Path(path).name for path in figures} >= {"cifar10_curves.png", "wikitext2_curves.png"}  # the curves
     for path in figures:
@@ -218,7 +224,7 @@ def test_a_second_run_reuses_the_cached_units(micro_run, data_dir, capsys):
 def test_hand_written_notes_are_kept_with_the_run(micro_run):
     out, _ = micro_run
     (out / "notes.md").write_text("Nothing here is evidence.")
-    text = stats.render(out, stats.aggregate(out))
+    text = page.render(out, sys.modules["reproduce_report"].aggregate(out))
     assert "## Reading these numbers\n\nNothing here is evidence." in text
 
 
@@ -239,7 +245,8 @@ class _CutOff(Exception):
 def test_a_unit_cut_off_after_a_checkpoint_resumes_to_the_uninterrupted_result(unit, data_dir, tmp_path, monkeypatch):
     # Two checkpoints per unit: two epochs of two steps, or four LM steps with a curve point every two.
     _, budget = reproduce.parse_args(MICRO + ["--epochs", "2", "--lm-steps", "4", "--lm-eval-steps", "2"])
-    name, data = reproduce.unit_name(unit), str(data_dir)
+    unit = plans.Unit.from_json(unit)
+    name, data = unit.name, str(data_dir)
     reproduce.run_unit(unit, budget, tmp_path / "whole", data)
     assert not (tmp_path / "whole" / "checkpoints" / name).exists()  # removed once the unit is done
 
@@ -247,7 +254,7 @@ def test_a_unit_cut_off_after_a_checkpoint_resumes_to_the_uninterrupted_result(u
         raise _CutOff
 
     with monkeypatch.context() as patch:
-        patch.setattr(reproduce.CurvePoints, "on_save", cut_off, raising=False)
+        patch.setattr(reproduce_training.CurvePoints, "on_save", cut_off, raising=False)
         with pytest.raises(_CutOff):
             reproduce.run_unit(unit, budget, tmp_path / "cut", data)
     checkpoints = list((tmp_path / "cut" / "checkpoints" / name).glob("checkpoint-*"))
@@ -267,7 +274,7 @@ def test_a_unit_cut_off_after_a_checkpoint_resumes_to_the_uninterrupted_result(u
     # The compute a unit reports includes the sessions before it was cut off, curve or not.
     assert spent and spent[-1] > 0
     assert json.loads((tmp_path / "cut" / "units" / f"{name}.json").read_text())["seconds"] > spent[-1]
-    assert len(whole.get("curve", ())) == (0 if unit.get("fraction", 1.0) < 1 else 2)
+    assert len(whole.get("curve", ())) == (0 if (unit.fraction or 1.0) < 1 else 2)
     assert resumed.get("curve") == whole.get("curve")
     # The mean training loss, from the logs the checkpoint kept and the resumed session's: equal up to rounding.
     assert resumed.pop("train_loss") == pytest.approx(whole.pop("train_loss"), rel=1e-6)
@@ -282,10 +289,10 @@ def test_round_two_units_run_end_to_end(grid, data_dir, tmp_path, monkeypatch):
     attention, the value paths and the Segmenters."""
     from transformers import AutoImageProcessor, AutoModelForImageClassification
 
-    monkeypatch.setattr(reproduce, "LAMBDA_GRID", grid)
-    monkeypatch.setattr(reproduce, "VALIDATION_IMAGES", 50)  # of 50,000: the sweep's held-out split
+    monkeypatch.setattr(plans, "LAMBDA_GRID", grid)
+    monkeypatch.setattr(reproduce_cifar, "VALIDATION_IMAGES", 50)  # of 50,000: the sweep's held-out split
     # Fewer held-out scenes than the budget's Segmenters score (8), as at cpu-long (500 against 1,000): all are scored.
-    monkeypatch.setattr(reproduce, "SEGMENT_PILOT_IMAGES", 6)
+    monkeypatch.setattr(reproduce_segment, "SEGMENT_PILOT_IMAGES", 6)
     out = tmp_path / "round2"
     one_seed = ["--quick", "--seeds", "0", *MICRO[4:]]  # MICRO with seed 0 alone
     everything = 0.6 not in grid  # the rest of round 2 does not depend on the grid: run it once
@@ -295,7 +302,7 @@ def test_round_two_units_run_end_to_end(grid, data_dir, tmp_path, monkeypatch):
 
     sweep = {lam: unit(f"sweep-neutreno-lambda{lam:g}-seed0") for lam in grid}
     assert all(u["scored_on"] == "validation" and u["neutreno_lambda"] == lam for lam, u in sweep.items())
-    chosen = reproduce.validated_lambda(out)
+    chosen = plans.validated_lambda(out)
     best = max(u["accuracy"] for u in sweep.values())
     assert sweep[chosen]["accuracy"] == best
     validated = sorted((out / "units").glob("cifar-neutreno-lambda*-100pct-seed*.json"))
@@ -336,11 +343,11 @@ def test_round_two_units_run_end_to_end(grid, data_dir, tmp_path, monkeypatch):
             score = result["accuracy"] if task == "cifar" else result["validation"]["blocks"]["perplexity"]
             assert math.isfinite(score)
     # Segmenter: the pilot's optimiser on held-out training scenes, then the kept encoders and random weights.
-    pilots = {recipe: unit(f"segpilot-{recipe}-seed0") for recipe in reproduce.SEGMENT_RECIPES}
+    pilots = {recipe: unit(f"segpilot-{recipe}-seed0") for recipe in plans.SEGMENT_RECIPES}
     assert all(p["scored_on"] == "held-out training scenes" and "mean_iou_ms" not in p for p in pilots.values())
-    recipe = reproduce.segment_recipe(out)
+    recipe = plans.segment_recipe(out)
     assert pilots[recipe]["mean_iou"] == max(p["mean_iou"] for p in pilots.values())
-    for variant in reproduce.SEGMENT_VARIANTS:
+    for variant in plans.SEGMENT_VARIANTS:
         result = unit(f"segment-{variant}-seed0")
         assert result["recipe"] == recipe and result["scored_on"] == "validation"
         assert all(0 <= result[key] <= 1 for key in ("mean_iou", "mean_iou_ms", "pixel_accuracy"))
@@ -349,7 +356,7 @@ def test_round_two_units_run_end_to_end(grid, data_dir, tmp_path, monkeypatch):
         assert result["start_from"] == (None if variant.startswith("scratch-") else f"cifar-{encoder}-seed0")
         assert result["trained"]["oversmoothing"]["values"]["cosine_similarity"]
     # The page shows every round-2 experiment, the λ the sweep chose, and links to the kept models.
-    text = (out / "results.md").read_text()
+    text = " ".join((out / "results.md").read_text().split())  # prose lines are broken at 120 characters
     for heading in (
         "## NeuTRENO's λ chosen on held-out images",
         "## The trained ViTs that adaptation",
@@ -384,8 +391,8 @@ def test_only_without_a_matching_unit_names_the_plan(tmp_path):
 
 def test_invocations_sharing_a_run_folder_each_update_their_own_record(tmp_path):
     first, second = {"command": "python a", "started": "t0"}, {"command": "python b", "started": "t1"}
-    stats.record_session(tmp_path, first, budget_name="quick", budget={})
-    stats.record_session(tmp_path, second, budget_name="quick", budget={})  # e.g. an --only share elsewhere
-    stats.record_session(tmp_path, {**first, "wall_seconds": 5.0}, budget_name="quick", budget={}, update=True)
+    reproduce.record_session(tmp_path, first, budget_name="quick", budget={})
+    reproduce.record_session(tmp_path, second, budget_name="quick", budget={})  # e.g. an --only share elsewhere
+    reproduce.record_session(tmp_path, {**first, "wall_seconds": 5.0}, budget_name="quick", budget={}, update=True)
     sessions = json.loads((tmp_path / "run.json").read_text())["sessions"]
     assert [(s["command"], s.get("wall_seconds")) for s in sessions] == [("python a", 5.0), ("python b", None)]

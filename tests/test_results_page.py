@@ -1,15 +1,22 @@
-"""The results page of benchmarks/reproduce.py from fabricated unit JSON (no training): the claims' verdicts against
+"""The results page of evidence/reproduce.py from fabricated unit JSON (no training): the claims' verdicts against
 intervals computed by hand, the opening "which remedy" table and its sentences (round 2's units, the value paths and
 segmentation included), the benchmarks' costs, and the recorded commands without this machine's data path."""
 
 import json
 import math
+import re
+import shutil
+from pathlib import Path
 
 import pytest
 
+import reproduce
 import reproduce_claims as claims_data
+import reproduce_methods
 import reproduce_page as page
 import reproduce_report as report
+from reproduce_plans import Unit
+from reproduce_results import UnitResult, load_units
 
 T95_TWO_DEGREES = 4.303  # Student's t, two-sided 95 %, 3 seeds
 BUDGET = {
@@ -153,8 +160,7 @@ MACHINE = {
     "transformers": "5.24",
 }
 COMMAND = (
-    "python benchmarks/reproduce.py --budget quick --data /home/someone/private-data "
-    "--out /srv/repo/benchmarks/results/x"
+    "python evidence/reproduce.py --budget quick --data /home/someone/private-data --out /srv/repo/benchmarks/results/x"
 )
 
 
@@ -190,7 +196,7 @@ def page_for(tmp_path_factory):
             out = tmp_path_factory.mktemp(f"run-{chosen}")
             (out / "units").mkdir()
             for unit in fabricated_units(chosen):
-                (out / "units" / f"{report.unit_name(unit['unit'])}.json").write_text(json.dumps(unit))
+                (out / "units" / f"{Unit.from_json(unit['unit']).name}.json").write_text(json.dumps(unit))
             (out / "run.json").write_text(
                 json.dumps(
                     {
@@ -210,14 +216,15 @@ def page_for(tmp_path_factory):
             with pytest.MonkeyPatch.context() as patch:
                 patch.setattr(report, "BENCHMARKS", benchmarks)
                 results = report.aggregate(out, chosen_lambda=chosen)
-            pages[chosen] = out, results, report.render(out, results)
+            pages[chosen] = out, results, page.render(out, results)
         return pages[chosen]
 
     return make
 
 
 def claims_of(units: list[dict], planned: tuple = ()) -> dict:
-    return {c["id"]: c for c in report.claims(report.group(units), list(planned))}
+    results = [UnitResult.from_json(unit) for unit in units]
+    return {c["id"]: c for c in report.claims(report.group(results), list(planned))}
 
 
 def by_hand(differences: list[float]) -> tuple[float, float]:
@@ -271,9 +278,16 @@ def opening_rows(text: str) -> dict[str, list[str]]:
     return {row[0].strip(): [cell.strip() for cell in row[1:]] for row in rows[1:]}
 
 
+def unwrapped(text: str) -> str:
+    """The page with each list item's continuation lines (broken at 120 characters) joined to it."""
+    return re.sub(r"\n  (?=\S)", " ", text)
+
+
 def test_opening_table_and_sentences_come_from_the_same_claims(page_for):
-    text = page_for(0.2)[2]
-    assert text.index("## Which remedy, and when") < text.index("## The run")  # the page opens with it
+    text = unwrapped(page_for(0.2)[2])
+    # The page opens with the which-remedy table, then the verdicts; the run and its details come after.
+    claims, run = text.index("## Each claim against its paper"), text.index("## The run")
+    assert text.index("## Which remedy, and when") < claims < run
     rows = opening_rows(text)
     official = rows["NeuTRENO at the official λ (ViT 0.6, LM 0.4)"]
     # columns: scratch, adaptation, 10 %, WikiText-2, segmentation, cosine Δ, ‖HFC‖/‖LFC‖ Δ, throughput, memory
@@ -332,10 +346,13 @@ def test_round_two_and_new_variants_have_their_tables_and_curves(page_for):
         assert f"({'.'}/{figure}.png)" in text and (out / f"{figure}.png").stat().st_size > 0
 
 
-def test_recorded_commands_do_not_show_the_data_path(page_for):
-    text = page_for(0.2)[2]
-    assert "/home/someone/private-data" not in text and "/srv/repo" not in text
-    assert "`python benchmarks/reproduce.py --budget quick --data $HF_NEUTRENO_DATA --out benchmarks/results/x`" in text
+def test_recorded_commands_are_in_the_run_log_without_the_data_path(page_for):
+    out, _, text = page_for(0.2)
+    log = " ".join((out / "results-log.md").read_text().split())  # the commands, lines broken at 120 characters
+    assert "[results-log.md](results-log.md)" in " ".join(text.split()) and "`python benchmarks/" not in text
+    for page_text in (text, log):
+        assert "/home/someone/private-data" not in page_text and "/srv/repo" not in page_text
+    assert "`python evidence/reproduce.py --budget quick --data $HF_NEUTRENO_DATA --out benchmarks/results/x`" in log
     assert page.redact("reproduce.py --data=/d/x --workers 2") == "reproduce.py --data=$HF_NEUTRENO_DATA --workers 2"
     assert page.redact("reproduce.py --out runs/x") == "reproduce.py --out runs/x"  # already relative: as it was
 
@@ -344,11 +361,11 @@ def test_the_claims_data_is_consistent():
     """Every claim id is unique, every opening-table cell names a claim, every measure has a format."""
     ids = [claim["id"] for claim in claims_data.CLAIMS]
     assert len(ids) == len(set(ids))
-    for method in claims_data.METHODS.values():
-        for field in (*claims_data.TASKS, "cosine", "hfc"):
+    for method in reproduce_methods.METHODS.values():
+        for field in (*reproduce_methods.TASKS, "cosine", "hfc"):
             assert method.get(field) in (None, "n/a", *ids), (method["name"], field)
     for claim in claims_data.CLAIMS:
-        assert report.measure_format(claim["measure"]) and claim["sign"] in (-1, 0, 1)
+        assert claim["measure"].format and claim["sign"] in (-1, 0, 1)
 
 
 def test_commands_of_one_machine_are_named_as_spans():
@@ -368,3 +385,29 @@ def test_a_machine_line_gives_workers_only_when_its_commands_agree():
     text = page.header({"budget": BUDGET, "sessions": [session(1), session(2), session(5, **gpu)]}, [])
     assert "- **Machine (commands 1-2)**: CPU, 2 cores; worker processes and torch threads as each command" in text
     assert "- **Machine (command 3)**: NVIDIA H200; 5 worker process(es) × 1 torch thread(s); python 3.12" in text
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize(
+    "folder, docs",
+    [("evidence/results/reproduce-cpu-long", "docs/results.md"), ("evidence/results/reproduce", None)],
+)
+def test_the_committed_pages_are_rendered_from_the_committed_unit_json(folder, docs, tmp_path):
+    """Every committed unit's JSON parses into a typed unit named as its file, and `--render` on a copy of the run
+    gives the committed pages, run logs and experiment JSON byte for byte (the docs page from docs/ beside it)."""
+    out = tmp_path / folder
+    shutil.copytree(ROOT / folder, out, ignore=shutil.ignore_patterns("models", "*.png"))
+    units = load_units(out)
+    assert units and all(f"{u.unit.name}.json" in {p.name for p in (out / "units").iterdir()} for u in units)
+    assert len(units) == len(list((out / "units").glob("*.json")))
+    assert all(field in u.record for u in units for field in u.unit.plan.records)  # what each plan measures
+    reproduce.main(["--render", "--out", str(out)] + (["--docs", str(tmp_path / docs)] if docs else []))
+    written = [p.name for p in out.glob("*.json") if p.name not in ("run.json", "wikitext2_unigram.json")]
+    for name in ("results.md", "results-log.md", *written):
+        assert (out / name).read_text() == (ROOT / folder / name).read_text(), name
+    if docs:
+        log = Path(docs).with_name(Path(docs).stem + "-log.md")
+        for page_path in (Path(docs), log):
+            assert (tmp_path / page_path).read_text() == (ROOT / page_path).read_text(), page_path

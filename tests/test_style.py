@@ -38,15 +38,21 @@ def _tracked_text_files() -> list[Path]:
     ]
 
 
+# The results pages of the evidence runs keep their tables whole, however wide: a claim's row is read across, from
+# the paper's number to the verdict (the speed pages split theirs into column groups).
+WHOLE_TABLES = ("docs/results.md", "docs/results-gpu.md", "evidence/results/")
+
+
 def test_lines_are_at_most_120_characters_in_code_and_docs():
     """Python, Markdown (docs, READMEs, model-card templates), configs and the CI script. Only a single word that
-    cannot be broken (a long command-line value) may be longer."""
+    cannot be broken (a long command-line value) may be longer, and a table row of a results page."""
     if not (ROOT / ".git").exists():
         pytest.skip("not a git checkout: the tracked files are unknown")
     long = []
     for path in _tracked_text_files():
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             unbreakable = " " not in line.strip().removesuffix("\\").strip()
-            if len(line) > 120 and not unbreakable:
+            whole_table = line.startswith("|") and str(path.relative_to(ROOT)).startswith(WHOLE_TABLES)
+            if len(line) > 120 and not unbreakable and not whole_table:
                 long.append(f"{path.relative_to(ROOT)}:{number}: {len(line)} characters")
     assert not long, "\n".join(long)

@@ -1,7 +1,7 @@
 """The experiment engine: paired runs. The variants of one seed start from the same weights and train on the same
 batches, and their results are summarised over seeds as mean ± sample standard deviation with paired differences.
 
-`hf-neutreno compare`, `examples/run_eigen_vit.py` and `benchmarks/reproduce.py` all pair their variants this way:
+`hf-neutreno compare`, `examples/run_eigen_vit.py` and `evidence/reproduce.py` all pair their variants this way:
 
     run_paired(runs, build, train, finished=recorded)                      # the one loop over (variant, seed) runs
     model = paired_model(build, "neutreno", seed, reference="softmax")  # softmax's initial weights, λ > 0
@@ -64,8 +64,8 @@ class Run:
 
 def run_paired(
     runs: Iterable[Run],
-    build: Callable[[str], torch.nn.Module],
-    train: Callable[[Run, torch.nn.Module, str], None],
+    build: Callable[[str], torch.nn.Module] | None,
+    train: Callable[[Run, torch.nn.Module | None, str | None], None],
     *,
     finished: Callable[[Run], bool] = lambda run: False,
     reference: str = BASELINE,
@@ -74,14 +74,20 @@ def run_paired(
     (a resumed experiment's recorded runs), the variant's model paired with the seed's `reference`
     (`paired_model`), then `train(run, model, fingerprint)`, which trains, scores and records it; `fingerprint` is
     `weights_fingerprint` of the shared initial weights. A run's numbers depend on its variant, seed and setting
-    alone, so an experiment stopped and resumed gives those of an uninterrupted one. Returns the runs trained."""
+    alone, so an experiment stopped and resumed gives those of an uninterrupted one. Returns the runs trained.
+
+    `build` None: `train(run, None, None)` builds the model itself, for a run handed to a training script that pairs
+    its models by seed on its own (the reproductions' Segmenters, trained by the segmentation example)."""
     trained = []
     for run in runs:
         if finished(run):
             continue
-        model = paired_model(build, run.variant, run.seed, reference=reference)
-        # a variant's own weights, which its reference has not (a value path's coefficients, gates, marker), left out
-        train(run, model, weights_fingerprint(model, exclude={*value_path_parameters(model), MARKER}))
+        if build is None:
+            train(run, None, None)
+        else:
+            model = paired_model(build, run.variant, run.seed, reference=reference)
+            # a variant's own weights, which its reference has not (a value path's coefficients, gates, marker)
+            train(run, model, weights_fingerprint(model, exclude={*value_path_parameters(model), MARKER}))
         trained.append(run)
     return trained
 

@@ -10,19 +10,20 @@ weights), as `variant − baseline`, and a claim's verdict is the 95 % t-interva
 
 import json
 import math
-import os
 import re
-import statistics
 from collections import Counter
 from fnmatch import fnmatchcase
 from pathlib import Path
 
 import reproduce_figures as figures
-from hf_neutreno.experiment import mean_std, paired, summary
-from reproduce_claims import CLAIMS, EXPERIMENTS, LM_MODELS, METHODS, PARENT_MODELS
+from hf_neutreno.experiment import paired, summary
+from reproduce_claims import CLAIMS, EXPERIMENTS, LM_MODELS, PARENT_MODELS
+from reproduce_methods import METHODS
+from reproduce_plans import CIFAR, LM, SWEEP, VALIDATED
+from reproduce_results import ACCURACY, Measure, UnitResult, load_units
 
-BENCHMARKS = Path(__file__).resolve().parent / "results"  # the speed benchmarks' JSON (the opening table's costs)
-SWEEP = "sweep-neutreno-lambda"  # the λ sweep's series: SWEEP + λ
+# The speed benchmarks' JSON (the opening table's costs).
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 CURVES = {
     "cifar10_accuracy": "cifar10_curves.png",
     "wikitext2": "wikitext2_curves.png",  # learning-curve figures
@@ -30,19 +31,6 @@ CURVES = {
 }
 # Two-sided 95 % quantiles of Student's t by degrees of freedom (n − 1 seeds), for the paired-difference intervals.
 T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
-# How each kind of measure (reproduce_claims) is shown: scale, unit, digits, whether higher is better, a win's word.
-FORMATS = {
-    "accuracy": (100, "pp", 2, True, "better"),
-    "corruption": (100, "pp", 2, True, "better"),
-    "corruption_change": (100, "pp", 2, True, "better"),
-    "pixel_accuracy": (100, "pp", 2, True, "better"),
-    "mean_iou": (100, "points", 2, True, "better"),
-    "mean_iou_ms": (100, "points", 2, True, "better"),
-    "cosine": (1, "", 3, False, "lower"),
-    "hfc": (1, "", 3, True, "higher"),
-    "ppl": (1, "", 1, False, "lower"),
-    "spectral": (100, "%", 2, True, "higher"),
-}
 
 
 def interval(stats: dict) -> tuple[float, float]:
@@ -68,79 +56,25 @@ def verdict(stats: dict, sign: int) -> str:
     return "inconclusive"
 
 
-def measure_format(measure: str) -> tuple:
-    return FORMATS[measure.split(":")[0]]
-
-
 # ---------------------------------------------------------------------------------------------------- units
 
 
-def unit_name(unit: dict) -> str:
-    """A unit's name: its JSON file's stem, and its checkpoint folder's."""
-    kind, seed = unit["kind"], unit["seed"]
-    if kind == "lm":
-        return f"lm-{unit['variant']}-seed{seed}"
-    if kind == "sweep":
-        return f"{SWEEP}{unit['neutreno_lambda']:g}-seed{seed}"
-    if kind == "validated":
-        return f"cifar-neutreno-lambda{unit['neutreno_lambda']:g}-100pct-seed{seed}"
-    if kind in ("kernel", "parent", "adapt", "segment"):
-        return f"{kind}-{unit['variant']}-seed{seed}"
-    if kind == "segpilot":
-        return f"segpilot-{unit['recipe']}-seed{seed}"
-    if kind == "valuepath":
-        return f"valuepath-{unit['task']}-{unit['variant']}-seed{seed}"
-    return f"cifar-{unit['variant']}-{round(unit['fraction'] * 100)}pct-seed{seed}"
-
-
-def load_units(out: Path) -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted((out / "units").glob("*.json"))]
-
-
-def series_name(name: str) -> str:
-    """A unit's name without its seed: the series that tables and claims name (`*` matches the chosen λ)."""
-    return re.sub(r"-seed\d+$", "", name)
-
-
-def group(units: list[dict]) -> dict[str, dict[int, dict]]:
+def group(units: list[UnitResult]) -> dict[str, dict[int, UnitResult]]:
     """{series: {seed: unit}}, seeds in order."""
     groups = {}
-    for u in sorted(units, key=lambda u: u["unit"]["seed"]):
-        groups.setdefault(series_name(unit_name(u["unit"])), {})[u["unit"]["seed"]] = u
+    for u in sorted(units, key=lambda u: u.seed):
+        groups.setdefault(u.unit.series, {})[u.seed] = u
     return groups
 
 
-def find(groups: dict, pattern: str) -> dict[int, dict]:
+def find(groups: dict, pattern: str) -> dict[int, UnitResult]:
+    """The units of the series `pattern` names (`*` matches the chosen λ: only one is ever trained)."""
     return next((g for name, g in groups.items() if fnmatchcase(name, pattern)), {})
 
 
-def measure(unit: dict, name: str) -> float | None:
-    """The number `name` (a measure, see reproduce_claims) of one unit; None where the unit does not record it."""
-    kind, *args = name.split(":")
-    try:
-        if kind in ("cosine", "hfc"):
-            report = unit[args[0]]["oversmoothing"]
-            metric = "cosine_similarity" if kind == "cosine" else "hfc_lfc_ratio"
-            layer = report["layers"][metric].index(int(args[1])) if len(args) > 1 else -1
-            return report["values"][metric][layer]
-        if kind == "ppl":
-            return unit[args[0]][args[1]]["perplexity"]
-        if kind == "spectral":
-            return unit[args[0]]["spectral"][args[1]]
-        if kind == "corruption":  # the mean over the corruptions at a severity (0: clean), or one corruption
-            by_name = unit["corruptions"][args[0]]
-            return by_name[args[1]] if len(args) > 1 else statistics.fmean(by_name.values())
-        if kind == "corruption_change":  # robustness proper: a difference in clean accuracy does not move it
-            corrupted, clean = (statistics.fmean(unit["corruptions"][s].values()) for s in ("5", "0"))
-            return corrupted - clean
-        return unit[kind]
-    except (KeyError, ValueError):  # not recorded, or a model of another depth has no such layer
-        return None
-
-
-def values(groups: dict, series: str, name: str) -> dict[int, float]:
+def values(groups: dict, series: str, measure: Measure) -> dict[int, float]:
     """{seed: measure} over the series' units that record it."""
-    return {s: v for s, u in find(groups, series).items() if (v := measure(u, name)) is not None}
+    return {s: v for s, u in find(groups, series).items() if (v := u.measure(measure)) is not None}
 
 
 # ---------------------------------------------------------------------------------------------------- aggregation
@@ -176,10 +110,10 @@ def aggregate(out: Path, chosen_lambda: float | None = None) -> dict:
             for stage in ("init", "trained")
         }
     if "lambda_sweep" in results:
-        trained_with = (
+        trained_with = (  # the units that used the sweep's choice
             u["neutreno_lambda"]
-            for u in units  # the units that used the sweep's choice
-            if unit_name(u["unit"]).startswith(("adapt-neutreno", "cifar-neutreno-lambda"))
+            for u in units
+            if u.unit.kind == VALIDATED.kind or (u.unit.kind == "adapt" and u.unit.variant == "neutreno")
         )
         results["lambda_sweep"]["chosen"] = chosen_lambda if chosen_lambda is not None else next(trained_with, None)
     if "wikitext2" in results:
@@ -208,19 +142,20 @@ def experiments(groups: dict) -> dict:
     """reproduce_claims.EXPERIMENTS completed from the units: the λ sweep's grid, the layers the over-smoothing
     tables show (the embeddings, a quarter and half deep, the last three) and the corruptions' names."""
     result = dict(EXPERIMENTS)
-    grid = sorted((name[len(SWEEP) :] for name in groups if name.startswith(SWEEP)), key=float)
-    result["lambda_sweep"] = ({lam: (SWEEP + lam, f"λ {lam}") for lam in grid}, ("accuracy",), ())
-    vit = next(iter(find(groups, "cifar-vit-100pct").values()), {})
+    grid = sorted({u.unit.neutreno_lambda for by in groups.values() for u in by.values() if u.unit.kind == SWEEP.kind})
+    models = {f"{lam:g}": (SWEEP.of(neutreno_lambda=lam), f"λ {lam:g}") for lam in grid}
+    result["lambda_sweep"] = (models, (ACCURACY,), ())
+    vit = next(iter(find(groups, CIFAR.of(variant="vit", fraction=1.0)).values()), {})
     if "trained" in vit:
         layers = vit["trained"]["oversmoothing"]["layers"]["cosine_similarity"]
         shown = sorted({layers[0], layers[len(layers) // 4], layers[len(layers) // 2], *layers[-3:]})
         measures = []
         for stage in ("trained", "init"):
-            measures += [f"cosine:{stage}:{layer}" for layer in shown] + [f"hfc:{stage}:{layers[-1]}"]
+            measures += [Measure("cosine", stage, layer) for layer in shown] + [Measure("hfc", stage, layers[-1])]
         result["oversmoothing"] = (result["oversmoothing"][0], tuple(measures), ())
     if "corruptions" in vit:
         models, measures, pairs = result["corruptions"]
-        each = tuple(f"corruption:5:{name}" for name in vit["corruptions"]["5"])
+        each = tuple(Measure("corruption", severity=5, corruption=name) for name in vit["corruptions"]["5"])
         result["corruptions"] = (models, measures + each, pairs)
     return result
 
@@ -230,7 +165,7 @@ def _parents(groups: dict) -> dict:
     difference (how reproducible one model's accuracy is), with their folders."""
     parents = {}
     for key, (series, first_run) in PARENT_MODELS.items():
-        retrain, first = values(groups, series, "accuracy"), values(groups, first_run, "accuracy")
+        retrain, first = values(groups, series, ACCURACY), values(groups, first_run, ACCURACY)
         if retrain:
             parents[key] = {
                 "retrain": summary(retrain),
@@ -249,10 +184,10 @@ def compare(groups: dict, models: dict, measures: tuple, pairs: tuple, figure: P
     result = {
         "names": {k: m[1] for k, m in models.items()},
         "papers": {k: m[2] for k, m in models.items() if m[2:]},
-        "summary": {k: {m: summary(v) for m, v in by.items()} for k, by in by_model.items()},
+        "summary": {k: {m.key: summary(v) for m, v in by.items()} for k, by in by_model.items()},
         "paired": {
             f"{v} vs {b}": {
-                m: paired(by_model[v][m], by_model[b][m], measure_format(m)[3])
+                m.key: paired(by_model[v][m], by_model[b][m], m.format[3])
                 for m in by_model[v]
                 if set(by_model[v][m]) & set(by_model[b].get(m, {}))
             }
@@ -273,11 +208,11 @@ def _benchmark(path: Path, where: dict, field: str) -> float | None:
     return next((r[field] for r in rows if field in r and all(r.get(k) == v for k, v in where.items())), None)
 
 
-def _wikitext(units: list[dict], out: Path) -> dict:
+def _wikitext(units: list[UnitResult], out: Path) -> dict:
     """What the language-model section says of its setting: tokens scored, the budget, the unigram level."""
-    lm = [u for u in units if u["unit"]["kind"] == "lm"] + [u for u in units if u["unit"].get("task") == "lm"]
+    lm = [u for u in units if u.unit.kind == LM.kind] + [u for u in units if u.unit.task == "lm"]
     first = lm[0]
-    by_variant = {k: {str(u["unit"]["seed"]): u for u in lm if u["unit"]["variant"] == k} for k in LM_MODELS}
+    by_variant = {k: {str(u.seed): u for u in lm if u.unit.variant == k} for k in LM_MODELS}
     by_variant = {k: by for k, by in by_variant.items() if by}
     result = {
         "scored_tokens": {
@@ -309,15 +244,15 @@ def claims(groups: dict, planned: list[str]) -> list[dict]:
     the seeds with the paper's sign, and its verdict (None while fewer seeds than planned are finished, and for a
     measurement with no direction)."""
     expected = Counter(series_name(name) for name in planned)
-    lm_curves = any(u.get("curve") for u in find(groups, "lm-softmax").values())
+    lm_curves = any(u.get("curve") for u in find(groups, LM.of(variant="softmax")).values())
     result = []
     for claim in CLAIMS:
         planned_seeds = sum(n for series, n in expected.items() if fnmatchcase(series, claim["variant"]))
         variant, baseline = (values(groups, claim[k], claim["measure"]) for k in ("variant", "baseline"))
-        stats = paired(variant, baseline, measure_format(claim["measure"])[3]) if set(variant) & set(baseline) else None
+        stats = paired(variant, baseline, claim["measure"].format[3]) if set(variant) & set(baseline) else None
         if (claim["only_with_curve"] and not lm_curves) or (stats is None and not planned_seeds):
             continue
-        entry = {**claim, "stats": stats, "planned": planned_seeds, "verdict": None}
+        entry = {**claim, "measure": claim["measure"].key, "stats": stats, "planned": planned_seeds, "verdict": None}
         if stats is not None:
             entry.update(interval=interval(stats), agree=sum(d * claim["sign"] > 0 for d in stats["per_seed"].values()))
             if claim["sign"] and stats["n"] >= planned_seeds:
@@ -326,56 +261,9 @@ def claims(groups: dict, planned: list[str]) -> list[dict]:
     return result
 
 
-# ---------------------------------------------------------------------------------------------------- run record
+def series_name(name: str) -> str:
+    """The series of a unit name recorded in run.json (the name without its `-seed<k>`)."""
+    return re.sub(r"-seed\d+$", "", name)
 
 
-def record_session(out: Path, session: dict, budget_name: str, budget: dict, update: bool = False) -> None:
-    """Append this invocation (command, wall time, load, machine) to `<out>/run.json`, or (`update`) replace the entry
-    it appended at its start: the one with its command and start time, as several invocations can share a run folder
-    (`--only` shares of the plan on other machines)."""
-    import torch
-
-    from common import machine
-
-    path = out / "run.json"
-    run = json.loads(path.read_text()) if path.exists() else {"sessions": []}
-    info = machine()
-    info.update(
-        cpu_cores=os.cpu_count(),
-        torch_threads_per_worker=session.get("threads") or info["cpu_threads"],
-        workers=session.get("workers"),
-    )
-    if torch.cuda.is_available():
-        info["gpu"] = torch.cuda.get_device_name()
-    entry = {k: v for k, v in session.items() if k != "planned"}
-    entry["machine"] = info
-    run.update(budget_name=budget_name, budget=budget)
-    if "planned" in session:
-        run["planned"] = session["planned"]  # every unit of the budget: the page says how many are finished
-    mine = [
-        i
-        for i, earlier in enumerate(run["sessions"])
-        if (earlier.get("command"), earlier.get("started")) == (entry.get("command"), entry.get("started"))
-    ]
-    if update and mine:
-        run["sessions"][mine[-1]] = entry
-    else:
-        run["sessions"].append(entry)
-    path.write_text(json.dumps(run, indent=1))
-
-
-def render(out: Path, results: dict, docs: Path | None = None) -> str:
-    """The results page for every experiment present, written to `<out>/results.md` and to `docs` if given (figure
-    links relative to each file)."""
-    from reproduce_page import markdown
-
-    text = markdown(out, results, figures=".")
-    (out / "results.md").write_text(text)
-    if docs is not None:
-        docs.parent.mkdir(parents=True, exist_ok=True)
-        text = markdown(out, results, figures=os.path.relpath(out, docs.parent))
-        docs.write_text(text)
-    return text
-
-
-__all__ = ["aggregate", "mean_std", "paired", "record_session", "render", "summary", "unit_name", "verdict"]
+__all__ = ["aggregate", "claims", "group", "interval", "verdict"]

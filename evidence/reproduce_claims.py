@@ -5,28 +5,47 @@ A *series* is a unit's name without its `-seed<k>` suffix (`cifar-vit-100pct`, `
 series `*` matches the λ the sweep chose (only one is ever trained). A *measure* names a number read from a unit:
 `accuracy`, `cosine:<stage>` / `hfc:<stage>` (last-layer token cosine similarity / ‖HFC‖/‖LFC‖, stage `init` or
 `trained`), `ppl:<split>:<protocol>` (WikiText perplexity), `corruption_change` (mean accuracy over the corruptions at
-severity 5 minus clean), `mean_iou`, `mean_iou_ms`, `pixel_accuracy`.
+severity 5 minus clean), `mean_iou`, `mean_iou_ms`, `pixel_accuracy` (`reproduce_results.Measure`; these are their
+keys). Series are asked of the plans (`reproduce_plans`), never spelled here.
 """
+
+from reproduce_plans import ADAPT, CIFAR, KERNEL, LM, PARENT, SEGMENT, VALIDATED, VALUE_PATH
+from reproduce_results import ACCURACY, Measure
+
+COSINE, HFC = Measure("cosine", "trained"), Measure("hfc", "trained")  # the last layer's
+
+
+def cifar(variant: str, fraction: float = 1.0) -> str:
+    return CIFAR.of(variant=variant, fraction=fraction)
+
+
+def value_path(task: str, method: str) -> str:
+    return VALUE_PATH.of(task=task, variant=method)
+
 
 # The models of each table: {key in the experiment's JSON: (series, name on the page[, the paper's number])}.
 CIFAR_MODELS = {
-    "vit": ("cifar-vit-100pct", "ViT", "DeiT-tiny 72.17 (ImageNet); ViT-Ti 66.78 (CIFAR-100)"),
+    "vit": (cifar("vit"), "ViT", "DeiT-tiny 72.17 (ImageNet); ViT-Ti 66.78 (CIFAR-100)"),
     "neutreno": (
-        "cifar-neutreno-100pct",
+        cifar("neutreno"),
         "NeuTRENO ViT (λ 0.6)",
         "73.01 (ImageNet, +0.84 over DeiT-tiny); CIFAR-10 kernel attention 75.89 → 76.75",
     ),
-    "neutreno-validated": ("cifar-neutreno-lambda*-100pct", "NeuTRENO ViT (validated λ)", "—"),
-    "neutreno-learnable": ("valuepath-cifar-neutreno-learnable", "NeuTRENO ViT, learnable λ", "—"),
-    "value-residual": ("valuepath-cifar-value-residual", "value residual ViT", "—"),
-    "value-residual-learnable": ("valuepath-cifar-value-residual-learnable", "value residual ViT, learnable mix", "—"),
-    "vit-": ("cifar-vit--100pct", "ViT⁻", "66.62 (CIFAR-100, −0.16 vs ViT-Ti)"),
-    "vit+": ("cifar-vit+-100pct", "ViT⁺", "64.34 (CIFAR-100, −2.44 vs ViT-Ti)"),
+    "neutreno-validated": (VALIDATED.of(), "NeuTRENO ViT (validated λ)", "—"),
+    "neutreno-learnable": (value_path("cifar", "neutreno-learnable"), "NeuTRENO ViT, learnable λ", "—"),
+    "value-residual": (value_path("cifar", "value-residual"), "value residual ViT", "—"),
+    "value-residual-learnable": (
+        value_path("cifar", "value-residual-learnable"),
+        "value residual ViT, learnable mix",
+        "—",
+    ),
+    "vit-": (cifar("vit-"), "ViT⁻", "66.62 (CIFAR-100, −0.16 vs ViT-Ti)"),
+    "vit+": (cifar("vit+"), "ViT⁺", "64.34 (CIFAR-100, −2.44 vs ViT-Ti)"),
 }
 CIFAR_NAMES = {k: (series, name) for k, (series, name, _) in CIFAR_MODELS.items()}  # tables without the paper's
 # The poster's Table 2 (CIFAR-100, ViT-Ti; % of the training data kept) beside ours.
 EFFICIENCY_MODELS = {
-    f"{v}-{pct}": (f"cifar-{v}-{pct}pct", f"{name}, {pct} %", paper)
+    f"{v}-{pct}": (cifar(v, int(pct) / 100), f"{name}, {pct} %", paper)
     for pct, papers in (
         ("100", ("66.78 ± 0.1", "66.62 ± 0.3")),
         ("50", ("56.38 ± 0.5", "56.58 ± 0.3")),
@@ -45,13 +64,13 @@ PAPER_SMOOTHING = {  # the poster's Table 1: share of cases where 1 + λ^H λ_n^
     "trained vit-": "0 (CIFAR-100 ViT-Ti⁻)",
 }
 LM_MODELS = {
-    "softmax": ("lm-softmax", "softmax (λ 0)"),
-    "neutreno": ("lm-neutreno", "NeuTRENO (λ 0.4)"),
-    "neutreno-learnable": ("valuepath-lm-neutreno-learnable", "NeuTRENO, learnable λ"),
-    "value-residual": ("valuepath-lm-value-residual", "value residual"),
-    "value-residual-learnable": ("valuepath-lm-value-residual-learnable", "value residual, learnable mix"),
+    "softmax": (LM.of(variant="softmax"), "softmax (λ 0)"),
+    "neutreno": (LM.of(variant="neutreno"), "NeuTRENO (λ 0.4)"),
+    "neutreno-learnable": (value_path("lm", "neutreno-learnable"), "NeuTRENO, learnable λ"),
+    "value-residual": (value_path("lm", "value-residual"), "value residual"),
+    "value-residual-learnable": (value_path("lm", "value-residual-learnable"), "value residual, learnable mix"),
 }
-PARENT_MODELS = {"vit": ("parent-vit", "cifar-vit-100pct"), "neutreno": ("parent-neutreno", "cifar-neutreno-100pct")}
+PARENT_MODELS = {v: (PARENT.of(variant=v), cifar(v)) for v in ("vit", "neutreno")}
 
 
 def _versus(models: dict, baseline: str) -> tuple:
@@ -61,52 +80,52 @@ def _versus(models: dict, baseline: str) -> tuple:
 # The page's tables: {experiment: (models, the measures in its columns, the (variant, baseline) pairs of its Δ rows)}.
 # The over-smoothing layers and the corruptions' names are read from the units.
 EXPERIMENTS = {
-    "cifar10_accuracy": (CIFAR_MODELS, ("accuracy",), _versus(CIFAR_MODELS, "vit")),
+    "cifar10_accuracy": (CIFAR_MODELS, (ACCURACY,), _versus(CIFAR_MODELS, "vit")),
     "oversmoothing": (CIFAR_NAMES, (), ()),
     "spectral": (
         CIFAR_NAMES,
         tuple(
-            f"spectral:{stage}:{c}"
+            Measure("spectral", stage, category=c)
             for stage in ("init", "trained")
             for c in ("smoothing", "sharpening", "other", "tie")
         ),
         (),
     ),
-    "data_efficiency": (EFFICIENCY_MODELS, ("accuracy",), tuple((f"vit--{p}", f"vit-{p}") for p in (100, 50, 10))),
+    "data_efficiency": (EFFICIENCY_MODELS, (ACCURACY,), tuple((f"vit--{p}", f"vit-{p}") for p in (100, 50, 10))),
     "corruptions": (
         {k: CIFAR_NAMES[k] for k in ("vit", "vit-")},
-        (*(f"corruption:{s}" for s in range(6)), "corruption_change"),
+        (*(Measure("corruption", severity=s) for s in range(6)), Measure("corruption_change")),
         (("vit-", "vit"),),
     ),
     "adaptation": (
         {
-            "vit": ("adapt-vit", "ViT, continued softmax training"),
-            "neutreno": ("adapt-neutreno", "NeuTRENO adaptation (validated λ)"),
+            "vit": (ADAPT.of(variant="vit"), "ViT, continued softmax training"),
+            "neutreno": (ADAPT.of(variant="neutreno"), "NeuTRENO adaptation (validated λ)"),
         },
-        ("accuracy", "cosine:trained"),
+        (ACCURACY, COSINE),
         (("neutreno", "vit"),),
     ),
     "kernel": (
         {
-            "vit": ("kernel-vit", "linear attention (elu + 1)"),
-            "neutreno": ("kernel-neutreno", "linear attention + NeuTRENO (λ 0.6)"),
+            "vit": (KERNEL.of(variant="vit"), "linear attention (elu + 1)"),
+            "neutreno": (KERNEL.of(variant="neutreno"), "linear attention + NeuTRENO (λ 0.6)"),
         },
-        ("accuracy", "cosine:trained", "hfc:trained"),
+        (ACCURACY, COSINE, HFC),
         (("neutreno", "vit"),),
     ),
     "segmentation": (
         {
-            "vit": ("segment-vit", "ViT encoder, trained"),
-            "neutreno": ("segment-neutreno", "NeuTRENO encoder, trained"),
-            "scratch-vit": ("segment-scratch-vit", "ViT encoder, from scratch"),
-            "scratch-neutreno": ("segment-scratch-neutreno", "NeuTRENO encoder, from scratch"),
+            "vit": (SEGMENT.of(variant="vit"), "ViT encoder, trained"),
+            "neutreno": (SEGMENT.of(variant="neutreno"), "NeuTRENO encoder, trained"),
+            "scratch-vit": (SEGMENT.of(variant="scratch-vit"), "ViT encoder, from scratch"),
+            "scratch-neutreno": (SEGMENT.of(variant="scratch-neutreno"), "NeuTRENO encoder, from scratch"),
         },
-        ("mean_iou", "mean_iou_ms", "pixel_accuracy", "cosine:trained"),
+        (Measure("mean_iou"), Measure("mean_iou_ms"), Measure("pixel_accuracy"), COSINE),
         (("neutreno", "vit"), ("scratch-neutreno", "scratch-vit")),
     ),
     "wikitext2": (
         LM_MODELS,
-        tuple(f"ppl:{split}:{protocol}" for split in ("validation", "test") for protocol in ("sliding", "blocks")),
+        tuple(Measure("ppl", split=sp, protocol=pr) for sp in ("validation", "test") for pr in ("sliding", "blocks")),
         _versus(LM_MODELS, "softmax"),
     ),
 }
@@ -136,72 +155,72 @@ CLAIMS = [
     claim(
         "cifar-neutreno",
         "CIFAR-10 accuracy, NeuTRENO − ViT",
-        "cifar-neutreno-100pct",
-        "cifar-vit-100pct",
-        "accuracy",
+        cifar("neutreno"),
+        cifar("vit"),
+        ACCURACY,
         +1,
         "+0.84 pp (ImageNet DeiT-tiny); +0.86 pp (CIFAR-10, kernel attention)",
     ),
     claim(
         "cifar-vit-minus",
         "CIFAR-10 accuracy, ViT⁻ − ViT",
-        "cifar-vit--100pct",
-        "cifar-vit-100pct",
-        "accuracy",
+        cifar("vit-"),
+        cifar("vit"),
+        ACCURACY,
         -1,
         '−0.16 pp (CIFAR-100; "comparable")',
     ),
     claim(
         "cifar-vit-plus",
         "CIFAR-10 accuracy, ViT⁺ − ViT",
-        "cifar-vit+-100pct",
-        "cifar-vit-100pct",
-        "accuracy",
+        cifar("vit+"),
+        cifar("vit"),
+        ACCURACY,
         -1,
         "−2.44 pp (CIFAR-100)",
     ),
     claim(
         "cosine-trained",
         "last-layer token cosine similarity, NeuTRENO − ViT, trained",
-        "cifar-neutreno-100pct",
-        "cifar-vit-100pct",
-        "cosine:trained",
+        cifar("neutreno"),
+        cifar("vit"),
+        COSINE,
         -1,
         "lower (Fig. 1, ImageNet)",
     ),
     claim(
         "cosine-init",
         "last-layer token cosine similarity, NeuTRENO − ViT, random init",
-        "cifar-neutreno-100pct",
-        "cifar-vit-100pct",
-        "cosine:init",
+        cifar("neutreno"),
+        cifar("vit"),
+        Measure("cosine", "init"),
         -1,
         "lower (Fig. 6, ImageNet)",
     ),
     claim(
         "data50-vit-minus",
         "accuracy with 50 % of the data, ViT⁻ − ViT",
-        "cifar-vit--50pct",
-        "cifar-vit-50pct",
-        "accuracy",
+        cifar("vit-", 0.5),
+        cifar("vit", 0.5),
+        ACCURACY,
         +1,
         "+0.20 pp (CIFAR-100)",
     ),
     claim(
         "data10-vit-minus",
         "accuracy with 10 % of the data, ViT⁻ − ViT",
-        "cifar-vit--10pct",
-        "cifar-vit-10pct",
-        "accuracy",
+        cifar("vit-", 0.1),
+        cifar("vit", 0.1),
+        ACCURACY,
         +1,
         "+1.52 pp (CIFAR-100)",
     ),
     claim(
         "corruption-vit-minus",
         "accuracy change from clean to corruption severity 5, ViT⁻ − ViT",
-        "cifar-vit--100pct",
-        "cifar-vit-100pct",
-        "corruption_change",
+        cifar("vit-"),
+        cifar("vit"),
+        Measure("corruption_change"),
         +1,
         "+1.06 pp (CIFAR-100: ViT⁻ loses 26.55 pp, ViT 27.61)",
     ),
@@ -209,9 +228,9 @@ CLAIMS = [
         claim(
             f"lm-{split}-{protocol}",
             f"WikiText {split} perplexity ({title}), NeuTRENO − softmax",
-            "lm-neutreno",
-            "lm-softmax",
-            f"ppl:{split}:{protocol}",
+            LM.of(variant="neutreno"),
+            LM.of(variant="softmax"),
+            Measure("ppl", split=split, protocol=protocol),
             -1,
             "lower (WikiText-103)",
             protocol == "blocks",
@@ -223,27 +242,27 @@ CLAIMS = [
     claim(
         "cifar-neutreno-validated",
         "CIFAR-10 accuracy, NeuTRENO at the validated λ − ViT",
-        "cifar-neutreno-lambda*-100pct",
-        "cifar-vit-100pct",
-        "accuracy",
+        VALIDATED.of(),
+        cifar("vit"),
+        ACCURACY,
         +1,
         "+0.84 pp (ImageNet DeiT-tiny, λ 0.6)",
     ),
     claim(
         "adapt-accuracy",
         "accuracy after adapting a trained ViT, NeuTRENO − continued softmax training",
-        "adapt-neutreno",
-        "adapt-vit",
-        "accuracy",
+        ADAPT.of(variant="neutreno"),
+        ADAPT.of(variant="vit"),
+        ACCURACY,
         +1,
         "+0.46 pp (ImageNet DeiT-tiny 72.17 → NeuTRENO adaptation 72.63, Table 1)",
     ),
     claim(
         "kernel-accuracy",
         "CIFAR-10 accuracy with linear attention, NeuTRENO − without the term",
-        "kernel-neutreno",
-        "kernel-vit",
-        "accuracy",
+        KERNEL.of(variant="neutreno"),
+        KERNEL.of(variant="vit"),
+        ACCURACY,
         +1,
         "+0.86 pp (CIFAR-10, 12 layers: 75.89 → 76.75, Table 8)",
     ),
@@ -251,9 +270,9 @@ CLAIMS = [
         claim(
             f"valuepath-cifar-{m}",
             f"CIFAR-10 accuracy, {name} − ViT",
-            f"valuepath-cifar-{m}",
-            "cifar-vit-100pct",
-            "accuracy",
+            value_path("cifar", m),
+            cifar("vit"),
+            ACCURACY,
             +1,
             NO_IMAGE_NUMBER.format(source),
         )
@@ -267,9 +286,9 @@ CLAIMS = [
         claim(
             f"valuepath-lm-{m}",
             f"WikiText test perplexity (blocks), {name} − softmax",
-            f"valuepath-lm-{m}",
-            "lm-softmax",
-            "ppl:test:blocks",
+            value_path("lm", m),
+            LM.of(variant="softmax"),
+            Measure("ppl", split="test", protocol="blocks"),
             -1,
             paper,
         )
@@ -283,25 +302,30 @@ CLAIMS = [
         claim(
             f"segment-{start}{suffix}",
             f"segmentation {title} mIoU from {words}, NeuTRENO − ViT",
-            f"segment-{prefix}neutreno",
-            f"segment-{prefix}vit",
+            SEGMENT.of(variant=f"{prefix}neutreno"),
+            SEGMENT.of(variant=f"{prefix}vit"),
             measure,
             +1,
             paper,
         )
         for start, prefix, words in (("pretrained", "", "the trained encoders"), ("scratch", "scratch-", "scratch"))
         for suffix, title, measure, paper in (
-            ("", "single-scale", "mean_iou", "+1.52 points (ADE20K, Segmenter DeiT-tiny: 35.72 → 37.24, Table 2)"),
-            ("-ms", "multi-scale", "mean_iou_ms", "+1.38 points (ADE20K: 36.68 → 38.06, Table 2)"),
+            (
+                "",
+                "single-scale",
+                Measure("mean_iou"),
+                "+1.52 points (ADE20K, Segmenter DeiT-tiny: 35.72 → 37.24, Table 2)",
+            ),
+            ("-ms", "multi-scale", Measure("mean_iou_ms"), "+1.38 points (ADE20K: 36.68 → 38.06, Table 2)"),
         )
     ),
     # Measurements with no claim to test (sign 0): the opening table's cost columns and the comparison tables.
     claim(
         "adapt-cosine",
         "last-layer token cosine after adaptation, NeuTRENO − continued training",
-        "adapt-neutreno",
-        "adapt-vit",
-        "cosine:trained",
+        ADAPT.of(variant="neutreno"),
+        ADAPT.of(variant="vit"),
+        COSINE,
         0,
         "not reported",
     ),
@@ -310,8 +334,8 @@ CLAIMS = [
             f"{kind}-{key}",
             f"last-layer {title}, {CIFAR_MODELS[key][1]} − ViT, trained",
             CIFAR_MODELS[key][0],
-            "cifar-vit-100pct",
-            f"{kind}:trained",
+            cifar("vit"),
+            Measure(kind, "trained"),
             0,
             "",
         )
@@ -320,88 +344,3 @@ CLAIMS = [
         if key not in ("vit", "vit+") and (kind, key) != ("cosine", "neutreno")
     ),  # that one is `cosine-trained`
 ]
-
-# The opening table: its task columns ({key: (heading, the baseline's name in a sentence)}) and one row per method,
-# each cell a claim id, "n/a" (the method does not apply) or absent (not run).
-TASKS = {
-    "scratch": ("CIFAR-10 from scratch", "the ViT on CIFAR-10 from scratch"),
-    "adaptation": ("adapting a trained ViT", "continued softmax training when adapting a trained ViT"),
-    "data10": ("10 % of the data", "the ViT with 10 % of the data"),
-    "wikitext": ("WikiText-2 (test perplexity)", "the softmax LM on WikiText-2"),
-    "segmentation": ("segmentation from trained encoders", "the ViT encoder in segmentation"),
-}
-NEUTRENO_COST = dict(
-    throughput=[
-        ("vit.json", {"image_size": 224, "mode": "train"}, "throughput ratio", "ViT"),
-        ("gpt.json", {"shape": "paper"}, "train throughput ratio", "LM"),
-    ],
-    memory=[
-        ("vit.json", {"image_size": 224, "mode": "train"}, "total memory ratio", "ViT"),
-        ("gpt.json", {"shape": "paper"}, "total memory ratio", "LM"),
-    ],
-)
-
-
-def value_path_cost(model: str) -> dict:
-    """The value path benchmark's rows of `model` (benchmarks/results/value_path.json), on a ViT and a GPT-2."""
-    rows = [({"shape": "vit-tiny", "model": model}, "ViT"), ({"shape": "gpt2-small", "model": model}, "LM")]
-    return {
-        cost: [("value_path.json", where, field, label) for where, label in rows]
-        for cost, field in (("throughput", "throughput ratio"), ("memory", "total memory ratio"))
-    }
-
-
-METHODS = {
-    "neutreno": dict(
-        name="NeuTRENO at the official λ (ViT 0.6, LM 0.4)",
-        scratch="cifar-neutreno",
-        wikitext="lm-test-blocks",
-        segmentation="segment-pretrained",
-        cosine="cosine-trained",
-        hfc="hfc-neutreno",
-        **NEUTRENO_COST,
-    ),
-    "neutreno-validated": dict(
-        name="NeuTRENO at the validated λ",
-        scratch="cifar-neutreno-validated",
-        adaptation="adapt-accuracy",
-        cosine="cosine-neutreno-validated",
-        hfc="hfc-neutreno-validated",
-        **NEUTRENO_COST,
-    ),
-    "neutreno-learnable": dict(
-        name="NeuTRENO, learnable λ",
-        scratch="valuepath-cifar-neutreno-learnable",
-        wikitext="valuepath-lm-neutreno-learnable",
-        cosine="cosine-neutreno-learnable",
-        hfc="hfc-neutreno-learnable",
-        **value_path_cost("NeuTRENO, learnable λ"),
-    ),
-    "value-residual": dict(
-        name="value residual (fixed mix)",
-        scratch="valuepath-cifar-value-residual",
-        wikitext="valuepath-lm-value-residual",
-        cosine="cosine-value-residual",
-        hfc="hfc-value-residual",
-        **value_path_cost("value residual"),
-    ),
-    "value-residual-learnable": dict(
-        name="value residual, learnable mix",
-        scratch="valuepath-cifar-value-residual-learnable",
-        wikitext="valuepath-lm-value-residual-learnable",
-        cosine="cosine-value-residual-learnable",
-        hfc="hfc-value-residual-learnable",
-        **value_path_cost("value residual, learnable α"),
-    ),
-    "vit-": dict(
-        name="ViT⁻",
-        scratch="cifar-vit-minus",
-        adaptation="n/a",
-        data10="data10-vit-minus",
-        wikitext="n/a",
-        cosine="cosine-vit-",
-        hfc="hfc-vit-",
-        throughput=[("eigen_vit.json", {"model": "EigenViT (ViT⁻)"}, "train ratio", "ViT")],
-        memory=[],
-    ),
-}
