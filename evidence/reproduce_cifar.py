@@ -16,6 +16,7 @@ from hf_neutreno.diagnostics import measure_oversmoothing, spectral_dominance
 from hf_neutreno.image_transforms import collate_images, image_transform
 from hf_neutreno.metrics import accuracy
 from hf_neutreno.model_factories import image_classifier
+from hf_neutreno.training_scripts import has_accelerator
 from hf_neutreno.value_path import learned_coefficients
 from hf_neutreno.variants import VARIANTS, build_variant
 from reproduce_budget import Budget
@@ -147,6 +148,7 @@ def trainer(model, context: Context, seed: int, train, callback, epochs: float |
         **recipe,
         seed=seed,
         **precision(budget),
+        dataloader_pin_memory=has_accelerator(),  # pinning helps only an accelerator, and warns without one
         save_strategy="epoch",
         save_total_limit=1,
         logging_strategy="epoch",

@@ -16,6 +16,7 @@ from hf_neutreno import NeuTRENOGPTConfig, recipes
 from hf_neutreno.lm_eval import block_eval, sliding_window_eval
 from hf_neutreno.model_factories import language_model
 from hf_neutreno.text_data import group_into_blocks, load_wikitext, token_stream, train_word_tokenizer
+from hf_neutreno.training_scripts import has_accelerator
 from hf_neutreno.value_path import learned_coefficients
 from hf_neutreno.variants import VARIANTS, build_variant
 from reproduce_training import Context, CurvePoints, dataset_source, precision, train_resumably
@@ -84,6 +85,7 @@ def lm_trainer(model, context: Context, seed: int) -> Trainer:
         output_dir=context.work_dir,
         **schedule,
         **precision(budget),
+        dataloader_pin_memory=has_accelerator(),  # pinning helps only an accelerator, and warns without one
         save_strategy="steps",
         save_steps=every,
         save_total_limit=1,
