@@ -64,6 +64,13 @@ from ..variants import PRETRAINED_LEARNABLE_START, VARIANTS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    for add in (_model_and_data_arguments, _variant_arguments, _training_arguments, _run_arguments):
+        add(parser)
+    parser.set_defaults(**dataclasses.asdict(CompareSettings()))  # one set of defaults: the library's
+
+
+def _model_and_data_arguments(parser: argparse.ArgumentParser) -> None:
+    """What trains on what: the model (a preset or a transformers model), its task and data."""
     parser.add_argument(
         "--model",
         metavar="PRESET_OR_MODEL",
@@ -100,6 +107,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "match --model's",
     )
     parser.add_argument("--dataset-config", help="configuration name of a Hub dataset")
+
+
+def _variant_arguments(parser: argparse.ArgumentParser) -> None:
+    """The variants and their coefficients."""
     parser.add_argument(
         "--variants",
         type=_variants,
@@ -126,6 +137,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"{DEFAULT_COEFFICIENTS['value_residual']}; value-residual-learnable on a pretrained model starts at "
         f"{PRETRAINED_LEARNABLE_START:g})",
     )
+
+
+def _training_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where the results go, and the training settings passed to `Trainer`."""
     parser.add_argument(
         "--output-dir",
         help="results, plot and the first seed's models (default: %(default)s); an earlier compare "
@@ -174,6 +189,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"{FINE_TUNING['weight_decay']} when fine-tuning)",
     )
     parser.add_argument("--bf16", action="store_true", help="train in bfloat16 mixed precision (a GPU or recent CPU)")
+
+
+def _run_arguments(parser: argparse.ArgumentParser) -> None:
+    """Samples, seeds, threads and what is printed."""
     parser.add_argument(
         "--max-train-samples",
         type=int,
@@ -216,7 +235,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="also print Trainer's logs (loss, learning rate, ...) and the bars of evaluation, measurement, data "
         "preparation and saving; by default each run shows one progress bar, then the table",
     )
-    parser.set_defaults(**dataclasses.asdict(CompareSettings()))  # one set of defaults: the library's
 
 
 def _variants(text: str) -> tuple[str, ...]:
