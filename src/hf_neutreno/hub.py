@@ -139,36 +139,16 @@ def model_card(
     config = model.config
     auto_class = _auto_class(model)
     pipeline_tag = PIPELINE_TAGS.get(auto_class)
-    template = (
-        template or CARD_TEMPLATES.get((config.model_type, pipeline_tag)) or CARD_TEMPLATES.get(config.model_type)
-    )
-    if template is None:
-        known = sorted(key for key in CARD_TEMPLATES if isinstance(key, str))
-        raise ValueError(
-            f"No model card template for model_type {config.model_type!r}; known: {known}. Pass "
-            "`template=` (a path to a Jinja Markdown template)."
-        )
+    template = _template_for(config.model_type, pipeline_tag, template)
     model_name = (repo_id or getattr(config, "name_or_path", "") or config.model_type).rstrip("/").split("/")[-1]
-
     local = bool(dataset) and (os.path.exists(dataset) or dataset.startswith((".", "/", "~")))
     dataset_name = Path(dataset).name if local else dataset
     dataset_id = None if local else dataset
     if isinstance(results, Mapping):
         if not dataset_name:
             raise ValueError("`results` need the `dataset` they were measured on.")
-        results = [
-            EvalResult(
-                task_type=pipeline_tag or "other",
-                dataset_type=dataset_id or dataset_name,
-                dataset_name=dataset_name,
-                dataset_config=dataset_config,
-                dataset_split=dataset_split,
-                metric_type=metric,
-                metric_name=metric.replace("_", " "),
-                metric_value=value,
-            )
-            for metric, value in _metric_items(results)
-        ]
+        task = (pipeline_tag or "other", dataset_id or dataset_name, dataset_name, dataset_config, dataset_split)
+        results = _eval_results(results, *task)
     eval_results = list(results or [])
     report = oversmoothing_report(oversmoothing)
 
@@ -197,6 +177,35 @@ def model_card(
         training=dict(training or {}),
         citations=template_text(CITATIONS_FILE).strip(),
     )
+
+
+def _template_for(model_type: str, pipeline_tag: str | None, template: str | None) -> str:
+    """The given template, else the shipped one of (model type, pipeline tag), else of the model type."""
+    template = template or CARD_TEMPLATES.get((model_type, pipeline_tag)) or CARD_TEMPLATES.get(model_type)
+    if template is None:
+        known = sorted(key for key in CARD_TEMPLATES if isinstance(key, str))
+        raise ValueError(
+            f"No model card template for model_type {model_type!r}; known: {known}. Pass "
+            "`template=` (a path to a Jinja Markdown template)."
+        )
+    return template
+
+
+def _eval_results(metrics, task_type, dataset_type, dataset_name, dataset_config, dataset_split) -> list[EvalResult]:
+    """Trainer's metrics as the card's `EvalResult`s (run statistics and the ``eval_`` prefix dropped)."""
+    return [
+        EvalResult(
+            task_type=task_type,
+            dataset_type=dataset_type,
+            dataset_name=dataset_name,
+            dataset_config=dataset_config,
+            dataset_split=dataset_split,
+            metric_type=metric,
+            metric_name=metric.replace("_", " "),
+            metric_value=value,
+        )
+        for metric, value in _metric_items(metrics)
+    ]
 
 
 def write_card(folder: str | os.PathLike, model, **card_kwargs) -> Path:
