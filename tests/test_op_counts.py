@@ -57,9 +57,10 @@ PER_LAYER_TRAINING = {
     "ViT + value residual": 4,
     "GPT-2 + value residual, learnable": 12,
     "ViT + value residual, learnable": 12,
-    # the gate: a Linear(hidden → kv heads) and a sigmoid per layer, with their backward (three GEMMs)
-    "GPT-2 + value residual, gate": 16,
-    "ViT + value residual, gate": 16,
+    # the gate: a Linear(hidden → kv heads) and a sigmoid per layer, with their backward (three GEMMs), and the mix
+    # rebuilt in the backward pass instead of kept (one kernel for a (batch, tokens, hidden) tensor per layer)
+    "GPT-2 + value residual, gate": 17,
+    "ViT + value residual, gate": 17,
     # twicing: a second attention call per layer (forward and backward), the residual V − A V and the sum
     "GPT-2 + twicing": 9,
     "ViT + twicing": 9,

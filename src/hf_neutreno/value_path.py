@@ -653,7 +653,15 @@ def _gated_attention(attention, context, module, query, key, value, first, atten
             f"{value.shape[-2]} (a KV cache that does not return what it stores, such as a quantised one, or a "
             "cache during training). Generate with a DynamicCache or StaticCache."
         )
-    return attention(module, query, key, torch.lerp(value, first, alpha), attention_mask, *args, **kwargs)
+    mixed = torch.lerp(value, first, alpha)  # keeps V_ℓ and V_0 for α's gradient
+    if not context.recompute_saved or torch.compiler.is_compiling():
+        return attention(module, query, key, mixed, attention_mask, *args, **kwargs)
+    # As for a learnable scalar α: the backend's copy of the mix is rebuilt from them in the backward pass, not kept.
+    saved = _SavedForBackward()
+    with saved.hooks():
+        result = attention(module, query, key, mixed, attention_mask, *args, **kwargs)
+    saved.recompute(mixed, _lerp_into, value, first, alpha)
+    return result
 
 
 class _Lerp(torch.autograd.Function):
