@@ -8,6 +8,7 @@ to the baseline.
 import json
 import os
 import platform
+import re
 import statistics
 import sys
 import tempfile
@@ -239,3 +240,36 @@ def markdown_table(header: list[str], rows: list[list[str]], keys: int = 1, widt
             ]
         lines += ["", *table]
     return lines[1:]
+
+
+# A word that markdown would read as the start of another block at the start of a line: a list marker, a heading,
+# a quote, a table row.
+_MARKDOWN_BLOCK_START = re.compile(r"^([-+*]|\d+[.)])$|^[#>|]")
+
+
+def wrap_markdown(text: str, width: int = 120) -> str:
+    """`text` with every prose line longer than `width` broken at spaces (a list item's continuation indented under
+    it), which renders the same; table rows, headings, images and code blocks are kept whole (markdown tables have
+    no continuation lines), and a word that would start a line as another block takes the word before along."""
+    lines, fence = [], False
+    for line in text.split("\n"):
+        if line.startswith("```"):
+            fence = not fence
+        if fence or len(line) <= width or line.startswith(("```", "|", "#", ">", "![", "<")):
+            lines.append(line)
+            continue
+        lead = line[: len(line) - len(line.lstrip(" "))]  # a continuation line keeps its indentation
+        indent = lead + ("  " if line.lstrip(" ").startswith("- ") else "")
+        current, *words = line.split(" ")
+        for word in words:
+            if len(current) + 1 + len(word) <= width:
+                current += " " + word
+            elif _MARKDOWN_BLOCK_START.match(word) and current.strip().count(" "):  # take the word before along
+                current, before = current.rsplit(" ", 1)
+                lines.append(current)
+                current = f"{indent}{before} {word}"
+            else:
+                lines.append(current)
+                current = indent + word
+        lines.append(current)
+    return "\n".join(lines)

@@ -4,14 +4,11 @@ benchmarks' JSON: each table with its machine and command, each ratio checked ag
 key columns."""
 
 import json
-import re
-import textwrap
 from pathlib import Path
 
-from common import markdown_table
+from common import markdown_table, wrap_markdown
 
 WIDTH = 120
-LIST_ITEM = re.compile(r"\s*(?:[-*]|\d+\.) ")
 
 # The pages each tier writes into --docs: (speed and memory, reproductions).
 PAGES = {"gpu": ("benchmarks-gpu.md", "results-gpu.md")}
@@ -175,45 +172,6 @@ def table(rows: list[dict]) -> list[str]:
 
 def _escape(text: str) -> str:
     return text.replace("|", "\\|")  # a "|" in a cell ("max |Δlogit|") would end it
-
-
-def wrap_markdown(text: str, width: int = WIDTH) -> str:
-    """`text` with every paragraph or list item that has a line over `width` re-wrapped; headings, tables and code
-    blocks are left as they are."""
-    out, block, fenced = [], [], False
-
-    def flush():
-        if block and max(map(len, block)) > width:
-            marker = LIST_ITEM.match(block[0]).group(0) if LIST_ITEM.match(block[0]) else ""
-            words = " ".join(line.strip() for line in block)[len(marker.strip()) :].strip()
-            out.extend(
-                textwrap.wrap(
-                    words,
-                    width,
-                    initial_indent=marker,
-                    subsequent_indent=" " * len(marker),
-                    break_long_words=False,
-                    break_on_hyphens=False,
-                )
-            )
-        else:
-            out.extend(block)
-        block.clear()
-
-    for line in text.split("\n"):
-        if line.startswith("```"):
-            flush()
-            fenced = not fenced
-            out.append(line)
-        elif fenced or not line.strip() or line.startswith(("#", "|")):
-            flush()
-            out.append(line)
-        else:
-            if LIST_ITEM.match(line):
-                flush()
-            block.append(line)
-    flush()
-    return "\n".join(out)
 
 
 def _fmt(value) -> str:

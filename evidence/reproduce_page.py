@@ -13,6 +13,7 @@ from reproduce_methods import METHODS, TASKS
 from reproduce_results import Measure, UnitResult, load_units
 from reproduce_sections import SECTIONS
 from reproduce_tables import delta, fill, measure_format, pm, seeds, table
+from reproduce_training import benchmarks_common
 
 VERDICTS = {
     "reproduced": "reproduced",
@@ -55,39 +56,7 @@ def log_markdown(out: Path, page: str = "results.md") -> str:
 
 
 def _finish(text: str) -> str:
-    return wrap(re.sub(r"\n{3,}", "\n\n", text).strip()) + "\n"
-
-
-# A word that markdown would read as the start of another block at the start of a line: a list marker, a heading,
-# a quote, a table row.
-_BLOCK_START = re.compile(r"^([-+*]|\d+[.)])$|^[#>|]")
-
-
-def wrap(text: str, width: int = 120) -> str:
-    """`text` with every prose line longer than `width` broken at spaces (a list item's continuation indented under
-    it), which renders the same; table rows, headings, images and code blocks are kept whole (markdown tables have
-    no continuation lines), and a word that would start a line as another block takes the word before along."""
-    lines, fence = [], False
-    for line in text.split("\n"):
-        if line.startswith("```"):
-            fence = not fence
-        if fence or len(line) <= width or line.startswith(("```", "|", "#", ">", "![", "<")):
-            lines.append(line)
-            continue
-        indent = "  " if line.startswith("- ") else ""
-        current, *words = line.split(" ")
-        for word in words:
-            if len(current) + 1 + len(word) <= width:
-                current += " " + word
-            elif _BLOCK_START.match(word) and current.strip().count(" "):  # take the word before along
-                current, before = current.rsplit(" ", 1)
-                lines.append(current)
-                current = f"{indent}{before} {word}"
-            else:
-                lines.append(current)
-                current = indent + word
-        lines.append(current)
-    return "\n".join(lines)
+    return benchmarks_common().wrap_markdown(re.sub(r"\n{3,}", "\n\n", text).strip()) + "\n"
 
 
 def render(out: Path, results: dict, docs: Path | None = None) -> str:

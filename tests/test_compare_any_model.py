@@ -161,6 +161,12 @@ def _save_unadaptable(kind: str, folder):
     return folder
 
 
+def _compare_briefly(model, data, variants: str, out, *extra) -> int:
+    """`hf-neutreno compare` on one seed for two steps, without bars: its exit status."""
+    argv = ["--model", model, "--dataset", data, "--variants", variants, "--seeds", "1", "--max-steps", "2"]
+    return cli.main(["compare", *map(str, [*argv, *extra]), "--output-dir", str(out), "--no-progress"])
+
+
 def _compare(capsys, *argv) -> str:
     capsys.readouterr()
     try:
@@ -289,26 +295,7 @@ def test_the_summary_names_the_model_the_task_and_the_carved_split(tmp_path, cap
     model = save_tiny_llama(tmp_path / "llama")
     data = write_text_dataset(tmp_path / "data")
     (data / "test.jsonl").unlink()
-    code = cli.main(
-        [
-            "compare",
-            "--model",
-            str(model),
-            "--dataset",
-            str(data),
-            "--variants",
-            "softmax,neutreno-learnable",
-            "--seeds",
-            "1",
-            "--max-steps",
-            "2",
-            "--batch-size",
-            "4",
-            "--output-dir",
-            str(tmp_path / "out"),
-            "--no-progress",
-        ]
-    )
+    code = _compare_briefly(model, data, "softmax,neutreno-learnable", tmp_path / "out", "--batch-size", "4")
     assert code == 0
     stdout = capsys.readouterr().out
     assert re.search(r"\(causal-lm, fine-tuned from its weights\)", stdout), stdout
@@ -397,30 +384,8 @@ def test_compare_fine_tunes_a_saved_segmenter_on_a_local_segmentation_set(tmp_pa
     model = segmenter("segmenter-micro", [labels[str(i)] for i in range(len(labels))], neutreno_lambda=0.0)
     model.save_pretrained(tmp_path / "seg")
     make_image_processor(model.config).save_pretrained(tmp_path / "seg")
-    code = cli.main(
-        [
-            "compare",
-            "--model",
-            str(tmp_path / "seg"),
-            "--dataset",
-            str(data_dir / "fashion-scenes"),
-            "--variants",
-            "softmax,neutreno",
-            "--seeds",
-            "1",
-            "--max-steps",
-            "2",
-            "--max-train-samples",
-            "32",
-            "--max-eval-samples",
-            "8",
-            "--batch-size",
-            "8",
-            "--output-dir",
-            str(tmp_path / "out"),
-            "--no-progress",
-        ]
-    )
+    extra = ["--max-train-samples", "32", "--max-eval-samples", "8", "--batch-size", "8"]
+    code = _compare_briefly(tmp_path / "seg", data_dir / "fashion-scenes", "softmax,neutreno", tmp_path / "out", *extra)
     assert code == 0
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     assert results["task"] == "semantic-segmentation" and results["metric"] == "mean_iou"
@@ -437,26 +402,7 @@ def test_a_test_split_without_labels_is_passed_over_for_validation(tmp_path, cap
         "test": [("a cat", -1), ("a dog", -1)],
     }
     data = write_text_classification_dataset(tmp_path / "glue-like", rows=rows)
-    code = cli.main(
-        [
-            "compare",
-            "--model",
-            str(model),
-            "--dataset",
-            str(data),
-            "--variants",
-            "softmax,value-residual",
-            "--seeds",
-            "1",
-            "--max-steps",
-            "2",
-            "--batch-size",
-            "4",
-            "--output-dir",
-            str(tmp_path / "out"),
-            "--no-progress",
-        ]
-    )
+    code = _compare_briefly(model, data, "softmax,value-residual", tmp_path / "out", "--batch-size", "4")
     assert code == 0
     assert "not test, which has no labels" in capsys.readouterr().out
     results = json.loads((tmp_path / "out" / "results.json").read_text())
