@@ -39,9 +39,10 @@ def wikitext(data: str | None):
     return tokenizer, group_into_blocks(raw["train"], tokenizer, context), streams, context
 
 
-def lm_builder(context: Context, coefficients: dict | None = None):
+def lm_builder(context: Context, coefficients: dict | None = None, last_layers: dict | None = None):
     """`build(variant)` for `run_paired`: softmax or NeuTRENO at the official λ (which adds no parameter), or a
-    value path (`coefficients`: its coefficient by method) on the softmax model."""
+    value path (`coefficients`: its coefficient by method) on the softmax model, in every layer after the first or,
+    for the methods in `last_layers`, in that many last layers."""
     budget = context.budget
     tokenizer, _, _, block = wikitext(context.data)
     overrides = {
@@ -62,7 +63,12 @@ def lm_builder(context: Context, coefficients: dict | None = None):
             adaptive_softmax_cutoffs=LM_CUTOFFS,
             **overrides,
         )
-        return model if name in LM_LAMBDAS else build_variant(model, name, coefficients[VARIANTS[name].method])
+        if name in LM_LAMBDAS:
+            return model
+        method, depth = VARIANTS[name].method, model.config.num_hidden_layers
+        last = (last_layers or {}).get(name)
+        layers = list(range(depth - last, depth)) if last else None
+        return build_variant(model, name, coefficients[method], layers=layers)
 
     return build
 

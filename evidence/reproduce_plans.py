@@ -33,13 +33,27 @@ KERNEL_VARIANTS = ("vit", "neutreno")  # both with linear (elu + 1) attention
 ADAPTATION_VARIANTS = ("vit", "neutreno")  # continued softmax training / NeuTRENO adaptation
 ADAPTATION_EPOCHS = 1 / 3  # of the training epochs, as the paper's NeuTRENO adaptation of DeiT
 # The value-path family (`hf_neutreno.apply_value_path` on the softmax ViT and LM): ResFormer's value residual at
-# α = 1/2, its learnable mix per layer (modded-nanogpt's form, from 1/2), and NeuTRENO with a learnable λ per layer
-# (from the official λ of each task), against the first run's ViT and softmax LM of the same seeds.
-VALUE_PATH_METHODS = ("value-residual", "value-residual-learnable", "neutreno-learnable")
+# α = 1/2, its learnable mix per layer (modded-nanogpt's form, from 1/2), NeuTRENO with a learnable λ per layer
+# (from the official λ of each task), the value residual gated per token and head (x-transformers' learned mix, from
+# α = 1/2) and twicing attention (c = 1, the paper's (2A − A²) V), against the first run's ViT and softmax LM of the
+# same seeds. Twicing goes where its authors' code puts it: every layer of the ViT, the last two of the LM's 16 (their
+# language model's layers 14 and 15).
+VALUE_PATH_METHODS = (
+    "value-residual",
+    "value-residual-learnable",
+    "neutreno-learnable",
+    "value-residual-gate",
+    "twicing",
+)
 VALUE_PATH_COEFFICIENTS = {
-    "cifar": {"value_residual": DEFAULT_COEFFICIENTS["value_residual"], "neutreno": VIT_LAMBDA},
-    "lm": {"value_residual": DEFAULT_COEFFICIENTS["value_residual"], "neutreno": LM_LAMBDAS["neutreno"]},
+    task: {
+        "value_residual": DEFAULT_COEFFICIENTS["value_residual"],
+        "neutreno": lam,
+        "twicing": DEFAULT_COEFFICIENTS["twicing"],
+    }
+    for task, lam in (("cifar", VIT_LAMBDA), ("lm", LM_LAMBDAS["neutreno"]))
 }
+VALUE_PATH_LM_LAST_LAYERS = {"twicing": 2}  # the methods the LM gets in its last layers only, and how many
 # Segmenter from trained encoders (NeuTRENO Table 2's protocol at this scale): the kept CIFAR-10 ViT and NeuTRENO ViT
 # of each seed (32-pixel patch-4 position grid resampled to fashion-scenes' 64 pixels) with a new 2-block mask
 # transformer, fine-tuned on fashion-scenes (λ 0.6 in encoder and decoder for NeuTRENO, as the paper), against the
@@ -279,7 +293,9 @@ class ValuePath(Plan):
 
     def builder(self, unit, context):
         coefficients = VALUE_PATH_COEFFICIENTS[unit.task]
-        return (lm_builder if unit.task == "lm" else vit_builder)(context, coefficients=coefficients)
+        if unit.task == "lm":
+            return lm_builder(context, coefficients=coefficients, last_layers=VALUE_PATH_LM_LAST_LAYERS)
+        return vit_builder(context, coefficients=coefficients)
 
     def train(self, unit, model, context):
         return (run_lm if unit.task == "lm" else run_cifar)(model, context, unit.seed)

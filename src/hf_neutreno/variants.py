@@ -92,17 +92,22 @@ def default_coefficient(variant: str, *, pretrained: bool = False, preset_lambda
     return DEFAULT_COEFFICIENTS[entry.method]
 
 
-def build_variant(model: "torch.nn.Module", variant: str, coefficient: float | None = None) -> "torch.nn.Module":
+def build_variant(
+    model: "torch.nn.Module", variant: str, coefficient: float | None = None, layers: list[int] | None = None
+) -> "torch.nn.Module":
     """`model` as `variant`: returned as it is for ``softmax``, adapted in place with `apply_value_path` for a value
-    path (`coefficient` None: `apply_value_path`'s default). ViT⁻ is built by the presets, not from a model."""
+    path (`coefficient` None: `apply_value_path`'s default; `layers` None: its default layers). ViT⁻ is built by the
+    presets, not from a model."""
     entry = VARIANTS[variant]
     if entry.preset_only:
         raise ValueError(f"Variant {variant!r} is a parameterisation of this package's presets, not a value path.")
     if entry.method is None:
+        if layers is not None:
+            raise ValueError(f"Variant {variant!r} has no value path to put on layers {layers}.")
         return model
     from .value_path import apply_value_path  # torch: imported here so that the registry's names need none
 
-    return apply_value_path(model, entry.method, coefficient, learnable=entry.learnable)
+    return apply_value_path(model, entry.method, coefficient, learnable=entry.learnable, layers=layers)
 
 
 def check_variant_names(names, allowed=tuple(VARIANTS), flag: str = "--variants") -> list[str]:
