@@ -306,8 +306,8 @@ def record_session(out: Path, session: dict, budget_name: str, budget: dict, upd
         info["gpu"] = torch.cuda.get_device_name()
     entry = {k: v for k, v in session.items() if k != "planned"} | {"machine": info}
     run.update(budget_name=budget_name, budget=budget)
-    if "planned" in session:
-        run["planned"] = session["planned"]  # every unit of the budget: the page says how many are finished
+    if "planned" in session:  # every unit any command here planned: the page says how many are finished
+        run["planned"] = list(dict.fromkeys([*run.get("planned", []), *session["planned"]]))
     key = (entry.get("command"), entry.get("started"))
     mine = [i for i, earlier in enumerate(run["sessions"]) if (earlier.get("command"), earlier.get("started")) == key]
     if update and mine:

@@ -39,6 +39,8 @@ CIFAR_MODELS = {
         "value residual ViT, learnable mix",
         "—",
     ),
+    "value-residual-gate": (value_path("cifar", "value-residual-gate"), "value residual ViT, gated mix", "—"),
+    "twicing": (value_path("cifar", "twicing"), "twicing ViT", "—"),
     "vit-": (cifar("vit-"), "ViT⁻", "66.62 (CIFAR-100, −0.16 vs ViT-Ti)"),
     "vit+": (cifar("vit+"), "ViT⁺", "64.34 (CIFAR-100, −2.44 vs ViT-Ti)"),
 }
@@ -69,6 +71,8 @@ LM_MODELS = {
     "neutreno-learnable": (value_path("lm", "neutreno-learnable"), "NeuTRENO, learnable λ"),
     "value-residual": (value_path("lm", "value-residual"), "value residual"),
     "value-residual-learnable": (value_path("lm", "value-residual-learnable"), "value residual, learnable mix"),
+    "value-residual-gate": (value_path("lm", "value-residual-gate"), "value residual, gated mix"),
+    "twicing": (value_path("lm", "twicing"), "twicing (last 2 layers)"),
 }
 PARENT_MODELS = {v: (PARENT.of(variant=v), cifar(v)) for v in ("vit", "neutreno")}
 
@@ -274,12 +278,26 @@ CLAIMS = [
             cifar("vit"),
             ACCURACY,
             +1,
-            NO_IMAGE_NUMBER.format(source),
+            paper,
         )
-        for m, name, source in (
-            ("neutreno-learnable", "NeuTRENO with a learnable λ", "fixed λ: +0.84 pp on ImageNet"),
-            ("value-residual", "value residual", "ResFormer reports language models"),
-            ("value-residual-learnable", "learnable value residual", "ResFormer reports language models"),
+        for m, name, paper in (
+            (
+                "neutreno-learnable",
+                "NeuTRENO with a learnable λ",
+                NO_IMAGE_NUMBER.format("fixed λ: +0.84 pp on ImageNet"),
+            ),
+            ("value-residual", "value residual", NO_IMAGE_NUMBER.format("ResFormer reports language models")),
+            (
+                "value-residual-learnable",
+                "learnable value residual",
+                NO_IMAGE_NUMBER.format("ResFormer reports language models"),
+            ),
+            ("value-residual-gate", "gated value residual", NO_IMAGE_NUMBER.format("x-transformers' default mix")),
+            (
+                "twicing",
+                "twicing attention",
+                "higher (the twicing paper: DeiT-tiny on ImageNet, twicing in every layer)",
+            ),
         )
     ),
     *(
@@ -296,6 +314,8 @@ CLAIMS = [
             ("neutreno-learnable", "NeuTRENO with a learnable λ", "none published (fixed λ: lower, WikiText-103)"),
             ("value-residual", "value residual", VR_LM.format(23.8)),
             ("value-residual-learnable", "learnable value residual", VR_LM.format(23.7)),
+            ("value-residual-gate", "gated value residual", "none published (x-transformers' default mix)"),
+            ("twicing", "twicing attention", "lower (the twicing paper: WikiText-103, twicing in the last layers)"),
         )
     ),
     *(

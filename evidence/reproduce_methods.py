@@ -73,6 +73,22 @@ METHODS = {
         hfc="hfc-value-residual-learnable",
         **value_path_cost("value residual, learnable α"),
     ),
+    "value-residual-gate": dict(
+        name="value residual, mix gated per token and head",
+        scratch="valuepath-cifar-value-residual-gate",
+        wikitext="valuepath-lm-value-residual-gate",
+        cosine="cosine-value-residual-gate",
+        hfc="hfc-value-residual-gate",
+        **value_path_cost("value residual, gate"),
+    ),
+    "twicing": dict(
+        name="twicing attention (ViT: every layer; LM: the last 2)",
+        scratch="valuepath-cifar-twicing",
+        wikitext="valuepath-lm-twicing",
+        cosine="cosine-twicing",
+        hfc="hfc-twicing",
+        **value_path_cost("twicing"),
+    ),
     "vit-": dict(
         name="ViT⁻",
         scratch="cifar-vit-minus",

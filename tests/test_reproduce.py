@@ -396,3 +396,13 @@ def test_invocations_sharing_a_run_folder_each_update_their_own_record(tmp_path)
     reproduce.record_session(tmp_path, {**first, "wall_seconds": 5.0}, budget_name="quick", budget={}, update=True)
     sessions = json.loads((tmp_path / "run.json").read_text())["sessions"]
     assert [(s["command"], s.get("wall_seconds")) for s in sessions] == [("python a", 5.0), ("python b", None)]
+
+
+def test_the_plan_is_every_unit_any_invocation_planned(tmp_path):
+    # a later command over fewer experiments (round 2's value paths) must not shrink the page's progress count
+    everything = {"command": "python a", "started": "t0", "planned": ["cifar-vit-100pct-seed0", "lm-softmax-seed0"]}
+    more = {"command": "python b", "started": "t1", "planned": ["lm-softmax-seed0", "valuepath-lm-twicing-seed0"]}
+    for session in (everything, more):
+        reproduce.record_session(tmp_path, session, budget_name="quick", budget={})
+    planned = json.loads((tmp_path / "run.json").read_text())["planned"]
+    assert planned == ["cifar-vit-100pct-seed0", "lm-softmax-seed0", "valuepath-lm-twicing-seed0"]
