@@ -265,53 +265,70 @@ def measure_oversmoothing(
     sample and hidden state, about +1× on CPU, which is why it is measured only when asked for by name; the attention
     metrics recompute every attention map twice (about +1.3×). Choose `metrics` when that matters.
     """
-    names = check_metrics(metrics)
-    hidden_names = [m for m in names if m in HIDDEN_STATE_METRICS]
-    attention_names = [m for m in names if m in ATTENTION_METRICS]
-    parameter = next(model.parameters(), None)
-    device = parameter.device if parameter is not None else torch.device("cpu")
-    if model_name is None:
-        model_name = getattr(getattr(model, "config", None), "name_or_path", None) or type(model).__name__
-    observer = _AttentionObserver(attention_names) if attention_names else None
-    accumulator = _RunningMean(device)
-    num_samples, selected, first_decoder_layer = 0, None, None
-
-    with _measuring(model, observer):
-        if observer is not None and observer.error is not None and metrics is not None:
-            raise ValueError(_unavailable(attention_names, model, observer.error))  # before measuring anything
+    measurement = _Measurement(model, check_metrics(metrics), layers, strict=metrics is not None)
+    with _measuring(model, measurement.observer):
+        measurement.check_attention()  # before measuring anything
         total = len(batches) if hasattr(batches, "__len__") else None
         for batch in tqdm(batches, total=total, desc="over-smoothing", unit="batch", disable=not progress):
-            inputs = _model_inputs(batch, device)
-            if observer is not None:
-                mask = inputs.get("attention_mask")
-                observer.start_batch(mask if isinstance(mask, torch.Tensor) and mask.ndim == 2 else None)
-            hidden_states, first_decoder_layer = _hidden_states(model, inputs)
-            if selected is None:  # the first batch tells how many hidden states there are
-                selected = _resolve_layers(layers, len(hidden_states))
-            token_mask = _token_mask(inputs, hidden_states[0])
-            for index in selected:
-                for metric, values in hidden_state_metrics(hidden_states[index], token_mask, hidden_names).items():
-                    accumulator.add(metric, index, values)
-            if observer is not None:
-                observer.end_batch(len(hidden_states) - 1, accumulator.add, set(selected), first_decoder_layer)
-                if observer.error is not None and metrics is not None:
-                    raise ValueError(_unavailable(attention_names, model, observer.error))
-            num_samples += hidden_states[0].shape[0]
+            measurement.add(batch)
+    return measurement.report(model_name)
 
-    if num_samples == 0:
-        raise ValueError("`batches` yielded no samples: nothing to measure.")
-    if observer is not None and observer.error is not None:
-        message = _unavailable(attention_names, model, observer.error)
-        warnings.warn(message + " Only the hidden-state metrics are reported.", stacklevel=2)
-    layer_ids, values, counts = accumulator.result()
-    metadata = {"model_class": type(model).__name__, "num_hidden_states": len(hidden_states)}
-    if first_decoder_layer is not None:
-        metadata["decoder_layers"] = list(range(first_decoder_layer, len(hidden_states)))
-    return OversmoothingReport(
-        values=values,
-        layers=layer_ids,
-        counts=counts,
-        num_samples=num_samples,
-        model_name=model_name,
-        metadata=metadata,
-    )
+
+class _Measurement:
+    """The running sums of one `measure_oversmoothing` call. `strict`: attention metrics were asked for by name, so
+    a model that cannot provide them raises instead of warning."""
+
+    def __init__(self, model: torch.nn.Module, names: list[str], layers: Sequence[int] | None, strict: bool):
+        self.model, self.layers, self.strict = model, layers, strict
+        self.hidden_names = [m for m in names if m in HIDDEN_STATE_METRICS]
+        self.attention_names = [m for m in names if m in ATTENTION_METRICS]
+        parameter = next(model.parameters(), None)
+        self.device = parameter.device if parameter is not None else torch.device("cpu")
+        self.observer = _AttentionObserver(self.attention_names) if self.attention_names else None
+        self.accumulator = _RunningMean(self.device)
+        self.num_samples, self.num_hidden_states, self.selected, self.first_decoder_layer = 0, 0, None, None
+
+    def check_attention(self) -> None:
+        if self.observer is not None and self.observer.error is not None and self.strict:
+            raise ValueError(_unavailable(self.attention_names, self.model, self.observer.error))
+
+    def add(self, batch: Mapping[str, torch.Tensor]) -> None:
+        inputs = _model_inputs(batch, self.device)
+        if self.observer is not None:
+            mask = inputs.get("attention_mask")
+            self.observer.start_batch(mask if isinstance(mask, torch.Tensor) and mask.ndim == 2 else None)
+        hidden_states, self.first_decoder_layer = _hidden_states(self.model, inputs)
+        self.num_hidden_states = len(hidden_states)
+        if self.selected is None:  # the first batch tells how many hidden states there are
+            self.selected = _resolve_layers(self.layers, len(hidden_states))
+        token_mask = _token_mask(inputs, hidden_states[0])
+        for index in self.selected:
+            for metric, values in hidden_state_metrics(hidden_states[index], token_mask, self.hidden_names).items():
+                self.accumulator.add(metric, index, values)
+        if self.observer is not None:
+            last = len(hidden_states) - 1
+            self.observer.end_batch(last, self.accumulator.add, set(self.selected), self.first_decoder_layer)
+            self.check_attention()
+        self.num_samples += hidden_states[0].shape[0]
+
+    def report(self, model_name: str | None) -> OversmoothingReport:
+        if self.num_samples == 0:
+            raise ValueError("`batches` yielded no samples: nothing to measure.")
+        if self.observer is not None and self.observer.error is not None:
+            message = _unavailable(self.attention_names, self.model, self.observer.error)
+            warnings.warn(message + " Only the hidden-state metrics are reported.", stacklevel=3)
+        if model_name is None:
+            config = getattr(self.model, "config", None)
+            model_name = getattr(config, "name_or_path", None) or type(self.model).__name__
+        layer_ids, values, counts = self.accumulator.result()
+        metadata = {"model_class": type(self.model).__name__, "num_hidden_states": self.num_hidden_states}
+        if self.first_decoder_layer is not None:
+            metadata["decoder_layers"] = list(range(self.first_decoder_layer, self.num_hidden_states))
+        return OversmoothingReport(
+            values=values,
+            layers=layer_ids,
+            counts=counts,
+            num_samples=self.num_samples,
+            model_name=model_name,
+            metadata=metadata,
+        )
