@@ -167,8 +167,7 @@ def spectral_dominance(model: nn.Module, pixel_values: torch.Tensor, tol: float 
     attentions = _attention_maps(model, pixel_values)
     if len(attentions) != len(layers):
         raise ValueError(f"Got {len(attentions)} attention maps for {len(layers)} layers.")
-    notes = []
-    categories, dominant = [], []
+    notes, categories, dominant = [], [], []
     for index, (layer, attn_map) in enumerate(zip(layers, attentions)):
         attention = layer.attention
         if getattr(attention, "neutreno_lambda", 0.0):
@@ -176,26 +175,32 @@ def spectral_dominance(model: nn.Module, pixel_values: torch.Tensor, tol: float 
         if getattr(attention.config, "featscale", False):
             notes.append(f"layer {index} applies FeatScale after H, which the analysed map leaves out")
         value, output = head_factors(attention)
-        eig_h = _eigvals(output.double() @ value.double())  # (heads, head_dim)
-        eig_a = _eigvals(attn_map.double())  # (inputs, heads, tokens)
-        candidates = 1 + eig_h[None, :, None, :] * eig_a[..., None]  # (inputs, heads, tokens, head_dim)
-        modulus = candidates.abs()
-        best_per_partner = modulus.amax(dim=-1)  # (inputs, heads, tokens)
-        best = best_per_partner.amax(dim=-1, keepdim=True)
-        partners = best_per_partner >= best * (1 - tol)
-
-        real = eig_a.real
-        largest = nn.functional.one_hot(real.argmax(dim=-1), real.shape[-1]).bool()
-        smallest = (real <= real.amin(dim=-1, keepdim=True) + tol) & ~largest
-        groups = torch.stack(
-            [(partners & largest).any(-1), (partners & smallest).any(-1), (partners & ~largest & ~smallest).any(-1)],
-            dim=-1,
-        )  # (inputs, heads, 3): smoothing, sharpening, other
-        category = torch.where(groups.sum(-1) > 1, TIE, groups.int().argmax(-1))
+        category, modulus = _classify(_eigvals(output.double() @ value.double()), _eigvals(attn_map.double()), tol)
         categories.append(category)
-        flat = modulus.flatten(-2).argmax(-1, keepdim=True)
-        dominant.append(candidates.flatten(-2).gather(-1, flat).squeeze(-1))
+        dominant.append(modulus)
     return SpectralDominance(torch.stack(categories), torch.stack(dominant), list(range(len(layers))), notes)
+
+
+def _classify(eig_h: torch.Tensor, eig_a: torch.Tensor, tol: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """One layer's cases: each (input, head)'s category and dominating candidate, from the eigenvalues of its heads'
+    ``W_O^h W_V^h`` (heads, head_dim) and of its attention maps (inputs, heads, tokens), as `spectral_dominance`
+    defines them."""
+    candidates = 1 + eig_h[None, :, None, :] * eig_a[..., None]  # (inputs, heads, tokens, head_dim)
+    modulus = candidates.abs()
+    best_per_partner = modulus.amax(dim=-1)  # (inputs, heads, tokens)
+    best = best_per_partner.amax(dim=-1, keepdim=True)
+    partners = best_per_partner >= best * (1 - tol)
+
+    real = eig_a.real
+    largest = nn.functional.one_hot(real.argmax(dim=-1), real.shape[-1]).bool()
+    smallest = (real <= real.amin(dim=-1, keepdim=True) + tol) & ~largest
+    groups = torch.stack(
+        [(partners & largest).any(-1), (partners & smallest).any(-1), (partners & ~largest & ~smallest).any(-1)],
+        dim=-1,
+    )  # (inputs, heads, 3): smoothing, sharpening, other
+    category = torch.where(groups.sum(-1) > 1, TIE, groups.int().argmax(-1))
+    flat = modulus.flatten(-2).argmax(-1, keepdim=True)
+    return category, candidates.flatten(-2).gather(-1, flat).squeeze(-1)
 
 
 __all__ = ["CATEGORIES", "SpectralDominance", "head_factors", "spectral_dominance"]
