@@ -219,16 +219,10 @@ def _plot_path(path: str) -> str:
     return path if Path(path).suffix else path + ".png"
 
 
-def run(args: argparse.Namespace) -> int:
-    # torch, transformers and datasets are imported here and in the helpers above, not at the top: `--help` needs none.
-    import torch
+def _check_arguments(args: argparse.Namespace, variants: dict) -> tuple[list[str], str | None]:
+    """Every check that needs no download, so that a typo does not cost one; returns the report and plot files."""
+    from ..value_path import check_settings
 
-    from ..diagnostics import OversmoothingReport, measure_oversmoothing
-    from ..diagnostics.metrics import check_metrics
-    from ..value_path import apply_value_path, check_settings, is_value_path_model, remove_value_path
-
-    # Cheap checks first: a typo should not cost a model download.
-    metrics = check_metrics(args.metrics) if args.metrics is not None else None
     for name, value in (
         ("--num-samples", args.num_samples),
         ("--batch-size", args.batch_size),
@@ -236,7 +230,6 @@ def run(args: argparse.Namespace) -> int:
     ):
         if value < 1:
             raise ValueError(f"`{name}` must be at least 1, got {value}.")
-    variants = _variants(args)
     several = len(variants) > 1
     outs = (
         [check_output_file(_variant_path(args.out, v, several), "--out", args.overwrite) for v in variants]
@@ -252,11 +245,13 @@ def run(args: argparse.Namespace) -> int:
                 flag = "--neutreno-lambda" if settings["method"] == "neutreno" else "--value-residual-alpha"
                 raise ValueError(f"{flag} (variant {name!r}): {error}") from None
     check_model_folder(args.model, "MODEL_OR_DIR")
-    others = [OversmoothingReport.from_json(path) for path in args.compare]
+    return outs, plot
 
-    data, split, image_column = _dataset(args)
-    encode = _image_encoder(args, image_column) if image_column else _text_encoder(args)
-    model = _load_model(args.model, args.trust_remote_code)
+
+def _check_saved_value_path(args: argparse.Namespace, model, variants: dict) -> None:
+    """A model saved with a value path is measured as saved, with its value path, and never gets a second one."""
+    from ..value_path import is_value_path_model
+
     saved_value_path = getattr(getattr(model, "config", None), "value_path", None)
     if saved_value_path is not None and not is_value_path_model(model):
         raise ValueError(
@@ -270,25 +265,52 @@ def run(args: argparse.Namespace) -> int:
             f"{adding} would put another on it. Measure it as saved with `--variants softmax` (the default), or give "
             "MODEL_OR_DIR the plain model it was adapted from to compare the variants."
         )
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    model.to(device)
+
+
+def _measure_variant(args, model, variant: str, settings: dict | None, batches, several: bool, metrics):
+    """One variant's report: the value path put on `model` for the measurement and taken off afterwards."""
+    from ..diagnostics import measure_oversmoothing
+    from ..value_path import apply_value_path, remove_value_path
+
+    if settings is not None:
+        apply_value_path(model, **settings)
+    try:
+        report = measure_oversmoothing(
+            model,
+            batches,
+            metrics=metrics,
+            layers=args.layers,
+            progress=not args.no_progress,
+            model_name=f"{args.model} [{variant}]" if several else args.model,
+        )
+    finally:
+        if settings is not None:
+            remove_value_path(model)
+    return report
+
+
+def run(args: argparse.Namespace) -> int:
+    # torch, transformers and datasets are imported here and in the helpers above, not at the top: `--help` needs none.
+    import torch
+
+    from ..diagnostics import OversmoothingReport
+    from ..diagnostics.metrics import check_metrics
+
+    metrics = check_metrics(args.metrics) if args.metrics is not None else None
+    variants = _variants(args)
+    outs, plot = _check_arguments(args, variants)
+    others = [OversmoothingReport.from_json(path) for path in args.compare]
+
+    data, split, image_column = _dataset(args)
+    encode = _image_encoder(args, image_column) if image_column else _text_encoder(args)
+    model = _load_model(args.model, args.trust_remote_code)
+    _check_saved_value_path(args, model, variants)
+    model.to(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
 
     reports = []
     for variant, settings in variants.items():
-        if settings is not None:
-            apply_value_path(model, **settings)
-        try:
-            report = measure_oversmoothing(
-                model,
-                _Batches(data, args.batch_size, encode),  # the same seeded subset, in the same order, every time
-                metrics=metrics,
-                layers=args.layers,
-                progress=not args.no_progress,
-                model_name=args.model if len(variants) == 1 else f"{args.model} [{variant}]",
-            )
-        finally:
-            if settings is not None:
-                remove_value_path(model)
+        batches = _Batches(data, args.batch_size, encode)  # the same seeded subset, in the same order, every time
+        report = _measure_variant(args, model, variant, settings, batches, len(variants) > 1, metrics)
         report.metadata.update(
             dataset=args.dataset,
             dataset_config=args.dataset_config,
