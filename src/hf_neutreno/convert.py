@@ -106,18 +106,7 @@ def vit_to_neutreno(
     if kind.startswith("DeiT"):
         state = {("vit." + k[len("deit.") :] if k.startswith("deit.") else k): v for k, v in state.items()}
     target = NeuTRENOViTForImageClassification(config)
-    try:
-        missing, unexpected = target.load_state_dict(state, strict=False)
-    except RuntimeError as err:  # shape mismatches
-        raise ValueError(
-            f"The {kind} weights do not fit the NeuTRENO ViT built with {config_overrides}: {err}"
-        ) from err
-    if missing or unexpected:
-        raise ValueError(
-            f"The {kind} weights do not fit the NeuTRENO ViT built from its config and {config_overrides}: "
-            f"missing {missing}, unexpected {unexpected}. Overrides may not change shapes or drop projections "
-            "(e.g. `symmetric_attention`)."
-        )
+    _load_weights(target, state, f"The {kind} weights", f"the NeuTRENO ViT built with {config_overrides}")
     dtype = next(source.parameters()).dtype
     return target.to(dtype=dtype).train(source.training)
 
@@ -148,7 +137,18 @@ def vit_to_segmenter(
             f"vit_to_neutreno(task='semantic-segmentation') takes a ViT, DeiT or NeuTRENO ViT backbone or classifier; "
             f"{type(source).__name__} has the backbone {kind}."
         )
-    src_config = backbone.config
+    config = _segmenter_config(backbone, neutreno_lambda, config_overrides)
+    target = NeuTRENOViTForSemanticSegmentation(config)
+    what = f"the Segmenter's encoder built with {config_overrides}"
+    _load_weights(target, _encoder_state(backbone, config), f"The {kind} weights", what, ignore="decoder.")
+    weight = next(source.parameters())
+    return target.to(device=weight.device, dtype=weight.dtype).train(source.training)
+
+
+def _segmenter_config(backbone, neutreno_lambda: float | None, config_overrides: dict) -> NeuTRENOViTConfig:
+    """The Segmenter's config: the backbone's encoder fields (a NeuTRENO ViT's all, a native one's that the NeuTRENO
+    ViT shares), then `neutreno_lambda` and the overrides; the patch size and prefix tokens must stay the source's."""
+    src_config, kind = backbone.config, type(backbone).__name__
     if kind == "NeuTRENOViTModel":
         fields = {
             k: v
@@ -172,28 +172,36 @@ def vit_to_segmenter(
             f"`patch_size` {list(config.patch_size_2d)} and `use_distillation_token` must be the source's "
             f"({list(_pair(src_config.patch_size))}, {_num_prefix(backbone) == 2}): they fix the weights' shapes."
         )
+    return config
+
+
+def _encoder_state(backbone, config: NeuTRENOViTConfig) -> dict[str, torch.Tensor]:
+    """The backbone's weights under the Segmenter's names, without the pooler, the position embeddings resampled to
+    the new patch grid where the image size changed."""
     state = {"vit." + k: v for k, v in backbone.state_dict().items() if not k.startswith("pooler.")}
     position = "vit.embeddings.position_embeddings"
-    source_grid = _grid(src_config.image_size, src_config.patch_size)
+    source_grid = _grid(backbone.config.image_size, backbone.config.patch_size)
     target_grid = _grid(config.image_size, config.patch_size)
     if source_grid != target_grid:
         state[position] = resample_position_embeddings(
             state[position], source_grid, target_grid, config.num_prefix_tokens
         )
-    target = NeuTRENOViTForSemanticSegmentation(config)
+    return state
+
+
+def _load_weights(target, state: dict, weights: str, what: str, ignore: str | None = None) -> None:
+    """`state` into `target`, or `ValueError` naming what does not fit; `ignore`: a prefix of `target`'s weights
+    that `state` does not hold (a new decoder)."""
     try:
         missing, unexpected = target.load_state_dict(state, strict=False)
     except RuntimeError as err:  # shape mismatches
-        raise ValueError(f"The {kind} weights do not fit the Segmenter built with {config_overrides}: {err}") from err
-    missing = [name for name in missing if not name.startswith("decoder.")]
+        raise ValueError(f"{weights} do not fit {what}: {err}") from err
+    missing = [name for name in missing if not (ignore and name.startswith(ignore))]
     if missing or unexpected:
         raise ValueError(
-            f"The {kind} weights do not fit the Segmenter's encoder built with {config_overrides}: missing "
-            f"{missing}, unexpected {unexpected}. Overrides may not change shapes or drop projections (e.g. "
-            "`symmetric_attention`)."
+            f"{weights} do not fit {what}: missing {missing}, unexpected {unexpected}. Overrides may not change "
+            "shapes or drop projections (e.g. `symmetric_attention`)."
         )
-    weight = next(source.parameters())
-    return target.to(device=weight.device, dtype=weight.dtype).train(source.training)
 
 
 def resample_position_embeddings(
@@ -235,6 +243,29 @@ _NATIVE_VIT_NEEDS = (
 )
 
 
+def _check_native_computes(model) -> None:
+    """`ValueError` unless the native ViT computes what this NeuTRENO ViT computes (stochastic depth, which acts only
+    in training, is dropped with a warning)."""
+    config = model.config
+    with_term = [i for i, layer in enumerate(model.base_model.layers) if layer.attention.neutreno_lambda != 0]
+    if with_term:
+        raise ValueError(
+            f"`neutreno_lambda={config.neutreno_lambda}` adds the NeuTRENO term in layers {with_term}, which the "
+            "native ViT does not compute; only `neutreno_lambda=0` or `neutreno_layers=[]` converts."
+        )
+    for field, needed, meaning in _NATIVE_VIT_NEEDS:
+        if getattr(config, field) != needed:
+            raise ValueError(
+                f"This NeuTRENO ViT has `{field}={getattr(config, field)!r}` ({meaning}), which the native ViT does "
+                f"not compute; only `{field}={needed!r}` converts."
+            )
+    if config.drop_path_rate > 0:
+        logger.warning(
+            f"`drop_path_rate={config.drop_path_rate}` is dropped: the native ViT has no stochastic depth. The "
+            "converted model computes the same function in evaluation; fine-tuning it trains without stochastic depth."
+        )
+
+
 def neutreno_to_vit(model) -> PreTrainedModel:
     """A NeuTRENO ViT that computes a plain ViT, as the native `transformers` model: no remote code needed to load it.
 
@@ -263,23 +294,7 @@ def neutreno_to_vit(model) -> PreTrainedModel:
             f"neutreno_to_vit converts NeuTRENOViTForImageClassification, NeuTRENOViTModel or an EigenViT, got {kind}."
         )
     config = model.config
-    with_term = [i for i, layer in enumerate(model.base_model.layers) if layer.attention.neutreno_lambda != 0]
-    if with_term:
-        raise ValueError(
-            f"`neutreno_lambda={config.neutreno_lambda}` adds the NeuTRENO term in layers {with_term}, which the "
-            "native ViT does not compute; only `neutreno_lambda=0` or `neutreno_layers=[]` converts."
-        )
-    for field, needed, meaning in _NATIVE_VIT_NEEDS:
-        if getattr(config, field) != needed:
-            raise ValueError(
-                f"This NeuTRENO ViT has `{field}={getattr(config, field)!r}` ({meaning}), which the native ViT does "
-                f"not compute; only `{field}={needed!r}` converts."
-            )
-    if config.drop_path_rate > 0:
-        logger.warning(
-            f"`drop_path_rate={config.drop_path_rate}` is dropped: the native ViT has no stochastic depth. The "
-            "converted model computes the same function in evaluation; fine-tuning it trains without stochastic depth."
-        )
+    _check_native_computes(model)
 
     if config.use_distillation_token:
         config_class, backbone_class, classifier_class = DeiTConfig, DeiTModel, DeiTForImageClassification
