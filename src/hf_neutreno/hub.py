@@ -141,15 +141,8 @@ def model_card(
     pipeline_tag = PIPELINE_TAGS.get(auto_class)
     template = _template_for(config.model_type, pipeline_tag, template)
     model_name = (repo_id or getattr(config, "name_or_path", "") or config.model_type).rstrip("/").split("/")[-1]
-    local = bool(dataset) and (os.path.exists(dataset) or dataset.startswith((".", "/", "~")))
-    dataset_name = Path(dataset).name if local else dataset
-    dataset_id = None if local else dataset
-    if isinstance(results, Mapping):
-        if not dataset_name:
-            raise ValueError("`results` need the `dataset` they were measured on.")
-        task = (pipeline_tag or "other", dataset_id or dataset_name, dataset_name, dataset_config, dataset_split)
-        results = _eval_results(results, *task)
-    eval_results = list(results or [])
+    dataset_id, dataset_name = _dataset_names(dataset)
+    eval_results = _card_results(results, pipeline_tag, dataset_id, dataset_name, dataset_config, dataset_split)
     report = oversmoothing_report(oversmoothing)
 
     card_data = ModelCardData(
@@ -177,6 +170,22 @@ def model_card(
         training=dict(training or {}),
         citations=template_text(CITATIONS_FILE).strip(),
     )
+
+
+def _dataset_names(dataset: str | None) -> tuple[str | None, str | None]:
+    """(Hub id, name shown) of `dataset`: a local folder has no Hub id and is shown by its name only."""
+    local = bool(dataset) and (os.path.exists(dataset) or dataset.startswith((".", "/", "~")))
+    return (None if local else dataset), (Path(dataset).name if local else dataset)
+
+
+def _card_results(results, pipeline_tag, dataset_id, dataset_name, dataset_config, dataset_split) -> list[EvalResult]:
+    """The card's `eval_results`: `results` as given, or Trainer's metrics made `EvalResult`s of the dataset."""
+    if isinstance(results, Mapping):
+        if not dataset_name:
+            raise ValueError("`results` need the `dataset` they were measured on.")
+        task = (pipeline_tag or "other", dataset_id or dataset_name, dataset_name, dataset_config, dataset_split)
+        results = _eval_results(results, *task)
+    return list(results or [])
 
 
 def _template_for(model_type: str, pipeline_tag: str | None, template: str | None) -> str:
