@@ -14,6 +14,7 @@ from transformers.utils import logging
 
 from .models.configuration_neutreno_vit import NeuTRENOViTConfig
 from .models.modeling_neutreno_vit import NeuTRENOViTForImageClassification, NeuTRENOViTForSemanticSegmentation
+from .models.neutreno_common import TRANSFORMER_SHAPE_FIELDS
 
 logger = logging.get_logger(__name__)
 
@@ -21,11 +22,7 @@ logger = logging.get_logger(__name__)
 
 # transformers' ViT and DeiT configs -> NeuTRENOViTConfig fields of the same meaning
 _VIT_FIELDS = (
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "intermediate_size",
-    "hidden_act",
+    *TRANSFORMER_SHAPE_FIELDS,
     "hidden_dropout_prob",
     "attention_probs_dropout_prob",
     "initializer_range",

@@ -6,6 +6,7 @@ from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
 from .neutreno_common import (
+    TRANSFORMER_SHAPE_FIELDS,
     NeuTRENOConfigMixin,
     activation_field,
     dropout_field,
@@ -68,11 +69,7 @@ class NeuTRENOGPTConfig(NeuTRENOConfigMixin, PreTrainedConfig):
     # one was edited on their config. The other fields are read at each forward, kept in step by transformers
     # (`vocab_size` by `resize_token_embeddings`), or only initialise the weights.
     architecture_fields: ClassVar[tuple[str, ...]] = (
-        "hidden_size",
-        "num_hidden_layers",
-        "num_attention_heads",
-        "intermediate_size",
-        "hidden_act",
+        *TRANSFORMER_SHAPE_FIELDS,
         "position_embedding_type",
         "norm_position",
         "layer_norm_eps",

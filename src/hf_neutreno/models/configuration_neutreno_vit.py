@@ -7,6 +7,7 @@ from huggingface_hub.dataclasses import strict, validated_field
 from transformers import PreTrainedConfig
 
 from .neutreno_common import (
+    TRANSFORMER_SHAPE_FIELDS,
     NeuTRENOConfigMixin,
     activation_field,
     check_heads,
@@ -83,11 +84,7 @@ class NeuTRENOViTConfig(NeuTRENOConfigMixin, PreTrainedConfig):
     # saved once one was edited on their config. The other fields are read at each forward, or only initialise the
     # weights.
     architecture_fields: ClassVar[tuple[str, ...]] = (
-        "hidden_size",
-        "num_hidden_layers",
-        "num_attention_heads",
-        "intermediate_size",
-        "hidden_act",
+        *TRANSFORMER_SHAPE_FIELDS,
         "hidden_dropout_prob",
         "attention_probs_dropout_prob",
         "drop_path_rate",

@@ -284,6 +284,16 @@ def check_before_save(model: nn.Module) -> None:
     model.config.validate()
 
 
+# The fields that fix a transformer's shape, as transformers' configs name them (ViT, DeiT, GPT-2-style models).
+TRANSFORMER_SHAPE_FIELDS = (
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "hidden_act",
+)
+
+
 class NeuTRENOConfigMixin:
     """What every config of this package adds to `PreTrainedConfig` (a base listed before it): presets, the rules
     that every model's fields share, and a `save_pretrained` that validates before it writes anything.
