@@ -34,6 +34,24 @@ def run_python(code: str, timeout: int = 300) -> str:
     return proc.stdout
 
 
+def run_torchrun(*argv, timeout: int = 300) -> subprocess.CompletedProcess:
+    """`torchrun --standalone --nproc_per_node 2 ARGV` (a script and its arguments, or `-m module ...`) on the code
+    under test, offline, one thread per rank; the tests' folder is on the path too, for the workers' helpers.
+
+    --standalone binds the rendezvous to port 0, so the OS picks a free port: parallel runs cannot collide. torchrun
+    waits for and reaps both ranks (and kills the other one if one fails), so nothing outlives the call.
+    """
+    tests = str(Path(__file__).resolve().parent)
+    environment = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join([SRC, tests]),
+        "HF_HUB_OFFLINE": "1",
+    }
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *map(str, argv)]
+    return subprocess.run(command, env=environment, capture_output=True, text=True, timeout=timeout)
+
+
 def one_line_error(proc, command: str) -> str:
     """The error a user error ends with: exit status 2, no traceback, one line `hf-neutreno COMMAND: error: ...`,
     the last of stderr (progress bars may come before it). Returns its message."""

@@ -43,6 +43,32 @@ def run_fresh(
     return proc.stdout
 
 
+def load_fresh(model, inputs: dict, folder: Path, report: str = "None", auto_class: str = "AutoModelForCausalLM"):
+    """Save `model` to `folder`, load it with `auto_class` in a fresh process without the package (the checkpoint's
+    own code, `trust_remote_code=True`) and run it there on `inputs`. Returns the largest absolute difference of its
+    logits from `model`'s logits here, and the value of the expression `report` there (JSON; the loaded model is
+    `model`)."""
+    import json
+
+    import torch
+
+    folder = Path(folder)
+    with torch.no_grad():
+        expected = model(**inputs).logits
+    model.save_pretrained(folder)
+    torch.save({"inputs": inputs, "expected": expected}, folder.parent / "expected.pt")
+    code = f"""
+        import json, torch
+        from transformers import {auto_class}
+        saved = torch.load({str(folder.parent / "expected.pt")!r})
+        model = {auto_class}.from_pretrained({str(folder)!r}, trust_remote_code=True).eval()
+        with torch.no_grad():
+            difference = (model(**saved["inputs"]).logits - saved["expected"]).abs().max().item()
+        print(json.dumps([difference, {report}]))
+        """
+    return json.loads(run_fresh(code, folder.parent).strip().splitlines()[-1])
+
+
 def make_local_hub_cache(hf_home: Path, repo_id: str, folder: Path) -> None:
     """Lay `folder` out as a cached Hub snapshot, so `from_pretrained(repo_id)` resolves it offline."""
     org, name = repo_id.split("/")

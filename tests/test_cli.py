@@ -20,20 +20,13 @@ import real_data
 from cli_process import one_line_error, run_cli
 from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForImageClassification
 from hf_neutreno.cli import SUBCOMMANDS, main
+from tiny_models import MICRO_VIT
 
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("model")
-    config = NeuTRENOViTConfig(
-        hidden_size=16,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=16,
-        image_size=8,
-        patch_size=4,
-        neutreno_lambda=0.6,
-    )
+    config = NeuTRENOViTConfig(**MICRO_VIT, num_hidden_layers=2, neutreno_lambda=0.6)
     NeuTRENOViTForImageClassification(config).save_pretrained(folder)
     ViTImageProcessorPil(size={"height": 8, "width": 8}).save_pretrained(folder)
     return folder

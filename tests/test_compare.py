@@ -31,6 +31,7 @@ import hf_neutreno
 from fresh_process import run_fresh
 from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForImageClassification, cli
 from hf_neutreno.data import load_image_dataset
+from tiny_models import MICRO_VIT
 
 CHANCE = 0.1  # digits: 10 balanced classes
 TINY = [
@@ -675,9 +676,7 @@ def _parquet_folder(folder: Path) -> Path:
 
 
 def _saved_model(folder: Path) -> Path:
-    config = NeuTRENOViTConfig(
-        hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16, image_size=8, patch_size=4
-    )
+    config = NeuTRENOViTConfig(**MICRO_VIT, num_hidden_layers=1)
     NeuTRENOViTForImageClassification(config).save_pretrained(folder)
     return folder
 

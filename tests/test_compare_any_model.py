@@ -16,6 +16,7 @@ import transformers
 from hf_neutreno import cli
 from hf_neutreno.value_path import apply_value_path
 from tiny_models import (
+    DECODER,
     save_tiny_bert_classifier,
     save_tiny_llama,
     save_tiny_vit_classifier,
@@ -147,15 +148,7 @@ def _save_unadaptable(kind: str, folder):
     config = {
         "t5": T5Config(vocab_size=50, d_model=32, d_ff=64, num_layers=2, num_heads=4, d_kv=8),
         "resnet": ResNetConfig(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1]),
-        "mistral": MistralConfig(
-            vocab_size=50,
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            sliding_window=16,
-        ),
+        "mistral": MistralConfig(**dict(DECODER, num_hidden_layers=2), sliding_window=16),
     }[kind]
     config.save_pretrained(folder)
     return folder
@@ -329,20 +322,10 @@ def test_the_kept_cifar10_tables_in_the_docs_are_what_the_committed_results_prin
 def test_compare_runs_unchanged_under_torchrun_one_process_writing_and_reporting(tmp_path):
     """`torchrun --nproc_per_node 2 -m hf_neutreno compare ...` on CPU (gloo): both processes train every run
     data-parallel, one writes the folder and prints the table once."""
-    import os
-    import subprocess
-    import sys
-
-    from cli_process import SRC
+    from cli_process import run_torchrun
 
     model, data = save_tiny_bert_classifier(tmp_path / "bert"), write_text_classification_dataset(tmp_path / "data")
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node",
-        "2",
+    proc = run_torchrun(
         "-m",
         "hf_neutreno",
         "compare",
@@ -361,9 +344,8 @@ def test_compare_runs_unchanged_under_torchrun_one_process_writing_and_reporting
         "--output-dir",
         str(tmp_path / "out"),
         "--no-progress",
-    ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": SRC, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     assert results["complete"] and results["processes"] == 2

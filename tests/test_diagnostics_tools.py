@@ -15,7 +15,6 @@ from transformers import (
     PreTrainedTokenizerFast,
     Trainer,
     TrainerCallback,
-    TrainingArguments,
     ViTImageProcessorPil,
 )
 
@@ -31,7 +30,7 @@ from hf_neutreno.diagnostics import (
     measure_oversmoothing,
     plot_attention_maps,
 )
-from tiny_models import TINY_VIT
+from tiny_models import TINY_VIT, training_args
 
 TINY = dict(TINY_VIT, image_size=32, patch_size=8)
 
@@ -138,19 +137,15 @@ def test_trainer_callback_logs_per_layer_metrics(tmp_path):
 
     model = NeuTRENOViTForImageClassification(NeuTRENOViTConfig(**TINY, num_labels=3))
     recorder = _LogRecorder()
-    args = TrainingArguments(
-        output_dir=str(tmp_path),
-        use_cpu=True,
+    args = training_args(
+        tmp_path,
         max_steps=4,
         per_device_train_batch_size=4,
         eval_strategy="steps",
         eval_steps=2,
-        save_strategy="no",
         logging_steps=1,
-        report_to="none",
         learning_rate=1e-3,
         seed=0,
-        disable_tqdm=True,
     )
     trainer = Trainer(
         model=model, args=args, train_dataset=_RandomImages(16), eval_dataset=_RandomImages(8), callbacks=[recorder]
@@ -214,23 +209,8 @@ def cifar_dir(data_dir, tmp_path_factory):
 
 def test_cli_writes_report_and_plot_for_an_image_model(image_model_dir, cifar_dir, tmp_path, capsys):
     out, png = tmp_path / "report.json", tmp_path / "report.png"
-    code = main(
-        [
-            "diagnose",
-            str(image_model_dir),
-            "--dataset",
-            str(cifar_dir),
-            "--num-samples",
-            "20",
-            "--batch-size",
-            "8",
-            "--out",
-            str(out),
-            "--plot",
-            str(png),
-            "--no-progress",
-        ]
-    )
+    diagnose = ["diagnose", str(image_model_dir), "--dataset", str(cifar_dir), "--num-samples", "20", "--no-progress"]
+    code = main([*diagnose, "--batch-size", "8", "--out", str(out), "--plot", str(png)])
     assert code == 0, capsys.readouterr().err
     report = OversmoothingReport.from_json(out)
     assert report.num_samples == 20 and report.metrics == list(DEFAULT_METRICS)
@@ -242,23 +222,7 @@ def test_cli_writes_report_and_plot_for_an_image_model(image_model_dir, cifar_di
 
     # A second run drawn against the first: same model, same subset, so identical values.
     again = tmp_path / "again.json"
-    code = main(
-        [
-            "diagnose",
-            str(image_model_dir),
-            "--dataset",
-            str(cifar_dir),
-            "--num-samples",
-            "20",
-            "--metrics",
-            "cosine_similarity",
-            "--compare",
-            str(out),
-            "--out",
-            str(again),
-            "--no-progress",
-        ]
-    )
+    code = main([*diagnose, "--metrics", "cosine_similarity", "--compare", str(out), "--out", str(again)])
     assert code == 0
     second = OversmoothingReport.from_json(again)
     assert second.metrics == ["cosine_similarity"]

@@ -2,21 +2,20 @@
 against a single-process run with the same global batch; the launcher configs in examples/accelerate_configs/."""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
 from accelerate.commands.config.config_args import load_config_from_file
-from transformers import Trainer, TrainingArguments
+from transformers import Trainer
 
-from examples_loader import EXAMPLES, load_example
+from cli_process import run_torchrun
+from examples_loader import EXAMPLES, fashion_mnist_flags, load_example, trainer_flags
 from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForImageClassification
 from hf_neutreno.mixup import soft_target_cross_entropy
 from hf_neutreno.training_scripts import check_distributed_launch
+from tiny_models import FASHION_VIT, fashion_mnist, training_args
 
 TESTS = Path(__file__).resolve().parent
 PER_DEVICE_BATCH = 16
@@ -26,68 +25,12 @@ def example_args(data_dir: Path, output_dir: Path, per_device_batch: int) -> lis
     # Deterministic apart from the data order: no dropout, no drop path, no augmentation; Trainer shuffles with
     # the same seed in both runs (accelerate's seedable sampler), over 2 epochs so the reshuffle is covered too.
     return [
-        "--model_name_or_path",
-        "deit-tiny",
-        "--config_overrides",
-        "num_hidden_layers=2,hidden_size=32,num_attention_heads=4,intermediate_size=64",
-        "--image_size",
-        "28",
-        "--patch_size",
-        "7",
-        "--neutreno_lambda",
-        "0.6",
-        "--dataset_name",
-        str(data_dir / "fashion_mnist"),
-        "--max_train_samples",
-        "256",
-        "--max_eval_samples",
-        "64",
-        "--output_dir",
-        str(output_dir),
-        "--num_train_epochs",
-        "2",
-        "--learning_rate",
-        "2e-3",
-        "--per_device_train_batch_size",
-        str(per_device_batch),
-        "--logging_steps",
-        "1",
-        "--save_strategy",
-        "no",
-        "--eval_strategy",
-        "no",
-        "--report_to",
-        "none",
-        "--disable_tqdm",
-        "true",
-        "--seed",
-        "0",
-        "--use_cpu",  # --use_cpu: without it Trainer does not join CPU processes (see below)
+        *fashion_mnist_flags(data_dir),
+        *trainer_flags(output_dir, use_cpu=True),  # --use_cpu: without it Trainer does not join CPU processes (below)
+        *"--neutreno_lambda 0.6 --max_train_samples 256 --max_eval_samples 64 --num_train_epochs 2".split(),
+        *("--learning_rate", "2e-3", "--per_device_train_batch_size", str(per_device_batch)),
+        *"--logging_steps 1 --eval_strategy no --seed 0".split(),
     ]
-
-
-def run_torchrun(script: Path, args: list[str]) -> subprocess.CompletedProcess:
-    """`torchrun --standalone --nproc_per_node 2 script args` with this checkout's package, one thread per rank.
-
-    --standalone binds the rendezvous to port 0, so the OS picks a free port: parallel runs cannot collide. torchrun
-    waits for and reaps both ranks (and kills the other one if one fails), so nothing outlives the call.
-    """
-    env = {
-        **os.environ,
-        "OMP_NUM_THREADS": "1",
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS.parent / "src"), os.environ.get("PYTHONPATH")])),
-    }
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node",
-        "2",
-        str(script),
-        *args,
-    ]
-    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
 
 
 @pytest.mark.slow
@@ -104,7 +47,7 @@ def test_ddp_two_processes_match_one_process_with_the_same_global_batch(data_dir
     out = tmp_path / "ddp"
     out.mkdir()
     worker_args = [str(out), *example_args(data_dir, out / "run", PER_DEVICE_BATCH)]
-    proc = run_torchrun(TESTS / "ddp_example_worker.py", worker_args)
+    proc = run_torchrun(TESTS / "ddp_example_worker.py", *worker_args)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
 
     logs = [json.loads((out / f"log_rank{r}.json").read_text()) for r in (0, 1)]
@@ -137,30 +80,18 @@ def test_soft_target_loss_with_gradient_accumulation_equals_the_large_batch(data
     2 accumulated micro-batches of 8 give the update of one batch of 16. The same `num_items_in_batch` contract makes
     the loss right under DDP, where Trainer multiplies a compute_loss_func loss by the number of processes.
     SGD makes the update linear in the gradient, so the tolerance is fp32 rounding (1e-6)."""
-    from datasets import load_dataset
-    from transformers import ViTImageProcessorPil
+    from hf_neutreno.image_transforms import collate_images
 
-    from hf_neutreno.image_transforms import collate_images, image_transform
-
-    data = load_dataset("parquet", data_dir=str(data_dir / "fashion_mnist"), split="test").select(range(64))
-    data.set_transform(image_transform(ViTImageProcessorPil(size={"height": 28, "width": 28}), "image", "label"))
-    config = NeuTRENOViTConfig(
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        image_size=28,
-        patch_size=7,
-        num_labels=10,
-    )
+    data = fashion_mnist(data_dir, "test", 64)
+    config = NeuTRENOViTConfig(**dict(FASHION_VIT, num_hidden_layers=2))
     torch.manual_seed(0)
     initial = NeuTRENOViTForImageClassification(config).state_dict()
 
     def train(batch: int, accumulation: int, output_dir: str) -> dict[str, torch.Tensor]:
         model = NeuTRENOViTForImageClassification(config)
         model.load_state_dict(initial)
-        args = TrainingArguments(
-            output_dir=output_dir,
+        args = training_args(
+            output_dir,
             per_device_train_batch_size=batch,
             gradient_accumulation_steps=accumulation,
             max_steps=4,
@@ -169,10 +100,6 @@ def test_soft_target_loss_with_gradient_accumulation_equals_the_large_batch(data
             lr_scheduler_type="constant",
             max_grad_norm=0,
             train_sampling_strategy="sequential",
-            report_to="none",
-            save_strategy="no",
-            disable_tqdm=True,
-            use_cpu=True,
             remove_unused_columns=False,
         )
         Trainer(

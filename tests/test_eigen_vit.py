@@ -23,7 +23,7 @@ from hf_neutreno import (
     NeuTRENOViTForImageClassification,
 )
 from hf_neutreno.models.modeling_neutreno_vit import NeuTRENOViTAttention
-from tiny_models import TINY_VIT, assert_checkpointing_keeps_the_gradients
+from tiny_models import TINY_VIT, assert_checkpointing_keeps_the_gradients, training_args
 
 TINY = dict(TINY_VIT, num_hidden_layers=2, num_attention_heads=2, num_labels=3)
 SIGN = {"negative": -1.0, "positive": 1.0}
@@ -555,7 +555,7 @@ def test_exported_model_is_a_neutreno_vit_checkpoint_that_loads_with_remote_code
 
 @pytest.mark.slow
 def test_trainer_on_cifar10_subset_lowers_the_loss(data_dir, tmp_path):
-    from transformers import Trainer, TrainingArguments, ViTImageProcessorPil
+    from transformers import Trainer, ViTImageProcessorPil
 
     from hf_neutreno.data import get_split, image_and_label_columns, load_image_dataset, subset
 
@@ -579,19 +579,16 @@ def test_trainer_on_cifar10_subset_lowers_the_loss(data_dir, tmp_path):
         eigenvalue_range=[-1.0, 0.0],
     )
     model = EigenViTForImageClassification(config)
-    args = TrainingArguments(
-        output_dir=str(tmp_path),
+    args = training_args(
+        tmp_path,
         per_device_train_batch_size=32,
         per_device_eval_batch_size=64,
         max_steps=40,
         learning_rate=2e-3,
         warmup_steps=0,
         logging_steps=10,
-        save_strategy="no",
-        report_to=[],
         remove_unused_columns=False,
         dataloader_num_workers=0,
-        use_cpu=True,
         seed=0,
     )
     trainer = Trainer(model=model, args=args, train_dataset=train, eval_dataset=train)

@@ -12,6 +12,7 @@ import sys
 import textwrap
 
 from fresh_process import run_fresh
+from tiny_models import TINY_VIT
 
 # Prints the process-wide state that a library could change behind its user's back, as JSON.
 _SNAPSHOT = """
@@ -108,15 +109,7 @@ def test_loading_an_eigen_vit_with_remote_code_adds_no_optimizer_hook(tmp_path):
     hook the optimizers of that process either."""
     from hf_neutreno import EigenViTConfig, EigenViTForImageClassification
 
-    config = EigenViTConfig(
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        image_size=16,
-        patch_size=4,
-        num_labels=3,
-    )
+    config = EigenViTConfig(**dict(TINY_VIT, num_hidden_layers=2, num_attention_heads=2), num_labels=3)
     EigenViTForImageClassification(config).save_pretrained(tmp_path / "ckpt")
     out = run_fresh(
         _SNAPSHOT

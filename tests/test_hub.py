@@ -22,11 +22,12 @@ from transformers import ViTImageProcessorPil
 from transformers.modelcard import extract_hyperparameters_from_trainer
 
 import hf_neutreno.hub as hub
-from examples_loader import load_example
+from examples_loader import TINY_OVERRIDES, fashion_mnist_flags, load_example, trainer_flags
 from fresh_process import make_local_hub_cache, run_fresh
 from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForImageClassification
 from hf_neutreno.cli import main as cli_main
 from hf_neutreno.diagnostics import OversmoothingReport
+from tiny_models import TINY_VIT, labelled
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 LABELS = {0: "t-shirt", 1: "trouser", 2: "pullover"}
@@ -41,6 +42,7 @@ TRAINER_METRICS = {
     "train_loss": 0.9,
     "train_runtime": 20.0,
 }
+PUBLISHED = dict(dataset="zalando-datasets/fashion_mnist", results={"accuracy": 0.8125})  # a card's dataset, result
 COSINE = [0.21, 0.35, 0.42, 0.47]  # one per hidden state: embeddings + 3 blocks
 
 
@@ -64,17 +66,7 @@ def measured_report() -> OversmoothingReport:
 
 
 def tiny_model() -> NeuTRENOViTForImageClassification:
-    config = NeuTRENOViTConfig(
-        hidden_size=32,
-        num_hidden_layers=3,
-        num_attention_heads=4,
-        intermediate_size=64,
-        image_size=16,
-        patch_size=4,
-        neutreno_lambda=0.6,
-        id2label=LABELS,
-        label2id={v: k for k, v in LABELS.items()},
-    )
+    config = NeuTRENOViTConfig(**TINY_VIT, neutreno_lambda=0.6, **labelled(LABELS))
     return NeuTRENOViTForImageClassification(config).eval()
 
 
@@ -228,13 +220,7 @@ def test_every_template_renders_a_card_that_parses(template, tmp_path):
 def test_pushed_folder_loads_by_repo_id_in_a_fresh_process(tmp_path):
     model = tiny_model()
     folder = hub.save_for_hub(
-        tmp_path / "upload",
-        model,
-        processor(),
-        dataset="zalando-datasets/fashion_mnist",
-        results={"accuracy": 0.8125},
-        oversmoothing=measured_report(),
-        repo_id=REPO_ID,
+        tmp_path / "upload", model, processor(), **PUBLISHED, oversmoothing=measured_report(), repo_id=REPO_ID
     )
     files = {p.name for p in folder.iterdir()}
     assert {
@@ -321,27 +307,13 @@ def test_push_to_an_unreachable_hub_fails_clearly_before_writing(private_tmp, mo
 
 def test_push_uploads_the_prepared_folder_in_one_commit_and_cleans_up(fake_hub, private_tmp, tmp_path):
     model = tiny_model()
-    commit = hub.push_to_hub(
-        model,
-        REPO_ID,
-        processor(),
-        private=True,
-        dataset="zalando-datasets/fashion_mnist",
-        results={"accuracy": 0.8125},
-    )
+    commit = hub.push_to_hub(model, REPO_ID, processor(), private=True, **PUBLISHED)
     assert commit == "commit-info"
     names = [call[0] for call in fake_hub.calls]
     assert names == ["create_repo", "upload_folder"]  # created (the first request: it fails fast), then ONE commit
     assert fake_hub.calls[0] == ("create_repo", REPO_ID, True)
     uploaded = fake_hub.calls[1][3]
-    reference = hub.save_for_hub(
-        tmp_path / "reference",
-        model,
-        processor(),
-        dataset="zalando-datasets/fashion_mnist",
-        results={"accuracy": 0.8125},
-        repo_id=REPO_ID,
-    )
+    reference = hub.save_for_hub(tmp_path / "reference", model, processor(), **PUBLISHED, repo_id=REPO_ID)
     assert set(uploaded) == {p.name for p in reference.iterdir()}  # exactly what save_for_hub writes
     assert uploaded["README.md"] == (reference / "README.md").read_bytes()
     assert list(private_tmp.iterdir()) == []
@@ -358,57 +330,27 @@ def uploaded_card(files: dict[str, bytes], tmp_path: Path) -> ModelCard:
     return ModelCard.load(tmp_path / "README.md")
 
 
-def single_upload(fake_hub, repo_id: str) -> dict[str, bytes]:
-    """The files of the one folder upload, which went to `repo_id` (a Trainer pushes nothing during training)."""
+def single_upload(fake_hub, repo_id: str, *files: str) -> dict[str, bytes]:
+    """The files of the one folder upload, which went to `repo_id` (a Trainer pushes nothing during training) with
+    the weights, the config, the card and `files`."""
     uploads = [call for call in fake_hub.calls if call[0] == "upload_folder"]
     assert len(uploads) == 1 and uploads[0][1] == repo_id, uploads
+    assert {"config.json", "model.safetensors", "README.md", *files} <= set(uploads[0][3]), sorted(uploads[0][3])
     return uploads[0][3]
 
 
 def example_args(data_dir: Path, output_dir: Path) -> list[str]:
     return [
-        "--model_name_or_path",
-        "deit-tiny",
-        "--config_overrides",
-        "num_hidden_layers=2,hidden_size=32,num_attention_heads=4,intermediate_size=64",
-        "--image_size",
-        "28",
-        "--patch_size",
-        "7",
-        "--dataset_name",
-        str(data_dir / "fashion_mnist"),
-        "--max_train_samples",
-        "64",
-        "--max_eval_samples",
-        "64",
-        "--max_steps",
-        "2",
-        "--per_device_train_batch_size",
-        "32",
-        "--output_dir",
-        str(output_dir),
-        "--save_strategy",
-        "no",
-        "--report_to",
-        "none",
-        "--disable_tqdm",
-        "true",
-        "--push_to_hub",
-        "--hub_model_id",
-        REPO_ID,
+        *fashion_mnist_flags(data_dir),
+        *trainer_flags(output_dir),
+        *("--max_train_samples", "64", "--max_eval_samples", "64", "--max_steps", "2"),
+        *("--per_device_train_batch_size", "32", "--push_to_hub", "--hub_model_id", REPO_ID),
     ]
 
 
 def test_example_push_to_hub_publishes_model_code_processor_and_card(data_dir, tmp_path, fake_hub):
     metrics, trainer = load_example("run_image_classification").main(example_args(data_dir, tmp_path / "run"))
-    files = single_upload(fake_hub, REPO_ID)
-    assert {
-        "config.json",
-        "model.safetensors",
-        "modeling_neutreno_vit.py",
-        "preprocessor_config.json",
-        "README.md",
-    } <= set(files)
+    files = single_upload(fake_hub, REPO_ID, "modeling_neutreno_vit.py", "preprocessor_config.json")
     card = uploaded_card(files, tmp_path)
     accuracy = next(r for r in card.data.eval_results if r.metric_type == "accuracy")
     assert accuracy.metric_value == metrics["eval_accuracy"] and accuracy.dataset_name == "fashion_mnist"
@@ -421,54 +363,18 @@ def test_example_push_to_hub_publishes_model_code_processor_and_card(data_dir, t
 
 def lm_example_args(data_dir: Path, output_dir: Path) -> list[str]:
     return [
-        "--dataset_name",
-        str(data_dir / "wikitext-2-v1"),
-        "--max_vocab_size",
-        "500",
-        "--config_overrides",
-        "num_hidden_layers=2,hidden_size=32,num_attention_heads=4,intermediate_size=64",
-        "--adaptive_softmax_cutoffs",
-        "100",
-        "--block_size",
-        "16",
-        "--max_train_tokens",
-        "2048",
-        "--max_eval_tokens",
-        "64",
-        "--max_steps",
-        "2",
-        "--warmup_steps",
-        "0",
-        "--per_device_train_batch_size",
-        "8",
-        "--output_dir",
-        str(output_dir),
-        "--save_strategy",
-        "no",
-        "--report_to",
-        "none",
-        "--disable_tqdm",
-        "true",
-        "--use_cpu",
-        "true",
-        "--push_to_hub",
-        "--hub_model_id",
-        "neutreno-tests/tiny-neutreno-gpt",
+        *("--dataset_name", str(data_dir / "wikitext-2-v1"), "--config_overrides", TINY_OVERRIDES),
+        *"--max_vocab_size 500 --adaptive_softmax_cutoffs 100 --block_size 16 --max_train_tokens 2048".split(),
+        *"--max_eval_tokens 64 --max_steps 2 --warmup_steps 0 --per_device_train_batch_size 8".split(),
+        *trainer_flags(output_dir, use_cpu=True),
+        *("--push_to_hub", "--hub_model_id", "neutreno-tests/tiny-neutreno-gpt"),
     ]
 
 
 def test_lm_example_push_to_hub_publishes_model_code_tokenizer_and_card(data_dir, tmp_path, fake_hub):
     metrics = load_example("run_clm_wikitext103").main(lm_example_args(data_dir, tmp_path / "run"))
-    files = single_upload(fake_hub, "neutreno-tests/tiny-neutreno-gpt")
-    assert {
-        "config.json",
-        "model.safetensors",
-        "modeling_neutreno_gpt.py",
-        "configuration_neutreno_gpt.py",
-        "neutreno_common.py",
-        "tokenizer.json",
-        "README.md",
-    } <= set(files)
+    code = ("modeling_neutreno_gpt.py", "configuration_neutreno_gpt.py", "neutreno_common.py")
+    files = single_upload(fake_hub, "neutreno-tests/tiny-neutreno-gpt", *code, "tokenizer.json")
     card = uploaded_card(files, tmp_path)
     perplexity = {r.metric_type: r for r in card.data.eval_results}
     assert perplexity["sliding perplexity"].metric_value == metrics["test_sliding_perplexity"]
@@ -479,24 +385,9 @@ def test_lm_example_push_to_hub_publishes_model_code_tokenizer_and_card(data_dir
 
 def eigen_example_args(data_dir: Path, output_dir: Path) -> list[str]:
     return [
-        "--dataset",
-        str(data_dir / "cifar10"),
-        "--output-dir",
-        str(output_dir),
-        "--quick",
-        "--variants",
-        "vit-minus",
-        "--fractions",
-        "1.0",
-        "--corruptions",
-        "gaussian_noise",
-        "--severities",
-        "0",
-        "5",
-        "--push-to-hub",
-        "--hub-model-id",
-        "neutreno-tests/tiny-eigenvit",
-        "--hub-private-repo",
+        *("--dataset", str(data_dir / "cifar10"), "--output-dir", str(output_dir)),
+        *"--quick --variants vit-minus --fractions 1.0 --corruptions gaussian_noise --severities 0 5".split(),
+        *"--push-to-hub --hub-model-id neutreno-tests/tiny-eigenvit --hub-private-repo".split(),
     ]
 
 
@@ -517,18 +408,9 @@ def test_example_push_to_hub_offline_stops_before_training(script, make_args, da
 
 def test_eigen_example_push_to_hub_publishes_each_variant_with_its_card(data_dir, tmp_path, fake_hub):
     results = load_example("run_eigen_vit").main(eigen_example_args(data_dir, tmp_path / "run"))
-    uploads = [call for call in fake_hub.calls if call[0] == "upload_folder"]
-    assert [call[1] for call in uploads] == ["neutreno-tests/tiny-eigenvit-vit-minus"]
+    code = ("modeling_eigen_vit.py", "modeling_neutreno_vit.py")
+    files = single_upload(fake_hub, "neutreno-tests/tiny-eigenvit-vit-minus", *code, "preprocessor_config.json")
     assert ("create_repo", "neutreno-tests/tiny-eigenvit-vit-minus", True) in fake_hub.calls  # --hub_private_repo
-    files = uploads[0][3]
-    assert {
-        "config.json",
-        "model.safetensors",
-        "modeling_eigen_vit.py",
-        "modeling_neutreno_vit.py",
-        "preprocessor_config.json",
-        "README.md",
-    } <= set(files)
     metrics = {r.metric_type: r.metric_value for r in uploaded_card(files, tmp_path).data.eval_results}
     clean = next(r["accuracy"] for r in results["data_efficiency"] if r["variant"] == "vit-minus")
     corrupted = {
@@ -637,16 +519,7 @@ def tiny_segmenter():
     from hf_neutreno import NeuTRENOViTForSemanticSegmentation
 
     config = NeuTRENOViTConfig(
-        hidden_size=32,
-        num_hidden_layers=3,
-        num_attention_heads=4,
-        intermediate_size=64,
-        image_size=16,
-        patch_size=4,
-        neutreno_lambda=0.6,
-        decoder_neutreno_lambda=0.3,
-        id2label=SEGMENTATION_LABELS,
-        label2id={v: k for k, v in SEGMENTATION_LABELS.items()},
+        **TINY_VIT, neutreno_lambda=0.6, decoder_neutreno_lambda=0.3, **labelled(SEGMENTATION_LABELS)
     )
     return NeuTRENOViTForSemanticSegmentation(config).eval()
 
@@ -697,46 +570,19 @@ def test_segmenter_card_renders_offline_with_its_own_template(tmp_path):
 
 def segmentation_example_args(data_dir: Path, output_dir: Path) -> list[str]:
     return [
-        "--config_overrides",
-        "num_hidden_layers=2,hidden_size=32,num_attention_heads=4,intermediate_size=64,"
-        "patch_size=16,decoder_num_layers=1",
-        "--crop_size",
-        "64",
-        "--dataset_name",
-        str(data_dir / "fashion-scenes"),
-        "--max_train_samples",
-        "16",
-        "--max_eval_samples",
-        "4",
-        "--max_steps",
-        "2",
-        "--per_device_train_batch_size",
-        "4",
-        "--no_eval_multi_scale",
-        "--output_dir",
-        str(output_dir),
-        "--save_strategy",
-        "no",
-        "--report_to",
-        "none",
-        "--disable_tqdm",
-        "true",
-        "--push_to_hub",
-        "--hub_model_id",
-        "neutreno-tests/tiny-segmenter",
+        *("--config_overrides", TINY_OVERRIDES + ",patch_size=16,decoder_num_layers=1"),
+        *("--crop_size", "64", "--dataset_name", str(data_dir / "fashion-scenes"), "--no_eval_multi_scale"),
+        *"--max_train_samples 16 --max_eval_samples 4 --max_steps 2 --per_device_train_batch_size 4".split(),
+        *trainer_flags(output_dir),
+        *("--push_to_hub", "--hub_model_id", "neutreno-tests/tiny-segmenter"),
     ]
 
 
 def test_segmentation_example_push_to_hub_publishes_model_code_processor_and_card(data_dir, tmp_path, fake_hub):
     metrics = load_example("run_semantic_segmentation").main(segmentation_example_args(data_dir, tmp_path / "run"))
-    files = single_upload(fake_hub, "neutreno-tests/tiny-segmenter")
-    assert {
-        "config.json",
-        "model.safetensors",
-        "modeling_neutreno_vit.py",
-        "preprocessor_config.json",
-        "README.md",
-    } <= set(files)
+    files = single_upload(
+        fake_hub, "neutreno-tests/tiny-segmenter", "modeling_neutreno_vit.py", "preprocessor_config.json"
+    )
     assert json.loads(files["preprocessor_config.json"])["image_processor_type"] == "SegformerImageProcessor"
     card = uploaded_card(files, tmp_path)
     results = {r.metric_type: r for r in card.data.eval_results}

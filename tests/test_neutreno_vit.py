@@ -8,7 +8,13 @@ from huggingface_hub.errors import StrictDataclassError
 from transformers import ViTConfig, ViTForImageClassification
 
 from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForImageClassification, NeuTRENOViTModel
-from tiny_models import TINY_VIT, assert_checkpointing_keeps_the_gradients, assert_the_term_changes_the_output
+from tiny_models import (
+    NEUTRENO_LAYER_CASES,
+    TINY_VIT,
+    assert_checkpointing_keeps_the_gradients,
+    assert_config_edits_are_checked,
+    assert_the_term_changes_the_output,
+)
 
 TINY = dict(TINY_VIT, num_hidden_layers=4, num_labels=3)
 FP32_TOL = 1e-5  # fp32 accumulation-order noise between fused and eager kernels
@@ -86,14 +92,12 @@ def reference_logits(model: NeuTRENOViTForImageClassification, x: torch.Tensor) 
 @pytest.mark.parametrize(
     "overrides",
     [
-        dict(neutreno_lambda=0.6),
-        dict(neutreno_lambda=0.3, neutreno_layers=[2, 3]),
-        dict(neutreno_lambda=1.5, neutreno_layers=[1]),
-        dict(neutreno_lambda=0.6, symmetric_attention=True),
-        dict(neutreno_lambda=0.6, attention_kernel="linear"),
-        dict(neutreno_lambda=0.6, pooling="mean"),
+        pytest.param(dict(neutreno_lambda=0.6), id="all-layers"),
+        *NEUTRENO_LAYER_CASES,
+        pytest.param(dict(neutreno_lambda=0.6, symmetric_attention=True), id="symmetric"),
+        pytest.param(dict(neutreno_lambda=0.6, attention_kernel="linear"), id="linear-kernel"),
+        pytest.param(dict(neutreno_lambda=0.6, pooling="mean"), id="mean-pool"),
     ],
-    ids=["all-layers", "layers-2-3", "layer-1-large-lambda", "symmetric", "linear-kernel", "mean-pool"],
 )
 def test_neutreno_vit_equals_eager_reference(overrides):
     model = tiny_model(**overrides)
@@ -291,13 +295,7 @@ def test_bad_inputs_raise_clear_errors():
         model(torch.randn(1, 1, 16, 16))
     with pytest.raises(ValueError, match="attn_implementation|attention"):
         model.set_attn_implementation("not_a_kernel")
-    config = NeuTRENOViTConfig(**TINY)
-    with pytest.raises(StrictDataclassError, match="neutreno_lambda"):
-        config.neutreno_lambda = -1.0  # refused where it is written
-    config.neutreno_layers = [1, 2]
-    config.neutreno_layers.append(9)  # an in-place edit passes no check: building a model runs them all
-    with pytest.raises(StrictDataclassError, match="neutreno_layers"):
-        NeuTRENOViTModel(config)
+    assert_config_edits_are_checked(NeuTRENOViTConfig(**TINY), NeuTRENOViTModel, "neutreno_layers", [1, 2], 9)
 
 
 def test_reset_classifier_keeps_the_backbone():

@@ -7,15 +7,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from datasets import load_dataset
 from peft import LoraConfig, PeftModel, get_peft_model
-from transformers import AutoModelForCausalLM, AutoModelForImageClassification, ViTImageProcessorPil
+from transformers import AutoModelForCausalLM, AutoModelForImageClassification
 
 from hf_neutreno import NeuTRENOGPTConfig, NeuTRENOGPTForCausalLM, NeuTRENOViTConfig, NeuTRENOViTForImageClassification
-from hf_neutreno.image_transforms import image_transform
 from hf_neutreno.text_data import load_wikitext, token_stream, train_word_tokenizer
 from hf_neutreno.value_path import PEFT_MODULES, apply_value_path, learned_coefficients
-from tiny_models import tiny_inputs, tiny_model
+from tiny_models import FASHION_VIT, fashion_mnist, tiny_inputs, tiny_model
 
 
 @dataclass
@@ -29,39 +27,21 @@ class LoraCase:
 
 
 def vit_model() -> NeuTRENOViTForImageClassification:
-    config = NeuTRENOViTConfig(
-        hidden_size=32,
-        num_hidden_layers=3,
-        num_attention_heads=4,
-        intermediate_size=64,
-        image_size=28,
-        patch_size=7,
-        num_labels=10,
-        neutreno_lambda=0.6,
-    )
-    return NeuTRENOViTForImageClassification(config)
+    return NeuTRENOViTForImageClassification(NeuTRENOViTConfig(**FASHION_VIT, neutreno_lambda=0.6))
 
 
 def vit_batch(data_dir: Path) -> dict[str, torch.Tensor]:
-    images = load_dataset("parquet", data_dir=str(data_dir / "fashion_mnist"), split="test").select(range(32))
-    transform = image_transform(ViTImageProcessorPil(size={"height": 28, "width": 28}), "image", "label")
-    return transform(images[:])
+    return fashion_mnist(data_dir, "test", 32)[:]
 
 
 GPT_VOCAB = 2000  # the 2,000 most frequent WikiText-2 words (rarer ones are <unk>)
 
 
 def gpt_model() -> NeuTRENOGPTForCausalLM:
-    config = NeuTRENOGPTConfig(
-        vocab_size=GPT_VOCAB,
-        hidden_size=32,
-        num_hidden_layers=3,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=64,
-        neutreno_lambda=0.4,
+    width = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64)
+    return NeuTRENOGPTForCausalLM(
+        NeuTRENOGPTConfig(vocab_size=GPT_VOCAB, max_position_embeddings=64, neutreno_lambda=0.4, **width)
     )
-    return NeuTRENOGPTForCausalLM(config)
 
 
 def gpt_batch(data_dir: Path) -> dict[str, torch.Tensor]:

@@ -7,23 +7,14 @@ from transformers import ViTImageProcessorPil
 
 from fresh_process import make_local_hub_cache, run_fresh
 from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForImageClassification
+from tiny_models import TINY_VIT, labelled
 
 LABELS = {0: "cat", 1: "dog", 2: "bird"}
 REPO_ID = "neutreno-tests/tiny-neutreno-vit"
 
 
 def test_fresh_process_loads_the_checkpoint_with_its_own_code(tmp_path):
-    config = NeuTRENOViTConfig(
-        hidden_size=32,
-        num_hidden_layers=3,
-        num_attention_heads=4,
-        intermediate_size=64,
-        image_size=16,
-        patch_size=4,
-        neutreno_lambda=0.6,
-        id2label=LABELS,
-        label2id={v: k for k, v in LABELS.items()},
-    )
+    config = NeuTRENOViTConfig(**TINY_VIT, neutreno_lambda=0.6, **labelled(LABELS))
     model = NeuTRENOViTForImageClassification(config).eval()
     folder = tmp_path / "checkpoint"
     model.save_pretrained(folder)

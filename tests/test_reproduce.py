@@ -17,6 +17,7 @@ import reproduce_segment
 import reproduce_tables as tables
 import reproduce_training
 from hf_neutreno import experiment
+from results_sections import RESULTS_SECTIONS
 
 EVIDENCE = Path(__file__).resolve().parents[1] / "evidence"
 
@@ -194,14 +195,7 @@ def test_markdown_has_every_table_and_resolvable_figures(micro_run):
     out, docs = micro_run
     text = docs.read_text()
     log = " ".join((docs.parent / "results-log.md").read_text().split())  # its commands, lines broken at 120
-    for heading in (
-        "## CIFAR-10",
-        "## Over-smoothing per layer",
-        "## Data efficiency",
-        "## Corruption robustness",
-        "## Dominating eigenvalue",
-        "## WikiText-2",
-    ):
+    for heading in RESULTS_SECTIONS:
         assert heading in text, heading
     assert "torch 2." in " ".join(text.split()) and "python evidence/reproduce.py --quick" in log
     figures = re.findall(r"!\[[^]]*\]\(([^)]+)\)", text)

@@ -5,15 +5,17 @@ import random
 import numpy as np
 import pytest
 import torch
-from datasets import load_dataset
-from transformers import TrainerCallback, TrainingArguments, ViTImageProcessorPil
+from transformers import TrainerCallback
 
 from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForImageClassification
-from hf_neutreno.image_transforms import collate_images, image_transform
+from hf_neutreno.image_transforms import collate_images
 from hf_neutreno.mixup import MixupCutmix, MixupTrainer, soft_target_cross_entropy
+from tiny_models import FASHION_VIT, fashion_mnist, training_args
 
 STEPS_PER_EPOCH = 4  # 64 images / batch 16
 TOTAL_STEPS = 2 * STEPS_PER_EPOCH
+# The DeiT recipe's AdamW schedule: warm-up, then cosine decay, with weight decay.
+DEIT_SCHEDULE = dict(learning_rate=3e-3, warmup_steps=3, lr_scheduler_type="cosine", weight_decay=0.05)
 STOP_AT = 6  # in the second epoch: the resumed run must skip 2 batches of a reshuffled epoch
 
 
@@ -40,16 +42,9 @@ def test_interrupted_and_resumed_run_equals_the_uninterrupted_run(data_dir, tmp_
     draws from Python's `random` while a batch is fetched). Trainer restores the RNG states only after fetching the
     first batch of the resumed epoch, so that one batch's flips and crops differ (measured: weights 2e-3 apart).
     """
-    train = load_dataset("parquet", data_dir=str(data_dir / "fashion_mnist"), split="train").select(range(64))
-    train.set_transform(image_transform(ViTImageProcessorPil(size={"height": 28, "width": 28}), "image", "label"))
+    train = fashion_mnist(data_dir, "train", 64)
     config = NeuTRENOViTConfig(
-        hidden_size=32,
-        num_hidden_layers=3,
-        num_attention_heads=4,
-        intermediate_size=64,
-        image_size=28,
-        patch_size=7,
-        num_labels=10,
+        **FASHION_VIT,
         neutreno_lambda=0.6,
         hidden_dropout_prob=0.1,
         attention_probs_dropout_prob=0.1,
@@ -58,21 +53,15 @@ def test_interrupted_and_resumed_run_equals_the_uninterrupted_run(data_dir, tmp_
 
     def trainer(output_dir, init_seed: int, callbacks=(), save: bool = True) -> MixupTrainer:
         torch.manual_seed(init_seed)
-        args = TrainingArguments(
-            output_dir=str(output_dir),
+        args = training_args(
+            output_dir,
             per_device_train_batch_size=16,
             num_train_epochs=2,
-            learning_rate=3e-3,
-            warmup_steps=3,
-            lr_scheduler_type="cosine",
-            weight_decay=0.05,
+            **DEIT_SCHEDULE,
             logging_steps=1,
             seed=0,
             save_strategy="steps" if save else "no",
             save_steps=STOP_AT,
-            report_to="none",
-            disable_tqdm=True,
-            use_cpu=True,
             remove_unused_columns=False,
         )
         return MixupTrainer(

@@ -7,6 +7,7 @@ import pytest
 import common
 import run_all  # benchmarks/ is on the tests' path (setup.cfg)
 import speed_page
+from results_sections import RESULTS_SECTIONS
 
 MACHINE = {"device": "CPU: test", "cpu_threads": 2, "torch": "2.x", "transformers": "5.x", "command": "python b.py"}
 
@@ -63,15 +64,7 @@ def test_gpu_tier_smoke_writes_both_pages_naming_the_device(tmp_path, data_dir):
     assert (docs / "results-gpu-log.md").is_file()  # its commands
     assert results.startswith("# Reproductions on a GPU") and "Training in bf16 autocast".lower() in results.lower()
     assert "attention `sdpa`" in results and f"torch {torch.__version__}" in results
-    for heading in (
-        "## CIFAR-10",
-        "## Over-smoothing per layer",
-        "## Data efficiency",
-        "## Corruption robustness",
-        "## Dominating eigenvalue",
-        "## WikiText-2",
-        "## Each claim against its paper",
-    ):
+    for heading in (*RESULTS_SECTIONS, "## Each claim against its paper"):
         assert heading in results, heading
     assert "Early stopping on the validation curve" in results
     unit = json.loads((out / "reproduce" / "units" / "lm-neutreno-seed0.json").read_text())

@@ -12,6 +12,7 @@ from transformers import HfArgumentParser, SegformerImageProcessorPil, Trainer, 
 
 from examples_loader import load_example
 from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForSemanticSegmentation
+from tiny_models import MICRO_VIT
 
 example = load_example("run_semantic_segmentation")
 
@@ -42,17 +43,7 @@ def test_defaults_are_segmenters_ade20k_recipe(tmp_path):
         None,
     )
     assert args.do_train and data_args.eval_multi_scale
-    model = NeuTRENOViTForSemanticSegmentation(
-        NeuTRENOViTConfig(
-            hidden_size=16,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            intermediate_size=32,
-            image_size=16,
-            patch_size=8,
-            num_labels=3,
-        )
-    )
+    model = NeuTRENOViTForSemanticSegmentation(NeuTRENOViTConfig(**MICRO_VIT, num_hidden_layers=2, num_labels=3))
     trainer = Trainer(model=model, args=args)
     trainer.create_optimizer_and_scheduler(num_training_steps=args.max_steps)
     optimizer, scheduler = trainer.optimizer, trainer.lr_scheduler

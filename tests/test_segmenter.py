@@ -12,14 +12,19 @@ import torch
 from huggingface_hub.errors import StrictDataclassError
 from PIL import Image
 from torch.nn import functional as F
-from transformers import AutoModelForSemanticSegmentation, Trainer, TrainingArguments, ViTConfig, ViTModel
+from transformers import AutoModelForSemanticSegmentation, Trainer, ViTConfig, ViTModel
 
 from fresh_process import run_fresh
 from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForImageClassification, NeuTRENOViTForSemanticSegmentation
 from hf_neutreno.diagnostics import measure_oversmoothing
 from hf_neutreno.diagnostics.metrics import hidden_state_metrics
 from hf_neutreno.segmentation import MS_SCALES, MeanIoU, make_image_processor, mean_iou, multi_scale_probabilities
-from tiny_models import TINY_VIT, assert_checkpointing_keeps_the_gradients, assert_the_term_changes_the_output
+from tiny_models import (
+    TINY_VIT,
+    assert_checkpointing_keeps_the_gradients,
+    assert_the_term_changes_the_output,
+    training_args,
+)
 
 LABELS = {0: "background", 1: "cat", 2: "dog", 3: "sky", 4: "road"}
 ENCODER = dict(TINY_VIT, layer_norm_eps=1e-6, qkv_bias=True, hidden_act="gelu")
@@ -674,16 +679,9 @@ def test_measure_oversmoothing_reports_encoder_then_decoder_layers():
 # --- training on real data ------------------------------------------------------------------------------------------
 
 BACKGROUND_ONLY_MIOU = 0.074  # fashion-scenes/README: predicting background everywhere
-TRAIN_SHAPE = dict(
-    hidden_size=64,
-    num_hidden_layers=3,
-    num_attention_heads=4,
-    intermediate_size=128,
-    image_size=64,
-    patch_size=8,
-    decoder_num_layers=2,
-    decoder_dropout=0.0,
-)
+# Twice the tiny ViT's width, on 64 × 64 scenes in patches of 8, with a 2-block decoder.
+TRAIN_SHAPE = dict(TINY_VIT, hidden_size=64, intermediate_size=128, image_size=64, patch_size=8)
+TRAIN_SHAPE.update(decoder_num_layers=2, decoder_dropout=0.0)
 
 
 class _Scenes(torch.utils.data.Dataset):
@@ -719,9 +717,8 @@ def test_short_training_run_beats_the_background_only_predictor(data_dir, tmp_pa
 
     torch.manual_seed(0)
     model = NeuTRENOViTForSemanticSegmentation(config)
-    args = TrainingArguments(
-        output_dir=str(tmp_path),
-        use_cpu=True,
+    args = training_args(
+        tmp_path,
         max_steps=800,
         per_device_train_batch_size=16,
         learning_rate=1e-3,
@@ -729,9 +726,6 @@ def test_short_training_run_beats_the_background_only_predictor(data_dir, tmp_pa
         lr_scheduler_type="cosine",
         weight_decay=0.0,
         logging_steps=100,
-        save_strategy="no",
-        report_to="none",
-        disable_tqdm=True,
         seed=0,
         dataloader_num_workers=0,
     )

@@ -37,15 +37,8 @@ def cifar_pixels(data_dir) -> torch.Tensor:
 def tiny_native_vit(seed: int = 0) -> ViTForImageClassification:
     """A native ViT whose heads have mixed-sign, complex H spectra and sharp attention, so all categories occur."""
     torch.manual_seed(seed)
-    config = ViTConfig(
-        hidden_size=8,
-        num_hidden_layers=3,
-        num_attention_heads=2,
-        intermediate_size=16,
-        image_size=8,
-        patch_size=4,
-        initializer_range=0.5,
-    )
+    shape = dict(hidden_size=8, num_hidden_layers=3, num_attention_heads=2, intermediate_size=16, image_size=8)
+    config = ViTConfig(**shape, patch_size=4, initializer_range=0.5)
     model = ViTForImageClassification(config).eval()
     with torch.no_grad():
         for layer in model.vit.layers:

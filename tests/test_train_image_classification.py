@@ -2,7 +2,7 @@
 
 import pytest
 
-from examples_loader import load_example
+from examples_loader import fashion_mnist_flags, load_example, trainer_flags
 
 CHANCE = 0.1  # 10 balanced classes
 
@@ -13,46 +13,13 @@ def test_trainer_on_fashion_mnist_learns(data_dir, tmp_path):
     out = tmp_path / "run"
     metrics, trainer = example.main(
         [
-            "--model_name_or_path",
-            "deit-tiny",
-            "--config_overrides",
-            "num_hidden_layers=2,hidden_size=64,num_attention_heads=4,intermediate_size=128",
-            "--image_size",
-            "28",
-            "--patch_size",
-            "7",
-            "--neutreno_lambda",
-            "0.6",
-            "--dataset_name",
-            str(data_dir / "fashion_mnist"),
-            "--max_train_samples",
-            "3000",
-            "--max_eval_samples",
-            "500",
-            "--output_dir",
-            str(out),
-            "--num_train_epochs",
-            "3",
-            "--per_device_train_batch_size",
-            "32",
-            "--per_device_eval_batch_size",
-            "128",
-            "--learning_rate",
-            "2e-3",
-            "--warmup_steps",
-            "0.1",
-            "--lr_scheduler_type",
-            "cosine",
-            "--logging_steps",
-            "20",
-            "--save_strategy",
-            "no",
-            "--report_to",
-            "none",
-            "--disable_tqdm",
-            "true",
-            "--seed",
-            "0",
+            *fashion_mnist_flags(
+                data_dir, "num_hidden_layers=2,hidden_size=64,num_attention_heads=4,intermediate_size=128"
+            ),
+            *trainer_flags(out),
+            *"--neutreno_lambda 0.6 --max_train_samples 3000 --max_eval_samples 500 --num_train_epochs 3".split(),
+            *"--per_device_train_batch_size 32 --per_device_eval_batch_size 128 --learning_rate 2e-3".split(),
+            *"--warmup_steps 0.1 --lr_scheduler_type cosine --logging_steps 20 --seed 0".split(),
         ]
     )
     assert metrics["eval_accuracy"] > 4 * CHANCE, metrics

@@ -25,16 +25,26 @@ from transformers import (
     T5Config,
     T5Model,
     Trainer,
-    TrainingArguments,
 )
 
 import hf_neutreno
+from cli_process import run_torchrun
 from fresh_process import run_fresh
 from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTModel, apply_value_path, remove_value_path
 from hf_neutreno.convert import gpt2_to_neutreno, vit_to_neutreno
 from hf_neutreno.value_path import coefficient_parameters, is_value_path_model, learned_coefficients, value_path_class
 from hf_neutreno.variants import VARIANTS
-from tiny_models import ARCHITECTURES, CAUSAL, output_of, tiny_inputs, tiny_model, written_out_decoder
+from tiny_models import (
+    ARCHITECTURES,
+    CAUSAL,
+    DECODER,
+    TINY_VIT,
+    output_of,
+    tiny_inputs,
+    tiny_model,
+    training_args,
+    written_out_decoder,
+)
 
 METHODS = ("neutreno", "value_residual")
 TESTS = Path(__file__).resolve().parent
@@ -390,17 +400,8 @@ def test_trainer_fine_tunes_an_adapted_llama_and_its_coefficients(tmp_path):
     torch.manual_seed(0)
     pattern = torch.arange(3, 19).repeat(2)  # a sequence the model can learn to continue
     rows = [{"input_ids": pattern.roll(-i)[:16], "labels": pattern.roll(-i)[:16]} for i in range(16)]
-    args = TrainingArguments(
-        output_dir=str(tmp_path),
-        max_steps=30,
-        per_device_train_batch_size=8,
-        learning_rate=1e-2,
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        use_cpu=True,
-        disable_tqdm=True,
-        seed=0,
+    args = training_args(
+        tmp_path, max_steps=30, per_device_train_batch_size=8, learning_rate=1e-2, logging_steps=1, seed=0
     )
     trainer = Trainer(model=model, args=args, train_dataset=rows)
     trainer.train()
@@ -484,22 +485,7 @@ def test_torch_compile_fullgraph_gives_the_same_gradients(method):
 def test_ddp_gradients_equal_one_process(tmp_path):
     """2 ranks (gloo) × half a batch under DistributedDataParallel: the all-reduced gradients, learnable coefficients
     included, equal one process's gradients of the whole batch."""
-    env = {
-        **os.environ,
-        "OMP_NUM_THREADS": "1",
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS), str(TESTS.parent / "src")])),
-    }
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node",
-        "2",
-        str(TESTS / "value_path_ddp_worker.py"),
-        str(tmp_path / "ddp.pt"),
-    ]
-    process = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    process = run_torchrun(TESTS / "value_path_ddp_worker.py", tmp_path / "ddp.pt")
     assert process.returncode == 0, process.stderr[-4000:]
     from value_path_ddp_worker import adapted_model, batch
 
@@ -665,18 +651,7 @@ def test_models_a_value_path_cannot_reach_are_refused_by_name():
 
 
 def test_sliding_window_flash_and_foreign_classes_are_refused():
-    sliding = Qwen2ForCausalLM(
-        Qwen2Config(
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=3,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            vocab_size=50,
-            use_sliding_window=True,
-            max_window_layers=1,
-        )
-    )
+    sliding = Qwen2ForCausalLM(Qwen2Config(**DECODER, use_sliding_window=True, max_window_layers=1))
     with pytest.raises(ValueError, match=r"\['sliding_attention'\] layers"):
         apply_value_path(sliding, "value_residual")
     model = tiny_model("llama")
@@ -684,17 +659,7 @@ def test_sliding_window_flash_and_foreign_classes_are_refused():
     with pytest.raises(ValueError, match="flash_attention_2.*cannot be wrapped"):
         apply_value_path(model, "neutreno")
 
-    neutreno_vit = NeuTRENOViTModel(
-        NeuTRENOViTConfig(
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            intermediate_size=64,
-            image_size=16,
-            patch_size=4,
-            neutreno_lambda=0.6,
-        )
-    )
+    neutreno_vit = NeuTRENOViTModel(NeuTRENOViTConfig(**dict(TINY_VIT, num_hidden_layers=2), neutreno_lambda=0.6))
     with pytest.raises(ValueError, match=r"its own NeuTRENO term on \(config.neutreno_lambda = 0.6\)"):
         apply_value_path(neutreno_vit, "value_residual")
 
@@ -720,17 +685,7 @@ def test_classes_from_outside_transformers_adapt_and_save_with_a_warning_that_th
 
 def _package_vit(neutreno_lambda: float) -> NeuTRENOViTModel:
     torch.manual_seed(0)
-    model = NeuTRENOViTModel(
-        NeuTRENOViTConfig(
-            hidden_size=32,
-            num_hidden_layers=3,
-            num_attention_heads=4,
-            intermediate_size=64,
-            image_size=16,
-            patch_size=4,
-            neutreno_lambda=neutreno_lambda,
-        )
-    )
+    model = NeuTRENOViTModel(NeuTRENOViTConfig(**TINY_VIT, neutreno_lambda=neutreno_lambda))
     _sharpen(model)
     return model.eval()
 
@@ -779,14 +734,8 @@ def test_flex_attention_backend_is_wrapped_too(method):
 def test_packages_own_gpt_with_its_term_off_equals_its_built_in_neutreno_and_generates_with_a_cache():
     from hf_neutreno import NeuTRENOGPTConfig, NeuTRENOGPTForCausalLM
 
-    fields = dict(
-        vocab_size=50,
-        hidden_size=32,
-        num_hidden_layers=3,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=32,
-    )
+    width = dict(hidden_size=32, num_attention_heads=4, intermediate_size=64)
+    fields = dict(vocab_size=50, num_hidden_layers=3, max_position_embeddings=32, **width)
     torch.manual_seed(0)
     built_in = NeuTRENOGPTForCausalLM(NeuTRENOGPTConfig(**fields, neutreno_lambda=0.4)).eval()
     _sharpen(built_in)

@@ -4,15 +4,20 @@ weights, forward and backward; from its start (exactly the fixed-α model), thro
 loading without the package."""
 
 import copy
-import json
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from fresh_process import run_fresh
+from fresh_process import load_fresh
 from hf_neutreno import apply_value_path, remove_value_path
-from tiny_models import tiny_inputs, tiny_model, written_out_decoder
+from tiny_models import (
+    assert_cached_generation_equals_the_full_forward,
+    tiny_inputs,
+    tiny_model,
+    train_without_dropout,
+    written_out_decoder,
+)
 
 ALPHA = 0.3
 
@@ -81,11 +86,7 @@ def test_the_gate_starts_as_the_fixed_alpha_model(name):
 @pytest.mark.parametrize("name", REFERENCES)
 def test_the_gate_equals_the_hand_written_reference_forward_and_backward(name):
     _, model = _gated(name)
-    model.train()
-    for module in model.modules():  # no dropout: the reference has none
-        if isinstance(module, torch.nn.Dropout):
-            module.p = 0.0
-    reference = copy.deepcopy(model)
+    reference = copy.deepcopy(train_without_dropout(model))
     input_ids = tiny_inputs(name)["input_ids"]
     output = model(input_ids).logits
     expected = REFERENCES[name](reference, input_ids)
@@ -105,47 +106,22 @@ def test_gated_cached_generation_equals_the_full_forward(name):
     """Each new token's α comes from its own input; the cache holds the past tokens' values mixed with theirs."""
     _, model = _gated(name)
     model.config.pad_token_id = 0
-    inputs = tiny_inputs(name, length=6)
-    settings = dict(max_new_tokens=8, do_sample=False, pad_token_id=0, output_scores=True, return_dict_in_generate=True)
-    caches = {"dynamic": model.generate(**inputs, **settings)}
-    if name != "gpt2":  # GPT-2 has no static cache
-        caches["static"] = model.generate(**inputs, cache_implementation="static", **settings)
-    for kind, cached in caches.items():
-        with torch.no_grad():
-            full = model(cached.sequences).logits  # every position, no cache
-        for step, scores in enumerate(cached.scores):
-            position = inputs["input_ids"].shape[1] - 1 + step
-            torch.testing.assert_close(scores, full[:, position], rtol=0, atol=1e-5, msg=f"{kind}, step {step}")
+    assert_cached_generation_equals_the_full_forward(model, tiny_inputs(name, length=6), atol=1e-5)
 
 
 def test_a_gated_model_saves_and_loads_without_the_package(tmp_path):
     _, model = _gated("llama")
     model.config.pad_token_id = 0
     inputs = tiny_inputs("llama")
-    with torch.no_grad():
-        expected = model(**inputs).logits
-    model.save_pretrained(tmp_path / "gated")
-    torch.save({"inputs": inputs, "expected": expected}, tmp_path / "expected.pt")
-    out = run_fresh(
-        f"""
-        import json, torch
-        from transformers import AutoModelForCausalLM
-        saved = torch.load({str(tmp_path / "expected.pt")!r})
-        model = AutoModelForCausalLM.from_pretrained({str(tmp_path / "gated")!r}, trust_remote_code=True).eval()
-        with torch.no_grad():
-            difference = (model(**saved["inputs"]).logits - saved["expected"]).abs().max().item()
-        gates = sum(hasattr(module, "value_path_gate") for module in model.modules())
-        print(json.dumps([type(model).__name__, type(model).__module__, difference, gates]))
-        """,
-        tmp_path,
-    )
-    name, module, difference, gates = json.loads(out.strip().splitlines()[-1])
+    count_gates = 'sum(hasattr(module, "value_path_gate") for module in model.modules())'
+    report = f"[type(model).__name__, type(model).__module__, {count_gates}]"
+    difference, (name, module, gates) = load_fresh(model, inputs, tmp_path / "gated", report)
     assert name == "ValuePathLlamaForCausalLM" and "hf_neutreno" not in module
     assert difference == 0 and gates == 2
     # with the package: the same, and a checkpoint without the gates starts them at α
     loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "gated", trust_remote_code=True).eval()
     with torch.no_grad():
-        torch.testing.assert_close(loaded(**inputs).logits, expected, rtol=0, atol=0)
+        torch.testing.assert_close(loaded(**inputs).logits, model(**inputs).logits, rtol=0, atol=0)
 
 
 def test_removing_the_gate_restores_the_plain_model():

@@ -3,15 +3,20 @@ with the layer's own attention matrix, against GPT-2 and Llama written out by ha
 backward; through cached generation (dynamic and static caches) and a load without the package."""
 
 import copy
-import json
 
 import pytest
 import torch
 
-from fresh_process import run_fresh
+from fresh_process import load_fresh
 from hf_neutreno import apply_value_path
 from test_value_path_gate import _sharpen
-from tiny_models import tiny_inputs, tiny_model, written_out_decoder
+from tiny_models import (
+    assert_cached_generation_equals_the_full_forward,
+    tiny_inputs,
+    tiny_model,
+    train_without_dropout,
+    written_out_decoder,
+)
 
 
 def twicing_reference(model, input_ids, layers, weight=1.0) -> torch.Tensor:
@@ -37,11 +42,7 @@ def _model(name, **settings):
 @pytest.mark.parametrize("name", REFERENCES)
 def test_twicing_equals_the_hand_written_reference_forward_and_backward(name, settings, layers):
     plain, model = _model(name, **settings)
-    model.train()
-    for module in model.modules():  # no dropout: the reference has none
-        if isinstance(module, torch.nn.Dropout):
-            module.p = 0.0
-    reference = copy.deepcopy(model)
+    reference = copy.deepcopy(train_without_dropout(model))
     input_ids = tiny_inputs(name)["input_ids"]
     weight = settings.get("coefficient", 1.0)
     output, expected = model(input_ids).logits, REFERENCES[name](reference, input_ids, layers, weight)
@@ -64,40 +65,14 @@ def test_twicing_cached_generation_equals_the_full_forward(name):
     every key, as the full forward does."""
     _, model = _model(name)
     model.config.pad_token_id = 0
-    inputs = tiny_inputs(name, length=6)
-    settings = dict(max_new_tokens=8, do_sample=False, pad_token_id=0, output_scores=True, return_dict_in_generate=True)
-    caches = {"dynamic": model.generate(**inputs, **settings)}
-    if name != "gpt2":
-        caches["static"] = model.generate(**inputs, cache_implementation="static", **settings)
-    for kind, cached in caches.items():
-        with torch.no_grad():
-            full = model(cached.sequences).logits
-        for step, scores in enumerate(cached.scores):
-            position = inputs["input_ids"].shape[1] - 1 + step
-            # float32 rounding of two attention calls per layer at logits of ~5: measured up to 1.2e-5
-            torch.testing.assert_close(scores, full[:, position], rtol=0, atol=5e-5, msg=f"{kind}, step {step}")
+    # float32 rounding of two attention calls per layer at logits of ~5: measured up to 1.2e-5
+    assert_cached_generation_equals_the_full_forward(model, tiny_inputs(name, length=6), atol=5e-5)
 
 
 def test_a_twicing_model_saves_and_loads_without_the_package(tmp_path):
     _, model = _model("llama", layers=[1, 2])
-    inputs = tiny_inputs("llama")
-    with torch.no_grad():
-        expected = model(**inputs).logits
-    model.save_pretrained(tmp_path / "twicing")
-    torch.save({"inputs": inputs, "expected": expected}, tmp_path / "expected.pt")
-    out = run_fresh(
-        f"""
-        import json, torch
-        from transformers import AutoModelForCausalLM
-        saved = torch.load({str(tmp_path / "expected.pt")!r})
-        model = AutoModelForCausalLM.from_pretrained({str(tmp_path / "twicing")!r}, trust_remote_code=True).eval()
-        with torch.no_grad():
-            difference = (model(**saved["inputs"]).logits - saved["expected"]).abs().max().item()
-        print(json.dumps([type(model).__name__, model.config.value_path, difference]))
-        """,
-        tmp_path,
-    )
-    name, settings, difference = json.loads(out.strip().splitlines()[-1])
+    report = "[type(model).__name__, model.config.value_path]"
+    difference, (name, settings) = load_fresh(model, tiny_inputs("llama"), tmp_path / "twicing", report)
     assert name == "ValuePathLlamaForCausalLM" and settings["method"] == "twicing" and difference == 0
 
 

@@ -12,6 +12,7 @@ reference tests (`assert_the_term_changes_the_output`) and `assert_checkpointing
 import math
 from pathlib import Path
 
+import pytest
 import torch
 import torch.nn.functional as F
 from transformers import (
@@ -29,6 +30,7 @@ from transformers import (
     Qwen2Config,
     Qwen2ForCausalLM,
     Qwen2Model,
+    TrainingArguments,
     ViTConfig,
     ViTForImageClassification,
     ViTModel,
@@ -43,20 +45,20 @@ DECODER = dict(hidden_size=32, intermediate_size=64, num_key_value_heads=2, **TE
 TINY_VIT = dict(
     hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64, image_size=16, patch_size=4
 )
+FASHION_VIT = dict(TINY_VIT, image_size=28, patch_size=7, num_labels=10)  # Fashion-MNIST: 28 × 28 pixels, 10 classes
+# A micro ViT (hidden 16, 2 heads, 8 × 8 images) for tests that need a model to load, not its outputs.
+MICRO_VIT = dict(hidden_size=16, num_attention_heads=2, intermediate_size=16, image_size=8, patch_size=4)
 # The NeuTRENO GPT (its own field names): hidden 32, 4 layers, 4 heads, no dropout.
-TINY_NEUTRENO_GPT = dict(
-    vocab_size=97,
-    hidden_size=32,
-    num_hidden_layers=4,
-    num_attention_heads=4,
-    intermediate_size=64,
-    max_position_embeddings=64,
-    embedding_dropout=0.0,
-    hidden_dropout=0.0,
-    activation_dropout=0.0,
-    output_dropout=0.0,
-    pad_token_id=0,
-)
+TINY_NEUTRENO_GPT = {
+    **dict(vocab_size=97, hidden_size=32, num_hidden_layers=4, num_attention_heads=4, intermediate_size=64),
+    **dict(max_position_embeddings=64, pad_token_id=0),
+    **dict.fromkeys(("embedding_dropout", "hidden_dropout", "activation_dropout", "output_dropout"), 0.0),
+}
+# The NeuTRENO term in some layers only, and a large λ in one: cases of every NeuTRENO model's reference test.
+NEUTRENO_LAYER_CASES = [
+    pytest.param(dict(neutreno_lambda=0.3, neutreno_layers=[2, 3]), id="layers-2-3"),
+    pytest.param(dict(neutreno_lambda=1.5, neutreno_layers=[1]), id="layer-1-large-lambda"),
+]
 NO_DROPOUT = {
     "gpt2": dict(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0),
     "bert": dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0),
@@ -73,6 +75,31 @@ _MODELS = {
     "vit": (ViTConfig, ViTForImageClassification, ViTModel, dict(num_labels=3, **TINY_VIT)),
     "deit": (DeiTConfig, DeiTForImageClassification, DeiTModel, dict(num_labels=3, **TINY_VIT)),
 }
+
+
+def labelled(id2label: dict[int, str]) -> dict:
+    """The config fields `id2label` and `label2id` of the class names `id2label`."""
+    return dict(id2label=id2label, label2id={name: index for index, name in id2label.items()})
+
+
+def training_args(output_dir, **settings) -> TrainingArguments:
+    """TrainingArguments of a test's short run on the CPU, writing no checkpoint (unless `settings` say so), no
+    report and no progress bar; `settings` are the run's own."""
+    quiet = dict(save_strategy="no", report_to="none", disable_tqdm=True, use_cpu=True)
+    return TrainingArguments(output_dir=str(output_dir), **{**quiet, **settings})
+
+
+def fashion_mnist(data_dir, split: str, count: int):
+    """The first `count` real Fashion-MNIST images of `split` as `FASHION_VIT` takes them: `pixel_values` (28 × 28,
+    the image example's transform) and `labels`."""
+    from datasets import load_dataset
+    from transformers import ViTImageProcessorPil
+
+    from hf_neutreno.image_transforms import image_transform
+
+    data = load_dataset("parquet", data_dir=str(Path(data_dir) / "fashion_mnist"), split=split).select(range(count))
+    data.set_transform(image_transform(ViTImageProcessorPil(size={"height": 28, "width": 28}), "image", "label"))
+    return data
 
 
 def tiny_model(name: str, attn_implementation: str = "sdpa", base: bool = False, seed: int = 0, **overrides):
@@ -116,6 +143,43 @@ def assert_the_term_changes_the_output(plain, neutreno, inputs: torch.Tensor) ->
     assert difference > 1e-3
 
 
+def assert_cached_generation_equals_the_full_forward(model, inputs: dict, atol: float) -> None:
+    """Greedy generation of 8 tokens with a dynamic cache, and with a static one (GPT-2 has none): the scores of each
+    step are the logits at that position of the full forward of the generated sequence, without a cache."""
+    settings = dict(max_new_tokens=8, do_sample=False, pad_token_id=0, output_scores=True, return_dict_in_generate=True)
+    caches = {"dynamic": model.generate(**inputs, **settings)}
+    if model.config.model_type != "gpt2":
+        caches["static"] = model.generate(**inputs, cache_implementation="static", **settings)
+    for kind, cached in caches.items():
+        with torch.no_grad():
+            full = model(cached.sequences).logits  # every position, no cache
+        for step, scores in enumerate(cached.scores):
+            position = inputs["input_ids"].shape[1] - 1 + step
+            torch.testing.assert_close(scores, full[:, position], rtol=0, atol=atol, msg=f"{kind}, step {step}")
+
+
+def assert_config_edits_are_checked(config, model_class, listed: str, valid: list, appended) -> None:
+    """A negative λ is refused where it is written; an in-place edit of the list field `listed` (set to `valid`,
+    then `appended` added) passes no check, but building a `model_class` from the config runs them all."""
+    from huggingface_hub.errors import StrictDataclassError
+
+    with pytest.raises(StrictDataclassError, match="neutreno_lambda"):
+        config.neutreno_lambda = -1.0  # refused where it is written
+    setattr(config, listed, valid)
+    getattr(config, listed).append(appended)  # an in-place edit passes no check: building a model runs them all
+    with pytest.raises(StrictDataclassError, match=listed):
+        model_class(config)
+
+
+def train_without_dropout(model):
+    """`model` in train mode with every dropout off: the references written out from the raw weights have none."""
+    model.train()
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    return model
+
+
 def assert_checkpointing_keeps_the_gradients(make_model, *args, **kwargs):
     """The gradients of the loss of `make_model()(*args, **kwargs)` are the same with activation checkpointing as
     without; `make_model` must build the same model (same weights, train mode) at every call. Returns the
@@ -140,15 +204,8 @@ def local_deit_tiny(folder) -> Path:
     from transformers import ViTImageProcessorPil
     from transformers.image_utils import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
-    config = ViTConfig(
-        hidden_size=192,
-        num_hidden_layers=12,
-        num_attention_heads=3,
-        intermediate_size=768,
-        image_size=224,
-        patch_size=16,
-        num_labels=1000,
-    )
+    deit_tiny = dict(hidden_size=192, num_hidden_layers=12, num_attention_heads=3, intermediate_size=768)
+    config = ViTConfig(**deit_tiny, image_size=224, patch_size=16, num_labels=1000)
     ViTForImageClassification(config).save_pretrained(folder)
     ViTImageProcessorPil(
         size={"height": 224, "width": 224}, image_mean=IMAGENET_DEFAULT_MEAN, image_std=IMAGENET_DEFAULT_STD
