@@ -22,7 +22,7 @@ from transformers import AutoConfig
 from transformers.models.auto import modeling_auto
 
 from . import models  # noqa: F401  (registers this package's models: --model may be a folder saved by one)
-from .data import LABELS_FILE, is_local_path, read_id2label, subset
+from .data import LABELS_FILE, capped, is_local_path, read_id2label
 from .image_transforms import image_transform
 from .segmentation import segmentation_transform
 from .tasks import (
@@ -213,10 +213,8 @@ class ModelTask:
         else:
             train, evaluation = dataset["train"], dataset[found]
             self.eval_split = found
-        train = subset(train, min(settings.max_train_samples or len(train), len(train)), settings.seed)
-        evaluation = subset(
-            evaluation, min(settings.max_eval_samples or len(evaluation), len(evaluation)), settings.seed
-        )
+        train = capped(train, settings.max_train_samples, settings.seed)
+        evaluation = capped(evaluation, settings.max_eval_samples, settings.seed)
         self.split_rows = {"train": len(train), self.eval_split: len(evaluation)}  # rows, before any tokenizing
         return train, evaluation, self.eval_split
 

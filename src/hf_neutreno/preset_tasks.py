@@ -10,7 +10,7 @@ import torch
 from transformers import ViTImageProcessorPil
 from transformers.image_utils import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
-from .data import LABELS_FILE, image_and_label_columns, is_local_path, label_names, read_id2label, subset
+from .data import LABELS_FILE, capped, image_and_label_columns, is_local_path, label_names, read_id2label
 from .image_transforms import image_transform
 from .model_factories import IMAGE_VARIANTS, image_classifier, language_model, segmenter
 from .models.configuration_neutreno_gpt import NeuTRENOGPTConfig
@@ -60,10 +60,6 @@ def _eval_split(dataset, order=EVAL_SPLITS) -> str:
     return next(split for split in order if split in dataset)
 
 
-def _capped(dataset, count: int | None, seed: int):
-    return subset(dataset, None if count is None else min(count, len(dataset)), seed)
-
-
 def _segmentation_columns(dataset) -> tuple[str, str] | None:
     """(image column, label-map column) of a scene_parse_150-like dataset: an Image column and the Image column
     `annotation`; None if it has no such pair."""
@@ -93,8 +89,8 @@ class PresetTask:
     def _set_splits(self, dataset, eval_order=EVAL_SPLITS) -> None:
         settings = self.settings
         self.eval_split = _eval_split(dataset, eval_order)
-        self.train = _capped(dataset["train"], settings.max_train_samples, settings.seed)
-        self.eval = _capped(dataset[self.eval_split], settings.max_eval_samples, settings.seed)
+        self.train = capped(dataset["train"], settings.max_train_samples, settings.seed)
+        self.eval = capped(dataset[self.eval_split], settings.max_eval_samples, settings.seed)
 
     def _set_preset(self, config_class) -> None:
         self.preset = config_class.from_preset(self.settings.model)
@@ -169,7 +165,7 @@ class TextTask(PresetTask, CausalLM):
                 f"Split {self.eval_split!r} of --dataset {settings.dataset!r} is shorter than one block "
                 f"({block_size} tokens)."
             )
-        self._lm_inputs(_capped(blocks, settings.max_train_samples, settings.seed), stream, block_size)
+        self._lm_inputs(capped(blocks, settings.max_train_samples, settings.seed), stream, block_size)
         self.summary_extra = f", vocabulary {len(self.processing)}"
 
     def _build(self, architecture: str) -> torch.nn.Module:
