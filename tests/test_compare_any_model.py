@@ -283,6 +283,45 @@ def test_the_task_comes_from_the_head_then_from_the_columns():
     assert task_of_columns(Features({"x": Value("int64")}), base) is None
 
 
+def test_a_preset_and_a_transformers_model_are_the_same_task_objects_with_the_same_inputs(tmp_path):
+    """One family of tasks: the task objects of both kinds of --model are their task's class, whose inputs, score and
+    probe they do not redefine. On one image folder, a preset's and a saved ViT's probe images are what their image
+    processors make of the first evaluation images."""
+    from hf_neutreno.compare_settings import CompareSettings
+    from hf_neutreno.data import load_dataset_splits
+    from hf_neutreno.model_tasks import MODEL_TASKS, ModelTask
+    from hf_neutreno.preset_tasks import PresetTask, task_class, task_for
+    from hf_neutreno.tasks import TASKS
+
+    presets = {
+        "image-classification": "vit-micro",
+        "causal-lm": "gpt-micro",
+        "semantic-segmentation": "segmenter-micro",
+    }
+    assert list(MODEL_TASKS) == list(TASKS)
+    for name, task in TASKS.items():
+        sources = [MODEL_TASKS[name]] + ([task_class(presets[name])] if name in presets else [])
+        for source in sources:
+            assert source.__mro__[1] in (ModelTask, PresetTask) and source.__mro__[2] is task, source.__mro__
+            assert not {"score", "probe_batches", "trainer_arguments"} & set(vars(source)), source
+
+    data = write_image_folder(tmp_path / "images")
+    vit = save_tiny_vit_classifier(tmp_path / "vit")
+    settings = {"dataset": str(data), "probe_samples": 5, "batch_size": 2, "variants": ("softmax", "neutreno")}
+    # each task transforms its splits in place: each gets its own copy of the dataset
+    tasks = [
+        task_for(CompareSettings(model="vit-micro", **settings), load_dataset_splits(data)),
+        ModelTask(CompareSettings(model=str(vit), **settings)).prepare(load_dataset_splits(data)),
+    ]
+    assert [type(task).__mro__[2] for task in tasks] == [TASKS["image-classification"]] * 2
+    images = [image.convert("RGB") for image in load_dataset_splits(data)["test"][:5]["image"]]
+    for task in tasks:
+        expected = task.processing(images, return_tensors="pt")["pixel_values"]
+        probe = task.probe_batches()
+        assert [len(batch["pixel_values"]) for batch in probe] == [2, 2, 1]
+        torch.testing.assert_close(torch.cat([batch["pixel_values"] for batch in probe]), expected, rtol=0, atol=0)
+
+
 def test_the_summary_names_the_model_the_task_and_the_carved_split(tmp_path, capsys):
     """A dataset without a test or validation split gets one carved from train with a fixed seed, and says so."""
     model = save_tiny_llama(tmp_path / "llama")

@@ -33,24 +33,18 @@ from .compare_output import (
 )
 from .compare_report import HIGHER_IS_BETTER, format_table, plot
 from .compare_settings import FINE_TUNING, FROM_SCRATCH, CompareSettings
-from .compare_tasks import EVAL_SPLITS, IMAGE_MODELS, SEGMENTATION_MODELS, TEXT_MODELS, ImageTask, task_class, task_for
 from .data import BUILTIN_DIGITS, load_dataset_splits
 from .experiment import Run, paired, pairing_arguments, run_paired, summary
-from .model_tasks import TASKS, ModelTask, is_model_reference
+from .model_tasks import ModelTask, is_model_reference
+from .names import IMAGE_MODELS
+from .preset_tasks import PRESETS, ImageTask, preset_architecture, task_class, task_for
+from .tasks import EVAL_SPLITS, TASKS
 from .training_scripts import has_accelerator
 from .value_path import _is_transformers_class, is_value_path_model, learned_coefficients, value_path_parameters
-from .variants import ANY_MODEL_VARIANTS, BASELINE, VARIANTS, build_variant, default_coefficient
+from .variants import ANY_MODEL_VARIANTS, BASELINE, VARIANTS, default_coefficient
 
 # results["task"] -> the Auto classes that load a variant's model and its image processor or tokenizer
 LOADERS = {name: (task.auto_class, task.processing_class) for name, task in TASKS.items()}
-
-ALL_PRESETS = IMAGE_MODELS + SEGMENTATION_MODELS + TEXT_MODELS
-
-
-def _architecture(variant: str) -> str:
-    """What a preset task builds for `variant`: its own attention (softmax, NeuTRENO, ViT⁻, ViT⁺), or the
-    softmax model with a value path put on it ("value-path")."""
-    return "value-path" if VARIANTS[variant].method is not None and variant != "neutreno" else variant
 
 
 def run_comparison(settings: CompareSettings) -> dict:
@@ -60,7 +54,7 @@ def run_comparison(settings: CompareSettings) -> dict:
     `ValueError` naming the flag. torch's thread count is restored afterwards.
     """
     settings = dataclasses.replace(settings)
-    model_task = None if settings.model in ALL_PRESETS else _model_task(_checked_common(settings))
+    model_task = None if settings.model in PRESETS else _model_task(_checked_common(settings))
     settings = _checked(settings, model_task)  # the model is checked before any data is loaded
     folders = _output_folders(settings)
     if folders.finished is not None:
@@ -74,8 +68,7 @@ def run_comparison(settings: CompareSettings) -> dict:
     if model_task is not None:
         if "train" not in dataset:
             raise ValueError(f"--dataset {settings.dataset!r} needs a `train` split; it has {sorted(dataset)}.")
-        model_task.prepare(dataset)
-        task = model_task
+        task = model_task.prepare(dataset)
     else:
         if "train" not in dataset or not any(split in dataset for split in EVAL_SPLITS):
             raise ValueError(
@@ -98,7 +91,7 @@ def _model_task(settings: CompareSettings) -> ModelTask:
     except ValueError as error:
         if is_model_reference(settings.model):  # a folder or owner/name: the message says what is wrong with it
             raise
-        raise ValueError(f"{error} This package's presets: {ALL_PRESETS}.") from None
+        raise ValueError(f"{error} This package's presets: {PRESETS}.") from None
 
 
 def _output_folders(settings: CompareSettings) -> OutputFolders:
@@ -185,7 +178,7 @@ def _checked(settings: CompareSettings, model_task: ModelTask | None) -> Compare
                 )
         task = task_class(settings.model)
         for name in settings.variants:
-            if _architecture(name) not in task.architectures:  # ViT⁻: image classifiers only
+            if preset_architecture(name) not in task.architectures:  # ViT⁻: image classifiers only
                 which = (
                     f"an image classifier preset {IMAGE_MODELS}"
                     if VARIANTS[name].preset_only
@@ -367,13 +360,7 @@ def _builder(settings: CompareSettings, task):
     """`build(variant)`: the variant's model with this run's coefficient, for `run_paired` to pair."""
 
     def build(variant: str) -> torch.nn.Module:
-        coefficient = _coefficient(settings, task, variant)
-        if isinstance(task, ModelTask):
-            return task.build(variant, coefficient)
-        architecture = _architecture(variant)
-        if architecture != "value-path":
-            return task.build(architecture)
-        return build_variant(task.build("softmax"), variant, coefficient)
+        return task.build(variant, _coefficient(settings, task, variant))
 
     return build
 

@@ -124,6 +124,11 @@ def subset(dataset: Dataset, fraction_or_count: float | int | None, seed: int = 
     return dataset.shuffle(seed=seed).select(range(count)) if count < n else dataset
 
 
+def capped(dataset: Dataset, count: int | None, seed: int = 0) -> Dataset:
+    """At most `count` rows (`subset`'s seeded choice when there are more); None keeps everything."""
+    return subset(dataset, None if count is None else min(count, len(dataset)), seed)
+
+
 def load_digits(test_fraction: float = 0.2, seed: int = 0) -> DatasetDict:
     """scikit-learn's 1,797 8×8 digit images (it ships them) as a `DatasetDict` with the Hub's image schema."""
     try:

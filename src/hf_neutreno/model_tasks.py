@@ -1,33 +1,40 @@
 """`hf-neutreno compare` on any transformers model: the task comes from the model's head and the dataset's columns.
 
-    task = model_task(settings)          # checks the model (adaptable? processor?) before any data is loaded
-    task.prepare(dataset)                # columns, labels, splits; ValueError naming the flag to set
-    model = task.build("value-residual", coefficient=0.5)   # `paired_model` seeds it
+    model = ModelTask(settings)          # checks the model (adaptable? processor?) before any data is loaded
+    task = model.prepare(dataset)        # the task object: columns, labels, splits; ValueError naming the flag
+    network = task.build("value-residual", coefficient=0.5)   # `paired_model` seeds it
 
-Tasks (`TASKS`): image classification (image + label), text classification (text, or a text pair, + label), causal
-language modelling (text), masked language modelling (text, a model with an MLM head) and semantic segmentation
-(image + annotation map). A pretrained model is fine-tuned from its weights; its classification head is kept when
-its labels are the dataset's, else a new one is sized to the dataset's labels, drawn under the run's seed
-(`hf_neutreno.experiment.paired_model`), so that every variant of a seed starts from the same head.
+Tasks (`hf_neutreno.tasks.TASKS`): image classification (image + label), text classification (text, or a text pair,
++ label), causal language modelling (text), masked language modelling (text, a model with an MLM head) and semantic
+segmentation (image + annotation map). A task object is `ModelTask` (the model, its tokenizer or image processor,
+the columns, labels and splits) mixed into its task (`MODEL_TASKS`). A pretrained model is fine-tuned from its
+weights; its classification head is kept when its labels are the dataset's, else a new one is sized to the dataset's
+labels, drawn under the run's seed (`hf_neutreno.experiment.paired_model`), so that every variant of a seed starts
+from the same head.
 """
 
-import math
 from pathlib import Path
 
 import torch
 import transformers
 from datasets import ClassLabel, Features
-from transformers import AutoConfig, DataCollatorForLanguageModeling, DataCollatorWithPadding, Trainer
+from transformers import AutoConfig
 from transformers.models.auto import modeling_auto
 
 from . import models  # noqa: F401  (registers this package's models: --model may be a folder saved by one)
-from .compare_tasks import ANNOTATION_COLUMN, EVAL_SPLITS
-from .data import LABELS_FILE, is_local_path, read_id2label, subset
-from .image_transforms import collate_images, image_transform
-from .lm_eval import block_eval
-from .metrics import accuracy_metrics
-from .names import TASK_SPECS
-from .segmentation import segmentation_transform, single_scale_mean_iou
+from .data import LABELS_FILE, capped, is_local_path, read_id2label
+from .image_transforms import image_transform
+from .segmentation import segmentation_transform
+from .tasks import (
+    ANNOTATION_COLUMN,
+    EVAL_SPLITS,
+    TASKS,
+    CausalLM,
+    ImageClassification,
+    MaskedLM,
+    SemanticSegmentation,
+    TextClassification,
+)
 from .text_data import group_into_blocks, token_stream
 from .value_path import _check_adaptable, _refuse_built_in_term
 from .variants import VARIANTS, build_variant
@@ -51,7 +58,6 @@ TEXT_PAIRS = (
 TEXT_NAMES = ("text", "sentence", "content", "document", "review")
 LABEL_NAMES = ("label", "labels", "class", "target")
 HELD_OUT_FRACTION, HELD_OUT_SEED = 0.1, 0  # an evaluation split carved from train when the dataset has none
-MLM_PROBABILITY, MLM_EVAL_SEED = 0.15, 0  # BERT's masking; the evaluation masks are drawn once, for every variant
 DEFAULT_MAX_LENGTH = 128  # tokens per example or block, unless the model's positions are fewer
 
 
@@ -86,7 +92,8 @@ def is_model_reference(name: str) -> bool:
 
 
 class ModelTask:
-    """A transformers model (`settings.model`: a Hub id or a folder) fine-tuned, or trained from scratch, on a task."""
+    """A transformers model (`settings.model`: a Hub id or a folder) fine-tuned, or trained from scratch, on a task:
+    the source half of its task objects (`MODEL_TASKS`), whose `_inputs` turns the columns into model inputs."""
 
     preset = None
 
@@ -141,8 +148,9 @@ class ModelTask:
 
     # --- data ---------------------------------------------------------------------------------------------------
 
-    def prepare(self, dataset) -> None:
-        """Pick the task (if the model's head did not), the columns and labels, the splits; load the processing."""
+    def prepare(self, dataset) -> "ModelTask":
+        """The task object of this model on `dataset`: the task (if the model's head did not pick it) from the
+        columns, its class in `MODEL_TASKS`, with what was checked here, its processing, splits and inputs."""
         settings = self.settings
         if self.task is None:
             self.task = task_of_columns(dataset["train"].features, self.config)
@@ -152,14 +160,13 @@ class ModelTask:
                     f"{settings.model!r}: give --task, one of {list(TASKS)}."
                 )
             self._check_adaptable()
-        self.name = self.task
-        self.length = self._max_length()
-        self.kind_of_task = TASKS[self.task]
-        self.auto_class, self.processing_class = self.kind_of_task.auto_class, self.kind_of_task.processing_class
-        self.metric = self.kind_of_task.metric
-        self.processing = self._load_processing()
-        self.train, self.eval, self.eval_split = self._splits(dataset)
-        self.kind_of_task.prepare(self)
+        task = object.__new__(MODEL_TASKS[self.task])
+        task.__dict__.update(self.__dict__)  # the model, checked before the data was loaded
+        task.length = task._max_length()
+        task.processing = task._load_processing()
+        task.train, task.eval, task.eval_split = task._splits(dataset)
+        task._inputs()
+        return task
 
     def _max_length(self) -> int:
         """--max-length, or `DEFAULT_MAX_LENGTH` capped at the model's positions; more than those raises."""
@@ -193,7 +200,7 @@ class ModelTask:
         """(train, eval, eval split name): the dataset's test (else validation) split, or one carved from train."""
         settings = self.settings
         candidates = [split for split in EVAL_SPLITS if split in dataset]
-        if self.kind_of_task.labelled and self.task != SemanticSegmentation.name:
+        if self.labelled and self.name != SemanticSegmentation.name:
             # GLUE-style test splits hold no labels (all -1): evaluate on the next split that has them
             column = self._label_column(dataset["train"])
             self.unlabelled_splits = [split for split in candidates if set(dataset[split].unique(column)) <= {-1, None}]
@@ -206,10 +213,8 @@ class ModelTask:
         else:
             train, evaluation = dataset["train"], dataset[found]
             self.eval_split = found
-        train = subset(train, min(settings.max_train_samples or len(train), len(train)), settings.seed)
-        evaluation = subset(
-            evaluation, min(settings.max_eval_samples or len(evaluation), len(evaluation)), settings.seed
-        )
+        train = capped(train, settings.max_train_samples, settings.seed)
+        evaluation = capped(evaluation, settings.max_eval_samples, settings.seed)
         self.split_rows = {"train": len(train), self.eval_split: len(evaluation)}  # rows, before any tokenizing
         return train, evaluation, self.eval_split
 
@@ -329,10 +334,6 @@ class ModelTask:
     # --- models -------------------------------------------------------------------------------------------------
 
     @property
-    def kind(self) -> str:
-        return f"a {self.task} model"
-
-    @property
     def summary(self) -> str:
         start = "trained from scratch" if self.settings.from_scratch else "fine-tuned from its weights"
         skipped = getattr(self, "unlabelled_splits", [])
@@ -344,7 +345,7 @@ class ModelTask:
         return not self.settings.from_scratch
 
     def _label_fields(self) -> dict:
-        if not self.kind_of_task.labelled:
+        if not self.labelled:
             return {}
         id2label = dict(enumerate(self.labels))
         return {
@@ -400,21 +401,6 @@ class ModelTask:
             return self._load(coefficient)
         return build_variant(self._load(None), variant, coefficient)
 
-    # --- training and scoring -----------------------------------------------------------------------------------
-
-    def trainer_arguments(self) -> dict:
-        arguments = {"data_collator": self.collator}
-        if self.metric == "accuracy":
-            arguments["compute_metrics"] = accuracy_metrics
-        return arguments
-
-    def score(self, trainer: Trainer) -> float:
-        return self.kind_of_task.score(self, trainer)
-
-    def probe_batches(self) -> list[dict]:
-        """The first --probe-samples evaluation inputs, in batches: what the token cosine is measured on."""
-        return self.kind_of_task.probe_batches(self)
-
     def record(self) -> dict:
         """What results.json keeps of the model and the data: enough to rerun it."""
         return {
@@ -430,187 +416,73 @@ class ModelTask:
         }
 
 
-# --- the tasks: data, model head, metric ------------------------------------------------------------------------
+# --- the task objects: a transformers model mixed into each task of `hf_neutreno.tasks` -----------------------
 
 
-class _Task:
-    """What one task does with a `ModelTask`'s splits: `prepare` turns them into model inputs (and sets `collator`,
-    `sizes`, `summary_data`), `score` scores a trained model, `probe_batches` gives the inputs the token cosine is
-    measured on. `auto_class` loads the model with its head, `processing_class` its tokenizer or image processor;
-    `labelled`: the head is sized to the dataset's labels."""
-
-    name = auto_class = processing_class = metric = ""
-    labelled = False
-
-    @staticmethod
-    def probe_batches(task) -> list[dict]:
-        rows = [task.eval[i] for i in range(min(task.settings.probe_samples, len(task.eval)))]
-        size = task.settings.batch_size
-        return [{"pixel_values": collate_images(rows[i : i + size])["pixel_values"]} for i in range(0, len(rows), size)]
+class ModelImageClassification(ModelTask, ImageClassification):
+    def _inputs(self) -> None:
+        image_column = self._image_column()
+        self._labels()
+        self._image_inputs(image_transform(self.processing, image_column, self.label_column))
 
 
-def _image_splits(task, transform) -> None:
-    """What the image tasks share: both splits transformed on the fly, stacked by `collate_images`."""
-    task.train.set_transform(transform)
-    task.eval.set_transform(transform)
-    task.collator = collate_images
-    task.sizes = {"train_images": len(task.train), "eval_images": len(task.eval)}
-    task.summary_data = (
-        f"{len(task.train)} train / {len(task.eval)} {task.eval_split} images, {len(task.labels)} classes"
-    )
+class ModelTextClassification(ModelTask, TextClassification):
+    def _inputs(self) -> None:
+        columns = self._text_columns()
+        self._refuse_empty_text(columns)
+        self._labels()
+        self._text_inputs(columns, self.label_column, self.length)
 
 
-class ImageClassification(_Task):
-    name = "image-classification"
-    auto_class, processing_class, metric = TASK_SPECS[name]
-    labelled = True
-
-    @staticmethod
-    def prepare(task) -> None:
-        image_column = task._image_column()
-        task._labels()
-        _image_splits(task, image_transform(task.processing, image_column, task.label_column))
-
-    @staticmethod
-    def score(task, trainer: Trainer) -> float:
-        return float(trainer.evaluate(task.eval)["eval_accuracy"])
-
-
-class TextClassification(_Task):
-    name = "text-classification"
-    auto_class, processing_class, metric = TASK_SPECS[name]
-    labelled = True
-
-    @staticmethod
-    def prepare(task) -> None:
-        columns = task._text_columns()
-        task._refuse_empty_text(columns)
-        task._labels()
-        tokenizer, label, length = task.processing, task.label_column, task.length
-
-        def encode(batch):
-            encoded = tokenizer(*(batch[c] for c in columns), truncation=True, max_length=length)
-            encoded["labels"] = batch[label]
-            return encoded
-
-        remove = task.train.column_names
-        task.train = task.train.map(encode, batched=True, remove_columns=remove, desc="Tokenizing")
-        task.eval = task.eval.map(encode, batched=True, remove_columns=remove, desc="Tokenizing")
-        task.collator = DataCollatorWithPadding(tokenizer)
-        task.sizes = {"train_examples": len(task.train), "eval_examples": len(task.eval), "max_length": length}
-        task.summary_data = (
-            f"{len(task.train)} train / {len(task.eval)} {task.eval_split} examples of {' + '.join(columns)}, "
-            f"{len(task.labels)} classes, at most {length} tokens"
-        )
-
-    score = ImageClassification.score
-
-    @staticmethod
-    def probe_batches(task) -> list[dict]:
-        rows = [task.eval[i] for i in range(min(task.settings.probe_samples, len(task.eval)))]
-        pad, size = DataCollatorWithPadding(task.processing), task.settings.batch_size
-        keep = ("input_ids", "attention_mask")  # the padding mask: the cosine leaves padding out
-        return [
-            dict(pad([{k: v for k, v in row.items() if k in keep} for row in rows[start : start + size]]))
-            for start in range(0, len(rows), size)
-        ]
-
-
-class CausalLM(_Task):
-    name = "causal-lm"
-    auto_class, processing_class, metric = TASK_SPECS[name]
-
-    @staticmethod
-    def prepare(task) -> None:
-        column, length = task._lm_text(), task.length
+class ModelCausalLM(ModelTask, CausalLM):
+    def _inputs(self) -> None:
+        column, length = self._lm_text(), self.length
         # Rows are concatenated into one stream and cut into blocks: an empty row adds no tokens (as WikiText's
         # paragraph breaks), so nothing is dropped.
-        task.train = group_into_blocks(task.train, task.processing, length, text_column=column)
-        task.stream = token_stream(task.eval, task.processing, text_column=column)
-        if task.stream.numel() < length:
+        train = group_into_blocks(self.train, self.processing, length, text_column=column)
+        stream = token_stream(self.eval, self.processing, text_column=column)
+        if stream.numel() < length:
             raise ValueError(
-                f"The {task.eval_split} text of --dataset {task.settings.dataset!r} has {task.stream.numel()} "
+                f"The {self.eval_split} text of --dataset {self.settings.dataset!r} has {stream.numel()} "
                 f"tokens, fewer than one block of --max-length {length}."
             )
-        task.collator = DataCollatorForLanguageModeling(task.processing, mlm=False)
-        task.sizes = {"train_blocks": len(task.train), "block_size": length, "eval_tokens": task.stream.numel()}
-        task.summary_data = (
-            f"{len(task.train)} train blocks of {length} tokens, {task.stream.numel()} {task.eval_split} tokens"
-        )
-
-    @staticmethod
-    def score(task, trainer: Trainer) -> float:
-        progress = task.settings.verbose and not task.settings.no_progress  # the training bar is the run's one bar
-        return block_eval(trainer.model, task.stream, task.length, task.settings.batch_size, progress).perplexity
-
-    @staticmethod
-    def probe_batches(task) -> list[dict]:
-        blocks = min(task.settings.probe_samples, task.stream.numel() // task.length)
-        ids = task.stream[: blocks * task.length].view(blocks, task.length)
-        return [{"input_ids": batch} for batch in ids.split(task.settings.batch_size)]
+        self._lm_inputs(train, stream, length)
 
 
-class MaskedLM(_Task):
-    name = "masked-lm"
-    auto_class, processing_class, metric = TASK_SPECS[name]
-
-    @staticmethod
-    def prepare(task) -> None:
-        column, length = task._lm_text(), task.length
-        if task.processing.mask_token is None:
-            raise ValueError(f"--task masked-lm: the tokenizer of {task.source!r} has no mask token.")
-        task.train = group_into_blocks(task.train, task.processing, length, text_column=column)
-        blocks = group_into_blocks(task.eval, task.processing, length, text_column=column)
+class ModelMaskedLM(ModelTask, MaskedLM):
+    def _inputs(self) -> None:
+        column, length = self._lm_text(), self.length
+        if self.processing.mask_token is None:
+            raise ValueError(f"--task masked-lm: the tokenizer of {self.source!r} has no mask token.")
+        train = group_into_blocks(self.train, self.processing, length, text_column=column)
+        blocks = group_into_blocks(self.eval, self.processing, length, text_column=column)
         if len(blocks) == 0:
-            raise ValueError(f"The {task.eval_split} text is shorter than one block of --max-length {length}.")
-        task.collator = DataCollatorForLanguageModeling(task.processing, mlm=True, mlm_probability=MLM_PROBABILITY)
-        with torch.random.fork_rng(devices=[]):  # one draw of masks, the same for every variant and seed
-            torch.manual_seed(MLM_EVAL_SEED)
-            masked = task.collator([{"input_ids": ids} for ids in blocks["input_ids"]])
-        task.eval = [{"input_ids": ids, "labels": labels} for ids, labels in zip(masked["input_ids"], masked["labels"])]
-        task.sizes = {"train_blocks": len(task.train), "block_size": length, "eval_blocks": len(task.eval)}
-        task.summary_data = (
-            f"{len(task.train)} train blocks of {length} tokens, {len(task.eval)} {task.eval_split} blocks with "
-            f"{MLM_PROBABILITY:.0%} of tokens masked (seed {MLM_EVAL_SEED})"
-        )
-
-    @staticmethod
-    def score(task, trainer: Trainer) -> float:
-        return math.exp(trainer.evaluate(task.eval)["eval_loss"])
-
-    @staticmethod
-    def probe_batches(task) -> list[dict]:
-        rows = task.eval[: task.settings.probe_samples]
-        size = task.settings.batch_size
-        return [
-            {"input_ids": torch.stack([row["input_ids"] for row in rows[i : i + size]])}
-            for i in range(0, len(rows), size)
-        ]
+            raise ValueError(f"The {self.eval_split} text is shorter than one block of --max-length {length}.")
+        self._mlm_inputs(train, blocks, length)
 
 
-class SemanticSegmentation(_Task):
-    name = "semantic-segmentation"
-    auto_class, processing_class, metric = TASK_SPECS[name]
-    labelled = True
-
-    @staticmethod
-    def prepare(task) -> None:
-        if ANNOTATION_COLUMN not in task.train.column_names:
+class ModelSemanticSegmentation(ModelTask, SemanticSegmentation):
+    def _inputs(self) -> None:
+        if ANNOTATION_COLUMN not in self.train.column_names:
             raise ValueError(
                 f"--task semantic-segmentation needs an `{ANNOTATION_COLUMN}` label-map column; --dataset "
-                f"{task.settings.dataset!r} has {_columns_of(task.train)}."
+                f"{self.settings.dataset!r} has {_columns_of(self.train)}."
             )
-        image_column = task._image_column()
-        task.labels = task._segmentation_labels()
-        _image_splits(task, segmentation_transform(task.processing, image_column, ANNOTATION_COLUMN))
-
-    @staticmethod
-    def score(task, trainer: Trainer) -> float:
-        return single_scale_mean_iou(trainer.model, task.eval, task.settings.batch_size)
+        image_column = self._image_column()
+        self.labels = self._segmentation_labels()
+        self._image_inputs(segmentation_transform(self.processing, image_column, ANNOTATION_COLUMN))
 
 
-TASKS = {
-    task.name: task for task in (ImageClassification, TextClassification, CausalLM, MaskedLM, SemanticSegmentation)
+# task name -> the class of its task objects for a transformers model
+MODEL_TASKS = {
+    task.name: task
+    for task in (
+        ModelImageClassification,
+        ModelTextClassification,
+        ModelCausalLM,
+        ModelMaskedLM,
+        ModelSemanticSegmentation,
+    )
 }
 
 
@@ -623,13 +495,9 @@ def _columns(dataset) -> dict[str, str]:
 
 
 __all__ = [
+    "MODEL_TASKS",
     "TASKS",
-    "CausalLM",
-    "ImageClassification",
-    "MaskedLM",
     "ModelTask",
-    "SemanticSegmentation",
-    "TextClassification",
     "is_model_reference",
     "task_of_architecture",
     "task_of_columns",

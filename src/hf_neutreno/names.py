@@ -1,7 +1,7 @@
 """Names and defaults that the library defines once and the command line shows, in a module that imports neither torch
 nor transformers, so that `hf-neutreno --help` and each subcommand's `--help` stay fast. The modules that use them
-(`hf_neutreno.model_factories`, `.compare_tasks`, `.model_tasks`, `.data`, `.lm_eval`, `.diagnostics`) import them
-from here and export them too. The other torch-free homes of such names: the variants, `hf_neutreno.variants`; the
+(`hf_neutreno.model_factories`, `.tasks`, `.preset_tasks`, `.data`, `.lm_eval`, `.diagnostics`) import them from here
+and export them too. The other torch-free homes of such names: the variants, `hf_neutreno.variants`; the
 value paths' default coefficients, `hf_neutreno.value_path_defaults`; `compare`'s settings,
 `hf_neutreno.compare_settings`.
 """
@@ -33,7 +33,7 @@ SEGMENTATION_MODELS = SEGMENTATION_PRESETS
 IMAGE_MODELS = sorted(set(_PRESETS.NEUTRENO_VIT_PRESETS) - set(SEGMENTATION_MODELS))  # classifiers
 TEXT_MODELS = LANGUAGE_MODEL_PRESETS
 
-# The tasks of a transformers model in `hf-neutreno compare` (`hf_neutreno.model_tasks.TASKS`): name -> the Auto
+# The tasks of `hf-neutreno compare` (`hf_neutreno.tasks.TASKS`): name -> the Auto
 # class of the model with its head, the Auto class of its tokenizer or image processor, the score.
 TASK_SPECS = {
     "image-classification": ("AutoModelForImageClassification", "AutoImageProcessor", "accuracy"),

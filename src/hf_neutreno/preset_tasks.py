@@ -1,37 +1,43 @@
-"""The tasks `hf-neutreno compare` trains on: image classification, causal language modelling and semantic
-segmentation. Each one checks and prepares its data, builds a model of a given attention (`ARCHITECTURES`) from the
-preset, and scores a trained model; `probe_batches` are the inputs the token cosine similarity is measured on.
+"""The task objects of this package's presets in `hf-neutreno compare`, trained from scratch: an image classifier
+(`ImageTask`), a language model (`TextTask`) and a Segmenter (`SegmentationTask`). Each is a `PresetTask` (the preset:
+its data checks, its image processor or word-level tokenizer, the models it builds) mixed into its task of
+`hf_neutreno.tasks` (the inputs, the head and the metric, shared with any transformers model's task objects).
 """
 
 from pathlib import Path
 
 import torch
-from transformers import DataCollatorForLanguageModeling, Trainer, ViTImageProcessorPil
+from transformers import ViTImageProcessorPil
 from transformers.image_utils import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
-from .data import LABELS_FILE, image_and_label_columns, is_local_path, label_names, read_id2label, subset
-from .image_transforms import collate_images, image_transform
-from .lm_eval import block_eval
-from .metrics import accuracy_metrics
+from .data import LABELS_FILE, capped, image_and_label_columns, is_local_path, label_names, read_id2label
+from .image_transforms import image_transform
 from .model_factories import IMAGE_VARIANTS, image_classifier, language_model, segmenter
 from .models.configuration_neutreno_gpt import NeuTRENOGPTConfig
 from .models.configuration_neutreno_vit import NeuTRENOViTConfig
 from .names import IMAGE_MODELS, SEGMENTATION_MODELS, TEXT_MODELS
-from .segmentation import make_image_processor, segmentation_transform, single_scale_mean_iou
+from .segmentation import make_image_processor, segmentation_transform
+from .tasks import ANNOTATION_COLUMN, EVAL_SPLITS, CausalLM, ImageClassification, SemanticSegmentation
 from .text_data import TEXT_COLUMN, group_into_blocks, token_stream, train_word_tokenizer
+from .variants import VARIANTS, build_variant
 
-# What a task builds: softmax attention (λ = 0), NeuTRENO (λ > 0), ViT⁻ (image classifiers only), and which can take
-# a value path (`hf_neutreno.apply_value_path` on the softmax model: one stack of layers, so not a Segmenter).
+# What a preset builds: softmax attention (λ = 0), NeuTRENO (λ > 0), ViT⁻ (image classifiers only), and which can
+# take a value path (`hf_neutreno.apply_value_path` on the softmax model: one stack of layers, so not a Segmenter).
 ARCHITECTURES = (*IMAGE_VARIANTS, "value-path")
-EVAL_SPLITS = ("test", "validation")  # the first one the dataset has
 IMAGE_DATASETS = "digits or uoft-cs/cifar10 (or a local folder of Parquet files or images)"
 TEXT_DATASETS = "Salesforce/wikitext with --dataset-config wikitext-2-v1 (or a local folder of its Parquet files)"
 SEGMENTATION_DATASETS = (
     "scene_parse_150 with --dataset-config scene_parsing, or a local folder of Parquet files with its `image` and "
     "`annotation` columns and an id2label.json (e.g. fashion-scenes)"
 )
-ANNOTATION_COLUMN = "annotation"  # scene_parse_150's label maps
 ADE20K, ADE20K_CLASSES = "scene_parse_150", 150  # label 0 is "other" (ignored), 1-150 the classes
+PRESETS = IMAGE_MODELS + SEGMENTATION_MODELS + TEXT_MODELS
+
+
+def preset_architecture(variant: str) -> str:
+    """What a preset builds for `variant`: its own attention (softmax, NeuTRENO, ViT⁻, ViT⁺), or the softmax model
+    with a value path put on it ("value-path")."""
+    return "value-path" if VARIANTS[variant].method is not None and variant != "neutreno" else variant
 
 
 def task_class(model: str):
@@ -54,10 +60,6 @@ def _eval_split(dataset, order=EVAL_SPLITS) -> str:
     return next(split for split in order if split in dataset)
 
 
-def _capped(dataset, count: int | None, seed: int):
-    return subset(dataset, None if count is None else min(count, len(dataset)), seed)
-
-
 def _segmentation_columns(dataset) -> tuple[str, str] | None:
     """(image column, label-map column) of a scene_parse_150-like dataset: an Image column and the Image column
     `annotation`; None if it has no such pair."""
@@ -75,36 +77,42 @@ def _has_class_labels(dataset) -> bool:
     return True
 
 
-class _ImageTask:
-    """What the image tasks share: capped train and eval splits, the run's summary and the probe images."""
+class PresetTask:
+    """A preset of this package trained from scratch: the source half of a preset's task object (the task half is
+    `hf_neutreno.tasks`). `build(variant, coefficient)` builds the preset's own attention (`ARCHITECTURES`) or puts a
+    value path on its softmax model."""
 
     pretrained = False  # a preset trains from scratch
+    kind = ""  # what --model is, for the messages
+    architectures = ARCHITECTURES
 
-    def _set_splits(self, dataset, transform) -> None:
+    def _set_splits(self, dataset, eval_order=EVAL_SPLITS) -> None:
         settings = self.settings
-        self.train = _capped(dataset["train"], settings.max_train_samples, settings.seed)
-        self.eval = _capped(dataset[self.eval_split], settings.max_eval_samples, settings.seed)
-        self.train.set_transform(transform)
-        self.eval.set_transform(transform)
-        self.sizes = {"train_images": len(self.train), "eval_images": len(self.eval)}
-        height, width = self.preset.image_size_2d
-        self.summary = (
-            f"{settings.model} on {settings.dataset} ({len(self.train)} train / {len(self.eval)} {self.eval_split} "
-            f"images, {len(self.labels)} classes, resized to {height}×{width})"
-        )
+        self.eval_split = _eval_split(dataset, eval_order)
+        self.train = capped(dataset["train"], settings.max_train_samples, settings.seed)
+        self.eval = capped(dataset[self.eval_split], settings.max_eval_samples, settings.seed)
 
-    def probe_batches(self) -> list[dict]:
-        probe = self.eval.select(range(min(self.settings.probe_samples, len(self.eval))))
-        size = self.settings.batch_size
-        return [{"pixel_values": probe[i : i + size]["pixel_values"]} for i in range(0, len(probe), size)]
+    def _set_preset(self, config_class) -> None:
+        self.preset = config_class.from_preset(self.settings.model)
+        self.neutreno_lambda = self.settings.neutreno_lambda or self.preset.neutreno_lambda
+
+    @property
+    def summary(self) -> str:
+        return f"{self.settings.model} on {self.settings.dataset} ({self.summary_data}{self.summary_extra})"
+
+    def build(self, variant: str, coefficient: float | None) -> torch.nn.Module:
+        """The model of `variant`, its weights drawn from the global generator (seeded by the caller)."""
+        architecture = preset_architecture(variant)
+        if architecture == "value-path":
+            return build_variant(self._build("softmax"), variant, coefficient)
+        return self._build(architecture)
 
     def _lambda(self, architecture: str) -> float:
         return self.neutreno_lambda if architecture == "neutreno" else 0.0
 
 
-class ImageTask(_ImageTask):
-    name, metric, kind = "image-classification", "accuracy", "an image classifier"
-    architectures = ARCHITECTURES
+class ImageTask(PresetTask, ImageClassification):
+    kind = "an image classifier"
 
     def __init__(self, settings, dataset):
         try:
@@ -119,30 +127,24 @@ class ImageTask(_ImageTask):
                 f"--model {settings.model} is an image classifier, but --dataset {settings.dataset!r} has no Image "
                 f"column and ClassLabel column (it has {_columns(dataset)}).{kind} Image datasets: {IMAGE_DATASETS}."
             ) from None
-        self.settings, self.eval_split = settings, _eval_split(dataset)
+        self.settings = settings
         self.labels = label_names(dataset)
-        self.preset = NeuTRENOViTConfig.from_preset(settings.model)
-        self.neutreno_lambda = settings.neutreno_lambda or self.preset.neutreno_lambda
+        self._set_preset(NeuTRENOViTConfig)
         height, width = self.preset.image_size_2d
         self.processing = ViTImageProcessorPil(
             size={"height": height, "width": width}, image_mean=IMAGENET_DEFAULT_MEAN, image_std=IMAGENET_DEFAULT_STD
         )
-        self._set_splits(dataset, image_transform(self.processing, image_column, label_column))
+        self._set_splits(dataset)
+        self._image_inputs(image_transform(self.processing, image_column, label_column))
+        self.summary_extra = f", resized to {height}×{width}"
 
-    def build(self, architecture: str) -> torch.nn.Module:
+    def _build(self, architecture: str) -> torch.nn.Module:
         # ViT⁻/ViT⁺: the poster's eigen-parameterised ViT with W_V W_O = V diag(∓ψ²) Vᵀ, no NeuTRENO term
         return image_classifier(architecture, self.settings.model, self.labels, neutreno_lambda=self.neutreno_lambda)
 
-    def trainer_arguments(self) -> dict:
-        return dict(data_collator=collate_images, compute_metrics=accuracy_metrics)
 
-    def score(self, trainer: Trainer) -> float:
-        return float(trainer.evaluate(self.eval)["eval_accuracy"])
-
-
-class TextTask:
-    name, metric, kind = "causal-lm", "perplexity", "a language model"
-    pretrained = False
+class TextTask(PresetTask, CausalLM):
+    kind = "a language model"
     architectures = ("softmax", "neutreno", "value-path")
 
     def __init__(self, settings, dataset):
@@ -152,44 +154,26 @@ class TextTask:
                 f"`{TEXT_COLUMN}` column (it has {_columns(dataset)}). Text datasets: {TEXT_DATASETS}."
             )
         self.settings, self.eval_split = settings, _eval_split(dataset)
-        self.preset = NeuTRENOGPTConfig.from_preset(settings.model)
-        self.neutreno_lambda = settings.neutreno_lambda or self.preset.neutreno_lambda
-        self.block_size = self.preset.max_position_embeddings
+        self._set_preset(NeuTRENOGPTConfig)
+        block_size = self.preset.max_position_embeddings
         self.processing = train_word_tokenizer(dataset["train"])  # word level, as WikiText is written
-        blocks = group_into_blocks(dataset["train"], self.processing, self.block_size)
-        self.train = _capped(blocks, settings.max_train_samples, settings.seed)
-        max_tokens = None if settings.max_eval_samples is None else settings.max_eval_samples * self.block_size
-        self.stream = token_stream(dataset[self.eval_split], self.processing, max_tokens=max_tokens)
-        if self.stream.numel() < self.block_size:
+        blocks = group_into_blocks(dataset["train"], self.processing, block_size)
+        max_tokens = None if settings.max_eval_samples is None else settings.max_eval_samples * block_size
+        stream = token_stream(dataset[self.eval_split], self.processing, max_tokens=max_tokens)
+        if stream.numel() < block_size:
             raise ValueError(
                 f"Split {self.eval_split!r} of --dataset {settings.dataset!r} is shorter than one block "
-                f"({self.block_size} tokens)."
+                f"({block_size} tokens)."
             )
-        self.sizes = {"train_blocks": len(self.train), "block_size": self.block_size, "eval_tokens": len(self.stream)}
-        self.summary = (
-            f"{settings.model} on {settings.dataset} ({len(self.train)} train blocks of {self.block_size} tokens, "
-            f"{self.stream.numel()} {self.eval_split} tokens, vocabulary {len(self.processing)})"
-        )
+        self._lm_inputs(capped(blocks, settings.max_train_samples, settings.seed), stream, block_size)
+        self.summary_extra = f", vocabulary {len(self.processing)}"
 
-    def build(self, architecture: str) -> torch.nn.Module:
-        lam = self.neutreno_lambda if architecture == "neutreno" else 0.0
-        return language_model(self.settings.model, self.processing, neutreno_lambda=lam)
-
-    def trainer_arguments(self) -> dict:
-        return dict(data_collator=DataCollatorForLanguageModeling(self.processing, mlm=False))
-
-    def score(self, trainer: Trainer) -> float:
-        progress = self.settings.verbose and not self.settings.no_progress  # the training bar is the run's one bar
-        return block_eval(trainer.model, self.stream, self.block_size, self.settings.batch_size, progress).perplexity
-
-    def probe_batches(self) -> list[dict]:
-        count = min(self.settings.probe_samples, self.stream.numel() // self.block_size)
-        blocks = self.stream[: count * self.block_size].view(count, self.block_size)
-        return [{"input_ids": batch} for batch in blocks.split(self.settings.batch_size)]
+    def _build(self, architecture: str) -> torch.nn.Module:
+        return language_model(self.settings.model, self.processing, neutreno_lambda=self._lambda(architecture))
 
 
-class SegmentationTask(_ImageTask):
-    name, metric, kind = "semantic-segmentation", "mean_iou", f"a segmentation preset {SEGMENTATION_MODELS}"
+class SegmentationTask(PresetTask, SemanticSegmentation):
+    kind = f"a segmentation preset {SEGMENTATION_MODELS}"
     architectures = ("softmax", "neutreno")
 
     def __init__(self, settings, dataset):
@@ -206,23 +190,18 @@ class SegmentationTask(_ImageTask):
                 f"datasets: {SEGMENTATION_DATASETS}."
             )
         image_column, annotation_column = columns
-        self.settings, self.eval_split = settings, _eval_split(dataset, ("validation", "test"))
+        self.settings = settings
         self.labels, reduce_labels = segmentation_labels(settings.dataset)
-        self.preset = NeuTRENOViTConfig.from_preset(settings.model)
-        self.neutreno_lambda = settings.neutreno_lambda or self.preset.neutreno_lambda
+        self._set_preset(NeuTRENOViTConfig)
         self.processing = make_image_processor(self.preset, do_reduce_labels=reduce_labels)
-        self._set_splits(dataset, segmentation_transform(self.processing, image_column, annotation_column))
+        self._set_splits(dataset, ("validation", "test"))
+        self._image_inputs(segmentation_transform(self.processing, image_column, annotation_column))
+        height, width = self.preset.image_size_2d
+        self.summary_extra = f", resized to {height}×{width}"
 
-    def build(self, architecture: str) -> torch.nn.Module:
+    def _build(self, architecture: str) -> torch.nn.Module:
         # the decoder follows the encoder's λ
         return segmenter(self.settings.model, self.labels, neutreno_lambda=self._lambda(architecture))
-
-    def trainer_arguments(self) -> dict:
-        return dict(data_collator=collate_images)
-
-    def score(self, trainer: Trainer) -> float:
-        """Mean IoU over the evaluation images at the preset's size (single scale)."""
-        return single_scale_mean_iou(trainer.model, self.eval, self.settings.batch_size)
 
 
 def segmentation_labels(dataset_name: str) -> tuple[list[str], bool]:

@@ -1,0 +1,183 @@
+"""The tasks `hf-neutreno compare` trains on, once for a preset and for any transformers model: each one turns its
+splits into model inputs, names the head that predicts them (`auto_class`) and scores a trained model (`metric`).
+
+    Task                       trainer_arguments, score (accuracy), probe_batches (images)
+    ├── ImageClassification    image + label
+    ├── TextClassification     text (or a text pair) + label
+    ├── CausalLM               text, in blocks; perplexity over the evaluation stream
+    ├── MaskedLM               text, in blocks, 15 % masked; perplexity
+    └── SemanticSegmentation   image + label map; mean IoU
+
+Where the model, its tokenizer or image processor and the data's columns come from is the other half of a task
+object, a source mixed in before the task: `hf_neutreno.preset_tasks.PresetTask` (a preset of this package, trained
+from scratch) or `hf_neutreno.model_tasks.ModelTask` (a transformers model). The source picks the splits and columns
+(`train`, `eval`, `eval_split`, `processing`, `settings`) and calls the task's `_*_inputs`; `compare` then uses
+`train`, `processing`, `trainer_arguments()`, `score(trainer)` and `probe_batches()` alike for every task object.
+"""
+
+import math
+
+import torch
+from transformers import DataCollatorForLanguageModeling, DataCollatorWithPadding, Trainer
+
+from .image_transforms import collate_images
+from .lm_eval import block_eval
+from .metrics import accuracy_metrics
+from .names import TASK_SPECS
+from .segmentation import single_scale_mean_iou
+
+EVAL_SPLITS = ("test", "validation")  # the first one the dataset has
+ANNOTATION_COLUMN = "annotation"  # scene_parse_150's label maps
+MLM_PROBABILITY, MLM_EVAL_SEED = 0.15, 0  # BERT's masking; the evaluation masks are drawn once, for every variant
+
+
+class Task:
+    """One task's data, head and metric. `auto_class` loads a model with its head, `processing_class` its tokenizer
+    or image processor; `labelled`: the head is sized to the dataset's labels. The `_*_inputs` methods set `train`
+    and `eval` (model inputs), `collator`, `sizes` (results.json's `data`) and `summary_data` (the summary line)."""
+
+    name = auto_class = processing_class = metric = ""
+    labelled = False
+
+    def trainer_arguments(self) -> dict:
+        arguments = {"data_collator": self.collator}
+        if self.metric == "accuracy":
+            arguments["compute_metrics"] = accuracy_metrics
+        return arguments
+
+    def score(self, trainer: Trainer) -> float:
+        return float(trainer.evaluate(self.eval)["eval_accuracy"])
+
+    def probe_batches(self) -> list[dict]:
+        """The first --probe-samples evaluation inputs, in batches: what the token cosine is measured on."""
+        probe = self.eval.select(range(min(self.settings.probe_samples, len(self.eval))))
+        size = self.settings.batch_size
+        return [{"pixel_values": probe[i : i + size]["pixel_values"]} for i in range(0, len(probe), size)]
+
+    def _image_inputs(self, transform) -> None:
+        """Both splits transformed on the fly by `transform`, stacked by `collate_images`."""
+        self.train.set_transform(transform)
+        self.eval.set_transform(transform)
+        self.collator = collate_images
+        self.sizes = {"train_images": len(self.train), "eval_images": len(self.eval)}
+        self.summary_data = (
+            f"{len(self.train)} train / {len(self.eval)} {self.eval_split} images, {len(self.labels)} classes"
+        )
+
+
+class ImageClassification(Task):
+    name = "image-classification"
+    auto_class, processing_class, metric = TASK_SPECS[name]
+    labelled = True
+
+
+class TextClassification(Task):
+    name = "text-classification"
+    auto_class, processing_class, metric = TASK_SPECS[name]
+    labelled = True
+
+    def _text_inputs(self, columns: list[str], label_column: str, length: int) -> None:
+        """Both splits tokenized: the text of `columns` (one, or a pair) truncated to `length` tokens, and labels."""
+        tokenizer = self.processing
+
+        def encode(batch):
+            encoded = tokenizer(*(batch[c] for c in columns), truncation=True, max_length=length)
+            encoded["labels"] = batch[label_column]
+            return encoded
+
+        remove = self.train.column_names
+        self.train = self.train.map(encode, batched=True, remove_columns=remove, desc="Tokenizing")
+        self.eval = self.eval.map(encode, batched=True, remove_columns=remove, desc="Tokenizing")
+        self.collator = DataCollatorWithPadding(tokenizer)
+        self.sizes = {"train_examples": len(self.train), "eval_examples": len(self.eval), "max_length": length}
+        self.summary_data = (
+            f"{len(self.train)} train / {len(self.eval)} {self.eval_split} examples of {' + '.join(columns)}, "
+            f"{len(self.labels)} classes, at most {length} tokens"
+        )
+
+    def probe_batches(self) -> list[dict]:
+        rows = [self.eval[i] for i in range(min(self.settings.probe_samples, len(self.eval)))]
+        pad, size = DataCollatorWithPadding(self.processing), self.settings.batch_size
+        keep = ("input_ids", "attention_mask")  # the padding mask: the cosine leaves padding out
+        return [
+            dict(pad([{k: v for k, v in row.items() if k in keep} for row in rows[start : start + size]]))
+            for start in range(0, len(rows), size)
+        ]
+
+
+class CausalLM(Task):
+    name = "causal-lm"
+    auto_class, processing_class, metric = TASK_SPECS[name]
+
+    def _lm_inputs(self, train_blocks, stream: torch.Tensor, block_size: int) -> None:
+        """`train_blocks` to train on; scored on `stream`, the evaluation text as one token stream, in blocks."""
+        self.train, self.stream, self.block_size = train_blocks, stream, block_size
+        self.collator = DataCollatorForLanguageModeling(self.processing, mlm=False)
+        self.sizes = {"train_blocks": len(self.train), "block_size": block_size, "eval_tokens": stream.numel()}
+        self.summary_data = (
+            f"{len(self.train)} train blocks of {block_size} tokens, {stream.numel()} {self.eval_split} tokens"
+        )
+
+    def score(self, trainer: Trainer) -> float:
+        progress = self.settings.verbose and not self.settings.no_progress  # the training bar is the run's one bar
+        return block_eval(trainer.model, self.stream, self.block_size, self.settings.batch_size, progress).perplexity
+
+    def probe_batches(self) -> list[dict]:
+        count = min(self.settings.probe_samples, self.stream.numel() // self.block_size)
+        blocks = self.stream[: count * self.block_size].view(count, self.block_size)
+        return [{"input_ids": batch} for batch in blocks.split(self.settings.batch_size)]
+
+
+class MaskedLM(Task):
+    name = "masked-lm"
+    auto_class, processing_class, metric = TASK_SPECS[name]
+
+    def _mlm_inputs(self, train_blocks, eval_blocks, block_size: int) -> None:
+        """`train_blocks` masked afresh each step; `eval_blocks` masked once (`MLM_EVAL_SEED`), for every variant."""
+        self.train = train_blocks
+        self.collator = DataCollatorForLanguageModeling(self.processing, mlm=True, mlm_probability=MLM_PROBABILITY)
+        with torch.random.fork_rng(devices=[]):  # one draw of masks, the same for every variant and seed
+            torch.manual_seed(MLM_EVAL_SEED)
+            masked = self.collator([{"input_ids": ids} for ids in eval_blocks["input_ids"]])
+        self.eval = [{"input_ids": ids, "labels": labels} for ids, labels in zip(masked["input_ids"], masked["labels"])]
+        self.sizes = {"train_blocks": len(self.train), "block_size": block_size, "eval_blocks": len(self.eval)}
+        self.summary_data = (
+            f"{len(self.train)} train blocks of {block_size} tokens, {len(self.eval)} {self.eval_split} blocks with "
+            f"{MLM_PROBABILITY:.0%} of tokens masked (seed {MLM_EVAL_SEED})"
+        )
+
+    def score(self, trainer: Trainer) -> float:
+        return math.exp(trainer.evaluate(self.eval)["eval_loss"])
+
+    def probe_batches(self) -> list[dict]:
+        rows = self.eval[: self.settings.probe_samples]
+        size = self.settings.batch_size
+        return [
+            {"input_ids": torch.stack([row["input_ids"] for row in rows[i : i + size]])}
+            for i in range(0, len(rows), size)
+        ]
+
+
+class SemanticSegmentation(Task):
+    name = "semantic-segmentation"
+    auto_class, processing_class, metric = TASK_SPECS[name]
+    labelled = True
+
+    def score(self, trainer: Trainer) -> float:
+        """Mean IoU over the evaluation images at the model's input size (single scale)."""
+        return single_scale_mean_iou(trainer.model, self.eval, self.settings.batch_size)
+
+
+TASKS = {
+    task.name: task for task in (ImageClassification, TextClassification, CausalLM, MaskedLM, SemanticSegmentation)
+}
+
+__all__ = [
+    "TASKS",
+    "CausalLM",
+    "ImageClassification",
+    "MaskedLM",
+    "SemanticSegmentation",
+    "Task",
+    "TextClassification",
+]
