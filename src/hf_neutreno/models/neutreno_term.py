@@ -122,17 +122,13 @@ class SavedForBackward:
         taken as they are now, detached (a learnable coefficient is the forward pass's own copy, which an optimizer
         step does not change)."""
         frozen = [a.detach() if torch.is_tensor(a) else a for a in arguments]
+        # The same first element, size and type: `kept` in some shape and strides (this runs once per layer and
+        # step, so it compares plain numbers first)
+        address, numel, dtype = kept.data_ptr(), kept.numel(), kept.dtype
         for entry in self.entries:
             tensor = entry[0]
-            if (
-                tensor is None
-                or tensor.untyped_storage().data_ptr() != kept.untyped_storage().data_ptr()
-                or tensor.storage_offset() != kept.storage_offset()
-                or tensor.numel() != kept.numel()
-                or tensor.dtype != kept.dtype
-            ):
-                continue
-            entry[:] = [None, _Rebuild(function, frozen, kept, tensor)]
+            if tensor.data_ptr() == address and tensor.numel() == numel and tensor.dtype == dtype:
+                entry[:] = [None, _Rebuild(function, frozen, kept, tensor)]
         self.entries = []
 
 
