@@ -500,6 +500,7 @@ def test_fresh_process_loads_the_checkpoint_with_remote_code(tmp_path):
         "modeling_eigen_vit.py",
         "modeling_neutreno_vit.py",
         "neutreno_common.py",
+        "neutreno_term.py",
         "presets.py",
     ]
     make_local_hub_cache(tmp_path / "hf_home", "someone/eigen-vit-tiny", tmp_path / "ckpt")
@@ -537,7 +538,13 @@ def test_exported_model_is_a_neutreno_vit_checkpoint_that_loads_with_remote_code
     model.to_neutreno_vit().save_pretrained(tmp_path / "ckpt")
     torch.save(pixel_values, tmp_path / "pixels.pt")
     saved = sorted(p.name for p in (tmp_path / "ckpt").glob("*.py"))
-    assert saved == ["configuration_neutreno_vit.py", "modeling_neutreno_vit.py", "neutreno_common.py", "presets.py"]
+    assert saved == [
+        "configuration_neutreno_vit.py",
+        "modeling_neutreno_vit.py",
+        "neutreno_common.py",
+        "neutreno_term.py",
+        "presets.py",
+    ]
     out = run_fresh(
         """
         import torch

@@ -119,6 +119,40 @@ def test_gradients_equal_the_eager_reference(overrides):
         torch.testing.assert_close(ours[name], param.grad, atol=1e-5, rtol=1e-4, msg=name)
 
 
+def _count_rebuilds(monkeypatch) -> list:
+    """The saved tensors the models' NeuTRENO term rebuilt in a backward pass instead of keeping them."""
+    from hf_neutreno.models.neutreno_term import SavedForBackward
+
+    rebuilt, unpack = [], SavedForBackward._unpack
+
+    def counting(entry):
+        rebuilt.extend([1] if entry[0] is None else [])
+        return unpack(entry)
+
+    monkeypatch.setattr(SavedForBackward, "_unpack", staticmethod(counting))
+    return rebuilt
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_sdpa_training_rebuilds_the_backends_output_and_keeps_the_gradients(checkpointing, monkeypatch):
+    """With SDPA, which keeps its output for the backward pass, each layer with the term rebuilds that output from the
+    output with the term instead of keeping both (not under activation checkpointing, whose hooks must see every saved
+    tensor): the gradients equal the eager reference's."""
+    model = tiny_model(neutreno_lambda=0.6, neutreno_layers=[1, 3]).train()
+    model.set_attn_implementation("sdpa")
+    if checkpointing:
+        model.activation_checkpointing_enable()
+    x = pixels()
+    rebuilt = _count_rebuilds(monkeypatch)
+    model(x).logits.square().sum().backward()
+    assert len(rebuilt) == (0 if checkpointing else 2)
+    ours = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    reference_logits(model, x).square().sum().backward()
+    for name, param in model.named_parameters():
+        torch.testing.assert_close(ours[name], param.grad, atol=1e-5, rtol=1e-4, msg=name)
+
+
 def test_bf16_autocast_training_step_matches_fp32():
     model = tiny_model(neutreno_lambda=0.6).train()
     x = pixels()

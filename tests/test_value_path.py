@@ -23,6 +23,7 @@ from transformers import (
     ResNetConfig,
     ResNetModel,
     T5Config,
+    T5EncoderModel,
     T5Model,
     Trainer,
 )
@@ -155,15 +156,15 @@ def _set_coefficients(model, values) -> None:
 
 def _count_rebuilds(monkeypatch) -> list:
     """Count the saved tensors the adapter rebuilt in a backward pass instead of keeping them (its memory saving)."""
-    from hf_neutreno.value_path import _SavedForBackward
+    from hf_neutreno.neutreno_term import SavedForBackward
 
-    rebuilt, unpack = [], _SavedForBackward._unpack
+    rebuilt, unpack = [], SavedForBackward._unpack
 
     def counting(entry):
         rebuilt.extend([1] if entry[0] is None else [])
         return unpack(entry)
 
-    monkeypatch.setattr(_SavedForBackward, "_unpack", staticmethod(counting))
+    monkeypatch.setattr(SavedForBackward, "_unpack", staticmethod(counting))
     return rebuilt
 
 
@@ -635,6 +636,47 @@ def test_adapting_twice_or_mixing_methods_is_refused():
             apply_value_path(model, method)
     with pytest.raises(ValueError, match="not adapted with apply_value_path"):
         remove_value_path(remove_value_path(model))
+
+
+# The class whose forward calls the attention interface in each family, read from transformers' model files.
+INTERFACE_CLASSES = {
+    "llama": "LlamaAttention",
+    "qwen2": "Qwen2Attention",
+    "gpt2": "GPT2Attention",
+    "bert": "BertSelfAttention",
+    "vit": "ViTAttention",
+    "deit": "DeiTAttention",
+}
+
+
+@pytest.mark.parametrize("name", list(INTERFACE_CLASSES))
+def test_attention_modules_are_found_by_the_structure_the_model_declares(name, monkeypatch):
+    """The self-attention modules come from the classes the model declares in `_can_record_outputs`, not from source
+    text: with no source readable, each layer's module that calls the interface is still found, and adapting works."""
+    from hf_neutreno import value_path
+
+    def unreadable(_):
+        raise OSError("no source")
+
+    monkeypatch.setattr(value_path.inspect, "getsource", unreadable)
+    model = tiny_model(name)
+    layers = value_path.self_attention_layers(model)
+    assert [type(module).__name__ for module in layers] == [INTERFACE_CLASSES[name]] * model.config.num_hidden_layers
+    assert is_value_path_model(apply_value_path(model, "neutreno"))
+
+
+def test_a_declared_wrapper_gives_the_module_inside_it_that_calls_the_interface(monkeypatch):
+    """T5 declares `T5LayerSelfAttention`, which holds the layer norm, the dropout and `T5Attention`, the module that
+    calls the interface: that one is found, without source text."""
+    from hf_neutreno import value_path
+
+    monkeypatch.setattr(value_path.inspect, "getsource", lambda _: "")
+    model = T5EncoderModel(T5Config(d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, vocab_size=50))
+    assert "T5LayerSelfAttention" in {c.__name__ for c in value_path._declared_attention_classes(model)}
+    found = value_path.interface_attention_modules(model)
+    assert [(path, type(module).__name__) for path, module in found] == [
+        (f"encoder.block.{i}.layer.0.SelfAttention", "T5Attention") for i in range(2)
+    ]
 
 
 def test_models_a_value_path_cannot_reach_are_refused_by_name():

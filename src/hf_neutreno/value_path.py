@@ -49,6 +49,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.auto import modeling_auto
 from transformers.utils import logging
 
+from .neutreno_term import SavedForBackward, attention_with_neutreno_term, may_recompute_saved
 from .value_path_defaults import DEFAULT_COEFFICIENTS
 
 try:  # transformers 5 records `output_hidden_states` per model class, registered in PreTrainedModel.__init__
@@ -132,6 +133,22 @@ def apply_value_path(
     docs/value-path.md): attention outside the interface, several attention stacks (encoder-decoders), sliding-window
     layers, flash-attention backends, a model already adapted.
     """
+    _refuse_unadaptable_model(model)
+    # This package's own models (NeuTRENO built in, here off) adapt in memory; only transformers' classes can be saved.
+    auto_class = _auto_class_of(type(model)) if _is_transformers_class(type(model)) else None
+    attention_layers, _ = _check_adaptable(model)  # everything is checked before anything changes
+    settings = check_settings(method, coefficient, learnable, layers, len(attention_layers))
+    _own_config(model)
+    model.config.value_path = settings
+    model.__class__ = value_path_class(type(model), auto_class)
+    if _CAN_RECORD_REGISTRY is not None:  # as __init__ would have registered the new class (hidden states, attentions)
+        _CAN_RECORD_REGISTRY[model] = model._can_record_outputs
+    _adapt(model)
+    return model
+
+
+def _refuse_unadaptable_model(model) -> None:
+    """`ValueError` for a model that `apply_value_path` cannot take as it is, whatever the settings."""
     if not isinstance(model, PreTrainedModel):
         raise ValueError(
             f"apply_value_path adapts a transformers PreTrainedModel, got {type(model).__name__}; adapt the model "
@@ -150,17 +167,6 @@ def apply_value_path(
             "Load it again with `trust_remote_code=True`, or delete `config.value_path` to start afresh."
         )
     _refuse_built_in_term(model)
-    # This package's own models (NeuTRENO built in, here off) adapt in memory; only transformers' classes can be saved.
-    auto_class = _auto_class_of(type(model)) if _is_transformers_class(type(model)) else None
-    attention_layers, _ = _check_adaptable(model)  # everything is checked before anything changes
-    settings = check_settings(method, coefficient, learnable, layers, len(attention_layers))
-    _own_config(model)
-    model.config.value_path = settings
-    model.__class__ = value_path_class(type(model), auto_class)
-    if _CAN_RECORD_REGISTRY is not None:  # as __init__ would have registered the new class (hidden states, attentions)
-        _CAN_RECORD_REGISTRY[model] = model._can_record_outputs
-    _adapt(model)
-    return model
 
 
 def _own_config(model: PreTrainedModel) -> None:
@@ -360,7 +366,63 @@ def self_attention_layers(model: nn.Module) -> list[nn.Module]:
 
 
 def interface_attention_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
-    """(path, module) of every module whose forward calls transformers' attention interface (self and cross)."""
+    """(path, module) of every module that calls transformers' attention interface (self and cross), in model order.
+
+    Found by structure where the model declares its attention: the classes under "attentions" and "cross_attentions"
+    in the ``_can_record_outputs`` of its `PreTrainedModel` levels (a class, an `OutputRecorder`'s target, or a list
+    of them). A declared module calls the interface itself, unless it wraps the module that does (DeiT's
+    `DeiTAttention` holds `DeiTSelfAttention` and the output projection): a wrapper has no ``is_causal``, the attribute
+    the interface's functions read from the module they are handed, and descendants that have it, the outermost of
+    which are taken instead. Either way the class's file must import ``ALL_ATTENTION_FUNCTIONS``.
+
+    The fallback, only for a model that declares no attention class (Bloom, for one): the modules whose forward's
+    source text calls ``ALL_ATTENTION_FUNCTIONS.get_interface(``.
+    """
+    declared = _declared_attention_classes(model)
+    if not declared:
+        return _attention_modules_by_source(model)
+    found: dict[str, nn.Module] = {}
+    for path, module in model.named_modules():
+        if isinstance(module, declared):
+            found.update((name, inner) for name, inner in _interface_module(path, module) if _imports_interface(inner))
+    return list(found.items())
+
+
+def _declared_attention_classes(model: nn.Module) -> tuple[type, ...]:
+    """The attention classes the model's `PreTrainedModel` levels declare in ``_can_record_outputs``."""
+    classes = []
+    for level in model.modules():
+        if not isinstance(level, PreTrainedModel):
+            continue
+        recorded = getattr(level, "_can_record_outputs", None) or {}
+        for key in ("attentions", "cross_attentions"):
+            entries = recorded.get(key, [])
+            for entry in entries if isinstance(entries, (list, tuple)) else [entries]:
+                target = getattr(entry, "target_class", entry)  # an OutputRecorder names its class
+                if isinstance(target, type) and target not in classes:
+                    classes.append(target)
+    return tuple(classes)
+
+
+def _interface_module(path: str, module: nn.Module) -> list[tuple[str, nn.Module]]:
+    """The declared `module`, unless it is a wrapper: no ``is_causal`` of its own, but descendants that carry it (then
+    the outermost of those)."""
+    if hasattr(module, "is_causal"):
+        return [(path, module)]
+    found = []
+    for name, inner in module.named_modules(prefix=path):
+        if hasattr(inner, "is_causal") and not any(name.startswith(outer + ".") for outer, _ in found):
+            found.append((name, inner))
+    return found or [(path, module)]
+
+
+def _imports_interface(module: nn.Module) -> bool:
+    return hasattr(sys.modules.get(type(module).__module__), "ALL_ATTENTION_FUNCTIONS")
+
+
+def _attention_modules_by_source(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """The fallback for a model that declares no attention class: modules whose forward's source text calls the
+    attention interface."""
     calls_interface: dict[type, bool] = {}
     found = []
     for path, module in model.named_modules():
@@ -407,193 +469,93 @@ class _ValuePathAttention:
     def __call__(self, module, query, key, value, attention_mask, *args, **kwargs):
         context = kwargs.pop(CONTEXT_KWARG, None)
         attention = attention_function(module, self.inner)
+
+        def run(values=value, target=module, keys=key):
+            """The inner backend's call, with other values (and, for twicing's second call, module and keys)."""
+            return attention(target, query, keys, values, attention_mask, *args, **kwargs)
+
         layer = getattr(module, LAYER_ATTRIBUTE, None)
         if layer is None:  # cross-attention of an adapted model
-            return attention(module, query, key, value, attention_mask, *args, **kwargs)
-        if context is None:
-            raise RuntimeError(
-                f"{type(module).__name__} (value-path layer {layer}) was called without `{CONTEXT_KWARG}`: the "
-                "model did not hand its keyword arguments down to its attention, or the layer was called outside "
-                "the adapted model's forward."
-            )
-        if context.grad_enabled and not torch.is_grad_enabled():
-            raise RuntimeError(
-                "Gradient checkpointing with use_reentrant=True runs layer 0 without gradients, so V_0 would lose "
-                "the gradient it gets from later layers. Enable it with use_reentrant=False, transformers' default: "
-                "`model.activation_checkpointing_enable()` (Trainer: leave `activation_checkpointing_kwargs` unset)."
-            )
+            return run()
+        _check_context(context, module, layer)
         if context.method == "twicing":
-            if layer not in context.layers:
-                return attention(module, query, key, value, attention_mask, *args, **kwargs)
-            return _twicing(attention, context, module, query, key, value, attention_mask, args, kwargs)
+            return _twicing(run, context, module, query, key, value) if layer in context.layers else run()
         if layer == 0:
             context.first_values = value
-            return attention(module, query, key, value, attention_mask, *args, **kwargs)
-        position = context.layers.get(layer)
-        if position is None:
-            return attention(module, query, key, value, attention_mask, *args, **kwargs)
-        first = context.first_values
-        if first is None:
-            raise RuntimeError(f"Value-path layer {layer} ran before layer 0 in this forward pass.")
-        if first.shape != value.shape:
-            raise ValueError(
-                f"Layer {layer}'s values have shape {tuple(value.shape)} but layer 0's {tuple(first.shape)}: a value "
-                "path needs the same key/value heads, head size and cached length in every layer."
-            )
+            return run()
+        if layer not in context.layers:
+            return run()
+        first = _first_values(context, layer, value)
         coefficient = context.coefficient
-        if isinstance(coefficient, tuple):
-            coefficient = coefficient[position].to(value.dtype)
-        if layer in context.gates:  # α per token and key/value head, for this call's tokens
-            return _gated_attention(attention, context, module, query, key, value, first, attention_mask, args, kwargs)
-        # What the inner backend keeps for its backward pass and the rule's own tensors overlap: a learnable α keeps
-        # V_ℓ and V_0 for its gradient, beside the backend's mixed values; the output projection keeps the output
-        # with the NeuTRENO term, beside the backend's output without it. The backend's copy is then recomputed
-        # from the others in the backward pass instead of being kept (O(N·d); _SavedForBackward).
-        learnable = isinstance(coefficient, torch.Tensor)
-        recompute = context.recompute_saved and not torch.compiler.is_compiling()  # compiled: traces no hooks
-        saved = _SavedForBackward() if recompute and (context.method == "neutreno" or learnable) else None
-        if context.method == "value_residual" and context.mix_in_cache and not torch.is_grad_enabled():
-            # Generation: the mix is token-wise, so the KV cache can hold mixed values. Mix only the current tokens'
-            # rows, in the cache's own tensor (which `value` is), and the past rows are already mixed: O(d) per new
-            # token and layer instead of a pass over the whole cache.
-            start, length = context.past, query.shape[-2]
-            rows = value.narrow(-2, start, length)
-            rows.lerp_(first.narrow(-2, start, length), coefficient)
-            return attention(module, query, key, value, attention_mask, *args, **kwargs)
-        if context.method == "value_residual":
-            # (1 − α) V_ℓ + α V_0, exactly V_ℓ at α = 0
-            mixed = _Lerp.apply(value, first, coefficient) if learnable else torch.lerp(value, first, coefficient)
-            if saved is None:
-                return attention(module, query, key, mixed, attention_mask, *args, **kwargs)
-            with saved.hooks():
-                result = attention(module, query, key, mixed, attention_mask, *args, **kwargs)
-            saved.recompute(mixed, _lerp_into, value, first, coefficient)
-            return result
-
-        if saved is None:
-            output, *rest = attention(module, query, key, value, attention_mask, *args, **kwargs)
-        else:
-            with saved.hooks():
-                output, *rest = attention(module, query, key, value, attention_mask, *args, **kwargs)
-        # The term is token-wise: the current queries' rows, which sit after the `past` cached ones (a static cache
-        # hands over its whole buffer, a dynamic one exactly past + queries rows).
-        start, length = context.past, query.shape[-2]
-        if start + length > value.shape[-2]:
-            raise RuntimeError(
-                f"Layer {layer}: {length} queries after {start} cached tokens, but only {value.shape[-2]} values."
+        if isinstance(coefficient, tuple):  # learnable: this layer's own
+            coefficient = coefficient[context.layers[layer]].to(value.dtype)
+        if context.method == "neutreno":
+            return attention_with_neutreno_term(
+                run, first, value, coefficient, past=context.past, recompute_saved=context.recompute_saved
             )
-        if length != value.shape[-2]:
-            first, value = first.narrow(-2, start, length), value.narrow(-2, start, length)
-        kv_heads = value.shape[1]
-        # (batch, q, heads, d) with heads = kv heads × group: each query head gets its key/value head's term.
-        grouped = output.unflatten(2, (kv_heads, output.shape[2] // kv_heads))
-        if learnable:
-            combined = _AddScaledDifference.apply(grouped, first, value, coefficient).flatten(2, 3)
-        else:
-            combined = grouped.add((first - value).transpose(1, 2).unsqueeze(3), alpha=coefficient).flatten(2, 3)
-        if saved is not None:
-            saved.recompute(output, _without_term_into, combined, first, value, coefficient)
-        return (combined, *rest)
+        if layer in context.gates:  # α per token and key/value head, for this call's tokens
+            return _gated_attention(run, context, layer, query, value, first)
+        return _value_residual(run, context, query, value, first, coefficient)
+
+
+def _check_context(context, module, layer: int) -> None:
+    """An adapted layer runs inside its model's forward, with gradients as that forward had them."""
+    if context is None:
+        raise RuntimeError(
+            f"{type(module).__name__} (value-path layer {layer}) was called without `{CONTEXT_KWARG}`: the "
+            "model did not hand its keyword arguments down to its attention, or the layer was called outside "
+            "the adapted model's forward."
+        )
+    if context.grad_enabled and not torch.is_grad_enabled():
+        raise RuntimeError(
+            "Gradient checkpointing with use_reentrant=True runs layer 0 without gradients, so V_0 would lose "
+            "the gradient it gets from later layers. Enable it with use_reentrant=False, transformers' default: "
+            "`model.activation_checkpointing_enable()` (Trainer: leave `activation_checkpointing_kwargs` unset)."
+        )
+
+
+def _first_values(context, layer: int, value: torch.Tensor) -> torch.Tensor:
+    """V_0 of this forward pass, which layer `layer`'s values must line up with."""
+    first = context.first_values
+    if first is None:
+        raise RuntimeError(f"Value-path layer {layer} ran before layer 0 in this forward pass.")
+    if first.shape != value.shape:
+        raise ValueError(
+            f"Layer {layer}'s values have shape {tuple(value.shape)} but layer 0's {tuple(first.shape)}: a value "
+            "path needs the same key/value heads, head size and cached length in every layer."
+        )
+    return first
+
+
+def _value_residual(run, context, query, value, first, coefficient):
+    """Attention over ``(1 − α) V_ℓ + α V_0`` (exactly V_ℓ at α = 0). A learnable α keeps V_ℓ and V_0 for its
+    gradient, beside the backend's copy of the mix: that copy is rebuilt from them in the backward pass instead."""
+    if context.mix_in_cache and not torch.is_grad_enabled():
+        # Generation: the mix is token-wise, so the KV cache can hold mixed values. Mix only the current tokens'
+        # rows, in the cache's own tensor (which `value` is), and the past rows are already mixed: O(d) per new
+        # token and layer instead of a pass over the whole cache.
+        start, length = context.past, query.shape[-2]
+        value.narrow(-2, start, length).lerp_(first.narrow(-2, start, length), coefficient)
+        return run()
+    if not isinstance(coefficient, torch.Tensor):
+        return run(torch.lerp(value, first, coefficient))
+    return _attend_over_mix(run, context, _Lerp.apply(value, first, coefficient), value, first, coefficient)
+
+
+def _attend_over_mix(run, context, mixed, value, first, coefficient):
+    """``run(mixed)``, the backend's saved copy of the mix rebuilt from V_ℓ, V_0 and α in the backward pass (where
+    the context allows it) instead of kept."""
+    if not (context.recompute_saved and may_recompute_saved()):
+        return run(mixed)
+    saved = SavedForBackward()
+    with saved.hooks():
+        result = run(mixed)
+    saved.recompute(mixed, _lerp_into, value, first, coefficient)
+    return result
 
 
 def _lerp_into(out, value, first, coefficient):
     torch.lerp(value, first, coefficient, out=out)
-
-
-def _without_term_into(out, combined, first, value, coefficient):
-    """The inner backend's output from the output with the NeuTRENO term, written into `out`: the same difference,
-    subtracted. Equal up to rounding, which is all its use needs (the backend's backward pass reads it in softmax's
-    Σ dO·O). Two kernels: the difference, and the subtraction straight into the kept layout."""
-    kv_heads = value.shape[1]
-    difference = (first - value).transpose(1, 2).unsqueeze(3)
-    grouped = combined.unflatten(2, (kv_heads, combined.shape[2] // kv_heads))
-    out = out.unflatten(2, (kv_heads, combined.shape[2] // kv_heads))
-    if isinstance(coefficient, torch.Tensor):
-        torch.addcmul(grouped, difference, coefficient, value=-1, out=out)
-    else:
-        torch.sub(grouped, difference, alpha=coefficient, out=out)
-
-
-class _SavedForBackward:
-    """Saved-tensor hooks around the inner backend's call. They keep what it saves for its backward pass as usual,
-    except a tensor that `recompute` names: that one is rebuilt from tensors the graph keeps anyway when the backward
-    pass needs it, so that its memory is freed after the forward pass."""
-
-    def __init__(self):
-        self.entries = []
-
-    def hooks(self):
-        return torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
-
-    def _pack(self, tensor):
-        entry = [tensor.detach(), None]  # detached: an output saved by its own node would hold itself in a cycle
-        self.entries.append(entry)
-        return entry
-
-    @staticmethod
-    def _unpack(entry):
-        tensor, rebuild = entry
-        if tensor is not None:
-            return tensor
-        with torch.no_grad():
-            return rebuild()
-
-    def recompute(self, kept: torch.Tensor, function, *arguments) -> None:
-        """Drop every saved tensor over `kept`'s memory (in any shape and strides of it) and rebuild it with
-        `function(out, *arguments)`, which writes into `out`, laid out as `kept`, what `kept` holds. The arguments are
-        taken as they are now, detached (a learnable coefficient is the forward pass's own copy, which an optimizer
-        step does not change)."""
-        frozen = [a.detach() if torch.is_tensor(a) else a for a in arguments]
-        for entry in self.entries:
-            tensor = entry[0]
-            if (
-                tensor is None
-                or tensor.untyped_storage().data_ptr() != kept.untyped_storage().data_ptr()
-                or tensor.storage_offset() != kept.storage_offset()
-                or tensor.numel() != kept.numel()
-                or tensor.dtype != kept.dtype
-            ):
-                continue
-            entry[:] = [None, _Rebuild(function, frozen, kept, tensor)]
-        self.entries = []
-
-
-class _Rebuild:
-    """`function(out, *arguments)` written into memory laid out as `kept`, seen as `saved` (a view of it)."""
-
-    def __init__(self, function, arguments, kept, saved):
-        self.function, self.arguments = function, arguments
-        self.layout = (kept.size(), kept.stride(), kept.dtype, kept.device)
-        self.view = (saved.size(), saved.stride(), saved.storage_offset() - kept.storage_offset())
-
-    def __call__(self):
-        size, stride, dtype, device = self.layout
-        fresh = torch.empty_strided(size, stride, dtype=dtype, device=device)
-        self.function(fresh, *self.arguments)
-        return fresh.as_strided(*self.view)
-
-
-class _AddScaledDifference(torch.autograd.Function):
-    """``output + λ (V_0 − V_ℓ)`` for a learnable λ, output grouped as (batch, queries, kv heads, group, head_dim)
-    and V_0, V_ℓ as (batch, kv heads, queries, head_dim). Autograd would keep V_0 − V_ℓ for λ's gradient; this keeps
-    V_0 and V_ℓ, which attention keeps anyway, and recomputes the difference in the backward pass, in as few kernels
-    as the fixed-λ term plus λ's own gradient."""
-
-    @staticmethod
-    def forward(ctx, grouped, first, value, coefficient):
-        ctx.save_for_backward(first, value, coefficient)
-        return torch.addcmul(grouped, (first - value).transpose(1, 2).unsqueeze(3), coefficient)
-
-    @staticmethod
-    def backward(ctx, grad):
-        first, value, coefficient = ctx.saved_tensors
-        # (batch, queries, kv heads, head_dim): the query heads of each kv head summed (a view without groups)
-        grad_heads = (grad.squeeze(3) if grad.shape[3] == 1 else grad.sum(3)).transpose(1, 2)
-        grad_first = grad_heads * coefficient
-        grad_coefficient = None
-        if ctx.needs_input_grad[3]:
-            grad_coefficient = torch.sum(grad_heads * (first - value), dtype=torch.float32).to(coefficient.dtype)
-        return grad, grad_first, grad_first.neg(), grad_coefficient
 
 
 class _OneGroup:
@@ -609,13 +571,13 @@ class _OneGroup:
         return getattr(self.__dict__["_module"], name)
 
 
-def _twicing(attention, context, module, query, key, value, attention_mask, args, kwargs):
+def _twicing(run, context, module, query, key, value):
     """Twicing attention (Abdullaev & Nguyen, ICLR 2025): ``A V + c A (V − A V)`` with the layer's own attention
     matrix A, computed as a second call of the backend on the same queries and keys, whose values are the residual
     ``V − A V`` per query head. In generation, A V of the earlier tokens is kept per layer beside the KV cache (the
     residual needs it at every key), and this call's rows are added to it."""
     layer = getattr(module, LAYER_ATTRIBUTE)
-    output, *rest = attention(module, query, key, value, attention_mask, *args, **kwargs)  # (batch, q, heads, d)
+    output, *rest = run()  # (batch, q, heads, d)
     heads, kv_heads = query.shape[1], key.shape[1]
     attended = output.transpose(1, 2)  # A V at this call's tokens: (batch, heads, q, d)
     start, length, keys = context.past, query.shape[-2], value.shape[-2]
@@ -633,35 +595,27 @@ def _twicing(attention, context, module, query, key, value, attention_mask, args
     group = heads // kv_heads
     values = value.repeat_interleave(group, dim=1) if group > 1 else value
     keys_per_head = key.repeat_interleave(group, dim=1) if group > 1 else key
-    second, *_ = attention(_OneGroup(module), query, keys_per_head, values - history, attention_mask, *args, **kwargs)
+    second, *_ = run(values - history, _OneGroup(module), keys_per_head)
     return (torch.add(output, second, alpha=context.coefficient), *rest)
 
 
-def _gated_attention(attention, context, module, query, key, value, first, attention_mask, args, kwargs):
+def _gated_attention(run, context, layer, query, value, first):
     """The value residual with a gate: (1 − α) V_ℓ + α V_0 with α (batch, tokens, kv heads) for this call's tokens,
     which sit after the `past` cached ones. Generation mixes the new rows in the cache's own tensor (`value` is it),
     whose earlier rows are already mixed; a forward over all its tokens mixes them all."""
-    layer = getattr(module, LAYER_ATTRIBUTE)
     alpha = context.gates[layer].transpose(1, 2).unsqueeze(-1).to(value.dtype)  # (batch, kv heads, tokens, 1)
     start, length = context.past, query.shape[-2]
     if context.mix_in_cache and not torch.is_grad_enabled():
         value.narrow(-2, start, length).lerp_(first.narrow(-2, start, length), alpha)
-        return attention(module, query, key, value, attention_mask, *args, **kwargs)
+        return run()
     if start != 0 or length != value.shape[-2]:
         raise RuntimeError(
             f"Layer {layer}: a gated value residual knows α only for this call's {length} tokens, but the values hold "
             f"{value.shape[-2]} (a KV cache that does not return what it stores, such as a quantised one, or a "
             "cache during training). Generate with a DynamicCache or StaticCache."
         )
-    mixed = torch.lerp(value, first, alpha)  # keeps V_ℓ and V_0 for α's gradient
-    if not context.recompute_saved or torch.compiler.is_compiling():
-        return attention(module, query, key, mixed, attention_mask, *args, **kwargs)
-    # As for a learnable scalar α: the backend's copy of the mix is rebuilt from them in the backward pass, not kept.
-    saved = _SavedForBackward()
-    with saved.hooks():
-        result = attention(module, query, key, mixed, attention_mask, *args, **kwargs)
-    saved.recompute(mixed, _lerp_into, value, first, alpha)
-    return result
+    # As for a learnable scalar α: the mix keeps V_ℓ and V_0 for α's gradient, and the backend's copy is rebuilt.
+    return _attend_over_mix(run, context, torch.lerp(value, first, alpha), value, first, alpha)
 
 
 class _Lerp(torch.autograd.Function):
@@ -765,7 +719,7 @@ def _forward_coefficients(settings, attention_modules):
 
 
 def _recompute_saved(model) -> bool:
-    """Whether the layers may swap a tensor the backend saves for a recipe (`_SavedForBackward`): only when there is a
+    """Whether the layers may swap a tensor the backend saves for a recipe (`SavedForBackward`): only when there is a
     backward pass, and not under torch.compile (which traces no saved-tensor hooks) or activation checkpointing (whose
     own hooks must see every saved tensor, or it keeps them)."""
     if not torch.is_grad_enabled() or torch.compiler.is_compiling():
@@ -1017,87 +971,93 @@ def _add_base_model_auto_map(model: PreTrainedModel) -> None:
     model.config.auto_map = {**(getattr(model.config, "auto_map", None) or {}), "AutoModel": entry}
 
 
+class _ValuePathModel:
+    """What ``ValuePath<Base>`` adds to its transformers base class (listed after it in `value_path_class`)."""
+
+    def __init__(self, config, *args, **kwargs):
+        super().__init__(config, *args, **kwargs)
+        _adapt(self)
+
+    def __setstate__(self, state):
+        # Unpickled in a new process (torch.load of a whole model): its attention implementation is registered there
+        # by nobody else.
+        super().__setstate__(state)
+        register_value_path_attention(self.config._attn_implementation.removeprefix(ATTENTION_PREFIX))
+
+    @torch.no_grad()
+    @init.guard_torch_init_functions()
+    def initialize_weights(self):
+        super().initialize_weights()
+        # The coefficients and gates sit in the sub-model whose own `_init_weights` visits them (a Linear: random W):
+        # set them to the configured start afterwards, where a checkpoint lacks them (from_pretrained creates
+        # parameters empty, then fills the missing ones; loaded ones are left as they are).
+        start = self.config.value_path["coefficient"]
+        for module in self.modules():
+            if isinstance(getattr(module, GATE_ATTRIBUTE, None), nn.Linear):
+                _initialise_gate(getattr(module, GATE_ATTRIBUTE), start)
+            if isinstance(getattr(module, COEFFICIENT_ATTRIBUTE, None), LayerCoefficient):
+                init.constant_(getattr(module, COEFFICIENT_ATTRIBUTE).value, start)
+
+    @staticmethod
+    def _load_pretrained_model(model, state_dict, checkpoint_files, load_config, *args, **kwargs):
+        # A checkpoint in the earlier layout: its coefficient vector is read here (transformers reports it as
+        # unexpected) and put into the layers' coefficients once they are initialised (below).
+        loading_info, *rest = type(model)._value_path_base._load_pretrained_model(
+            model, state_dict, checkpoint_files, load_config, *args, **kwargs
+        )
+        if OLD_COEFFICIENTS in loading_info.unexpected_keys:
+            old = _read_checkpoint_tensor(OLD_COEFFICIENTS, state_dict, checkpoint_files)
+            model.__dict__["_value_path_old_coefficients"] = old
+            loading_info.unexpected_keys.discard(OLD_COEFFICIENTS)
+        return (loading_info, *rest)
+
+    def _adjust_missing_and_unexpected_keys(self, loading_info):
+        super()._adjust_missing_and_unexpected_keys(loading_info)
+        old = self.__dict__.pop("_value_path_old_coefficients", None)
+        if old is not None:
+            converted = _split_old_coefficients(self, old)
+            with torch.no_grad():
+                for name, value in converted.items():
+                    self.get_parameter(name).copy_(value)
+            loading_info.missing_keys.difference_update(converted)
+
+    def save_pretrained(self, *args, **kwargs):
+        _add_base_model_auto_map(self)
+        super().save_pretrained(*args, **kwargs)
+        base = type(self)._value_path_base
+        if _is_transformers_class(base):
+            logger.warning_once(
+                "A model adapted with a value path loads adapted with `from_pretrained(..., trust_remote_code=True)`; "
+                "without trust_remote_code, transformers builds the plain model from the same folder, and its load "
+                "report lists `value_path_applied` as UNEXPECTED."
+            )
+        else:  # Trainer's checkpoints go through here: they resume into the adapted model in memory
+            logger.warning_once(
+                f"{base.__name__} is not a transformers class, so its saved folder (weights, value-path settings and "
+                "coefficients) loads as the plain model: Trainer resumes such a checkpoint into the adapted model, "
+                "but from_pretrained does not adapt it. Save a transformers model class to share it."
+            )
+
+
 def value_path_class(base: type, auto_class: str | None = None) -> type:
     """``ValuePath<base>``: `base` adapting itself in ``__init__`` from ``config.value_path`` (one class per base)."""
     name = CLASS_PREFIX + base.__name__
     if name in globals():
         return globals()[name]
-
-    class ValuePathModel(base):
-        _value_path_base = base
+    attributes = {
+        "__module__": __name__,
+        "__qualname__": name,
+        "__doc__": f"{base.__name__} with the value path of `config.value_path` (NeuTRENO, value residual, twicing).",
+        "_value_path_base": base,
         # Checkpoints saved before the marker lack it; a backbone loaded from a task checkpoint sees it at the root.
-        _keys_to_ignore_on_load_missing = [*(base._keys_to_ignore_on_load_missing or []), MARKER]
-        _keys_to_ignore_on_load_unexpected = [*(base._keys_to_ignore_on_load_unexpected or []), MARKER]
-
-        def __init__(self, config, *args, **kwargs):
-            super().__init__(config, *args, **kwargs)
-            _adapt(self)
-
-        def __setstate__(self, state):
-            # Unpickled in a new process (torch.load of a whole model): its attention implementation is registered
-            # there by nobody else.
-            super().__setstate__(state)
-            register_value_path_attention(self.config._attn_implementation.removeprefix(ATTENTION_PREFIX))
-
-        @torch.no_grad()
-        @init.guard_torch_init_functions()
-        def initialize_weights(self):
-            super().initialize_weights()
-            # The coefficients and gates sit in the sub-model whose own `_init_weights` visits them (a Linear: random
-            # W): set them to the configured start afterwards, where a checkpoint lacks them (from_pretrained creates
-            # parameters empty, then fills the missing ones; loaded ones are left as they are).
-            start = self.config.value_path["coefficient"]
-            for module in self.modules():
-                if isinstance(getattr(module, GATE_ATTRIBUTE, None), nn.Linear):
-                    _initialise_gate(getattr(module, GATE_ATTRIBUTE), start)
-                if isinstance(getattr(module, COEFFICIENT_ATTRIBUTE, None), LayerCoefficient):
-                    init.constant_(getattr(module, COEFFICIENT_ATTRIBUTE).value, start)
-
-        @staticmethod
-        def _load_pretrained_model(model, state_dict, checkpoint_files, load_config, *args, **kwargs):
-            # A checkpoint in the earlier layout: its coefficient vector is read here (transformers reports it as
-            # unexpected) and put into the layers' coefficients once they are initialised (below).
-            loading_info, *rest = base._load_pretrained_model(
-                model, state_dict, checkpoint_files, load_config, *args, **kwargs
-            )
-            if OLD_COEFFICIENTS in loading_info.unexpected_keys:
-                old = _read_checkpoint_tensor(OLD_COEFFICIENTS, state_dict, checkpoint_files)
-                model.__dict__["_value_path_old_coefficients"] = old
-                loading_info.unexpected_keys.discard(OLD_COEFFICIENTS)
-            return (loading_info, *rest)
-
-        def _adjust_missing_and_unexpected_keys(self, loading_info):
-            super()._adjust_missing_and_unexpected_keys(loading_info)
-            old = self.__dict__.pop("_value_path_old_coefficients", None)
-            if old is not None:
-                converted = _split_old_coefficients(self, old)
-                with torch.no_grad():
-                    for name, value in converted.items():
-                        self.get_parameter(name).copy_(value)
-                loading_info.missing_keys.difference_update(converted)
-
-        def save_pretrained(self, *args, **kwargs):
-            _add_base_model_auto_map(self)
-            super().save_pretrained(*args, **kwargs)
-            if _is_transformers_class(base):
-                logger.warning_once(
-                    "A model adapted with a value path loads adapted with `from_pretrained(..., "
-                    "trust_remote_code=True)`; without trust_remote_code, transformers builds the plain model from "
-                    "the same folder, and its load report lists `value_path_applied` as UNEXPECTED."
-                )
-            else:  # Trainer's checkpoints go through here: they resume into the adapted model in memory
-                logger.warning_once(
-                    f"{base.__name__} is not a transformers class, so its saved folder (weights, value-path settings "
-                    "and coefficients) loads as the plain model: Trainer resumes such a checkpoint into the adapted "
-                    "model, but from_pretrained does not adapt it. Save a transformers model class to share it."
-                )
-
-    ValuePathModel.__name__ = ValuePathModel.__qualname__ = name
-    ValuePathModel.__doc__ = f"{base.__name__} with the value path of `config.value_path` (NeuTRENO or value residual)."
+        "_keys_to_ignore_on_load_missing": [*(base._keys_to_ignore_on_load_missing or []), MARKER],
+        "_keys_to_ignore_on_load_unexpected": [*(base._keys_to_ignore_on_load_unexpected or []), MARKER],
+    }
+    adapted = type(name, (_ValuePathModel, base), attributes)
     if _is_transformers_class(base):
-        ValuePathModel.register_for_auto_class(auto_class or _auto_class_of(base))
-    globals()[name] = ValuePathModel
-    return ValuePathModel
+        adapted.register_for_auto_class(auto_class or _auto_class_of(base))
+    globals()[name] = adapted
+    return adapted
 
 
 def __getattr__(name: str):

@@ -37,8 +37,8 @@ from .modeling_neutreno_vit import (
 )
 from .neutreno_common import (
     eager_attention_forward,
+    neutreno_attention,
     neutreno_lambda_for_layer,
-    neutreno_linear,
 )
 
 
@@ -135,10 +135,11 @@ class EigenViTAttention(nn.Module):
         first_layer_values: torch.Tensor | None = None,
         neutreno_lambda: float | None = None,
         eigen_weights: tuple[torch.Tensor, torch.Tensor] | None = None,
+        recompute_saved: bool = True,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
         """`eigen_weights`: this layer's (value, output) weights, which the model makes for all layers at once;
-        without them the layer makes its own."""
+        without them the layer makes its own. `recompute_saved`: see `neutreno_attention`."""
         input_shape = hidden_states.shape[:-1]
         hidden_shape = (*input_shape, -1, self.head_dim)
         value_weight, output_weight = eigen_weights if eigen_weights is not None else self.value_and_output_weights()
@@ -151,24 +152,24 @@ class EigenViTAttention(nn.Module):
         attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
         )
-        attn_output, attn_weights = attention_interface(
-            self,
-            query_states,
-            key_states,
-            value_states,
-            attention_mask,
-            dropout=0.0 if not self.training else self.attention_dropout,
-            scaling=self.scaling,
-            **kwargs,
-        )
-        attn_output = neutreno_linear(
-            output_weight,
-            self.output_bias,
-            attn_output.reshape(*input_shape, -1),
+        attn_output, attn_weights = neutreno_attention(
+            lambda: attention_interface(
+                self,
+                query_states,
+                key_states,
+                value_states,
+                attention_mask,
+                dropout=0.0 if not self.training else self.attention_dropout,
+                scaling=self.scaling,
+                **kwargs,
+            ),
             values,
             first_layer_values,
             self.neutreno_lambda if neutreno_lambda is None else neutreno_lambda,
+            self.head_dim,
+            recompute_saved,
         )
+        attn_output = nn.functional.linear(attn_output.reshape(*input_shape, -1), output_weight, self.output_bias)
         return attn_output, attn_weights, values
 
     def extra_repr(self) -> str:

@@ -45,8 +45,8 @@ from .neutreno_common import (
     check_before_save,
     check_built_fields,
     eager_attention_forward,
+    neutreno_attention,
     neutreno_lambda_for_layer,
-    neutreno_residual,
 )
 
 # transformers 5.24 renamed the KV cache `past_key_values` -> `cache` (forward arguments, output fields, masks; the
@@ -162,23 +162,27 @@ class NeuTRENOGPTAttention(nn.Module):
         attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
         )
-        attn_output, attn_weights = attention_interface(
-            self,
-            query_states,
-            key_states,
-            value_states,
-            attention_mask,
-            dropout=0.0 if not self.training else self.attention_dropout,
-            scaling=self.scaling,
-            **kwargs,
+        attn_output, attn_weights = neutreno_attention(
+            lambda: attention_interface(
+                self,
+                query_states,
+                key_states,
+                value_states,
+                attention_mask,
+                dropout=0.0 if not self.training else self.attention_dropout,
+                scaling=self.scaling,
+                **kwargs,
+            ),
+            values,  # this call's tokens only, as layer 0's V_0: the term is token-wise
+            first_layer_values,
+            self.neutreno_lambda if neutreno_lambda is None else neutreno_lambda,
+            self.head_dim,
+            # The term as plain autograd operations, without the backend's output rebuilt in the backward pass: a
+            # language model's training memory is its logits', next to which that copy is about 1 %, and on small
+            # shapes the saved-tensor hooks' host time per layer cost more than their GPU time saves.
+            recompute_saved=False,
         )
-        # The term as plain autograd operations, not `neutreno_projection`'s memory-saving function: a language
-        # model's training memory is its logits', next to which the projection's kept input is about 1 %, and on
-        # small shapes the function's own host time per layer cost more than its GPU time saves.
-        lam = self.neutreno_lambda if neutreno_lambda is None else neutreno_lambda
-        attn_output = self.o_proj(
-            neutreno_residual(attn_output.reshape(*input_shape, -1), values, first_layer_values, lam)
-        )
+        attn_output = self.o_proj(attn_output.reshape(*input_shape, -1))
         return attn_output, attn_weights, values
 
 

@@ -36,8 +36,8 @@ from .neutreno_common import (
     check_before_save,
     check_built_fields,
     eager_attention_forward,
+    neutreno_attention,
     neutreno_lambda_for_layer,
-    neutreno_projection,
 )
 
 
@@ -198,8 +198,10 @@ class NeuTRENOViTAttention(nn.Module):
         attention_mask: torch.Tensor | None = None,
         first_layer_values: torch.Tensor | None = None,
         neutreno_lambda: float | None = None,
+        recompute_saved: bool = True,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """`recompute_saved`: see `neutreno_attention` (False under activation checkpointing)."""
         input_shape = hidden_states.shape[:-1]
         hidden_shape = (*input_shape, -1, self.head_dim)
 
@@ -214,23 +216,24 @@ class NeuTRENOViTAttention(nn.Module):
         attention_interface: Callable = self.attention_function or ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
         )
-        attn_output, attn_weights = attention_interface(
-            self,
-            query_states,
-            key_states,
-            value_states,
-            attention_mask,
-            dropout=0.0 if not self.training else self.attention_dropout,
-            scaling=self.scaling,
-            **kwargs,
-        )
-        attn_output = neutreno_projection(
-            self.o_proj,
-            attn_output.reshape(*input_shape, -1),
+        attn_output, attn_weights = neutreno_attention(
+            lambda: attention_interface(
+                self,
+                query_states,
+                key_states,
+                value_states,
+                attention_mask,
+                dropout=0.0 if not self.training else self.attention_dropout,
+                scaling=self.scaling,
+                **kwargs,
+            ),
             values,
             first_layer_values,
             self.neutreno_lambda if neutreno_lambda is None else neutreno_lambda,
+            self.head_dim,
+            recompute_saved,
         )
+        attn_output = self.o_proj(attn_output.reshape(*input_shape, -1))
         if self.featscale_low is not None:
             mean = attn_output.mean(dim=1, keepdim=True)
             attn_output = attn_output + self.featscale_low * mean + self.featscale_high * (attn_output - mean)
@@ -293,7 +296,13 @@ class NeuTRENOViTLayer(GradientCheckpointingLayer):
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         attn_output, _, values = self.attention(
-            self.layernorm_before(hidden_states), attention_mask, first_layer_values, neutreno_lambda, **kwargs
+            self.layernorm_before(hidden_states),
+            attention_mask,
+            first_layer_values,
+            neutreno_lambda,
+            # activation checkpointing's own saved-tensor hooks must see every tensor the attention saves
+            recompute_saved=not (self.gradient_checkpointing and self.training),
+            **kwargs,
         )
         if first_layer_values is not None:
             values = None  # only layer 0's values (V_0) are used later: free the others before the MLP runs

@@ -1,19 +1,23 @@
-"""Pieces every model file shares: the NeuTRENO term, eager attention, the config rules and presets.
+"""Pieces every model file shares: the NeuTRENO term (from `neutreno_term.py`), eager attention, the config rules and
+presets.
 
-This file travels with every checkpoint (``trust_remote_code``): it imports only torch, transformers and
-huggingface_hub (a dependency of transformers, whose own configs take their validated fields from it too).
+This file travels with every checkpoint (``trust_remote_code``): it imports only torch, transformers, its sibling
+`neutreno_term.py` and huggingface_hub (a dependency of transformers, whose own configs take their validated fields
+from it too).
 """
 
 import copy
 import math
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
 import torch
 from huggingface_hub.dataclasses import validated_field
 from torch import nn
 from transformers.activations import ACT2FN
+
+from .neutreno_term import attention_with_neutreno_term
 
 
 def neutreno_lambda_for_layer(config, layer_idx: int) -> float:
@@ -25,118 +29,37 @@ def neutreno_lambda_for_layer(config, layer_idx: int) -> float:
     return float(config.neutreno_lambda)
 
 
-def neutreno_residual(
-    attn_output: torch.Tensor,
-    value_states: torch.Tensor,
+def neutreno_attention(
+    attention: Callable[[], tuple],
+    values: torch.Tensor,
     first_layer_values: torch.Tensor | None,
     neutreno_lambda: float,
-) -> torch.Tensor:
-    """``U = A V + λ (V_0 − V)`` (NeuTRENO, paper eq. 26), for merged heads ``(batch, tokens, heads * head_dim)``.
+    head_dim: int,
+    recompute_saved: bool = True,
+) -> tuple:
+    """``attention()`` (a backend's call: (output, weights), output (batch, tokens, heads, head_dim)) with NeuTRENO's
+    term ``λ (V_0 − V)`` added to its output (paper eq. 26; `attention_with_neutreno_term`), for this layer's values
+    and layer 0's as the models hand them on, merged as (batch, tokens, heads * head_dim).
 
-    The term is per token and per head channel, so it is the same whether the heads are merged or not; adding it
-    on the merged layout avoids a transpose. ``first_layer_values`` is never detached: the gradient of every later
-    layer reaches layer 0's value projection.
+    `first_layer_values` is never detached: the gradient of every later layer reaches layer 0's value projection.
+    `recompute_saved`: the backend's copy of its output is rebuilt in the backward pass rather than kept beside the
+    output with the term (one (batch, tokens, hidden) tensor per layer: +5.5 % of a DeiT-tiny training step's peak
+    memory at 224 px); False under activation checkpointing.
     """
     if first_layer_values is None or neutreno_lambda == 0:
-        return attn_output
-    if torch.is_grad_enabled() and _any_requires_grad(attn_output, value_states, first_layer_values):
-        return _residual(attn_output, value_states, first_layer_values, neutreno_lambda)
-    # Inference: the attention output is not needed afterwards, so add in place (two passes, no new tensor).
-    return attn_output.add_(first_layer_values, alpha=neutreno_lambda).sub_(value_states, alpha=neutreno_lambda)
+        return attention()
+    return attention_with_neutreno_term(
+        attention,
+        _heads(first_layer_values, head_dim),
+        _heads(values, head_dim),
+        float(neutreno_lambda),
+        recompute_saved=recompute_saved,
+    )
 
 
-def neutreno_projection(
-    linear: nn.Module,
-    attn_output: torch.Tensor,
-    value_states: torch.Tensor,
-    first_layer_values: torch.Tensor | None,
-    neutreno_lambda: float,
-) -> torch.Tensor:
-    """``linear(A V + λ (V_0 − V))``: the output projection of a NeuTRENO layer.
-
-    In training, the projection's input is not kept for the backward pass but recomputed from A V, V and V_0, which
-    the attention kernels keep anyway. Kept, it would be one more (batch, tokens, hidden) tensor per layer: +5.5 % of
-    a DeiT-tiny training step's peak memory at 224 px. This needs a plain `nn.Linear`; wrapped projections (LoRA,
-    quantised) take the plain path.
-    """
-    if type(linear) is nn.Linear:
-        return neutreno_linear(
-            linear.weight, linear.bias, attn_output, value_states, first_layer_values, neutreno_lambda
-        )
-    return linear(neutreno_residual(attn_output, value_states, first_layer_values, neutreno_lambda))
-
-
-def neutreno_linear(
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    attn_output: torch.Tensor,
-    value_states: torch.Tensor,
-    first_layer_values: torch.Tensor | None,
-    neutreno_lambda: float,
-) -> torch.Tensor:
-    """`neutreno_projection` with the weights given as tensors (EigenViT computes its output weight in each forward),
-    with the same memory saving in training."""
-    if (
-        first_layer_values is not None
-        and neutreno_lambda != 0
-        and torch.is_grad_enabled()
-        and _any_requires_grad(attn_output, value_states, first_layer_values, weight)
-    ):
-        return _NeuTRENOLinear.apply(
-            attn_output, value_states, first_layer_values, weight, bias, float(neutreno_lambda)
-        )
-    inputs = neutreno_residual(attn_output, value_states, first_layer_values, neutreno_lambda)
-    return nn.functional.linear(inputs, weight, bias)
-
-
-def _any_requires_grad(*tensors: torch.Tensor) -> bool:
-    return any(t.requires_grad for t in tensors)
-
-
-def _residual(attn_output, value_states, first_layer_values, neutreno_lambda):
-    """A V + λ (V_0 − V) as a new tensor, in two passes over memory."""
-    return attn_output.add(first_layer_values, alpha=neutreno_lambda).sub_(value_states, alpha=neutreno_lambda)
-
-
-class _NeuTRENOLinear(torch.autograd.Function):
-    """``F.linear(a + λ (v0 − v), W, b)`` that saves a, v, v0 (already alive) instead of its input.
-
-    Lean on purpose: on small GPU shapes the host's time per layer, not the GPU's, sets the step time, and each Python
-    line of this function runs once per layer and step.
-    """
-
-    @staticmethod
-    def forward(ctx, attn_output, value_states, first_layer_values, weight, bias, neutreno_lambda):
-        device = attn_output.device.type
-        # Under autocast: cast once and keep the cast weight, as autocast's own linear does.
-        if torch.amp.is_autocast_available(device) and torch.is_autocast_enabled(device):
-            weight_used = weight.to(torch.get_autocast_dtype(device))
-        else:
-            weight_used = weight
-        output = nn.functional.linear(
-            _residual(attn_output, value_states, first_layer_values, neutreno_lambda), weight_used, bias
-        )
-        ctx.save_for_backward(attn_output, value_states, first_layer_values, weight_used)
-        ctx.neutreno_lambda = neutreno_lambda
-        ctx.weight_dtype = weight.dtype
-        return output
-
-    @staticmethod
-    def backward(ctx, grad_output):
-        attn_output, value_states, first_layer_values, weight = ctx.saved_tensors
-        lam = ctx.neutreno_lambda
-        grad_inputs = grad_output.matmul(weight.to(grad_output.dtype))  # a no-op unless the dtypes differ
-        needs = ctx.needs_input_grad
-        grad_weight = grad_bias = None
-        rows = grad_output.flatten(0, -2)
-        if needs[3]:
-            inputs = _residual(attn_output, value_states, first_layer_values, lam).to(rows.dtype)
-            grad_weight = rows.t().mm(inputs.flatten(0, -2)).to(ctx.weight_dtype)
-        if needs[4]:
-            grad_bias = rows.sum(0)
-        grad_values = grad_inputs * -lam if needs[1] else None
-        grad_first = grad_inputs * lam if needs[2] else None
-        return grad_inputs if needs[0] else None, grad_values, grad_first, grad_weight, grad_bias, None
+def _heads(merged: torch.Tensor, head_dim: int) -> torch.Tensor:
+    """(batch, tokens, heads * head_dim) seen as (batch, heads, tokens, head_dim)."""
+    return merged.unflatten(-1, (-1, head_dim)).transpose(1, 2)
 
 
 def eager_attention_forward(

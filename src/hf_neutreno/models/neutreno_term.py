@@ -1,0 +1,170 @@
+# Generated from src/hf_neutreno/neutreno_term.py by `python tests/copies.py`: edit the source, not this copy.
+"""NeuTRENO's term (Nguyen, Nguyen, Baraniuk, NeurIPS 2023, eq. 26), ``U = A V + λ (V_0 − V)``, added to an
+attention backend's output, with its training memory kept at the plain model's.
+
+The one implementation of the term: `value_path.py` (any transformers model) and this package's own models use it.
+Both travel with their checkpoints as flat folders, and each imports it as its sibling, so the file exists twice:
+``src/hf_neutreno/neutreno_term.py`` is the source, and ``src/hf_neutreno/models/neutreno_term.py`` a copy generated
+from it (``python tests/copies.py``; a test fails while they differ). It imports only torch.
+
+Memory: the output with the term is what the next operation (the output projection) keeps for its backward pass, and
+the backend keeps its own output without the term (SDPA's backward reads it). Instead of both, the backend's copy is
+rebuilt from the kept one in the backward pass, as ``output − λ (V_0 − V)`` (`SavedForBackward`): V and V_0 are kept
+by the backends anyway. This leaves any output projection as it is (a LoRA or quantised one included).
+"""
+
+from collections.abc import Callable
+
+import torch
+
+
+def attention_with_neutreno_term(
+    attention: Callable[[], tuple],
+    first_values: torch.Tensor | None,
+    values: torch.Tensor,
+    coefficient: float | torch.Tensor,
+    *,
+    past: int = 0,
+    recompute_saved: bool = True,
+) -> tuple:
+    """``attention()`` (the backend's call, returning (output, *rest), output (batch, queries, heads, head_dim)) with
+    ``λ (V_0 − V)`` added to its output, where λ is `coefficient` (a number, or a scalar tensor that is learned).
+
+    `first_values` (V_0) and `values` (V) are (batch, key/value heads, tokens, head_dim); under grouped-query attention
+    each query head gets its key/value head's term. The term is token-wise: the queries are the rows after the first
+    `past` of V and V_0 (a KV cache hands over the cached tokens too). No V_0 (layer 0) or λ = 0: the backend's
+    output as it is. `recompute_saved`: may the backend's copy of its output be rebuilt in the backward pass (not under
+    activation checkpointing, whose own hooks must see every saved tensor); never without gradients or under
+    torch.compile, which traces no saved-tensor hooks.
+    """
+    learnable = isinstance(coefficient, torch.Tensor)
+    if first_values is None or (not learnable and coefficient == 0):
+        return attention()
+    saved = SavedForBackward() if recompute_saved and may_recompute_saved() else None
+    if saved is None:
+        output, *rest = attention()
+    else:
+        with saved.hooks():
+            output, *rest = attention()
+    length = output.shape[1]
+    if past + length > values.shape[-2]:
+        raise RuntimeError(f"{length} queries after {past} cached tokens, but only {values.shape[-2]} values.")
+    if length != values.shape[-2]:
+        first_values, values = first_values.narrow(-2, past, length), values.narrow(-2, past, length)
+    combined = add_neutreno_term(output, first_values, values, coefficient)
+    if saved is not None:
+        saved.recompute(output, _without_term_into, combined, first_values, values, coefficient)
+    return (combined, *rest)
+
+
+def may_recompute_saved() -> bool:
+    """Whether a saved tensor may be swapped for a recipe: only with a backward pass, and not under torch.compile."""
+    return torch.is_grad_enabled() and not torch.compiler.is_compiling()
+
+
+def add_neutreno_term(output, first_values, values, coefficient):
+    """``output + λ (V_0 − V)``, output (batch, queries, heads, head_dim), V_0 and V (batch, kv heads, queries,
+    head_dim); in place where no gradient is needed (inference: no new tensor)."""
+    grouped = _grouped(output, values.shape[1])
+    if isinstance(coefficient, torch.Tensor):
+        return _AddScaledDifference.apply(grouped, first_values, values, coefficient).flatten(2, 3)
+    difference = (first_values - values).transpose(1, 2).unsqueeze(3)
+    if torch.is_grad_enabled() and (output.requires_grad or difference.requires_grad):
+        return grouped.add(difference, alpha=coefficient).flatten(2, 3)
+    return grouped.add_(difference, alpha=coefficient).flatten(2, 3)
+
+
+def _grouped(output: torch.Tensor, kv_heads: int) -> torch.Tensor:
+    """(batch, queries, heads, d) as (batch, queries, kv heads, group, d): the query heads of each key/value head."""
+    return output.unflatten(2, (kv_heads, output.shape[2] // kv_heads))
+
+
+def _without_term_into(out, combined, first_values, values, coefficient):
+    """The backend's output from the output with the term, written into `out`: the same difference, subtracted.
+    Equal up to rounding, which is all its use needs (the backend's backward pass reads it in softmax's Σ dO·O). Two
+    kernels: the difference, and the subtraction straight into the kept layout."""
+    kv_heads = values.shape[1]
+    difference = (first_values - values).transpose(1, 2).unsqueeze(3)
+    out = _grouped(out, kv_heads)
+    if isinstance(coefficient, torch.Tensor):
+        torch.addcmul(_grouped(combined, kv_heads), difference, coefficient, value=-1, out=out)
+    else:
+        torch.sub(_grouped(combined, kv_heads), difference, alpha=coefficient, out=out)
+
+
+class SavedForBackward:
+    """Saved-tensor hooks around a backend's call. They keep what it saves for its backward pass as usual, except a
+    tensor that `recompute` names: that one is rebuilt from tensors the graph keeps anyway when the backward pass
+    needs it, so that its memory is freed after the forward pass."""
+
+    def __init__(self):
+        self.entries = []
+
+    def hooks(self):
+        return torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+
+    def _pack(self, tensor):
+        entry = [tensor.detach(), None]  # detached: an output saved by its own node would hold itself in a cycle
+        self.entries.append(entry)
+        return entry
+
+    @staticmethod
+    def _unpack(entry):
+        tensor, rebuild = entry
+        if tensor is not None:
+            return tensor
+        with torch.no_grad():
+            return rebuild()
+
+    def recompute(self, kept: torch.Tensor, function, *arguments) -> None:
+        """Drop every saved tensor over `kept`'s memory (in any shape and strides of it) and rebuild it with
+        `function(out, *arguments)`, which writes into `out`, laid out as `kept`, what `kept` holds. The arguments are
+        taken as they are now, detached (a learnable coefficient is the forward pass's own copy, which an optimizer
+        step does not change)."""
+        frozen = [a.detach() if torch.is_tensor(a) else a for a in arguments]
+        # The same first element, size and type: `kept` in some shape and strides (this runs once per layer and
+        # step, so it compares plain numbers first)
+        address, numel, dtype = kept.data_ptr(), kept.numel(), kept.dtype
+        for entry in self.entries:
+            tensor = entry[0]
+            if tensor.data_ptr() == address and tensor.numel() == numel and tensor.dtype == dtype:
+                entry[:] = [None, _Rebuild(function, frozen, kept, tensor)]
+        self.entries = []
+
+
+class _Rebuild:
+    """`function(out, *arguments)` written into memory laid out as `kept`, seen as `saved` (a view of it)."""
+
+    def __init__(self, function, arguments, kept, saved):
+        self.function, self.arguments = function, arguments
+        self.layout = (kept.size(), kept.stride(), kept.dtype, kept.device)
+        self.view = (saved.size(), saved.stride(), saved.storage_offset() - kept.storage_offset())
+
+    def __call__(self):
+        size, stride, dtype, device = self.layout
+        fresh = torch.empty_strided(size, stride, dtype=dtype, device=device)
+        self.function(fresh, *self.arguments)
+        return fresh.as_strided(*self.view)
+
+
+class _AddScaledDifference(torch.autograd.Function):
+    """``output + λ (V_0 − V_ℓ)`` for a learnable λ, output grouped as (batch, queries, kv heads, group, head_dim)
+    and V_0, V_ℓ as (batch, kv heads, queries, head_dim). Autograd would keep V_0 − V_ℓ for λ's gradient; this keeps
+    V_0 and V_ℓ, which attention keeps anyway, and recomputes the difference in the backward pass, in as few kernels
+    as the fixed-λ term plus λ's own gradient."""
+
+    @staticmethod
+    def forward(ctx, grouped, first, value, coefficient):
+        ctx.save_for_backward(first, value, coefficient)
+        return torch.addcmul(grouped, (first - value).transpose(1, 2).unsqueeze(3), coefficient)
+
+    @staticmethod
+    def backward(ctx, grad):
+        first, value, coefficient = ctx.saved_tensors
+        # (batch, queries, kv heads, head_dim): the query heads of each kv head summed (a view without groups)
+        grad_heads = (grad.squeeze(3) if grad.shape[3] == 1 else grad.sum(3)).transpose(1, 2)
+        grad_first = grad_heads * coefficient
+        grad_coefficient = None
+        if ctx.needs_input_grad[3]:
+            grad_coefficient = torch.sum(grad_heads * (first - value), dtype=torch.float32).to(coefficient.dtype)
+        return grad, grad_first, grad_first.neg(), grad_coefficient
