@@ -128,6 +128,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser = scripts.script_parser(ModelArguments, DataArguments)
     parser.set_defaults(**recipes.PAPER_LM_TRAINING, do_train=True)  # the script always trains
     model_args, data_args, script_args, training_args = scripts.parse_script_arguments(parser, argv, json_file=False)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     # Never overwrite an earlier run by accident; --resume-from-checkpoint (no path: the last one) continues one.
     checkpoint, push = scripts.prepare_output(training_args, script_args.overwrite_output_dir)
 

@@ -136,6 +136,7 @@ def main(argv: list[str] | None = None) -> tuple[dict, Trainer]:
     parser = scripts.script_parser(ModelArguments, DataArguments)
     parser.set_defaults(do_train=True)  # the script trains unless told `--do-train false`
     model_args, data_args, script_args, training_args = scripts.parse_script_arguments(parser, argv)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     training_args.remove_unused_columns = False  # the transform needs the raw image column
     scripts.check_distributed_launch(training_args)
     # Never overwrite an earlier run by accident; --resume-from-checkpoint (no path: the last one) continues one.

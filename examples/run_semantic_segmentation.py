@@ -417,6 +417,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser = scripts.script_parser(ModelArguments, DataArguments)
     parser.set_defaults(**SEGMENTER_TRAINING)
     model_args, data_args, script_args, training_args = scripts.parse_script_arguments(parser, argv)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     training_args.remove_unused_columns = False  # the transform needs the raw image and annotation columns
     scripts.check_distributed_launch(training_args)
     if not 0 < data_args.min_scale <= data_args.max_scale:

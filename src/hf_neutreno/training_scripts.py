@@ -17,7 +17,6 @@ or, in the steps the image scripts take:
 """
 
 import json
-import logging
 import os
 import shutil
 import sys
@@ -122,13 +121,10 @@ def script_parser(*dataclass_types) -> HfArgumentParser:
 
 def parse_script_arguments(parser: HfArgumentParser, argv: list[str] | None, json_file: bool = True) -> tuple:
     """The parsed dataclasses of `argv` (None: the command line), or, with `json_file`, of the JSON file that is a
-    command line's only argument (as transformers' examples take one); then logging set up as in those examples."""
+    command line's only argument (as transformers' examples take one)."""
     if json_file and argv is None and len(sys.argv) == 2 and sys.argv[1].endswith(".json"):
-        parsed = parser.parse_json_file(os.path.abspath(sys.argv[1]))
-    else:
-        parsed = parser.parse_args_into_dataclasses(argv)
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    return parsed
+        return parser.parse_json_file(os.path.abspath(sys.argv[1]))
+    return parser.parse_args_into_dataclasses(argv)
 
 
 def resume_requested(value: str | bool | None) -> bool:
