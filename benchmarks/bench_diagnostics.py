@@ -171,7 +171,7 @@ def peak_memory(args, mode: str, num_images: int) -> float:
     return json.loads(result.stdout.strip().splitlines()[-1])["peak_mib"]
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="CPU-sized run: 64 and 128 images, 2 repeats")
     parser.add_argument(
@@ -211,7 +211,11 @@ def main() -> None:
     parser.add_argument("--out", "--json", default=None, help="also write the results as JSON here")
     parser.add_argument("--worker", choices=MODES, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--num-images", type=int, default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     args.threads = torch.get_num_threads()
@@ -225,7 +229,11 @@ def main() -> None:
     images = load_images(args.data_dir, sizes[1])
     seconds = timings(args, images)
     memory = {mode: [peak_memory(args, mode, n) for n in sizes] for mode in args.modes}
+    report_results(args, sizes, seconds, memory)
 
+
+def report_results(args, sizes: tuple[int, int], seconds: dict[str, float], memory: dict[str, list[float]]) -> None:
+    """The table: each mode's seconds, its ratio to plain inference and its peak memory at both numbers of images."""
     rows = [
         {
             "mode": mode,

@@ -159,7 +159,7 @@ def generation_row(models, device, dtype, args) -> dict:
     )
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common_arguments(parser)
     parser.add_argument("--shapes", nargs="+", choices=list(SHAPES), default=list(SHAPES))
@@ -176,13 +176,11 @@ def main() -> None:
     parser.add_argument("--gen-batch-size", type=int, default=4)
     parser.add_argument("--prompt-len", type=int, default=32)
     parser.add_argument("--new-tokens", type=int, default=128)
-    args = parser.parse_args()
-    device, dtype = setup(args)
-    if args.quick:
-        args.gen_batch_size, args.new_tokens = 1, 32
-    batch = args.batch_size or (4 if args.quick or device.type == "cpu" else 32)
-    args.rounds = args.rounds or (3 if args.quick else 7)
+    return parser.parse_args()
 
+
+def shape_rows(args, batch: int, device, dtype) -> list[dict]:
+    """One row per shape: the λ = 0 guard, training and generation, NeuTRENO against native side by side."""
     rows = []
     for shape in args.shapes + (["as-trained"] if args.as_trained else []):
         models = build_pair(shape, args.neutreno_lambda, args.attn, device, args.context, args.num_hidden_layers)
@@ -196,20 +194,35 @@ def main() -> None:
         row |= generation_row(models, device, dtype, args)
         rows.append(row)
         del models
+    return rows
 
+
+def scaling_rows(args, batch: int, device, dtype) -> list[dict]:
+    """Training rows of the paper's shape at each of `--scaling-contexts`, the same number of tokens per step."""
     scaling = []
-    if args.scaling_contexts:
-        tokens_per_step = max(batch * min(args.scaling_contexts), max(args.scaling_contexts))
-        models = build_pair(
-            "paper", args.neutreno_lambda, args.attn, device, max(args.scaling_contexts), args.num_hidden_layers
+    tokens_per_step = max(batch * min(args.scaling_contexts), max(args.scaling_contexts))
+    models = build_pair(
+        "paper", args.neutreno_lambda, args.attn, device, max(args.scaling_contexts), args.num_hidden_layers
+    )
+    for context in args.scaling_contexts:
+        scale_batch = max(1, tokens_per_step // context)
+        scaling.append(
+            {"shape": "paper", "context": context, "batch": scale_batch}
+            | training_row(models, scale_batch, context, device, dtype, args)
         )
-        for context in args.scaling_contexts:
-            scale_batch = max(1, tokens_per_step // context)
-            scaling.append(
-                {"shape": "paper", "context": context, "batch": scale_batch}
-                | training_row(models, scale_batch, context, device, dtype, args)
-            )
-        del models
+    del models
+    return scaling
+
+
+def main() -> None:
+    args = parse_args()
+    device, dtype = setup(args)
+    if args.quick:
+        args.gen_batch_size, args.new_tokens = 1, 32
+    batch = args.batch_size or (4 if args.quick or device.type == "cpu" else 32)
+    args.rounds = args.rounds or (3 if args.quick else 7)
+    rows = shape_rows(args, batch, device, dtype)
+    scaling = scaling_rows(args, batch, device, dtype) if args.scaling_contexts else []
 
     meta = machine(args) | {
         "λ": args.neutreno_lambda,

@@ -27,7 +27,6 @@ checkpoint's own tokenizer. The tokenizer is saved with the model, so `AutoToken
 """
 
 import logging
-import os
 import sys
 from dataclasses import dataclass, field
 
@@ -35,18 +34,12 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, DataCo
 
 import hf_neutreno.models  # noqa: F401  (registers the NeuTRENO classes with the Auto API)
 from hf_neutreno import NeuTRENOGPTConfig, NeuTRENOGPTForCausalLM, recipes
+from hf_neutreno import training_scripts as scripts
 from hf_neutreno.convert import gpt2_to_neutreno
-from hf_neutreno.hub import HubTrainer, prepare_trainer_push
+from hf_neutreno.hub import HubTrainer
 from hf_neutreno.lm_eval import PROTOCOLS, evaluate_lm
 from hf_neutreno.model_factories import language_model
 from hf_neutreno.text_data import group_into_blocks, load_wikitext, token_stream, train_word_tokenizer
-from hf_neutreno.training_scripts import (
-    checkpoint_to_resume,
-    parse_config_overrides,
-    run_script,
-    script_parser,
-    train_metrics,
-)
 
 logger = logging.getLogger(__name__)
 
@@ -60,21 +53,12 @@ class ModelArguments:
             "or GPT-2 checkpoint (folder or Hub id) to continue from."
         },
     )
-    neutreno_lambda: float = field(
-        default=NeuTRENOGPTConfig().neutreno_lambda, metadata={"help": "λ of the NeuTRENO term; 0 = softmax baseline."}
-    )
-    neutreno_layers: list[int] | None = field(
-        default=None, metadata={"help": "Layers with the term (default: all but 0)."}
-    )
+    neutreno_lambda: float = scripts.neutreno_lambda_field(NeuTRENOGPTConfig)
+    neutreno_layers: list[int] | None = scripts.neutreno_layers_field()
     adaptive_softmax_cutoffs: list[int] | None = field(
         default=None, metadata={"help": "Cutoffs of a model trained from scratch (default: the preset's)."}
     )
-    config_overrides: str | None = field(
-        default=None,
-        metadata={
-            "help": "Other config fields of a model trained from scratch: 'num_hidden_layers=6,hidden_size=256'."
-        },
-    )
+    config_overrides: str | None = scripts.config_overrides_field()
     tokenizer_name: str | None = field(
         default=None,
         metadata={
@@ -82,7 +66,7 @@ class ModelArguments:
         },
     )
     max_vocab_size: int | None = field(default=None, metadata={"help": "Cap of a newly trained word vocabulary."})
-    trust_remote_code: bool = field(default=False, metadata={"help": "Allow code from a checkpoint's folder."})
+    trust_remote_code: bool = scripts.trust_remote_code_field()
 
 
 @dataclass
@@ -128,7 +112,7 @@ def build_model(model_args: ModelArguments, tokenizer, block_size: int | None) -
     if model_args.neutreno_layers is not None:
         neutreno["neutreno_layers"] = model_args.neutreno_layers
     if name in NeuTRENOGPTConfig.presets:
-        overrides = dict(**neutreno, **parse_config_overrides(model_args.config_overrides, NeuTRENOGPTConfig))
+        overrides = dict(**neutreno, **scripts.parse_config_overrides(model_args.config_overrides, NeuTRENOGPTConfig))
         if model_args.adaptive_softmax_cutoffs is not None:
             overrides["adaptive_softmax_cutoffs"] = model_args.adaptive_softmax_cutoffs or None
         return language_model(name, tokenizer, block_size=block_size, **overrides)
@@ -141,14 +125,12 @@ def build_model(model_args: ModelArguments, tokenizer, block_size: int | None) -
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = script_parser(ModelArguments, DataArguments)
+    parser = scripts.script_parser(ModelArguments, DataArguments)
     parser.set_defaults(**recipes.PAPER_LM_TRAINING, do_train=True)  # the script always trains
-    model_args, data_args, script_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    model_args, data_args, script_args, training_args = scripts.parse_script_arguments(parser, argv, json_file=False)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     # Never overwrite an earlier run by accident; --resume-from-checkpoint (no path: the last one) continues one.
-    checkpoint = checkpoint_to_resume(training_args, script_args.overwrite_output_dir)
-    # --push_to_hub: fail now, not after training, if the Hub cannot take the push; we push once at the end.
-    push = prepare_trainer_push(training_args)
+    checkpoint, push = scripts.prepare_output(training_args, script_args.overwrite_output_dir)
 
     raw = load_wikitext(data_args.dataset_name, data_args.dataset_config_name)
     tokenizer = build_tokenizer(model_args, raw["train"])
@@ -161,35 +143,51 @@ def main(argv: list[str] | None = None) -> dict:
         model.num_parameters() / 1e6,
         block_size,
     )
-
-    train_blocks = group_into_blocks(raw["train"], tokenizer, block_size)
-    if data_args.max_train_tokens is not None:
-        train_blocks = train_blocks.select(range(min(len(train_blocks), data_args.max_train_tokens // block_size)))
-    eval_split = data_args.eval_splits[0] if data_args.eval_splits else None
-    eval_blocks = None
-    if eval_split is not None and training_args.eval_strategy != "no":
-        eval_blocks = group_into_blocks(raw[eval_split], tokenizer, block_size)
-        if data_args.max_eval_tokens is not None:
-            num_blocks = min(len(eval_blocks), max(1, data_args.max_eval_tokens // block_size))
-            eval_blocks = eval_blocks.select(range(num_blocks))
-
     trainer = HubTrainer(
         model=model,
         args=training_args,
-        train_dataset=train_blocks,
-        eval_dataset=eval_blocks,
+        train_dataset=training_blocks(raw, tokenizer, block_size, data_args),
+        eval_dataset=evaluation_blocks(raw, tokenizer, block_size, data_args, training_args.eval_strategy),
         data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False),
         processing_class=tokenizer,  # saved with every checkpoint
     )
-    train_result = trainer.train(resume_from_checkpoint=checkpoint)
-    trainer.save_model()
-    metrics = train_metrics(trainer, train_result, checkpoint)
+    metrics = scripts.train_and_save(trainer, checkpoint)
+    metrics.update(final_evaluation(trainer.model, raw, tokenizer, block_size, data_args))
+    metrics["context_length"] = block_size
+    trainer.log_metrics("final", metrics)
+    trainer.save_metrics("final", metrics)
+    if push:
+        push_with_results(trainer, metrics, model_args, data_args, block_size)
+    return metrics
 
-    # The paper's evaluation (batch 1 by definition; windows batched, same numbers) and block perplexity.
+
+def training_blocks(raw, tokenizer, block_size: int, data_args: DataArguments):
+    """The train split in blocks of `block_size` tokens (the first `--max-train-tokens` only, if given)."""
+    blocks = group_into_blocks(raw["train"], tokenizer, block_size)
+    if data_args.max_train_tokens is not None:
+        blocks = blocks.select(range(min(len(blocks), data_args.max_train_tokens // block_size)))
+    return blocks
+
+
+def evaluation_blocks(raw, tokenizer, block_size: int, data_args: DataArguments, eval_strategy):
+    """The first of `--eval-splits` in blocks, for Trainer's evaluation during training; None without one."""
+    eval_split = data_args.eval_splits[0] if data_args.eval_splits else None
+    if eval_split is None or eval_strategy == "no":
+        return None
+    blocks = group_into_blocks(raw[eval_split], tokenizer, block_size)
+    if data_args.max_eval_tokens is not None:
+        blocks = blocks.select(range(min(len(blocks), max(1, data_args.max_eval_tokens // block_size))))
+    return blocks
+
+
+def final_evaluation(model, raw, tokenizer, block_size: int, data_args: DataArguments) -> dict:
+    """The paper's evaluation (batch 1 by definition; windows batched, same numbers) and block perplexity: the
+    perplexity, loss and number of tokens of every split and protocol, as `<split>_<protocol>_<metric>`."""
+    metrics = {}
     for split in data_args.eval_splits:
         stream = token_stream(raw[split], tokenizer, max_tokens=data_args.max_eval_tokens)
         results = evaluate_lm(
-            trainer.model,
+            model,
             stream,
             block_size,
             tuple(data_args.final_eval_protocols),
@@ -204,34 +202,30 @@ def main(argv: list[str] | None = None) -> dict:
                     f"{prefix}_tokens": result.num_tokens,
                 }
             )
-    metrics["context_length"] = block_size
-    trainer.log_metrics("final", metrics)
-    trainer.save_metrics("final", metrics)
-
-    if push:
-        # Weights, code, tokenizer and a model card with the test perplexities, in one commit.
-        split = "test" if "test" in data_args.eval_splits else (data_args.eval_splits or [None])[-1]
-        results = (
-            {
-                f"{protocol} perplexity": metrics[f"{split}_{protocol}_perplexity"]
-                for protocol in data_args.final_eval_protocols
-            }
-            if split
-            else None
-        )
-        from_preset = model_args.model_name_or_path in NeuTRENOGPTConfig.presets
-        base_model = None if from_preset else model_args.model_name_or_path
-        trainer.push_to_hub(
-            dataset=data_args.dataset_name,
-            dataset_config=data_args.dataset_config_name,
-            dataset_split=split,
-            results=results,
-            base_model=None if base_model is None or os.path.exists(base_model) else base_model,
-            training={"context": block_size},
-        )
     return metrics
 
 
+def push_with_results(trainer, metrics: dict, model_args: ModelArguments, data_args: DataArguments, block_size: int):
+    """Weights, code, tokenizer and a model card with the test perplexities (else the last split's), in one commit."""
+    split = "test" if "test" in data_args.eval_splits else (data_args.eval_splits or [None])[-1]
+    results = (
+        {
+            f"{protocol} perplexity": metrics[f"{split}_{protocol}_perplexity"]
+            for protocol in data_args.final_eval_protocols
+        }
+        if split
+        else None
+    )
+    trainer.push_to_hub(
+        dataset=data_args.dataset_name,
+        dataset_config=data_args.dataset_config_name,
+        dataset_split=split,
+        results=results,
+        base_model=scripts.hub_base_model(model_args.model_name_or_path, NeuTRENOGPTConfig.presets),
+        training={"context": block_size},
+    )
+
+
 if __name__ == "__main__":
-    run_script(main)
+    scripts.run_script(main)
     sys.exit(0)

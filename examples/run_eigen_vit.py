@@ -27,10 +27,12 @@ code, image processor, a model card with its clean and corrupted accuracies) as 
 import argparse
 import json
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
+from datasets import Dataset
 from transformers import TrainingArguments, ViTImageProcessorPil
 
 from hf_neutreno import recipes
@@ -67,10 +69,34 @@ UNCOMPARED_ARGS = (
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
+    parser = argparse.ArgumentParser(
         description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    recipe = recipes.POSTER_CIFAR_TRAINING
+    add_experiment_arguments(parser)
+    add_training_arguments(parser)
+    add_hub_and_resume_arguments(parser)
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="CPU smoke run: 2 layers, 512 training / 64 test images, 10 steps, severities 0, 3, 5.",
+    )
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.num_hidden_layers = args.num_hidden_layers or 2
+        args.max_train_samples = args.max_train_samples or 512
+        args.max_eval_samples = args.max_eval_samples or 64
+        args.max_steps = args.max_steps if args.max_steps > 0 else 10
+        args.batch_size, args.spectral_samples = 32, 8
+        args.severities = [0, 3, 5]
+    for severity in args.severities:
+        check_corruption(args.corruptions[0], severity)
+    if not all(0 < f <= 1 for f in args.fractions):
+        parser.error(f"--fractions must lie in (0, 1], got {args.fractions}")
+    return args
+
+
+def add_experiment_arguments(p: argparse.ArgumentParser) -> None:
+    """The data, the variants, the fractions of the training set and the corruptions."""
     p.add_argument("--dataset", default="uoft-cs/cifar10", help="Hub name or local Parquet/imagefolder folder.")
     p.add_argument("--dataset-config", default=None)
     p.add_argument("--label-column", default=None, help="Default: the first ClassLabel column (CIFAR-100: fine_label).")
@@ -81,6 +107,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--fractions", nargs="+", type=float, default=[1.0, 0.5, 0.1])
     p.add_argument("--corruptions", nargs="+", default=list(CORRUPTIONS), choices=CORRUPTIONS)
     p.add_argument("--severities", nargs="+", type=int, default=[0, 1, 2, 3, 4, 5])
+
+
+def add_training_arguments(p: argparse.ArgumentParser) -> None:
+    """The model and the poster's CIFAR recipe (`recipes.POSTER_CIFAR_TRAINING`) as defaults."""
+    recipe = recipes.POSTER_CIFAR_TRAINING
     p.add_argument("--preset", default="vit-tiny", choices=IMAGE_PRESETS)
     p.add_argument("--num-hidden-layers", type=int, default=None, help="Override the preset's depth.")
     p.add_argument(
@@ -108,6 +139,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--bf16", action="store_true")
     p.add_argument("--num-workers", type=int, default=0)
+
+
+def add_hub_and_resume_arguments(p: argparse.ArgumentParser) -> None:
+    """Publishing the trained models, and what happens to an --output-dir that holds results."""
     p.add_argument(
         "--push-to-hub",
         action="store_true",
@@ -133,24 +168,6 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="Continue the interrupted run in --output-dir: its finished runs are kept, the run it stopped "
         "in resumes from its last checkpoint.",
     )
-    p.add_argument(
-        "--quick",
-        action="store_true",
-        help="CPU smoke run: 2 layers, 512 training / 64 test images, 10 steps, severities 0, 3, 5.",
-    )
-    args = p.parse_args(argv)
-    if args.quick:
-        args.num_hidden_layers = args.num_hidden_layers or 2
-        args.max_train_samples = args.max_train_samples or 512
-        args.max_eval_samples = args.max_eval_samples or 64
-        args.max_steps = args.max_steps if args.max_steps > 0 else 10
-        args.batch_size, args.spectral_samples = 32, 8
-        args.severities = [0, 3, 5]
-    for severity in args.severities:
-        check_corruption(args.corruptions[0], severity)
-    if not all(0 < f <= 1 for f in args.fractions):
-        p.error(f"--fractions must lie in (0, 1], got {args.fractions}")
-    return args
 
 
 def hub_repo_ids(args) -> dict[str, str]:
@@ -202,7 +219,34 @@ def main(argv=None) -> dict:
     repo_ids = hub_repo_ids(args)
     output_dir = Path(args.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
+    experiment = Experiment(args, load_data(args), results, repo_ids, output_dir)
+    experiment.save_results()
 
+    # Every variant from the plain ViT's initial weights of the seed, wherever the shapes coincide: the variants
+    # differ by design only.
+    runs = [Run(variant, args.seed, (("fraction", f),)) for variant in args.variants for f in args.fractions]
+    run_paired(runs, experiment.build, experiment.train_run, finished=experiment.finished)
+
+    results["complete"] = True
+    experiment.save_results()
+    (output_dir / "results.md").write_text(markdown(results, args))
+    print((output_dir / "results.md").read_text())
+    return results
+
+
+@dataclass
+class EigenData:
+    """The (capped) training set and the test images and labels, decoded once for every evaluation."""
+
+    train_full: Dataset
+    image_column: str
+    label_column: str
+    names: list[str]
+    test_images: list
+    test_labels: torch.Tensor
+
+
+def load_data(args) -> EigenData:
     dataset = load_image_dataset(args.dataset, args.dataset_config)
     image_col, label_col = image_and_label_columns(dataset)
     label_col = args.label_column or label_col
@@ -210,39 +254,81 @@ def main(argv=None) -> dict:
     test = subset(get_split(dataset, args.eval_split), args.max_eval_samples, seed=args.seed)
     names = test.features[label_col].names
     test_images = [image.convert("RGB") for image in test[image_col]]
-    test_labels = torch.tensor(test[label_col])
+    return EigenData(train_full, image_col, label_col, names, test_images, torch.tensor(test[label_col]))
 
-    model_config = dict(drop_path_rate=args.drop_path_rate)
-    if args.num_hidden_layers:
-        model_config["num_hidden_layers"] = args.num_hidden_layers
 
-    def build(variant: str) -> torch.nn.Module:
-        return image_classifier(variant, args.preset, names, eigenvalue_range=args.eigenvalue_range, **model_config)
+class Experiment:
+    """Trains, scores and records one run (a variant on a fraction of the training set) at a time, for `run_paired`;
+    `results` (written to `<output_dir>/results.json` after every run) holds what the finished runs gave."""
 
-    size = build(BASELINE).config.image_size_2d
-    processor = ViTImageProcessorPil(size={"height": size[0], "width": size[1]})
-    train_transform = image_transform(
-        processor, image_col, label_col, augment=not args.no_augment, crop_padding=recipes.CIFAR_CROP_PADDING
-    )
-
-    def save_results() -> None:
-        (output_dir / "results.json").write_text(json.dumps(results, indent=2))
-
-    save_results()
-    largest = max(args.fractions)
-
-    def train_run(run: Run, model: torch.nn.Module, initial_weights: str) -> None:
-        variant, fraction = run.variant, run.get("fraction")
-        train = subset(train_full, fraction if fraction < 1 else None, seed=args.seed)
-        run_dir = output_dir / f"{variant}_{int(round(fraction * 100))}pct"
-        checkpoint = (
-            resolve_checkpoint(run_dir, LAST_CHECKPOINT)
-            if resume_requested(args.resume_from_checkpoint) and run_dir.is_dir() and any(run_dir.glob("checkpoint-*"))
-            else None
+    def __init__(self, args, data: EigenData, results: dict, repo_ids: dict[str, str], output_dir: Path):
+        self.args, self.data, self.results, self.repo_ids, self.output_dir = args, data, results, repo_ids, output_dir
+        self.model_config = dict(drop_path_rate=args.drop_path_rate)
+        if args.num_hidden_layers:
+            self.model_config["num_hidden_layers"] = args.num_hidden_layers
+        size = self.build(BASELINE).config.image_size_2d
+        self.processor = ViTImageProcessorPil(size={"height": size[0], "width": size[1]})
+        self.train_transform = image_transform(
+            self.processor,
+            data.image_column,
+            data.label_column,
+            augment=not args.no_augment,
+            crop_padding=recipes.CIFAR_CROP_PADDING,
         )
-        if checkpoint is None:
-            refuse_to_overwrite(run_dir, overwrite_output_dir=True)  # an earlier run's checkpoints
-        training_args = TrainingArguments(
+        self.largest = max(args.fractions)
+
+    def build(self, variant: str) -> torch.nn.Module:
+        return image_classifier(
+            variant, self.args.preset, self.data.names, eigenvalue_range=self.args.eigenvalue_range, **self.model_config
+        )
+
+    def save_results(self) -> None:
+        (self.output_dir / "results.json").write_text(json.dumps(self.results, indent=2))
+
+    def finished(self, run: Run) -> bool:  # before the run was interrupted
+        return any(
+            r["variant"] == run.variant and r["fraction"] == run.get("fraction")
+            for r in self.results["data_efficiency"]
+        )
+
+    def train_run(self, run: Run, model: torch.nn.Module, initial_weights: str) -> None:
+        variant, fraction = run.variant, run.get("fraction")
+        train = subset(self.data.train_full, fraction if fraction < 1 else None, seed=self.args.seed)
+        run_dir = self.output_dir / f"{variant}_{int(round(fraction * 100))}pct"
+        checkpoint = self.checkpoint_to_resume(run_dir)
+        trainer = HubTrainer(
+            model=model,
+            args=self.training_arguments(run_dir, variant),
+            train_dataset=train.with_transform(self.train_transform),
+            data_collator=collate_images,
+            processing_class=self.processor,
+        )
+        trainer.train(resume_from_checkpoint=checkpoint)
+        clean = self.clean_accuracy(model) if fraction != self.largest else self.robustness(model, variant)
+        print(f"[{variant} {fraction:.0%}] clean test accuracy {clean:.4f}")
+        if fraction == self.largest:
+            self.spectral(model, variant)
+            if variant in self.repo_ids:
+                self.push(trainer, variant, clean, len(train))
+        self.results["data_efficiency"].append(
+            {"variant": variant, "fraction": fraction, "accuracy": clean, "initial_weights_sha256": initial_weights}
+        )
+        self.save_results()  # this run is finished: a resumed run skips it
+        for stale in run_dir.glob("checkpoint-*"):
+            shutil.rmtree(stale)
+
+    def checkpoint_to_resume(self, run_dir: Path) -> str | None:
+        """The run's last checkpoint when the experiment resumes and the run left one, else None (and the folder's
+        checkpoints, an earlier experiment's, are removed)."""
+        resume = resume_requested(self.args.resume_from_checkpoint)
+        if resume and run_dir.is_dir() and any(run_dir.glob("checkpoint-*")):
+            return resolve_checkpoint(run_dir, LAST_CHECKPOINT)
+        refuse_to_overwrite(run_dir, overwrite_output_dir=True)  # an earlier run's checkpoints
+        return None
+
+    def training_arguments(self, run_dir: Path, variant: str) -> TrainingArguments:
+        args = self.args
+        return TrainingArguments(
             output_dir=str(run_dir),
             num_train_epochs=args.epochs,
             max_steps=args.max_steps,
@@ -262,81 +348,58 @@ def main(argv=None) -> dict:
             remove_unused_columns=False,
             dataloader_num_workers=args.num_workers,
             **pairing_arguments(args.seed),
-            hub_model_id=repo_ids.get(variant),
+            hub_model_id=self.repo_ids.get(variant),
             hub_private_repo=args.hub_private_repo,
             hub_token=args.hub_token,  # read by trainer.push_to_hub
         )
-        trainer = HubTrainer(
-            model=model,
-            args=training_args,
-            train_dataset=train.with_transform(train_transform),
-            data_collator=collate_images,
-            processing_class=processor,
+
+    def clean_accuracy(self, model: torch.nn.Module) -> float:
+        pixel_values = self.processor(self.data.test_images, return_tensors="pt")["pixel_values"]
+        return accuracy(model, pixel_values, self.data.test_labels)
+
+    def robustness(self, model: torch.nn.Module, variant: str) -> float:
+        """Records the mean accuracy over the corruptions at every severity; returns the clean accuracy, severity 0
+        of that evaluation (on the same images) where it was asked for."""
+        args = self.args
+        by_severity = corruption_accuracy(
+            model,
+            self.processor,
+            self.data.test_images,
+            self.data.test_labels,
+            args.corruptions,
+            args.severities,
+            seed=args.seed,
         )
-        trainer.train(resume_from_checkpoint=checkpoint)
-        if fraction != largest:
-            clean = accuracy(model, processor(test_images, return_tensors="pt")["pixel_values"], test_labels)
-        else:  # the clean accuracy is severity 0 of the robustness evaluation, on the same images
-            by_severity = corruption_accuracy(
-                model, processor, test_images, test_labels, args.corruptions, args.severities, seed=args.seed
+        for severity, per_corruption in by_severity.items():
+            mean = float(np.mean(list(per_corruption.values())))
+            self.results["robustness"].append(
+                {"variant": variant, "severity": int(severity), "accuracy": mean, "per_corruption": per_corruption}
             )
-            for severity, per_corruption in by_severity.items():
-                mean = float(np.mean(list(per_corruption.values())))
-                results["robustness"].append(
-                    {
-                        "variant": variant,
-                        "severity": int(severity),
-                        "accuracy": mean,
-                        "per_corruption": per_corruption,
-                    }
-                )
-                print(f"[{variant}] severity {severity}: mean accuracy {mean:.4f}")
-            clean = (
-                by_severity["0"]["none"]
-                if "0" in by_severity
-                else accuracy(model, processor(test_images, return_tensors="pt")["pixel_values"], test_labels)
-            )
-        print(f"[{variant} {fraction:.0%}] clean test accuracy {clean:.4f}")
-        if fraction == largest:
-            pixel_values = processor(test_images[: args.spectral_samples], return_tensors="pt")["pixel_values"]
-            spectral = spectral_dominance(model.to("cpu").float(), pixel_values)
-            results["spectral"][variant] = spectral.to_dict()["overall"]
-            print(f"[{variant}] dominating eigenvalue on test images:\n{spectral}")
-            if variant in repo_ids:
-                robustness = {
-                    f"accuracy_severity_{r['severity']}": r["accuracy"]
-                    for r in results["robustness"]
-                    if r["variant"] == variant and r["severity"] > 0
-                }
-                trainer.push_to_hub(
-                    dataset=args.dataset,
-                    dataset_config=args.dataset_config,
-                    dataset_split=args.eval_split,
-                    results={"accuracy": clean, **robustness},
-                    training={"training images": len(train), "variant": variant},
-                )
-        results["data_efficiency"].append(
-            {"variant": variant, "fraction": fraction, "accuracy": clean, "initial_weights_sha256": initial_weights}
+            print(f"[{variant}] severity {severity}: mean accuracy {mean:.4f}")
+        return by_severity["0"]["none"] if "0" in by_severity else self.clean_accuracy(model)
+
+    def spectral(self, model: torch.nn.Module, variant: str) -> None:
+        """Records the share of smoothing- and sharpening-dominated cases on the first test images."""
+        pixel_values = self.processor(self.data.test_images[: self.args.spectral_samples], return_tensors="pt")
+        spectral = spectral_dominance(model.to("cpu").float(), pixel_values["pixel_values"])
+        self.results["spectral"][variant] = spectral.to_dict()["overall"]
+        print(f"[{variant}] dominating eigenvalue on test images:\n{spectral}")
+
+    def push(self, trainer: HubTrainer, variant: str, clean: float, training_images: int) -> None:
+        """The model, with its clean and corrupted accuracies in the card, to the variant's repository."""
+        robustness = {
+            f"accuracy_severity_{r['severity']}": r["accuracy"]
+            for r in self.results["robustness"]
+            if r["variant"] == variant and r["severity"] > 0
+        }
+        args = self.args
+        trainer.push_to_hub(
+            dataset=args.dataset,
+            dataset_config=args.dataset_config,
+            dataset_split=args.eval_split,
+            results={"accuracy": clean, **robustness},
+            training={"training images": training_images, "variant": variant},
         )
-        save_results()  # this run is finished: a resumed run skips it
-        for stale in run_dir.glob("checkpoint-*"):
-            shutil.rmtree(stale)
-
-    def finished(run: Run) -> bool:  # before the run was interrupted
-        return any(
-            r["variant"] == run.variant and r["fraction"] == run.get("fraction") for r in results["data_efficiency"]
-        )
-
-    # Every variant from the plain ViT's initial weights of the seed, wherever the shapes coincide: the variants
-    # differ by design only.
-    runs = [Run(variant, args.seed, (("fraction", f),)) for variant in args.variants for f in args.fractions]
-    run_paired(runs, build, train_run, finished=finished)
-
-    results["complete"] = True
-    save_results()
-    (output_dir / "results.md").write_text(markdown(results, args))
-    print((output_dir / "results.md").read_text())
-    return results
 
 
 def markdown(results: dict, args) -> str:

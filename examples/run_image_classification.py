@@ -21,8 +21,6 @@ multi-GPU or multi-node training (see examples/accelerate_configs/).
 """
 
 import logging
-import os
-import sys
 from dataclasses import dataclass, field
 
 import torch
@@ -36,21 +34,14 @@ from transformers import (
 from transformers.image_utils import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
 from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForImageClassification
+from hf_neutreno import training_scripts as scripts
 from hf_neutreno.convert import vit_to_neutreno
 from hf_neutreno.data import get_split, image_and_label_columns, label_names, load_image_dataset, subset
-from hf_neutreno.hub import HubTrainer, ModelCardMixin, prepare_trainer_push
+from hf_neutreno.hub import HubTrainer, ModelCardMixin
 from hf_neutreno.image_transforms import collate_images, image_transform
 from hf_neutreno.metrics import accuracy_metrics
 from hf_neutreno.mixup import MixupCutmix, MixupTrainer, soft_target_cross_entropy
 from hf_neutreno.model_factories import IMAGE_PRESETS, image_classifier
-from hf_neutreno.training_scripts import (
-    check_distributed_launch,
-    checkpoint_to_resume,
-    parse_config_overrides,
-    run_script,
-    script_parser,
-    train_metrics,
-)
 
 logger = logging.getLogger(__name__)
 
@@ -68,22 +59,13 @@ class ModelArguments:
             "ViT or DeiT checkpoint (folder or Hub id) to fine-tune."
         },
     )
-    neutreno_lambda: float = field(
-        default=NeuTRENOViTConfig().neutreno_lambda, metadata={"help": "λ of the NeuTRENO term; 0 = softmax baseline."}
-    )
-    neutreno_layers: list[int] | None = field(
-        default=None, metadata={"help": "Layers with the term (default: all but 0)."}
-    )
+    neutreno_lambda: float = scripts.neutreno_lambda_field(NeuTRENOViTConfig)
+    neutreno_layers: list[int] | None = scripts.neutreno_layers_field()
     image_size: int | None = field(default=None, metadata={"help": "Image size of a model trained from scratch."})
     patch_size: int | None = field(default=None, metadata={"help": "Patch size of a model trained from scratch."})
     drop_path_rate: float = field(default=0.0, metadata={"help": "Stochastic depth (DeiT: 0.1)."})
-    config_overrides: str | None = field(
-        default=None,
-        metadata={
-            "help": "Other config fields of a model trained from scratch: 'num_hidden_layers=6,hidden_size=256'."
-        },
-    )
-    trust_remote_code: bool = field(default=False, metadata={"help": "Allow code from a checkpoint's folder."})
+    config_overrides: str | None = scripts.config_overrides_field()
+    trust_remote_code: bool = scripts.trust_remote_code_field()
 
 
 @dataclass
@@ -108,7 +90,7 @@ def build_model(args: ModelArguments, labels: list[str]) -> tuple[torch.nn.Modul
     id2label = dict(enumerate(labels))
     if args.model_name_or_path in IMAGE_PRESETS:
         overrides = {k: v for k, v in (("image_size", args.image_size), ("patch_size", args.patch_size)) if v}
-        overrides.update(parse_config_overrides(args.config_overrides, NeuTRENOViTConfig))
+        overrides.update(scripts.parse_config_overrides(args.config_overrides, NeuTRENOViTConfig))
         model = image_classifier(
             "neutreno",
             args.model_name_or_path,
@@ -151,27 +133,16 @@ def build_model(args: ModelArguments, labels: list[str]) -> tuple[torch.nn.Modul
 
 
 def main(argv: list[str] | None = None) -> tuple[dict, Trainer]:
-    parser = script_parser(ModelArguments, DataArguments)
+    parser = scripts.script_parser(ModelArguments, DataArguments)
     parser.set_defaults(do_train=True)  # the script trains unless told `--do-train false`
-    if argv is None and len(sys.argv) == 2 and sys.argv[1].endswith(".json"):
-        model_args, data_args, script_args, training_args = parser.parse_json_file(os.path.abspath(sys.argv[1]))
-    else:
-        model_args, data_args, script_args, training_args = parser.parse_args_into_dataclasses(argv)
+    model_args, data_args, script_args, training_args = scripts.parse_script_arguments(parser, argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     training_args.remove_unused_columns = False  # the transform needs the raw image column
-    check_distributed_launch(training_args)
+    scripts.check_distributed_launch(training_args)
     # Never overwrite an earlier run by accident; --resume-from-checkpoint (no path: the last one) continues one.
-    checkpoint = checkpoint_to_resume(training_args, script_args.overwrite_output_dir)
-    # --push_to_hub: fail now, not after training, if the Hub cannot take the push; we push once at the end.
-    push = prepare_trainer_push(training_args)
+    checkpoint, push = scripts.prepare_output(training_args, script_args.overwrite_output_dir)
 
-    dataset = load_image_dataset(data_args.dataset_name, data_args.dataset_config_name)
-    image_column, label_column = image_and_label_columns(dataset)
-    eval_split = data_args.eval_split or ("validation" if "validation" in dataset else "test")
-    train = subset(get_split(dataset, data_args.train_split), data_args.max_train_samples, training_args.seed)
-    evaluation = subset(get_split(dataset, eval_split), data_args.max_eval_samples, training_args.seed)
-    labels = label_names(dataset)
-
+    train, evaluation, columns, labels, eval_split = load_data(data_args, training_args.seed)
     set_seed(training_args.seed)  # the model's initial weights are part of the run
     model, processor = build_model(model_args, labels)
     logger.info(
@@ -180,11 +151,36 @@ def main(argv: list[str] | None = None) -> tuple[dict, Trainer]:
         model.num_parameters() / 1e6,
         model.config.neutreno_lambda,
     )
-    train.set_transform(
-        image_transform(processor, image_column, label_column, data_args.augment, data_args.crop_padding)
-    )
-    evaluation.set_transform(image_transform(processor, image_column, label_column))
+    train.set_transform(image_transform(processor, *columns, data_args.augment, data_args.crop_padding))
+    evaluation.set_transform(image_transform(processor, *columns))
+    trainer = build_trainer(model, processor, training_args, data_args, train, evaluation, len(labels))
 
+    metrics, eval_metrics = scripts.train_and_evaluate(trainer, checkpoint)
+    if push:
+        # Weights, code, image processor and a model card with these results, in one commit.
+        trainer.push_to_hub(
+            dataset=data_args.dataset_name,
+            dataset_config=data_args.dataset_config_name,
+            dataset_split=eval_split,
+            results=eval_metrics,
+            base_model=scripts.hub_base_model(model_args.model_name_or_path, IMAGE_PRESETS),
+        )
+    return metrics, trainer
+
+
+def load_data(data_args: DataArguments, seed: int) -> tuple:
+    """The (seeded subsets of the) training and evaluation splits, the image and label columns, the label names and
+    the evaluation split's name (default: `validation`, else `test`)."""
+    dataset = load_image_dataset(data_args.dataset_name, data_args.dataset_config_name)
+    columns = image_and_label_columns(dataset)
+    eval_split = data_args.eval_split or ("validation" if "validation" in dataset else "test")
+    train = subset(get_split(dataset, data_args.train_split), data_args.max_train_samples, seed)
+    evaluation = subset(get_split(dataset, eval_split), data_args.max_eval_samples, seed)
+    return train, evaluation, columns, label_names(dataset), eval_split
+
+
+def build_trainer(model, processor, training_args, data_args: DataArguments, train, evaluation, num_labels: int):
+    """A `HubTrainer`, or with Mixup/CutMix a `MixupHubTrainer` whose loss is a soft-target cross-entropy."""
     common = dict(
         model=model,
         args=training_args,
@@ -197,39 +193,11 @@ def main(argv: list[str] | None = None) -> tuple[dict, Trainer]:
     if data_args.mixup_alpha > 0 or data_args.cutmix_alpha > 0:
         # Label smoothing goes into Mixup's soft targets; the loss is a soft-target cross-entropy.
         mixup = MixupCutmix(
-            len(labels), data_args.mixup_alpha, data_args.cutmix_alpha, training_args.label_smoothing_factor
+            num_labels, data_args.mixup_alpha, data_args.cutmix_alpha, training_args.label_smoothing_factor
         )
-        trainer = MixupHubTrainer(**common, mixup=mixup, compute_loss_func=soft_target_cross_entropy)
-    else:
-        trainer = HubTrainer(**common)
-
-    metrics = {}
-    if training_args.do_train:
-        result = trainer.train(resume_from_checkpoint=checkpoint)
-        trainer.save_model()
-        metrics.update(train_metrics(trainer, result, checkpoint))
-    eval_metrics = trainer.evaluate()
-    metrics.update(eval_metrics)
-    trainer.log_metrics("all", metrics)
-    trainer.save_metrics("all", metrics)
-    if push:
-        # Weights, code, image processor and a model card with these results, in one commit.
-        trainer.push_to_hub(
-            dataset=data_args.dataset_name,
-            dataset_config=data_args.dataset_config_name,
-            dataset_split=eval_split,
-            results=eval_metrics,
-            base_model=_base_model(model_args.model_name_or_path),
-        )
-    return metrics, trainer
-
-
-def _base_model(model_name_or_path: str) -> str | None:
-    """The Hub id of a fine-tuned checkpoint, for the card's `base_model` (None for presets and local folders)."""
-    if model_name_or_path in IMAGE_PRESETS or os.path.exists(model_name_or_path):
-        return None
-    return model_name_or_path
+        return MixupHubTrainer(**common, mixup=mixup, compute_loss_func=soft_target_cross_entropy)
+    return HubTrainer(**common)
 
 
 if __name__ == "__main__":
-    run_script(main)
+    scripts.run_script(main)

@@ -32,7 +32,6 @@ import json
 import logging
 import os
 import random
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,21 +42,14 @@ from torch import nn
 from transformers import AutoConfig, AutoImageProcessor, set_seed
 
 from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForSemanticSegmentation
+from hf_neutreno import training_scripts as scripts
 from hf_neutreno.convert import vit_to_neutreno
 from hf_neutreno.data import LABELS_FILE, get_split, load_image_dataset, read_id2label, subset
-from hf_neutreno.hub import HubTrainer, prepare_trainer_push
+from hf_neutreno.hub import HubTrainer
 from hf_neutreno.metrics import BACKENDS as METRIC_BACKENDS
 from hf_neutreno.metrics import evaluate_metric
 from hf_neutreno.model_factories import segmenter
 from hf_neutreno.segmentation import MS_SCALES, MeanIoU, make_image_processor, multi_scale_probabilities
-from hf_neutreno.training_scripts import (
-    check_distributed_launch,
-    checkpoint_to_resume,
-    parse_config_overrides,
-    run_script,
-    script_parser,
-    train_metrics,
-)
 
 logger = logging.getLogger(__name__)
 
@@ -104,17 +96,16 @@ class ModelArguments:
             "scratch; with --model-name-or-path only its decoder fields and drop path apply."
         },
     )
-    neutreno_lambda: float = field(
-        default=NeuTRENOViTConfig().neutreno_lambda, metadata={"help": "λ of the encoder; 0 = the softmax Segmenter."}
+    neutreno_lambda: float = scripts.neutreno_lambda_field(
+        NeuTRENOViTConfig, "λ of the encoder; 0 = the softmax Segmenter."
     )
     decoder_neutreno_lambda: float | None = field(
         default=None, metadata={"help": "λ of the mask transformer (its own V_0). Default: --neutreno-lambda."}
     )
-    config_overrides: str | None = field(
-        default=None,
-        metadata={"help": "Other NeuTRENOViTConfig fields: 'num_hidden_layers=4,hidden_size=64,decoder_num_layers=1'."},
+    config_overrides: str | None = scripts.config_overrides_field(
+        "Other NeuTRENOViTConfig fields: 'num_hidden_layers=4,hidden_size=64,decoder_num_layers=1'."
     )
-    trust_remote_code: bool = field(default=False, metadata={"help": "Allow code from a checkpoint's folder."})
+    trust_remote_code: bool = scripts.trust_remote_code_field()
 
 
 @dataclass
@@ -382,7 +373,7 @@ def segmentation_metrics(result: dict, id2label: dict[int, str], suffix: str = "
 def build_model(args: ModelArguments, id2label: dict[int, str], crop_size: int):
     """The Segmenter to train and the image-processor settings of its source (mean and std)."""
     labels = dict(num_labels=len(id2label), id2label=id2label, label2id={v: k for k, v in id2label.items()})
-    overrides = parse_config_overrides(args.config_overrides, NeuTRENOViTConfig)
+    overrides = scripts.parse_config_overrides(args.config_overrides, NeuTRENOViTConfig)
     lambdas = dict(neutreno_lambda=args.neutreno_lambda, decoder_neutreno_lambda=args.decoder_neutreno_lambda)
     if args.preset not in NeuTRENOViTConfig.presets:
         raise ValueError(f"--preset {args.preset!r} is not one of {sorted(NeuTRENOViTConfig.presets)}.")
@@ -423,39 +414,22 @@ def collate(examples: list[dict]) -> dict[str, torch.Tensor]:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = script_parser(ModelArguments, DataArguments)
+    parser = scripts.script_parser(ModelArguments, DataArguments)
     parser.set_defaults(**SEGMENTER_TRAINING)
-    if argv is None and len(sys.argv) == 2 and sys.argv[1].endswith(".json"):
-        model_args, data_args, script_args, training_args = parser.parse_json_file(os.path.abspath(sys.argv[1]))
-    else:
-        model_args, data_args, script_args, training_args = parser.parse_args_into_dataclasses(argv)
+    model_args, data_args, script_args, training_args = scripts.parse_script_arguments(parser, argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     training_args.remove_unused_columns = False  # the transform needs the raw image and annotation columns
-    check_distributed_launch(training_args)
+    scripts.check_distributed_launch(training_args)
     if not 0 < data_args.min_scale <= data_args.max_scale:
         raise ValueError(
             f"--min_scale ({data_args.min_scale}) and --max_scale ({data_args.max_scale}) must satisfy "
             "0 < min_scale <= max_scale."
         )
     # Never overwrite an earlier run by accident; --resume-from-checkpoint (no path: the last one) continues one.
-    checkpoint = checkpoint_to_resume(training_args, script_args.overwrite_output_dir)
-    push = prepare_trainer_push(training_args)  # --push_to_hub: fail now, not after training
+    checkpoint, push = scripts.prepare_output(training_args, script_args.overwrite_output_dir)
     metric_factory = mean_iou_factory(data_args.metric_backend, training_args.world_size)
 
-    dataset = load_image_dataset(data_args.dataset_name, data_args.dataset_config_name)
-    for split in dataset.values():
-        missing = {"image", "annotation"} - set(split.column_names)
-        if missing:
-            raise ValueError(
-                f"The dataset needs `image` and `annotation` columns (as {ADE20K}); it has {split.column_names}."
-            )
-    train = subset(get_split(dataset, data_args.train_split), data_args.max_train_samples, training_args.seed)
-    evaluation = subset(get_split(dataset, data_args.eval_split), data_args.max_eval_samples, training_args.seed)
-    id2label = load_id2label(data_args)
-    reduce = (
-        data_args.do_reduce_labels if data_args.do_reduce_labels is not None else (data_args.dataset_name == ADE20K)
-    )
-
+    train, evaluation, id2label, reduce = load_data(data_args, training_args.seed)
     set_seed(training_args.seed)  # the model's initial weights are part of the run
     model, normalisation = build_model(model_args, id2label, data_args.crop_size)
     processor = make_image_processor(model.config, do_reduce_labels=reduce, **normalisation)
@@ -467,7 +441,6 @@ def main(argv: list[str] | None = None) -> dict:
         model.decoder.config.neutreno_lambda if hasattr(model.decoder, "layers") else "-",
     )
     train.set_transform(train_transform(processor, data_args, reduce, model.config.semantic_loss_ignore_index))
-
     trainer = SegmenterTrainer(
         model=model,
         args=training_args,
@@ -479,27 +452,37 @@ def main(argv: list[str] | None = None) -> dict:
         reduce=reduce,
         mean_iou_factory=metric_factory,
     )
-    metrics = {}
-    if training_args.do_train:
-        result = trainer.train(resume_from_checkpoint=checkpoint)
-        trainer.save_model()  # weights, code and the image processor
-        metrics.update(train_metrics(trainer, result, checkpoint))
-    eval_metrics = trainer.evaluate(multi_scale=data_args.eval_multi_scale)
-    metrics.update(eval_metrics)
-    trainer.log_metrics("all", metrics)
-    trainer.save_metrics("all", metrics)
+
+    metrics, eval_metrics = scripts.train_and_evaluate(trainer, checkpoint, multi_scale=data_args.eval_multi_scale)
     if push:
         trainer.push_to_hub(
             dataset=data_args.dataset_name,
             dataset_config=data_args.dataset_config_name,
             dataset_split=data_args.eval_split,
             results=eval_metrics,
-            base_model=model_args.model_name_or_path
-            if model_args.model_name_or_path and not os.path.exists(model_args.model_name_or_path)
-            else None,
+            base_model=scripts.hub_base_model(model_args.model_name_or_path),
         )
     return metrics
 
 
+def load_data(data_args: DataArguments, seed: int) -> tuple:
+    """The (seeded subsets of the) training and evaluation splits, the label names by id, and whether the labels are
+    reduced (`--do-reduce-labels`, default: on for ADE20K)."""
+    dataset = load_image_dataset(data_args.dataset_name, data_args.dataset_config_name)
+    for split in dataset.values():
+        missing = {"image", "annotation"} - set(split.column_names)
+        if missing:
+            raise ValueError(
+                f"The dataset needs `image` and `annotation` columns (as {ADE20K}); it has {split.column_names}."
+            )
+    train = subset(get_split(dataset, data_args.train_split), data_args.max_train_samples, seed)
+    evaluation = subset(get_split(dataset, data_args.eval_split), data_args.max_eval_samples, seed)
+    id2label = load_id2label(data_args)
+    reduce = (
+        data_args.do_reduce_labels if data_args.do_reduce_labels is not None else (data_args.dataset_name == ADE20K)
+    )
+    return train, evaluation, id2label, reduce
+
+
 if __name__ == "__main__":
-    run_script(main)
+    scripts.run_script(main)

@@ -7,6 +7,13 @@ overrides are parsed from one flag, and a multi-process launch that Trainer woul
     checkpoint = checkpoint_to_resume(training_args, script_args.overwrite_output_dir)
     result = trainer.train(resume_from_checkpoint=checkpoint)
     metrics = train_metrics(trainer, result, checkpoint)     # train_loss over the whole run, resumed or not
+
+or, in the steps the image scripts take:
+
+    model_args, data_args, script_args, training_args = parse_script_arguments(parser, argv)
+    checkpoint, push = prepare_output(training_args, script_args.overwrite_output_dir)
+    ...
+    metrics, eval_metrics = train_and_evaluate(trainer, checkpoint)
 """
 
 import json
@@ -21,6 +28,8 @@ from transformers import HfArgumentParser, TrainerState, TrainingArguments
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
+from .hub import prepare_trainer_push
+
 LAST_CHECKPOINT = "last"  # `--resume-from-checkpoint` without a path (also `true`): the output folder's last one
 
 
@@ -33,6 +42,27 @@ class ScriptArguments:
             "checkpoint-* folders are removed first). Without it such a folder is refused."
         },
     )
+
+
+def neutreno_lambda_field(config_class, help: str = "λ of the NeuTRENO term; 0 = softmax baseline."):
+    """A script's `--neutreno-lambda`: the default is `config_class`'s (the registry's), written nowhere else."""
+    return field(default=config_class().neutreno_lambda, metadata={"help": help})
+
+
+def neutreno_layers_field():
+    """A script's `--neutreno-layers`: None leaves the model's default, every layer but the first."""
+    return field(default=None, metadata={"help": "Layers with the term (default: all but 0)."})
+
+
+def config_overrides_field(
+    help: str = "Other config fields of a model trained from scratch: 'num_hidden_layers=6,hidden_size=256'.",
+):
+    """A script's `--config-overrides`, read by `parse_config_overrides`."""
+    return field(default=None, metadata={"help": help})
+
+
+def trust_remote_code_field():
+    return field(default=False, metadata={"help": "Allow code from a checkpoint's folder."})
 
 
 class _ScriptParser(HfArgumentParser):
@@ -87,6 +117,14 @@ def script_parser(*dataclass_types) -> HfArgumentParser:
                 "A checkpoint folder to resume training from; without a path, the last checkpoint-* in --output-dir."
             )
     return parser
+
+
+def parse_script_arguments(parser: HfArgumentParser, argv: list[str] | None, json_file: bool = True) -> tuple:
+    """The parsed dataclasses of `argv` (None: the command line), or, with `json_file`, of the JSON file that is a
+    command line's only argument (as transformers' examples take one)."""
+    if json_file and argv is None and len(sys.argv) == 2 and sys.argv[1].endswith(".json"):
+        return parser.parse_json_file(os.path.abspath(sys.argv[1]))
+    return parser.parse_args_into_dataclasses(argv)
 
 
 def resume_requested(value: str | bool | None) -> bool:
@@ -158,6 +196,14 @@ def checkpoint_to_resume(training_args: TrainingArguments, overwrite_output_dir:
     return checkpoint
 
 
+def prepare_output(training_args: TrainingArguments, overwrite_output_dir: bool) -> tuple[str | None, bool]:
+    """Before any data is loaded: the checkpoint to resume from (`checkpoint_to_resume`: an earlier run is never
+    overwritten by accident) and whether to push at the end (`prepare_trainer_push`: with `--push-to-hub` the Hub
+    is checked now, not after training; the scripts push once, at the end)."""
+    checkpoint = checkpoint_to_resume(training_args, overwrite_output_dir)
+    return checkpoint, prepare_trainer_push(training_args)
+
+
 def whole_run_training_loss(state, session_loss: float, resumed_at: int) -> float | None:
     """The mean training loss over every step of a run that resumed at step `resumed_at` (0: not resumed), from
     Trainer's `state` after `train()` and its `training_loss`, which averages the resumed session's steps only (0.0 when
@@ -183,6 +229,33 @@ def train_metrics(trainer, result, checkpoint: str | None) -> dict:
             resumed_from_step=resumed_at,
         )
     return metrics
+
+
+def train_and_save(trainer, checkpoint: str | None) -> dict:
+    """Train (resuming from `checkpoint`, if any), save the model (with its processing class) to the output folder,
+    and return the training metrics (`train_metrics`)."""
+    result = trainer.train(resume_from_checkpoint=checkpoint)
+    trainer.save_model()
+    return train_metrics(trainer, result, checkpoint)
+
+
+def train_and_evaluate(trainer, checkpoint: str | None, **evaluate_kwargs) -> tuple[dict, dict]:
+    """Train and save (unless `--do-train false`), then `trainer.evaluate(**evaluate_kwargs)`; every metric is logged
+    and saved as `all_results.json`. Returns (all metrics, the evaluation's)."""
+    metrics = train_and_save(trainer, checkpoint) if trainer.args.do_train else {}
+    eval_metrics = trainer.evaluate(**evaluate_kwargs)
+    metrics.update(eval_metrics)
+    trainer.log_metrics("all", metrics)
+    trainer.save_metrics("all", metrics)
+    return metrics, eval_metrics
+
+
+def hub_base_model(model_name_or_path: str | None, presets=()) -> str | None:
+    """The Hub id a run started from, for the model card's `base_model`: None for no checkpoint, a preset (one of
+    `presets`) or a local folder."""
+    if not model_name_or_path or model_name_or_path in presets or os.path.exists(model_name_or_path):
+        return None
+    return model_name_or_path
 
 
 def parse_config_overrides(text: str | None, config_class) -> dict:
@@ -227,8 +300,17 @@ __all__ = [
     "ScriptArguments",
     "check_distributed_launch",
     "checkpoint_to_resume",
+    "config_overrides_field",
+    "hub_base_model",
+    "neutreno_lambda_field",
+    "neutreno_layers_field",
     "parse_config_overrides",
+    "parse_script_arguments",
+    "prepare_output",
     "refuse_to_overwrite",
     "resolve_checkpoint",
     "script_parser",
+    "train_and_evaluate",
+    "train_and_save",
+    "trust_remote_code_field",
 ]
