@@ -38,7 +38,7 @@ the page counts them like any other. Each unit records the `device` that trained
 
     python evidence/reproduce.py --budget cpu-long --experiments value-path --only 'valuepath-lm-*' --out share
 
-The harness, beside this driver (which schedules the units, runs each through `hf_neutreno.experiment.run_paired`
+The harness, beside this driver (which schedules the units, runs each through `hf_neutreno.engine.experiment.run_paired`
 in a worker pool, and records the sessions): `reproduce_budget` (the tiers), `reproduce_plans` (each kind of unit as
 a typed plan: its units' names, variant, inputs, build and training; `PLANS`, `schedule`), the training of
 `reproduce_cifar`, `reproduce_lm` and `reproduce_segment` (with `reproduce_training`, what they share); then
@@ -63,8 +63,8 @@ from pathlib import Path
 import torch
 
 import reproduce_report as report  # evidence/, beside this script
-from hf_neutreno.experiment import run_paired
-from hf_neutreno.variants import BASELINE
+from hf_neutreno.engine.experiment import run_paired
+from hf_neutreno.engine.variants import BASELINE
 from reproduce_budget import ATTN_IMPLEMENTATIONS, BUDGETS, PLAN_FIELDS, Budget, same_computation
 from reproduce_lm import unigram_reference
 from reproduce_page import render

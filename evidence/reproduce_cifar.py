@@ -9,16 +9,17 @@ import torch
 from safetensors.torch import load_model
 from transformers import Trainer, TrainingArguments, ViTImageProcessorPil
 
-from hf_neutreno import EigenViTConfig, NeuTRENOViTConfig, recipes
-from hf_neutreno.corruptions import CORRUPTIONS, SEVERITIES, corruption_accuracy
-from hf_neutreno.data import load_image_dataset, subset
+from hf_neutreno import EigenViTConfig, NeuTRENOViTConfig
+from hf_neutreno.data.corruptions import CORRUPTIONS, SEVERITIES, corruption_accuracy
+from hf_neutreno.data.image_transforms import collate_images, image_transform
+from hf_neutreno.data.loading import load_image_dataset, subset
+from hf_neutreno.data.scores import accuracy
 from hf_neutreno.diagnostics import measure_oversmoothing, spectral_dominance
-from hf_neutreno.image_transforms import collate_images, image_transform
-from hf_neutreno.metrics import accuracy
-from hf_neutreno.model_factories import image_classifier
-from hf_neutreno.training_scripts import has_accelerator
+from hf_neutreno.engine.model_factories import image_classifier
+from hf_neutreno.engine.variants import VARIANTS, build_variant
+from hf_neutreno.training import recipes
+from hf_neutreno.training.scripts import has_accelerator
 from hf_neutreno.value_path import learned_coefficients
-from hf_neutreno.variants import VARIANTS, build_variant
 from reproduce_budget import Budget
 from reproduce_training import Context, CurvePoints, dataset_source, precision, train_resumably
 

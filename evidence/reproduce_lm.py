@@ -12,13 +12,14 @@ import torch
 from safetensors.torch import load_model, save_model
 from transformers import DataCollatorForLanguageModeling, Trainer, TrainingArguments
 
-from hf_neutreno import NeuTRENOGPTConfig, recipes
-from hf_neutreno.lm_eval import block_eval, sliding_window_eval
-from hf_neutreno.model_factories import language_model
-from hf_neutreno.text_data import group_into_blocks, load_wikitext, token_stream, train_word_tokenizer
-from hf_neutreno.training_scripts import has_accelerator
+from hf_neutreno import NeuTRENOGPTConfig
+from hf_neutreno.data.lm_eval import block_eval, sliding_window_eval
+from hf_neutreno.data.text import group_into_blocks, load_wikitext, token_stream, train_word_tokenizer
+from hf_neutreno.engine.model_factories import language_model
+from hf_neutreno.engine.variants import VARIANTS, build_variant
+from hf_neutreno.training import recipes
+from hf_neutreno.training.scripts import has_accelerator
 from hf_neutreno.value_path import learned_coefficients
-from hf_neutreno.variants import VARIANTS, build_variant
 from reproduce_training import Context, CurvePoints, dataset_source, precision, train_resumably
 
 LM_LAMBDAS = {"softmax": 0.0, "neutreno": NeuTRENOGPTConfig().neutreno_lambda}  # 0.4: the official WikiText-103 code

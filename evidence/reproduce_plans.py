@@ -1,7 +1,7 @@
 """The reproductions as typed plans: each kind of unit (one trained model) is a `Plan` that knows its units' names,
 the registry variant it trains, what it needs before it can start, how to build its model for
-`hf_neutreno.experiment.run_paired` and how to train and score it. `PLANS` is the one table of them; `schedule` puts
-their units in the order the claims need them.
+`hf_neutreno.engine.experiment.run_paired` and how to train and score it. `PLANS` is the one table of them; `schedule`
+puts their units in the order the claims need them.
 
 A unit's name (its JSON file's stem in `<out>/units/`, and its checkpoint folder's) is its plan's series and seed:
 `cifar-vit--100pct-seed0`; the names of finished units name committed results, so they never change. Code asks a plan
@@ -12,7 +12,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from hf_neutreno.experiment import Run
+from hf_neutreno.engine.experiment import Run
 from hf_neutreno.value_path import DEFAULT_COEFFICIENTS
 from reproduce_budget import Budget
 from reproduce_cifar import VIT_LAMBDA, run_cifar, vit_builder
@@ -21,7 +21,7 @@ from reproduce_segment import run_segment
 from reproduce_training import Context
 
 # The CIFAR units' labels, which name the committed results (`cifar-vit-seed0`, ...), and the registry variant
-# (`hf_neutreno.variants`) each one trains.
+# (`hf_neutreno.engine.variants`) each one trains.
 UNIT_VARIANTS = {"vit": "softmax", "neutreno": "neutreno", "vit-": "vit-minus", "vit+": "vit-plus"}
 EFFICIENCY_VARIANTS = ("vit", "vit-")  # ViT vs ViT⁻ for the poster's Tables 2-3
 FRACTIONS = (1.0, 0.5, 0.1)

@@ -16,7 +16,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 
 import reproduce_figures as figures
-from hf_neutreno.experiment import paired, summary
+from hf_neutreno.engine.experiment import paired, summary
 from reproduce_claims import CLAIMS, EXPERIMENTS, LM_MODELS, PARENT_MODELS
 from reproduce_methods import METHODS
 from reproduce_plans import CIFAR, LM, SWEEP, VALIDATED

@@ -10,7 +10,7 @@ import datasets
 from transformers import AutoImageProcessor, AutoModelForSemanticSegmentation
 from transformers.trainer_utils import get_last_checkpoint
 
-from hf_neutreno.data import load_image_dataset
+from hf_neutreno.data.loading import load_image_dataset
 from hf_neutreno.diagnostics import measure_oversmoothing
 from reproduce_cifar import VIT_LAMBDA, budget_vit_shape
 from reproduce_training import ROOT, Context

@@ -12,7 +12,7 @@ import torch
 from transformers import TrainerCallback
 from transformers.trainer_utils import get_last_checkpoint
 
-from hf_neutreno.training_scripts import whole_run_training_loss
+from hf_neutreno.training.scripts import whole_run_training_loss
 from reproduce_budget import Budget
 
 ROOT = Path(__file__).resolve().parents[1]

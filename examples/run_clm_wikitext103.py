@@ -5,7 +5,7 @@ The defaults are the paper's set-up (NeuTRENO App. A.3, lmtool-fwp "small"): the
 (16 layers, dim 128, 8 heads, FFN 2048, context 256, post-LN, sinusoidal positions, tied adaptive softmax
 [20000, 40000, 200000], dropout 0.1), Adam (AdamW with weight decay 0 is the same update) at lr 2.5e-4, 2000 warm-up
 steps then cosine to 0 over 500k steps, batch 96, gradient clipping 0.25, λ = 0.4. At the end the model is evaluated
-with the paper's sliding window and with non-overlapping blocks (`hf_neutreno.lm_eval`) on validation and test.
+with the paper's sliding window and with non-overlapping blocks (`hf_neutreno.data.lm_eval`) on validation and test.
 
     # the paper's NeuTRENO run (one GPU); --neutreno-lambda 0 for the softmax baseline; add --push-to-hub to publish
     python examples/run_clm_wikitext103.py --output-dir runs/neutreno-wt103 --bf16 --eval-strategy steps \
@@ -33,13 +33,13 @@ from dataclasses import dataclass, field
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, DataCollatorForLanguageModeling
 
 import hf_neutreno.models  # noqa: F401  (registers the NeuTRENO classes with the Auto API)
-from hf_neutreno import NeuTRENOGPTConfig, NeuTRENOGPTForCausalLM, recipes
-from hf_neutreno import training_scripts as scripts
+from hf_neutreno import NeuTRENOGPTConfig, NeuTRENOGPTForCausalLM
 from hf_neutreno.convert import gpt2_to_neutreno
+from hf_neutreno.data.lm_eval import PROTOCOLS, evaluate_lm
+from hf_neutreno.data.text import group_into_blocks, load_wikitext, token_stream, train_word_tokenizer
+from hf_neutreno.engine.model_factories import language_model
 from hf_neutreno.hub import HubTrainer
-from hf_neutreno.lm_eval import PROTOCOLS, evaluate_lm
-from hf_neutreno.model_factories import language_model
-from hf_neutreno.text_data import group_into_blocks, load_wikitext, token_stream, train_word_tokenizer
+from hf_neutreno.training import recipes, scripts
 
 logger = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ Results go to `<output_dir>/results.json` and `results.md`.
     python examples/run_eigen_vit.py --dataset uoft-cs/cifar10 --quick --output-dir runs/eigen_quick
 
 Every variant of the seed starts from the same initial weights (the plain ViT's, wherever the shapes coincide) and
-sees the same batches in the same order (`hf_neutreno.experiment`). `results.json` is rewritten after every run; an
-`--output-dir` that already holds results is refused unless `--overwrite-output-dir` is given, and
+sees the same batches in the same order (`hf_neutreno.engine.experiment`). `results.json` is rewritten after every run;
+an `--output-dir` that already holds results is refused unless `--overwrite-output-dir` is given, and
 `--resume-from-checkpoint` continues an interrupted run: its finished runs are kept, and the run it stopped in
 continues from its last checkpoint (one per epoch, in the run's folder).
 
@@ -35,16 +35,18 @@ import torch
 from datasets import Dataset
 from transformers import TrainingArguments, ViTImageProcessorPil
 
-from hf_neutreno import recipes
-from hf_neutreno.corruptions import CORRUPTIONS, check_corruption, corruption_accuracy
-from hf_neutreno.data import get_split, image_and_label_columns, load_image_dataset, subset
+from hf_neutreno.data.corruptions import CORRUPTIONS, check_corruption, corruption_accuracy
+from hf_neutreno.data.image_transforms import collate_images, image_transform
+from hf_neutreno.data.loading import get_split, image_and_label_columns, load_image_dataset, subset
+from hf_neutreno.data.scores import accuracy
 from hf_neutreno.diagnostics import spectral_dominance
-from hf_neutreno.experiment import Run, pairing_arguments, run_paired
+from hf_neutreno.engine.experiment import Run, pairing_arguments, run_paired
+from hf_neutreno.engine.model_factories import IMAGE_PRESETS, image_classifier
+from hf_neutreno.engine.variants import BASELINE
+from hf_neutreno.engine.variants import VARIANTS as ALL_VARIANTS
 from hf_neutreno.hub import HubTrainer, create_repo
-from hf_neutreno.image_transforms import collate_images, image_transform
-from hf_neutreno.metrics import accuracy
-from hf_neutreno.model_factories import IMAGE_PRESETS, image_classifier
-from hf_neutreno.training_scripts import (
+from hf_neutreno.training import recipes
+from hf_neutreno.training.scripts import (
     LAST_CHECKPOINT,
     has_accelerator,
     refuse_to_overwrite,
@@ -52,10 +54,9 @@ from hf_neutreno.training_scripts import (
     resume_requested,
     run_script,
 )
-from hf_neutreno.variants import BASELINE
-from hf_neutreno.variants import VARIANTS as ALL_VARIANTS
 
-# The baseline and the poster's two eigen-parameterised ViTs (`hf_neutreno.variants`): softmax, vit-minus, vit-plus.
+# The baseline and the poster's two eigen-parameterised ViTs (`hf_neutreno.engine.variants`): softmax, vit-minus,
+# vit-plus.
 VARIANTS = tuple(name for name, variant in ALL_VARIANTS.items() if variant.preset_only or name == BASELINE)
 # Arguments that a resumed run may change: where it pushes, and the flags that ask for resuming or overwriting.
 UNCOMPARED_ARGS = (

@@ -34,14 +34,14 @@ from transformers import (
 from transformers.image_utils import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
 from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForImageClassification
-from hf_neutreno import training_scripts as scripts
 from hf_neutreno.convert import vit_to_neutreno
-from hf_neutreno.data import get_split, image_and_label_columns, label_names, load_image_dataset, subset
+from hf_neutreno.data.image_transforms import collate_images, image_transform
+from hf_neutreno.data.loading import get_split, image_and_label_columns, label_names, load_image_dataset, subset
+from hf_neutreno.data.scores import accuracy_metrics
+from hf_neutreno.engine.model_factories import IMAGE_PRESETS, image_classifier
 from hf_neutreno.hub import HubTrainer, ModelCardMixin
-from hf_neutreno.image_transforms import collate_images, image_transform
-from hf_neutreno.metrics import accuracy_metrics
-from hf_neutreno.mixup import MixupCutmix, MixupTrainer, soft_target_cross_entropy
-from hf_neutreno.model_factories import IMAGE_PRESETS, image_classifier
+from hf_neutreno.training import scripts
+from hf_neutreno.training.mixup import MixupCutmix, MixupTrainer, soft_target_cross_entropy
 
 logger = logging.getLogger(__name__)
 

@@ -42,14 +42,14 @@ from torch import nn
 from transformers import AutoConfig, AutoImageProcessor, set_seed
 
 from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForSemanticSegmentation
-from hf_neutreno import training_scripts as scripts
 from hf_neutreno.convert import vit_to_neutreno
-from hf_neutreno.data import LABELS_FILE, get_split, load_image_dataset, read_id2label, subset
+from hf_neutreno.data.loading import LABELS_FILE, get_split, load_image_dataset, read_id2label, subset
+from hf_neutreno.data.scores import BACKENDS as METRIC_BACKENDS
+from hf_neutreno.data.scores import evaluate_metric
+from hf_neutreno.data.segmentation import MS_SCALES, MeanIoU, make_image_processor, multi_scale_probabilities
+from hf_neutreno.engine.model_factories import segmenter
 from hf_neutreno.hub import HubTrainer
-from hf_neutreno.metrics import BACKENDS as METRIC_BACKENDS
-from hf_neutreno.metrics import evaluate_metric
-from hf_neutreno.model_factories import segmenter
-from hf_neutreno.segmentation import MS_SCALES, MeanIoU, make_image_processor, multi_scale_probabilities
+from hf_neutreno.training import scripts
 
 logger = logging.getLogger(__name__)
 
@@ -274,7 +274,7 @@ def eval_pixels(processor, image: Image.Image, short_side: int) -> torch.Tensor:
 
 def mean_iou_factory(backend: str, world_size: int):
     """A function making a fresh `evaluate` mean_iou module, or None for the direct computation (`MeanIoU`), as
-    `hf_neutreno.metrics.evaluate_metric` decides: here it is tried once, before training."""
+    `hf_neutreno.data.scores.evaluate_metric` decides: here it is tried once, before training."""
     if backend not in METRIC_BACKENDS:
         raise ValueError(f"--metric_backend {backend!r} is not one of {METRIC_BACKENDS}.")
     if world_size > 1:  # each process scores its own shard; the confusion matrices are summed across processes

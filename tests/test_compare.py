@@ -30,7 +30,7 @@ from transformers import AutoImageProcessor, AutoModelForCausalLM, AutoModelForI
 import hf_neutreno
 from fresh_process import run_fresh
 from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForImageClassification, cli
-from hf_neutreno.data import load_image_dataset
+from hf_neutreno.data.loading import load_image_dataset
 from tiny_models import MICRO_VIT
 
 CHANCE = 0.1  # digits: 10 balanced classes
@@ -465,7 +465,7 @@ def test_library_entry_point_returns_what_it_writes_and_the_cli_shares_its_defau
     """`run_comparison` (what `hf-neutreno compare` calls) returns results.json's content; the command's defaults are
     `CompareSettings()`'s; the caller's settings and torch's thread count are left as they were."""
     from hf_neutreno.cli import build_parser
-    from hf_neutreno.compare import CompareSettings, run_comparison
+    from hf_neutreno.engine.compare import CompareSettings, run_comparison
 
     args = build_parser("compare").parse_args(["compare"])
     assert CompareSettings(**{k: getattr(args, k) for k in vars(CompareSettings())}) == CompareSettings()

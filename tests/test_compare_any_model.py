@@ -264,7 +264,7 @@ def test_preset_only_variants_and_flags_are_refused_where_they_do_not_apply(tmp_
 def test_the_task_comes_from_the_head_then_from_the_columns():
     from datasets import ClassLabel, Features, Image, Value
 
-    from hf_neutreno.model_tasks import task_of_architecture, task_of_columns
+    from hf_neutreno.engine.model_tasks import task_of_architecture, task_of_columns
 
     bert = transformers.BertConfig(architectures=["BertForSequenceClassification"])
     assert task_of_architecture(bert) == "text-classification"
@@ -287,11 +287,11 @@ def test_a_preset_and_a_transformers_model_are_the_same_task_objects_with_the_sa
     """One family of tasks: the task objects of both kinds of --model are their task's class, whose inputs, score and
     probe they do not redefine. On one image folder, a preset's and a saved ViT's probe images are what their image
     processors make of the first evaluation images."""
-    from hf_neutreno.compare_settings import CompareSettings
-    from hf_neutreno.data import load_dataset_splits
-    from hf_neutreno.model_tasks import MODEL_TASKS, ModelTask
-    from hf_neutreno.preset_tasks import PresetTask, task_class, task_for
-    from hf_neutreno.tasks import TASKS
+    from hf_neutreno.data.loading import load_dataset_splits
+    from hf_neutreno.engine.compare_settings import CompareSettings
+    from hf_neutreno.engine.model_tasks import MODEL_TASKS, ModelTask
+    from hf_neutreno.engine.preset_tasks import PresetTask, task_class, task_for
+    from hf_neutreno.engine.tasks import TASKS
 
     presets = {
         "image-classification": "vit-micro",
@@ -345,7 +345,7 @@ def test_the_kept_cifar10_tables_in_the_docs_are_what_the_committed_results_prin
     main command: recomputed here from the saved JSON, whatever CPU runs the test."""
     from pathlib import Path
 
-    from hf_neutreno.compare_report import format_table
+    from hf_neutreno.engine.compare_report import format_table
 
     root = Path(__file__).resolve().parents[1]
     text = (root / "docs" / "compare.md").read_text(encoding="utf-8")
@@ -398,8 +398,8 @@ def test_compare_runs_unchanged_under_torchrun_one_process_writing_and_reporting
 def test_compare_fine_tunes_a_saved_segmenter_on_a_local_segmentation_set(tmp_path, data_dir):
     """The segmentation task from the checkpoint's head: a saved NeuTRENO Segmenter at λ = 0 on fashion-scenes (its
     `id2label.json` names the classes); `neutreno` sets the model's own λ, scored by mean IoU."""
-    from hf_neutreno.model_factories import segmenter
-    from hf_neutreno.segmentation import make_image_processor
+    from hf_neutreno.data.segmentation import make_image_processor
+    from hf_neutreno.engine.model_factories import segmenter
 
     labels = json.loads((data_dir / "fashion-scenes" / "id2label.json").read_text())
     model = segmenter("segmenter-micro", [labels[str(i)] for i in range(len(labels))], neutreno_lambda=0.0)

@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from hf_neutreno.corruptions import CORRUPTIONS, PARAMETERS, corrupt
+from hf_neutreno.data.corruptions import CORRUPTIONS, PARAMETERS, corrupt
 
 
 @pytest.fixture(scope="module")

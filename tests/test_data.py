@@ -1,4 +1,4 @@
-"""`hf_neutreno.data.load_dataset_splits`, the one place that resolves where a dataset comes from: the built-in
+"""`hf_neutreno.data.loading.load_dataset_splits`, the one place that resolves where a dataset comes from: the built-in
 `digits`, a folder of Parquet files named as on the Hub, an imagefolder tree, a missing folder; and `read_id2label`."""
 
 import json
@@ -9,8 +9,8 @@ import pytest
 from datasets import ClassLabel, Image
 from PIL import Image as PILImage
 
-from hf_neutreno.data import load_dataset_splits, load_image_dataset, read_id2label
-from hf_neutreno.text_data import load_wikitext
+from hf_neutreno.data.loading import load_dataset_splits, load_image_dataset, read_id2label
+from hf_neutreno.data.text import load_wikitext
 
 
 def test_each_kind_of_source_resolves_to_its_loader(tmp_path):

@@ -13,8 +13,8 @@ from transformers import Trainer
 from cli_process import run_torchrun
 from examples_loader import EXAMPLES, fashion_mnist_flags, load_example, trainer_flags
 from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForImageClassification
-from hf_neutreno.mixup import soft_target_cross_entropy
-from hf_neutreno.training_scripts import check_distributed_launch
+from hf_neutreno.training.mixup import soft_target_cross_entropy
+from hf_neutreno.training.scripts import check_distributed_launch
 from tiny_models import FASHION_VIT, fashion_mnist, training_args
 
 TESTS = Path(__file__).resolve().parent
@@ -80,7 +80,7 @@ def test_soft_target_loss_with_gradient_accumulation_equals_the_large_batch(data
     2 accumulated micro-batches of 8 give the update of one batch of 16. The same `num_items_in_batch` contract makes
     the loss right under DDP, where Trainer multiplies a compute_loss_func loss by the number of processes.
     SGD makes the update linear in the gradient, so the tolerance is fp32 rounding (1e-6)."""
-    from hf_neutreno.image_transforms import collate_images
+    from hf_neutreno.data.image_transforms import collate_images
 
     data = fashion_mnist(data_dir, "test", 64)
     config = NeuTRENOViTConfig(**dict(FASHION_VIT, num_hidden_layers=2))

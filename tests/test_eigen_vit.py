@@ -564,7 +564,7 @@ def test_exported_model_is_a_neutreno_vit_checkpoint_that_loads_with_remote_code
 def test_trainer_on_cifar10_subset_lowers_the_loss(data_dir, tmp_path):
     from transformers import Trainer, ViTImageProcessorPil
 
-    from hf_neutreno.data import get_split, image_and_label_columns, load_image_dataset, subset
+    from hf_neutreno.data.loading import get_split, image_and_label_columns, load_image_dataset, subset
 
     dataset = load_image_dataset(data_dir / "cifar10")
     image_col, label_col = image_and_label_columns(dataset)

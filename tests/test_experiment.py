@@ -1,5 +1,5 @@
-"""The paired-experiment core (`hf_neutreno.experiment`), against plain computations: which weights a variant starts
-from, the fingerprint that pairs them, and the statistics over seeds (numpy, by hand)."""
+"""The paired-experiment core (`hf_neutreno.engine.experiment`), against plain computations: which weights a variant
+starts from, the fingerprint that pairs them, and the statistics over seeds (numpy, by hand)."""
 
 import math
 
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from hf_neutreno.experiment import (
+from hf_neutreno.engine.experiment import (
     Run,
     copy_shared_weights,
     paired,
@@ -16,7 +16,7 @@ from hf_neutreno.experiment import (
     summary,
     weights_fingerprint,
 )
-from hf_neutreno.model_factories import image_classifier
+from hf_neutreno.engine.model_factories import image_classifier
 
 SHAPE = dict(
     num_hidden_layers=2, hidden_size=16, num_attention_heads=2, intermediate_size=32, image_size=8, patch_size=4

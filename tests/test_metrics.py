@@ -1,4 +1,4 @@
-"""One metric path (`hf_neutreno.metrics`): `evaluate`'s module where it loads, else the direct computation, which
+"""One metric path (`hf_neutreno.data.scores`): `evaluate`'s module where it loads, else the direct computation, which
 agrees with evaluate's definition. The Hub is out of reach here, so evaluate's definitions come from its
 documentation: `accuracy` is scikit-learn's `accuracy_score`; `mean_iou`'s documented example is in test_segmenter."""
 
@@ -10,7 +10,7 @@ import pytest
 from sklearn.metrics import accuracy_score
 from transformers import EvalPrediction
 
-from hf_neutreno import metrics
+from hf_neutreno.data import scores as metrics
 
 
 class _EvaluateAccuracy:

@@ -18,8 +18,8 @@ from examples_loader import load_example
 from fresh_process import make_local_hub_cache, run_fresh
 from hf_neutreno import NeuTRENOGPTAdaptiveLogSoftmax, NeuTRENOGPTConfig, NeuTRENOGPTForCausalLM, NeuTRENOGPTModel
 from hf_neutreno.convert import gpt2_to_neutreno
-from hf_neutreno.lm_eval import block_eval, blocks, evaluate_lm, sliding_window_eval, sliding_windows
-from hf_neutreno.text_data import group_into_blocks, load_wikitext, token_stream, train_word_tokenizer
+from hf_neutreno.data.lm_eval import block_eval, blocks, evaluate_lm, sliding_window_eval, sliding_windows
+from hf_neutreno.data.text import group_into_blocks, load_wikitext, token_stream, train_word_tokenizer
 from tiny_models import (
     NEUTRENO_LAYER_CASES,
     TINY_NEUTRENO_GPT,

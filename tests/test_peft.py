@@ -11,7 +11,7 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import AutoModelForCausalLM, AutoModelForImageClassification
 
 from hf_neutreno import NeuTRENOGPTConfig, NeuTRENOGPTForCausalLM, NeuTRENOViTConfig, NeuTRENOViTForImageClassification
-from hf_neutreno.text_data import load_wikitext, token_stream, train_word_tokenizer
+from hf_neutreno.data.text import load_wikitext, token_stream, train_word_tokenizer
 from hf_neutreno.value_path import PEFT_MODULES, apply_value_path, learned_coefficients
 from tiny_models import FASHION_VIT, fashion_mnist, tiny_inputs, tiny_model
 

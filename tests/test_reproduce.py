@@ -16,7 +16,7 @@ import reproduce_plans as plans
 import reproduce_segment
 import reproduce_tables as tables
 import reproduce_training
-from hf_neutreno import experiment
+from hf_neutreno.engine import experiment
 from results_sections import RESULTS_SECTIONS
 
 EVIDENCE = Path(__file__).resolve().parents[1] / "evidence"

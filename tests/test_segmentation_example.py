@@ -159,7 +159,7 @@ class _EvaluateModule:
         self.references.append(np.asarray(references))
 
     def compute(self, num_labels, ignore_index, reduce_labels):
-        from hf_neutreno.segmentation import mean_iou
+        from hf_neutreno.data.segmentation import mean_iou
 
         self.computed_with = (num_labels, ignore_index, reduce_labels)
         return mean_iou(

@@ -16,9 +16,9 @@ from transformers import AutoModelForSemanticSegmentation, Trainer, ViTConfig, V
 
 from fresh_process import run_fresh
 from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForImageClassification, NeuTRENOViTForSemanticSegmentation
+from hf_neutreno.data.segmentation import MS_SCALES, MeanIoU, make_image_processor, mean_iou, multi_scale_probabilities
 from hf_neutreno.diagnostics import measure_oversmoothing
 from hf_neutreno.diagnostics.metrics import hidden_state_metrics
-from hf_neutreno.segmentation import MS_SCALES, MeanIoU, make_image_processor, mean_iou, multi_scale_probabilities
 from tiny_models import (
     TINY_VIT,
     assert_checkpointing_keeps_the_gradients,

@@ -25,7 +25,7 @@ def cifar_pixels(data_dir) -> torch.Tensor:
     """Eight real CIFAR-10 test images, processed as the models expect (32×32, normalised)."""
     from transformers import ViTImageProcessorPil
 
-    from hf_neutreno.data import get_split, image_and_label_columns, load_image_dataset
+    from hf_neutreno.data.loading import get_split, image_and_label_columns, load_image_dataset
 
     dataset = load_image_dataset(data_dir / "cifar10")
     image_col, _ = image_and_label_columns(dataset)

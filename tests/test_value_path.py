@@ -33,8 +33,8 @@ from cli_process import run_torchrun
 from fresh_process import run_fresh
 from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTModel, apply_value_path, remove_value_path
 from hf_neutreno.convert import gpt2_to_neutreno, vit_to_neutreno
+from hf_neutreno.engine.variants import VARIANTS
 from hf_neutreno.value_path import coefficient_parameters, is_value_path_model, learned_coefficients, value_path_class
-from hf_neutreno.variants import VARIANTS
 from tiny_models import (
     ARCHITECTURES,
     CAUSAL,

@@ -95,7 +95,7 @@ def fashion_mnist(data_dir, split: str, count: int):
     from datasets import load_dataset
     from transformers import ViTImageProcessorPil
 
-    from hf_neutreno.image_transforms import image_transform
+    from hf_neutreno.data.image_transforms import image_transform
 
     data = load_dataset("parquet", data_dir=str(Path(data_dir) / "fashion_mnist"), split=split).select(range(count))
     data.set_transform(image_transform(ViTImageProcessorPil(size={"height": 28, "width": 28}), "image", "label"))
@@ -233,7 +233,7 @@ def tiny_sentences(count: int, seed: int = 0) -> list[str]:
 
 def tiny_tokenizer():
     """A word-level tokenizer of `WORDS` (with `<pad>`, `<eos>`, `<unk>` and a `<mask>`), as this package trains."""
-    from hf_neutreno.text_data import train_word_tokenizer
+    from hf_neutreno.data.text import train_word_tokenizer
 
     tokenizer = train_word_tokenizer([" ".join(WORDS)])
     tokenizer.add_special_tokens({"mask_token": "<mask>"})

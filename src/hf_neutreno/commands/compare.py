@@ -27,7 +27,7 @@ train once per seed (--seeds of them: --seed, --seed + 1, ...), paired: within a
 initial weights (softmax's, wherever the shapes coincide), sees the same batches in the same order and trains for
 the same budget with `Trainer`. Each is then scored on the test split (else validation): accuracy for an image
 classifier preset, perplexity for a language- model preset (non-overlapping blocks of the context length,
-`hf_neutreno.lm_eval`), mean IoU for a Segmenter preset (`segmenter-*`; on the validation split, else test, resized
+`hf_neutreno.data.lm_eval`), mean IoU for a Segmenter preset (`segmenter-*`; on the validation split, else test, resized
 to the preset's image size). The mean pairwise token cosine similarity of every layer is measured on one probe set
 for all variants: the first --probe-samples evaluation samples.
 
@@ -48,7 +48,7 @@ each finished run, each model folder complete or absent) and replaces --output-d
 earlier run there stays until then. A run stopped at any moment (Ctrl-C, a killed process) continues with
 --resume: the seeds and variants it finished are kept and the others trained, with the numbers an uninterrupted run
 gives. Without --resume an interrupted run is refused rather than overwritten; a folder holding anything but a
-compare run is refused before anything is trained. The same from Python: `hf_neutreno.compare.run_comparison`.
+compare run is refused before anything is trained. The same from Python: `hf_neutreno.engine.compare.run_comparison`.
 """
 
 import argparse
@@ -56,11 +56,11 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from ..compare_output import INCOMPLETE, PLOT_FILE, RESULTS_FILE
-from ..compare_settings import FINE_TUNING, FROM_SCRATCH, CompareSettings
-from ..names import IMAGE_MODELS, SEGMENTATION_MODELS, TASK_SPECS, TEXT_MODELS
+from ..engine.compare_output import INCOMPLETE, PLOT_FILE, RESULTS_FILE
+from ..engine.compare_settings import FINE_TUNING, FROM_SCRATCH, CompareSettings
+from ..engine.names import IMAGE_MODELS, SEGMENTATION_MODELS, TASK_SPECS, TEXT_MODELS
+from ..engine.variants import PRETRAINED_LEARNABLE_START, VARIANTS
 from ..value_path_defaults import DEFAULT_COEFFICIENTS
-from ..variants import PRETRAINED_LEARNABLE_START, VARIANTS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -243,7 +243,7 @@ def _variants(text: str) -> tuple[str, ...]:
 
 def run(args: argparse.Namespace) -> int:
     # The training machinery (torch, transformers, datasets) is imported here, not at the top: `--help` needs none.
-    from ..compare import format_table, run_comparison
+    from ..engine.compare import format_table, run_comparison
 
     if args.vit_minus:  # the deprecated spelling of adding vit-minus to --variants
         args.variants = (*args.variants, "vit-minus")

@@ -23,9 +23,9 @@ import argparse
 import math
 from pathlib import Path
 
-from ..names import DEFAULT_METRICS, METRICS
+from ..engine.names import DEFAULT_METRICS, METRICS
+from ..engine.variants import ANY_MODEL_VARIANTS, VARIANTS
 from ..value_path_defaults import DEFAULT_COEFFICIENTS
-from ..variants import ANY_MODEL_VARIANTS, VARIANTS
 from . import check_model_folder, check_output_file
 
 DEFAULT_SPLITS = ("test", "validation", "train")
@@ -164,7 +164,7 @@ def _dataset(args):
     from datasets import Image
     from datasets.exceptions import DatasetGenerationError
 
-    from ..data import get_split, load_image_dataset, subset
+    from ..data.loading import get_split, load_image_dataset, subset
 
     # `load_image_dataset` reads any Hub name, Parquet folder or imagefolder; nothing in it is image-specific.
     try:

@@ -5,14 +5,14 @@ r"""Perplexity of a causal LM on WikiText, with the paper's sliding window and w
 
 MODEL is a checkpoint folder or Hub id of a causal LM saved with its tokenizer. The protocols (`sliding`: the
 paper's, every token scored with a full window of context; `blocks`: cheaper and pessimistic) are described in
-`hf_neutreno.lm_eval`. --output never replaces an existing file unless --overwrite is given.
+`hf_neutreno.data.lm_eval`. --output never replaces an existing file unless --overwrite is given.
 """
 
 import argparse
 import json
 import sys
 
-from ..names import PROTOCOLS
+from ..engine.names import PROTOCOLS
 from . import check_model_folder, check_output_file
 
 
@@ -45,8 +45,8 @@ def run(args: argparse.Namespace) -> int:
 
     import hf_neutreno.models  # noqa: F401  (registers this package's models with the Auto classes)
 
-    from ..lm_eval import evaluate_lm
-    from ..text_data import load_wikitext, token_stream
+    from ..data.lm_eval import evaluate_lm
+    from ..data.text import load_wikitext, token_stream
 
     # Cheap checks first: a typo should not cost loading a model.
     for flag, value, least in (

@@ -17,7 +17,7 @@ Conventions shared by every function:
 
 import torch
 
-from ..names import DEFAULT_METRICS, METRICS  # shown by `hf-neutreno diagnose --help` without torch
+from ..engine.names import DEFAULT_METRICS, METRICS  # shown by `hf-neutreno diagnose --help` without torch
 
 
 def check_metrics(metrics) -> tuple[str, ...]:

@@ -45,7 +45,7 @@ class NeuTRENOGPTConfig(NeuTRENOConfigMixin, PreTrainedConfig):
         adaptive_softmax_cutoffs (`list[int]`, *optional*): sorted token ids that split the vocabulary into a
             shortlist and tail clusters (Grave et al. 2017; the paper: `[20000, 40000, 200000]`). The output layer
             is then a tied adaptive log-softmax whose "logits" are exact log-probabilities; token ids must be
-            sorted by frequency (the tokenizers of `hf_neutreno.text_data` are).
+            sorted by frequency (the tokenizers of `hf_neutreno.data.text` are).
         tie_word_embeddings (`bool`, defaults to `True`): output rows = input embedding rows.
 
     Dropout fields (all in [0, 1)): `embedding_dropout` (token + position embeddings), `attention_dropout`

@@ -1,7 +1,8 @@
 """The presets of this package's configs, ``{name: {field: value}}`` (``Config.from_preset(name, **overrides)``).
 
 A flat sibling of the configuration files, which import it, so it travels with every checkpoint. It imports nothing:
-`hf_neutreno.names` reads the preset names from it without importing transformers, for a fast `hf-neutreno --help`.
+`hf_neutreno.engine.names` reads the preset names from it without importing transformers, for a fast `hf-neutreno
+--help`.
 """
 
 

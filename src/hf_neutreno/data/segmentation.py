@@ -4,7 +4,7 @@ inference and the metrics (mean IoU, pixel accuracy, per-class IoU).
 Single-scale evaluation (the paper's SS) is the model's own `sliding_window_logits`; `multi_scale_probabilities` is
 its multi-scale evaluation with flips (MS). The metrics follow `evaluate`'s `mean_iou` (the mmsegmentation
 definitions): `MeanIoU` accumulates them over batches, `mean_iou` takes whole lists of maps and uses
-`evaluate.load("mean_iou")` where it loads, else the same computation done here (`hf_neutreno.metrics`).
+`evaluate.load("mean_iou")` where it loads, else the same computation done here (`hf_neutreno.data.scores`).
 """
 
 import warnings
@@ -15,7 +15,7 @@ import torch
 from torch import nn
 from transformers import SegformerImageProcessorPil
 
-from .metrics import evaluate_metric
+from .scores import evaluate_metric
 
 # Segmenter's multi-scale evaluation (mmsegmentation's ADE20K ratios), each also flipped horizontally.
 MS_SCALES = (0.5, 0.75, 1.0, 1.25, 1.5, 1.75)
@@ -201,7 +201,7 @@ def mean_iou(
 
     `backend`: `"evaluate"` loads the metric from the Hub (or its cache); `"direct"` computes it here (`MeanIoU`,
     the same definitions); `"auto"` (default) uses evaluate's where it loads and the direct computation otherwise
-    (`hf_neutreno.metrics.evaluate_metric`).
+    (`hf_neutreno.data.scores.evaluate_metric`).
     """
     arguments = dict(
         num_labels=num_labels,

@@ -1,6 +1,6 @@
 """Perplexity of a causal language model on a token stream, with the paper's sliding window and with blocks.
 
-    from hf_neutreno.lm_eval import evaluate_lm
+    from hf_neutreno.data.lm_eval import evaluate_lm
     results = evaluate_lm(model, token_ids, context_length=256)    # {"sliding": LMEvalResult, "blocks": ...}
 
 `hf-neutreno evaluate-lm` (`hf_neutreno.commands.evaluate_lm`) runs it on a saved model and a WikiText split.
@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 import torch
 from tqdm.auto import tqdm
 
-from .names import PROTOCOLS  # shown by `hf-neutreno evaluate-lm --help` without torch
+from ..engine.names import PROTOCOLS  # shown by `hf-neutreno evaluate-lm --help` without torch
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ definition computed directly, offline.
     metric = evaluate_metric("accuracy")       # evaluate's module, or None: compute it directly
     Trainer(..., compute_metrics=accuracy_metrics)
 
-`accuracy_metrics` (classification, for `Trainer`) and `hf_neutreno.segmentation.mean_iou` both go through
+`accuracy_metrics` (classification, for `Trainer`) and `hf_neutreno.data.segmentation.mean_iou` both go through
 `evaluate_metric`; `accuracy` scores a model on preprocessed images directly.
 """
 

@@ -9,10 +9,10 @@ splits into model inputs, names the head that predicts them (`auto_class`) and s
     └── SemanticSegmentation   image + label map; mean IoU
 
 Where the model, its tokenizer or image processor and the data's columns come from is the other half of a task
-object, a source mixed in before the task: `hf_neutreno.preset_tasks.PresetTask` (a preset of this package, trained
-from scratch) or `hf_neutreno.model_tasks.ModelTask` (a transformers model). The source picks the splits and columns
-(`train`, `eval`, `eval_split`, `processing`, `settings`) and calls the task's `_*_inputs`; `compare` then uses
-`train`, `processing`, `trainer_arguments()`, `score(trainer)` and `probe_batches()` alike for every task object.
+object, a source mixed in before the task: `hf_neutreno.engine.preset_tasks.PresetTask` (a preset of this package,
+trained from scratch) or `hf_neutreno.engine.model_tasks.ModelTask` (a transformers model). The source picks the splits
+and columns (`train`, `eval`, `eval_split`, `processing`, `settings`) and calls the task's `_*_inputs`; `compare` then
+uses `train`, `processing`, `trainer_arguments()`, `score(trainer)` and `probe_batches()` alike for every task object.
 """
 
 import math
@@ -20,11 +20,11 @@ import math
 import torch
 from transformers import DataCollatorForLanguageModeling, DataCollatorWithPadding, Trainer
 
-from .image_transforms import collate_images
-from .lm_eval import block_eval
-from .metrics import accuracy_metrics
+from ..data.image_transforms import collate_images
+from ..data.lm_eval import block_eval
+from ..data.scores import accuracy_metrics
+from ..data.segmentation import single_scale_mean_iou
 from .names import TASK_SPECS
-from .segmentation import single_scale_mean_iou
 
 EVAL_SPLITS = ("test", "validation")  # the first one the dataset has
 ANNOTATION_COLUMN = "annotation"  # scene_parse_150's label maps

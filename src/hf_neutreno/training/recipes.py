@@ -1,10 +1,10 @@
 """The papers' training recipes, as `TrainingArguments` fields (every field can be overridden).
 
-    from hf_neutreno import recipes
+    from hf_neutreno.training import recipes
     args = TrainingArguments(output_dir, **recipes.POSTER_CIFAR_TRAINING)       # the poster's CIFAR recipe
 
-Models come from `hf_neutreno.model_factories`, transforms from `hf_neutreno.image_transforms`, Mixup/CutMix from
-`hf_neutreno.mixup` and metrics from `hf_neutreno.metrics`.
+Models come from `hf_neutreno.engine.model_factories`, transforms from `hf_neutreno.data.image_transforms`, Mixup/CutMix
+from `hf_neutreno.training.mixup` and metrics from `hf_neutreno.data.scores`.
 """
 
 # The poster's CIFAR recipe for ViT-Ti and its eigen-parameterised variants (with drop path 0.1 in the model and

@@ -1,5 +1,5 @@
-"""The settings of `hf_neutreno.compare.run_comparison` and their defaults, which `hf-neutreno compare --help` shows: a
-module that imports neither torch nor transformers, so that the help is fast.
+"""The settings of `hf_neutreno.engine.compare.run_comparison` and their defaults, which `hf-neutreno compare --help`
+shows: a module that imports neither torch nor transformers, so that the help is fast.
 """
 
 import dataclasses
@@ -20,8 +20,8 @@ class CompareSettings:
     `model`, `--max-steps` for `max_steps`, ...). `model` is a preset of this package (trained from scratch) or a
     transformers model, a Hub id or a saved folder (fine-tuned from its weights unless `from_scratch`). None picks the
     default: `FROM_SCRATCH` or `FINE_TUNING` for the training settings (a preset's learning rate: 3e-3 for image
-    classifiers, 1e-3 for language models and Segmenters), and `hf_neutreno.variants.default_coefficient` for λ and
-    α. The variants train once per seed `seed, seed + 1, ..., seed + seeds - 1`."""
+    classifiers, 1e-3 for language models and Segmenters), and `hf_neutreno.engine.variants.default_coefficient` for λ
+    and α. The variants train once per seed `seed, seed + 1, ..., seed + seeds - 1`."""
 
     model: str = "vit-micro"
     dataset: str = BUILTIN_DIGITS

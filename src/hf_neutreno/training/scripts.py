@@ -28,7 +28,7 @@ from transformers import HfArgumentParser, TrainerState, TrainingArguments
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
-from .hub import prepare_trainer_push
+from ..hub import prepare_trainer_push
 
 LAST_CHECKPOINT = "last"  # `--resume-from-checkpoint` without a path (also `true`): the output folder's last one
 

@@ -1,6 +1,6 @@
 """Models from presets: an image classifier of any variant, a language model for a tokenizer, a Segmenter.
 
-    from hf_neutreno.model_factories import image_classifier
+    from hf_neutreno.engine.model_factories import image_classifier
     model = image_classifier("vit-minus", "vit-tiny", labels=names)   # ViT⁻ in the shape of the poster's ViT-Ti
 
 `hf-neutreno compare`, `evidence/reproduce.py` and the example scripts build their models from presets here.
@@ -8,17 +8,17 @@
 
 import copy
 
-from .models.configuration_eigen_vit import EigenViTConfig
-from .models.configuration_neutreno_gpt import NeuTRENOGPTConfig
-from .models.configuration_neutreno_vit import NeuTRENOViTConfig
-from .models.modeling_eigen_vit import EigenViTForImageClassification
-from .models.modeling_neutreno_gpt import NeuTRENOGPTForCausalLM
-from .models.modeling_neutreno_vit import NeuTRENOViTForImageClassification, NeuTRENOViTForSemanticSegmentation
+from ..models.configuration_eigen_vit import EigenViTConfig
+from ..models.configuration_neutreno_gpt import NeuTRENOGPTConfig
+from ..models.configuration_neutreno_vit import NeuTRENOViTConfig
+from ..models.modeling_eigen_vit import EigenViTForImageClassification
+from ..models.modeling_neutreno_gpt import NeuTRENOGPTForCausalLM
+from ..models.modeling_neutreno_vit import NeuTRENOViTForImageClassification, NeuTRENOViTForSemanticSegmentation
 from .names import IMAGE_PRESETS, LANGUAGE_MODEL_PRESETS, SEGMENTATION_PRESETS
 from .variants import VARIANTS
 
-# The variants (`hf_neutreno.variants`) an image classifier preset builds: "softmax" and "neutreno" are NeuTRENO ViTs
-# (λ = 0 and λ > 0), "vit-minus" and "vit-plus" EigenViTs.
+# The variants (`hf_neutreno.engine.variants`) an image classifier preset builds: "softmax" and "neutreno" are NeuTRENO
+# ViTs (λ = 0 and λ > 0), "vit-minus" and "vit-plus" EigenViTs.
 IMAGE_VARIANTS = tuple(name for name, v in VARIANTS.items() if v.method is None or name == "neutreno" or v.preset_only)
 
 

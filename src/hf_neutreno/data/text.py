@@ -17,7 +17,7 @@ from datasets import Dataset, DatasetDict
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
-from .data import load_dataset_splits
+from .loading import load_dataset_splits
 
 WIKITEXT_HUB_NAME = "Salesforce/wikitext"
 WIKITEXT103_CONFIG = "wikitext-103-v1"
@@ -30,7 +30,7 @@ def load_wikitext(
 ) -> DatasetDict:
     """Every split of a WikiText dataset: a Hub name (`Salesforce/wikitext` with `config_name`, e.g.
     `wikitext-103-v1`), or a folder of Parquet files with the Hub's schema (one `text` row per line), such as
-    a local copy of `Salesforce/wikitext`'s `wikitext-2-v1` (`hf_neutreno.data.load_dataset_splits`)."""
+    a local copy of `Salesforce/wikitext`'s `wikitext-2-v1` (`hf_neutreno.data.loading.load_dataset_splits`)."""
     return load_dataset_splits(name_or_dir, config_name)
 
 

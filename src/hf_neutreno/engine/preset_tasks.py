@@ -1,7 +1,7 @@
 """The task objects of this package's presets in `hf-neutreno compare`, trained from scratch: an image classifier
 (`ImageTask`), a language model (`TextTask`) and a Segmenter (`SegmentationTask`). Each is a `PresetTask` (the preset:
 its data checks, its image processor or word-level tokenizer, the models it builds) mixed into its task of
-`hf_neutreno.tasks` (the inputs, the head and the metric, shared with any transformers model's task objects).
+`hf_neutreno.engine.tasks` (the inputs, the head and the metric, shared with any transformers model's task objects).
 """
 
 from pathlib import Path
@@ -10,15 +10,15 @@ import torch
 from transformers import ViTImageProcessorPil
 from transformers.image_utils import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
-from .data import LABELS_FILE, capped, image_and_label_columns, is_local_path, label_names, read_id2label
-from .image_transforms import image_transform
+from ..data.image_transforms import image_transform
+from ..data.loading import LABELS_FILE, capped, image_and_label_columns, is_local_path, label_names, read_id2label
+from ..data.segmentation import make_image_processor, segmentation_transform
+from ..data.text import TEXT_COLUMN, group_into_blocks, token_stream, train_word_tokenizer
+from ..models.configuration_neutreno_gpt import NeuTRENOGPTConfig
+from ..models.configuration_neutreno_vit import NeuTRENOViTConfig
 from .model_factories import IMAGE_VARIANTS, image_classifier, language_model, segmenter
-from .models.configuration_neutreno_gpt import NeuTRENOGPTConfig
-from .models.configuration_neutreno_vit import NeuTRENOViTConfig
 from .names import IMAGE_MODELS, SEGMENTATION_MODELS, TEXT_MODELS
-from .segmentation import make_image_processor, segmentation_transform
 from .tasks import ANNOTATION_COLUMN, EVAL_SPLITS, CausalLM, ImageClassification, SemanticSegmentation
-from .text_data import TEXT_COLUMN, group_into_blocks, token_stream, train_word_tokenizer
 from .variants import VARIANTS, build_variant
 
 # What a preset builds: softmax attention (λ = 0), NeuTRENO (λ > 0), ViT⁻ (image classifiers only), and which can
@@ -79,8 +79,8 @@ def _has_class_labels(dataset) -> bool:
 
 class PresetTask:
     """A preset of this package trained from scratch: the source half of a preset's task object (the task half is
-    `hf_neutreno.tasks`). `build(variant, coefficient)` builds the preset's own attention (`ARCHITECTURES`) or puts a
-    value path on its softmax model."""
+    `hf_neutreno.engine.tasks`). `build(variant, coefficient)` builds the preset's own attention (`ARCHITECTURES`) or
+    puts a value path on its softmax model."""
 
     pretrained = False  # a preset trains from scratch
     kind = ""  # what --model is, for the messages

@@ -5,7 +5,7 @@ images; blur radius scales with the image side (side / 32). Severity 0 returns t
 corruptions draw from `numpy.random.default_rng(seed)`, so the same (image, name, severity, seed) always gives the
 same pixels; pass e.g. ``seed=(base_seed, index)`` to give every image of a dataset its own stream.
 
-    >>> from hf_neutreno.corruptions import corrupt
+    >>> from hf_neutreno.data.corruptions import corrupt
     >>> noisy = corrupt(image, "gaussian_noise", severity=3, seed=(0, 17))
 
 `corruption_accuracy` scores an image classifier on corrupted copies of a set of images (the poster's Table 3).
@@ -133,7 +133,7 @@ def corruption_accuracy(
     """{severity: {corruption: accuracy}} of an image classifier on `images` corrupted by `corrupt` (image i drawn
     with seed (seed, i), so every model sees the same pixels); severity 0 is the clean accuracy of the same images,
     under the name "none". `processor` turns PIL images into `pixel_values`; `labels` is a tensor of class ids."""
-    from .metrics import accuracy
+    from .scores import accuracy
 
     def pixels(batch):
         return processor(batch, return_tensors="pt")["pixel_values"]

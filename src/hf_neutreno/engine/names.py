@@ -1,9 +1,9 @@
 """Names and defaults that the library defines once and the command line shows, in a module that imports neither torch
 nor transformers, so that `hf-neutreno --help` and each subcommand's `--help` stay fast. The modules that use them
-(`hf_neutreno.model_factories`, `.tasks`, `.preset_tasks`, `.data`, `.lm_eval`, `.diagnostics`) import them from here
-and export them too. The other torch-free homes of such names: the variants, `hf_neutreno.variants`; the
-value paths' default coefficients, `hf_neutreno.value_path_defaults`; `compare`'s settings,
-`hf_neutreno.compare_settings`.
+(`hf_neutreno.engine.model_factories`, `.tasks`, `.preset_tasks`, `hf_neutreno.data.loading`, `.lm_eval`,
+`hf_neutreno.diagnostics`) import them from here and export them too. The other torch-free homes of such names: the
+variants, `hf_neutreno.engine.variants`; the value paths' default coefficients, `hf_neutreno.value_path_defaults`;
+`compare`'s settings, `hf_neutreno.engine.compare_settings`.
 """
 
 import importlib.util
@@ -14,7 +14,7 @@ def _preset_tables():
     """models/presets.py, read by its path: importing it as `hf_neutreno.models.presets` would first import
     `hf_neutreno.models`, which registers the model classes with the Auto classes (transformers and torch)."""
     spec = importlib.util.spec_from_file_location(
-        f"{__name__}._presets", Path(__file__).parent / "models" / "presets.py"
+        f"{__name__}._presets", Path(__file__).parent.parent / "models" / "presets.py"
     )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -33,7 +33,7 @@ SEGMENTATION_MODELS = SEGMENTATION_PRESETS
 IMAGE_MODELS = sorted(set(_PRESETS.NEUTRENO_VIT_PRESETS) - set(SEGMENTATION_MODELS))  # classifiers
 TEXT_MODELS = LANGUAGE_MODEL_PRESETS
 
-# The tasks of `hf-neutreno compare` (`hf_neutreno.tasks.TASKS`): name -> the Auto
+# The tasks of `hf-neutreno compare` (`hf_neutreno.engine.tasks.TASKS`): name -> the Auto
 # class of the model with its head, the Auto class of its tokenizer or image processor, the score.
 TASK_SPECS = {
     "image-classification": ("AutoModelForImageClassification", "AutoImageProcessor", "accuracy"),
@@ -43,9 +43,9 @@ TASK_SPECS = {
     "semantic-segmentation": ("AutoModelForSemanticSegmentation", "AutoImageProcessor", "mean_iou"),
 }
 
-BUILTIN_DIGITS = "digits"  # scikit-learn's bundled 8×8 digits (`hf_neutreno.data.load_dataset_splits`)
+BUILTIN_DIGITS = "digits"  # scikit-learn's bundled 8×8 digits (`hf_neutreno.data.loading.load_dataset_splits`)
 
-PROTOCOLS = ("sliding", "blocks")  # the perplexity protocols of `hf_neutreno.lm_eval`
+PROTOCOLS = ("sliding", "blocks")  # the perplexity protocols of `hf_neutreno.data.lm_eval`
 
 # The over-smoothing metrics (`hf_neutreno.diagnostics.metrics`).
 HIDDEN_STATE_METRICS = ("cosine_similarity", "hfc_lfc_ratio", "rank_one_distance", "effective_rank")

@@ -4,13 +4,13 @@
     task = model.prepare(dataset)        # the task object: columns, labels, splits; ValueError naming the flag
     network = task.build("value-residual", coefficient=0.5)   # `paired_model` seeds it
 
-Tasks (`hf_neutreno.tasks.TASKS`): image classification (image + label), text classification (text, or a text pair,
-+ label), causal language modelling (text), masked language modelling (text, a model with an MLM head) and semantic
-segmentation (image + annotation map). A task object is `ModelTask` (the model, its tokenizer or image processor,
-the columns, labels and splits) mixed into its task (`MODEL_TASKS`). A pretrained model is fine-tuned from its
-weights; its classification head is kept when its labels are the dataset's, else a new one is sized to the dataset's
-labels, drawn under the run's seed (`hf_neutreno.experiment.paired_model`), so that every variant of a seed starts
-from the same head.
+Tasks (`hf_neutreno.engine.tasks.TASKS`): image classification (image + label), text classification (text, or a text
+pair, + label), causal language modelling (text), masked language modelling (text, a model with an MLM head) and
+semantic segmentation (image + annotation map). A task object is `ModelTask` (the model, its tokenizer or image
+processor, the columns, labels and splits) mixed into its task (`MODEL_TASKS`). A pretrained model is fine-tuned from
+its weights; its classification head is kept when its labels are the dataset's, else a new one is sized to the dataset's
+labels, drawn under the run's seed (`hf_neutreno.engine.experiment.paired_model`), so that every variant of a seed
+starts from the same head.
 """
 
 from pathlib import Path
@@ -21,10 +21,12 @@ from datasets import ClassLabel, Features
 from transformers import AutoConfig
 from transformers.models.auto import modeling_auto
 
-from . import models  # noqa: F401  (registers this package's models: --model may be a folder saved by one)
-from .data import LABELS_FILE, capped, is_local_path, read_id2label
-from .image_transforms import image_transform
-from .segmentation import segmentation_transform
+from .. import models  # noqa: F401  (registers this package's models: --model may be a folder saved by one)
+from ..data.image_transforms import image_transform
+from ..data.loading import LABELS_FILE, capped, is_local_path, read_id2label
+from ..data.segmentation import segmentation_transform
+from ..data.text import group_into_blocks, token_stream
+from ..value_path import _check_adaptable, _refuse_built_in_term
 from .tasks import (
     ANNOTATION_COLUMN,
     EVAL_SPLITS,
@@ -35,8 +37,6 @@ from .tasks import (
     SemanticSegmentation,
     TextClassification,
 )
-from .text_data import group_into_blocks, token_stream
-from .value_path import _check_adaptable, _refuse_built_in_term
 from .variants import VARIANTS, build_variant
 
 # The head a checkpoint's `architectures` entry names -> its task (a base model takes the task from the data).
@@ -416,7 +416,7 @@ class ModelTask:
         }
 
 
-# --- the task objects: a transformers model mixed into each task of `hf_neutreno.tasks` -----------------------
+# --- the task objects: a transformers model mixed into each task of `hf_neutreno.engine.tasks` -----------------------
 
 
 class ModelImageClassification(ModelTask, ImageClassification):

@@ -1,14 +1,14 @@
 """Train attention variants (softmax, NeuTRENO, ...) on the same data and budget, paired over several seeds; compare.
 
-    from hf_neutreno.compare import CompareSettings, run_comparison
+    from hf_neutreno.engine.compare import CompareSettings, run_comparison
     results = run_comparison(CompareSettings(model="vit-micro", max_steps=200, output_dir="runs/compare"))
 
-`run_comparison` trains every variant once per seed (`hf_neutreno.experiment` pairs them), then writes
+`run_comparison` trains every variant once per seed (`hf_neutreno.engine.experiment` pairs them), then writes
 `results.json`, `comparison.png` and one model folder per variant (the first seed's) to `output_dir`, and returns
 the results; `format_table` prints them. A run in progress lives in `<output_dir>.incomplete` and replaces
 `output_dir` only once complete; `resume=True` continues an interrupted one. `hf-neutreno compare`
 (`hf_neutreno.commands.compare`) is its command line, whose help describes the variants, scores and files. The
-settings and their defaults are `hf_neutreno.compare_settings` (importable without torch).
+settings and their defaults are `hf_neutreno.engine.compare_settings` (importable without torch).
 """
 
 import dataclasses
@@ -20,6 +20,9 @@ from pathlib import Path
 import torch
 from transformers import PrinterCallback, ProgressCallback, Trainer, TrainerCallback, TrainingArguments
 
+from ..data.loading import BUILTIN_DIGITS, load_dataset_splits
+from ..training.scripts import has_accelerator
+from ..value_path import _is_transformers_class, is_value_path_model, learned_coefficients, value_path_parameters
 from .compare_output import (
     COMMAND,
     FORMAT_VERSION,
@@ -33,14 +36,11 @@ from .compare_output import (
 )
 from .compare_report import HIGHER_IS_BETTER, format_table, plot
 from .compare_settings import FINE_TUNING, FROM_SCRATCH, CompareSettings
-from .data import BUILTIN_DIGITS, load_dataset_splits
 from .experiment import Run, paired, pairing_arguments, run_paired, summary
 from .model_tasks import ModelTask, is_model_reference
 from .names import IMAGE_MODELS
 from .preset_tasks import PRESETS, ImageTask, preset_architecture, task_class, task_for
 from .tasks import EVAL_SPLITS, TASKS
-from .training_scripts import has_accelerator
-from .value_path import _is_transformers_class, is_value_path_model, learned_coefficients, value_path_parameters
 from .variants import ANY_MODEL_VARIANTS, BASELINE, VARIANTS, default_coefficient
 
 # results["task"] -> the Auto classes that load a variant's model and its image processor or tokenizer
@@ -471,7 +471,7 @@ class _Comparison:
 
     def train(self, run: Run, model: torch.nn.Module, initial_weights: str) -> None:
         """Train, score and measure one run; record it (and, for the first seed, save its model)."""
-        from .diagnostics import measure_oversmoothing
+        from ..diagnostics import measure_oversmoothing
 
         settings, task, variant = self.settings, self.task, run.variant
         coefficient = _coefficient(settings, task, variant)

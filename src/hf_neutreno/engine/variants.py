@@ -1,6 +1,6 @@
 """The variant registry: every attention variant the package trains, compares or measures, by its one name.
 
-    from hf_neutreno.variants import VARIANTS, build_variant
+    from hf_neutreno.engine.variants import VARIANTS, build_variant
     VARIANTS["value-residual"].method          # 'value_residual', the `apply_value_path` rule
     build_variant(model, "neutreno-learnable", coefficient=0.0)   # a learnable λ per layer, from 0
 
@@ -25,7 +25,7 @@ that fine-tuning measures what the remedy adds rather than the damage of switchi
 import dataclasses
 from typing import TYPE_CHECKING
 
-from .value_path_defaults import DEFAULT_COEFFICIENTS
+from ..value_path_defaults import DEFAULT_COEFFICIENTS
 
 if TYPE_CHECKING:
     import torch
@@ -105,7 +105,7 @@ def build_variant(
         if layers is not None:
             raise ValueError(f"Variant {variant!r} has no value path to put on layers {layers}.")
         return model
-    from .value_path import apply_value_path  # torch: imported here so that the registry's names need none
+    from ..value_path import apply_value_path  # torch: imported here so that the registry's names need none
 
     return apply_value_path(model, entry.method, coefficient, learnable=entry.learnable, layers=layers)
 

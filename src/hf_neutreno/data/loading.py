@@ -2,7 +2,7 @@
 
 `load_dataset_splits` is the one place that tells a Hub dataset name from a local folder of Parquet files (named as
 on the Hub), an `imagefolder` tree and the built-in `digits`; `load_image_dataset` (images) and
-`hf_neutreno.text_data.load_wikitext` (text) load through it.
+`hf_neutreno.data.text.load_wikitext` (text) load through it.
 """
 
 import json
@@ -12,7 +12,9 @@ from pathlib import Path
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Image, load_dataset
 from datasets.packaged_modules.imagefolder.imagefolder import ImageFolder
 
-from .names import BUILTIN_DIGITS  # the default dataset of `hf-neutreno compare`, shown without importing datasets
+from ..engine.names import (
+    BUILTIN_DIGITS,  # the default dataset of `hf-neutreno compare`, shown without importing datasets
+)
 
 LABELS_FILE = "id2label.json"  # a local dataset folder's class names: {label id: name}
 

@@ -1,0 +1,1 @@
+"""Data, transforms and metrics: dataset loading, text and image pipelines, corruptions, scores."""

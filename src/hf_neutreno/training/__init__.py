@@ -1,0 +1,1 @@
+"""Training recipes: the papers' settings, Mixup/CutMix and what the example scripts share."""
