@@ -32,26 +32,15 @@ SWEEP_SEEDS = (0,)
 KERNEL_VARIANTS = ("vit", "neutreno")  # both with linear (elu + 1) attention
 ADAPTATION_VARIANTS = ("vit", "neutreno")  # continued softmax training / NeuTRENO adaptation
 ADAPTATION_EPOCHS = 1 / 3  # of the training epochs, as the paper's NeuTRENO adaptation of DeiT
-# The value-path family (`hf_neutreno.apply_value_path` on the softmax ViT and LM): ResFormer's value residual at
-# α = 1/2, its learnable mix per layer (modded-nanogpt's form, from 1/2), NeuTRENO with a learnable λ per layer
-# (from the official λ of each task), the value residual gated per token and head (x-transformers' learned mix, from
-# α = 1/2) and twicing attention (c = 1, the paper's (2A − A²) V), against the first run's ViT and softmax LM of the
-# same seeds. Twicing goes where its authors' code puts it: every layer of the ViT, the last two of the LM's 16 (their
-# language model's layers 14 and 15).
-VALUE_PATH_METHODS = (
-    "value-residual",
-    "value-residual-learnable",
-    "neutreno-learnable",
-    "value-residual-gate",
-    "twicing",
-)
-VALUE_PATH_COEFFICIENTS = {
-    task: {
-        "value_residual": DEFAULT_COEFFICIENTS["value_residual"],
-        "neutreno": lam,
-        "twicing": DEFAULT_COEFFICIENTS["twicing"],
-    }
-    for task, lam in (("cifar", VIT_LAMBDA), ("lm", LM_LAMBDAS["neutreno"]))
+# The value-path family (`hf_neutreno.apply_value_path` on the softmax ViT and LM, against the first run's ViT and
+# softmax LM of the same seeds): the value residual (α = 1/2 fixed, learnable per layer as modded-nanogpt's, or gated
+# per token and head as x-transformers'), NeuTRENO's λ learnable per layer (from each task's official λ) and twicing
+# (c = 1) where its authors put it: every ViT layer, the LM's last two of 16 (their LM's layers 14 and 15).
+VALUE_PATH_METHODS = ("value-residual", "value-residual-learnable", "neutreno-learnable")
+VALUE_PATH_METHODS += ("value-residual-gate", "twicing")  # added after the first three had run
+VALUE_PATH_COEFFICIENTS = {  # apply_value_path's α and c, each task's official λ
+    "cifar": {**DEFAULT_COEFFICIENTS, "neutreno": VIT_LAMBDA},
+    "lm": {**DEFAULT_COEFFICIENTS, "neutreno": LM_LAMBDAS["neutreno"]},
 }
 VALUE_PATH_LM_LAST_LAYERS = {"twicing": 2}  # the methods the LM gets in its last layers only, and how many
 # Segmenter from trained encoders (NeuTRENO Table 2's protocol at this scale): the kept CIFAR-10 ViT and NeuTRENO ViT
