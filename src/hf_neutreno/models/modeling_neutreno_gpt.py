@@ -463,6 +463,24 @@ class NeuTRENOGPTModel(NeuTRENOGPTPreTrainedModel):
                 return position_ids[:, -seq_length:].to(device)
         return (torch.arange(seq_length, device=device) + past_seen_tokens).unsqueeze(0)
 
+    def _check_lengths(self, inputs_embeds: torch.Tensor, attention_mask, past_seen_tokens: int) -> None:
+        """The cache and the new tokens fit the positions, and a 2-D padding mask covers both."""
+        seq_length = inputs_embeds.shape[1]
+        if past_seen_tokens + seq_length > self.config.max_position_embeddings:
+            raise ValueError(
+                f"The sequence has {past_seen_tokens + seq_length} tokens (cache included), more than "
+                f"`max_position_embeddings`={self.config.max_position_embeddings} allows. Shorten it (e.g. a sliding "
+                "window of the training context), or, with sinusoidal positions, raise `max_position_embeddings`."
+            )
+        # A prepared 4-D mask is used as given.
+        if attention_mask is not None and len(attention_mask.shape) != 4:
+            expected = (inputs_embeds.shape[0], past_seen_tokens + seq_length)
+            if tuple(attention_mask.shape) != expected:
+                raise ValueError(
+                    f"`attention_mask` has shape {tuple(attention_mask.shape)}; the inputs need (batch, past + "
+                    f"tokens) = {expected} ({past_seen_tokens} cached and {seq_length} new tokens)."
+                )
+
     @accepts_past_key_values
     @merge_with_config_defaults
     @capture_outputs
@@ -498,20 +516,7 @@ class NeuTRENOGPTModel(NeuTRENOGPTPreTrainedModel):
 
         seq_length = inputs_embeds.shape[1]
         past_seen_tokens = cache.get_seq_length() if cache is not None else 0
-        if past_seen_tokens + seq_length > self.config.max_position_embeddings:
-            raise ValueError(
-                f"The sequence has {past_seen_tokens + seq_length} tokens (cache included), more than "
-                f"`max_position_embeddings`={self.config.max_position_embeddings} allows. Shorten it (e.g. a sliding "
-                "window of the training context), or, with sinusoidal positions, raise `max_position_embeddings`."
-            )
-        # A 2-D padding mask covers the cache and the new tokens; a prepared 4-D mask is used as given.
-        if attention_mask is not None and len(attention_mask.shape) != 4:
-            expected = (inputs_embeds.shape[0], past_seen_tokens + seq_length)
-            if tuple(attention_mask.shape) != expected:
-                raise ValueError(
-                    f"`attention_mask` has shape {tuple(attention_mask.shape)}; the inputs need (batch, past + "
-                    f"tokens) = {expected} ({past_seen_tokens} cached and {seq_length} new tokens)."
-                )
+        self._check_lengths(inputs_embeds, attention_mask, past_seen_tokens)
         if position_ids is None:
             position_ids = self.position_ids_from_attention_mask(
                 attention_mask, past_seen_tokens, seq_length, inputs_embeds.device
