@@ -14,6 +14,7 @@ from tiny_models import (
     assert_checkpointing_keeps_the_gradients,
     assert_config_edits_are_checked,
     assert_the_term_changes_the_output,
+    count_rebuilds,
 )
 
 TINY = dict(TINY_VIT, num_hidden_layers=4, num_labels=3)
@@ -119,20 +120,6 @@ def test_gradients_equal_the_eager_reference(overrides):
         torch.testing.assert_close(ours[name], param.grad, atol=1e-5, rtol=1e-4, msg=name)
 
 
-def _count_rebuilds(monkeypatch) -> list:
-    """The saved tensors the models' NeuTRENO term rebuilt in a backward pass instead of keeping them."""
-    from hf_neutreno.models.neutreno_term import SavedForBackward
-
-    rebuilt, unpack = [], SavedForBackward._unpack
-
-    def counting(entry):
-        rebuilt.extend([1] if entry[0] is None else [])
-        return unpack(entry)
-
-    monkeypatch.setattr(SavedForBackward, "_unpack", staticmethod(counting))
-    return rebuilt
-
-
 @pytest.mark.parametrize("checkpointing", [False, True])
 def test_sdpa_training_rebuilds_the_backends_output_and_keeps_the_gradients(checkpointing, monkeypatch):
     """With SDPA, which keeps its output for the backward pass, each layer with the term rebuilds that output from the
@@ -143,7 +130,7 @@ def test_sdpa_training_rebuilds_the_backends_output_and_keeps_the_gradients(chec
     if checkpointing:
         model.activation_checkpointing_enable()
     x = pixels()
-    rebuilt = _count_rebuilds(monkeypatch)
+    rebuilt = count_rebuilds(monkeypatch, "hf_neutreno.models.neutreno_term")
     model(x).logits.square().sum().backward()
     assert len(rebuilt) == (0 if checkpointing else 2)
     ours = {n: p.grad.clone() for n, p in model.named_parameters()}

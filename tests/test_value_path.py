@@ -40,6 +40,7 @@ from tiny_models import (
     CAUSAL,
     DECODER,
     TINY_VIT,
+    count_rebuilds,
     output_of,
     tiny_inputs,
     tiny_model,
@@ -154,20 +155,6 @@ def _set_coefficients(model, values) -> None:
             parameter.fill_(value)
 
 
-def _count_rebuilds(monkeypatch) -> list:
-    """Count the saved tensors the adapter rebuilt in a backward pass instead of keeping them (its memory saving)."""
-    from hf_neutreno.neutreno_term import SavedForBackward
-
-    rebuilt, unpack = [], SavedForBackward._unpack
-
-    def counting(entry):
-        rebuilt.extend([1] if entry[0] is None else [])
-        return unpack(entry)
-
-    monkeypatch.setattr(SavedForBackward, "_unpack", staticmethod(counting))
-    return rebuilt
-
-
 @pytest.mark.parametrize("learnable", [False, True])
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("name", ["llama", "qwen2"])
@@ -184,7 +171,7 @@ def test_grouped_query_decoder_gradients_equal_the_per_head_reference(name, meth
         coefficients = dict(zip((1, 2), coefficient_parameters(reference)))
     else:
         coefficients = {1: 0.3, 2: 0.3}
-    rebuilt = _count_rebuilds(monkeypatch)
+    rebuilt = count_rebuilds(monkeypatch, "hf_neutreno.neutreno_term")
     model(input_ids).logits.square().mean().backward()
     reference_decoder_logits(reference, input_ids, method, coefficients).square().mean().backward()
     assert rebuilt or (method == "value_residual" and not learnable)  # a fixed α keeps nothing twice
@@ -204,7 +191,7 @@ def test_vit_gradients_equal_the_packages_neutreno_vit(learnable, monkeypatch):
     _sharpen(vit)
     converted = vit_to_neutreno(vit, neutreno_lambda=0.6).train()
     adapted = apply_value_path(vit, "neutreno", 0.6, learnable=learnable)
-    rebuilt = _count_rebuilds(monkeypatch)
+    rebuilt = count_rebuilds(monkeypatch, "hf_neutreno.neutreno_term")
     grads = []
     for model in (adapted, converted):
         pixels = tiny_inputs("vit")["pixel_values"].requires_grad_()

@@ -9,6 +9,7 @@ names are the native ViT's; `TINY_NEUTRENO_GPT`), and the checks every model's t
 reference tests (`assert_the_term_changes_the_output`) and `assert_checkpointing_keeps_the_gradients`.
 """
 
+import importlib
 import math
 from pathlib import Path
 
@@ -378,3 +379,17 @@ def written_out_decoder(model, input_ids, values=None, attended=None) -> torch.T
             x = x + F.linear(out, attention.o_proj.weight)
             x = x + layer.mlp(layer.post_attention_layernorm(x))
     return model.lm_head((base.ln_f if gpt2 else base.norm)(x))
+
+
+def count_rebuilds(monkeypatch, module: str) -> list:
+    """A list that grows by one for every saved tensor the NeuTRENO term of `module` (the adapter's
+    `hf_neutreno.neutreno_term` or the models' generated copy) rebuilds in a backward pass instead of keeping it."""
+    saved_for_backward = importlib.import_module(module).SavedForBackward
+    rebuilt, unpack = [], saved_for_backward._unpack
+
+    def counting(entry):
+        rebuilt.extend([1] if entry[0] is None else [])
+        return unpack(entry)
+
+    monkeypatch.setattr(saved_for_backward, "_unpack", staticmethod(counting))
+    return rebuilt
