@@ -31,6 +31,19 @@ def value_path_cost(model: str) -> dict:
     }
 
 
+def value_path_method(method: str, name: str, benchmark_model: str) -> dict:
+    """A value path's row: its CIFAR-10 and WikiText-2 claims, its over-smoothing comparisons and its cost in the
+    value path benchmark (where it is named `benchmark_model`)."""
+    return dict(
+        name=name,
+        scratch=f"valuepath-cifar-{method}",
+        wikitext=f"valuepath-lm-{method}",
+        cosine=f"cosine-{method}",
+        hfc=f"hfc-{method}",
+        **value_path_cost(benchmark_model),
+    )
+
+
 METHODS = {
     "neutreno": dict(
         name="NeuTRENO at the official λ (ViT 0.6, LM 0.4)",
@@ -49,46 +62,16 @@ METHODS = {
         hfc="hfc-neutreno-validated",
         **NEUTRENO_COST,
     ),
-    "neutreno-learnable": dict(
-        name="NeuTRENO, learnable λ",
-        scratch="valuepath-cifar-neutreno-learnable",
-        wikitext="valuepath-lm-neutreno-learnable",
-        cosine="cosine-neutreno-learnable",
-        hfc="hfc-neutreno-learnable",
-        **value_path_cost("NeuTRENO, learnable λ"),
-    ),
-    "value-residual": dict(
-        name="value residual (fixed mix)",
-        scratch="valuepath-cifar-value-residual",
-        wikitext="valuepath-lm-value-residual",
-        cosine="cosine-value-residual",
-        hfc="hfc-value-residual",
-        **value_path_cost("value residual"),
-    ),
-    "value-residual-learnable": dict(
-        name="value residual, learnable mix",
-        scratch="valuepath-cifar-value-residual-learnable",
-        wikitext="valuepath-lm-value-residual-learnable",
-        cosine="cosine-value-residual-learnable",
-        hfc="hfc-value-residual-learnable",
-        **value_path_cost("value residual, learnable α"),
-    ),
-    "value-residual-gate": dict(
-        name="value residual, mix gated per token and head",
-        scratch="valuepath-cifar-value-residual-gate",
-        wikitext="valuepath-lm-value-residual-gate",
-        cosine="cosine-value-residual-gate",
-        hfc="hfc-value-residual-gate",
-        **value_path_cost("value residual, gate"),
-    ),
-    "twicing": dict(
-        name="twicing attention (ViT: every layer; LM: the last 2)",
-        scratch="valuepath-cifar-twicing",
-        wikitext="valuepath-lm-twicing",
-        cosine="cosine-twicing",
-        hfc="hfc-twicing",
-        **value_path_cost("twicing"),
-    ),
+    **{
+        method: value_path_method(method, name, benchmark_model)
+        for method, name, benchmark_model in (
+            ("neutreno-learnable", "NeuTRENO, learnable λ", "NeuTRENO, learnable λ"),
+            ("value-residual", "value residual (fixed mix)", "value residual"),
+            ("value-residual-learnable", "value residual, learnable mix", "value residual, learnable α"),
+            ("value-residual-gate", "value residual, mix gated per token and head", "value residual, gate"),
+            ("twicing", "twicing attention (ViT: every layer; LM: the last 2)", "twicing"),
+        )
+    },
     "vit-": dict(
         name="ViT⁻",
         scratch="cifar-vit-minus",

@@ -342,7 +342,7 @@ def test_round_two_and_new_variants_have_their_tables_and_curves(page_for):
     assert "| Δ NeuTRENO encoder, trained − ViT encoder, trained | +2.00 ± 0.50 (3/3 better) |" in text
     assert "| Δ value residual − softmax (λ 0) | +2.0 ± 3.0 (1/3 lower) |" in text
     for figure in ("cifar10_curves", "wikitext2_curves", "lambda_sweep_curves", "adaptation_curves"):
-        pytest.importorskip("matplotlib")
+        pytest.importorskip("matplotlib", reason="the page's figures are drawn by matplotlib (the `compare` extra)")
         assert f"({'.'}/{figure}.png)" in text and (out / f"{figure}.png").stat().st_size > 0
 
 
