@@ -211,13 +211,16 @@ def command_lines(sessions: list[dict]) -> list[str]:
 def totals(run: dict, units: list[UnitResult], budget: dict) -> list[str]:
     """The load the units saw, how many of the planned units are finished, the compute spent and the budget."""
     lines, sessions = [], run["sessions"]
-    if loads := [x for u in units for x in u.load_average]:
+    # The load of the shared CPU machine: a GPU machine's share of the units ran alone on its own cores.
+    on_cpu = [u for u in units if not str(u.get("device", "CPU")).startswith("NVIDIA")]
+    cpu_sessions = [s for s in sessions if "gpu" not in s.get("machine", {})]
+    if loads := [x for u in on_cpu for x in u.load_average]:
         lines.append(
             fill(
                 "load",
                 low=f"{min(loads):.1f}",
                 high=f"{max(loads):.1f}",
-                cores=sessions[-1]["machine"]["cpu_cores"] if sessions else os.cpu_count(),
+                cores=cpu_sessions[-1]["machine"]["cpu_cores"] if cpu_sessions else os.cpu_count(),
             )
         )
     if planned := run.get("planned"):
