@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from common import add_common_arguments, autocast, machine, report, setup, side_by_side, train_step
+from common import adamw, add_common_arguments, autocast, machine, report, setup, side_by_side, train_step
 from hf_neutreno import NeuTRENOGPTConfig, NeuTRENOGPTForCausalLM
 from hf_neutreno.convert import gpt2_to_neutreno
 
@@ -90,7 +90,7 @@ def zipf_ids(vocab: int, shape: tuple[int, int], device) -> torch.Tensor:
 
 
 def make_train_step(model, ids: torch.Tensor, device, dtype):
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
+    optimizer = adamw(model, device)
     return train_step(model, optimizer, {"input_ids": ids, "labels": ids, "use_cache": False}, device, dtype), optimizer
 
 

@@ -21,6 +21,7 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel, ViTConfig, ViTForImageClassification
 
 from common import (
+    adamw,
     add_common_arguments,
     interleaved_medians,
     machine,
@@ -87,7 +88,7 @@ def measure(shape: str, args, device: torch.device, dtype: torch.dtype) -> list[
     for label, settings in VARIANTS.items():
         model = build(shape, args, device)
         models[label] = model if settings is None else apply_value_path(model, **settings)
-        optimizer = torch.optim.AdamW(models[label].parameters(), lr=1e-4)
+        optimizer = adamw(models[label], device)
         steps[label] = (train_step(models[label], optimizer, inputs, device, dtype), optimizer)
     seconds = interleaved_medians(
         {label: fn for label, (fn, _) in steps.items()}, device, rounds=args.rounds, clock=args.clock

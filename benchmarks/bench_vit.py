@@ -17,6 +17,7 @@ import torch
 from transformers import ViTConfig, ViTForImageClassification
 
 from common import (
+    adamw,
     add_common_arguments,
     autocast,
     machine,
@@ -47,7 +48,7 @@ def make_step(model, batch: int, image_size: int, mode: str, device, dtype):
     """(a closure running one training step or one inference forward, the optimizer or None)."""
     pixels = torch.randn(batch, 3, image_size, image_size, device=device)
     if mode == "train":
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        optimizer = adamw(model, device)
         labels = torch.randint(0, 1000, (batch,), device=device)
         return train_step(model, optimizer, {"pixel_values": pixels, "labels": labels}, device, dtype), optimizer
     model.eval()

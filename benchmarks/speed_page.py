@@ -119,16 +119,15 @@ SECTIONS = {  # JSON file -> (heading, what it measures)
     ),
     "value_path": (
         "Value paths on native models (`apply_value_path`)",
-        "A GPT-2-small-shaped `GPT2LMHeadModel` (context 256, batch 2) and a ViT-tiny-shaped "
-        "`ViTForImageClassification` (224 px, batch 8), randomly initialised, as built (`unmodified`) and "
-        "with each value path applied to the same weights: NeuTRENO (λ = 0.4) and the value residual "
+        "A GPT-2-small-shaped `GPT2LMHeadModel` (context 256) and a ViT-tiny-shaped "
+        "`ViTForImageClassification` (224 px), at the table's batch, randomly initialised, as built (`unmodified`) "
+        "and with each value path applied to the same weights: NeuTRENO (λ = 0.4) and the value residual "
         "(α = ½), fixed and learnable, in layers 1-11; where the table has them, also the value residual with "
         "its gate, and twicing (c = 1) in all 12 layers, which calls attention twice per layer (`attention "
-        "calls`; the targets apply to the others). A training step is forward + backward + AdamW. On "
-        "a CPU the models run with one thread, timed by the process's CPU time, interleaved round by "
-        "round in rotating order, medians reported: the machine that produced this page shares its 2 "
-        "cores with a long-running job, so wall times drift and single rounds are noisy (two runs of this "
-        "benchmark there, 11 and 15 rounds, differed by up to 0.06 in a throughput ratio). `step peak` is "
+        "calls`; the targets apply to the others). A training step is forward + backward + AdamW. The "
+        "candidates run interleaved round by round in rotating order, medians reported; on a CPU with one "
+        "thread, timed by the process's CPU time (a shared CPU drifts: two runs of this benchmark there, 11 and "
+        "15 rounds, differed by up to 0.06 in a throughput ratio). `step peak` is "
         "the memory allocated during a step above what was allocated before it; `total` adds weights and "
         "optimizer state. SDPA keeps its own output (and its values) for the backward pass; the adapter "
         "rebuilds them there from the output with the NeuTRENO term (and from V_ℓ, V_0 and a learnable α) "
@@ -276,8 +275,8 @@ def profile_section(path: Path) -> list[str]:
         "One training step (forward, backward, fused AdamW; bf16 autocast, SDPA) of DeiT-tiny at batch 256 and "
         "of the paper's GPT shape at 32 × 256 tokens, native and NeuTRENO, under the PyTorch profiler: the CUDA "
         "kernels per step and their GPU time; then throughput ratios NeuTRENO / native from interleaved rounds: "
-        "eager, eager with the NeuTRENO projection's memory-saving autograd function replaced by plain autograd "
-        "ops (which keep the projection's input), and both models under `torch.compile`.",
+        "eager, eager with the NeuTRENO term as plain autograd ops (the backend's output kept instead of rebuilt "
+        "in the backward pass: more memory), and both models under `torch.compile`.",
         "",
         *table(rows),
         "",
