@@ -387,6 +387,23 @@ def test_a_machine_line_gives_workers_only_when_its_commands_agree():
     assert "- **Machine (command 3)**: NVIDIA H200; 5 worker process(es) × 1 torch thread(s); python 3.12" in text
 
 
+def test_the_load_line_reads_the_shared_cpu_machine_only():
+    """A GPU machine's share of the units ran alone on its own cores: the load line gives the CPU units' load on the
+    CPU machine's cores, whichever session came last."""
+
+    def unit(name, load, device):
+        record = {"unit": Unit("lm", "softmax", name, 0).to_json(), "budget": BUDGET, "seconds": 1.0}
+        return UnitResult.from_json(record | {"load_average": load, "device": device})
+
+    def session(cores, **gpu):
+        return {"command": COMMAND, "started": "2026", "machine": {**MACHINE, "cpu_cores": cores, **gpu}}
+
+    units = [unit("a", [1.5, 2.0], "CPU: AMD EPYC"), unit("b", [9.0, 9.5], "NVIDIA H100 80GB HBM3")]
+    run = {"sessions": [session(2), session(16, gpu="NVIDIA H100 80GB HBM3")]}
+    (line,) = [x for x in page.totals(run, units, BUDGET) if "load average" in x]
+    assert "1.5-2.0 on 2 cores" in line
+
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

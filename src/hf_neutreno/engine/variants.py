@@ -12,6 +12,8 @@ A variant is one of:
 - ``neutreno-learnable``, ``value-residual``, ``value-residual-learnable``, ``value-residual-gate``: the value paths
   of `apply_value_path` (ResFormer's value residual mixes ``(1 − α) V_ℓ + α V_0``; ``-learnable``: one trainable
   coefficient per layer; ``-gate``: α = sigmoid(W x + b) per token and key/value head, x-transformers' learned mix);
+- ``twicing``: twicing attention (Abdullaev & Nguyen, ICLR 2025), ``(2A − A²) V = A V + A (V − A V)``, a second
+  attention call per layer that needs no V_0, also by `apply_value_path`;
 - ``vit-minus``, ``vit-plus``: the eigen-parameterised ViT⁻ and ViT⁺ (Dovonon, Bronstein, Kusner),
   ``W_V W_proj = V diag(∓ψ²) Vᵀ``, which only an image preset of this package can build (a different
   parameterisation, not a rule on loaded weights).
