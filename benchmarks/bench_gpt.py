@@ -27,7 +27,17 @@ from pathlib import Path
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from common import adamw, add_common_arguments, autocast, machine, report, setup, side_by_side, train_step
+from common import (
+    adamw,
+    add_common_arguments,
+    autocast,
+    compiled_ratio,
+    machine,
+    report,
+    setup,
+    side_by_side,
+    train_step,
+)
 from hf_neutreno import NeuTRENOGPTConfig, NeuTRENOGPTForCausalLM
 from hf_neutreno.convert import gpt2_to_neutreno
 
@@ -129,12 +139,15 @@ def lambda_zero_logit_diff(models, device) -> float:
     return diff
 
 
-def training_row(models, batch: int, context: int, device, dtype, args) -> dict:
+def training_row(models, batch: int, context: int, device, dtype, args, compiled: bool = True) -> dict:
+    """One training comparison; with `--compile` and `compiled`, also under torch.compile."""
     ids = zipf_ids(models[NATIVE].config.vocab_size, (batch, context), device)
     steps = {name: make_train_step(model, ids, device, dtype) for name, model in models.items()}
     row = side_by_side(
         steps, models, LABELS, batch * context, "train tok/s", device, args, ratio="train throughput ratio"
     )
+    if compiled:
+        row |= compiled_ratio(lambda m: make_train_step(m, ids, device, dtype), models, LABELS, device, args)
     for _, optimizer in steps.values():
         optimizer.state.clear()  # the next row builds its own
     return row
@@ -208,7 +221,7 @@ def scaling_rows(args, batch: int, device, dtype) -> list[dict]:
         scale_batch = max(1, tokens_per_step // context)
         scaling.append(
             {"shape": "paper", "context": context, "batch": scale_batch}
-            | training_row(models, scale_batch, context, device, dtype, args)
+            | training_row(models, scale_batch, context, device, dtype, args, compiled=False)
         )
     del models
     return scaling

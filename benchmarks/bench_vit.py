@@ -20,6 +20,7 @@ from common import (
     adamw,
     add_common_arguments,
     autocast,
+    compiled_ratio,
     machine,
     report,
     setup,
@@ -77,6 +78,9 @@ def main() -> None:
             rows.append(
                 {"image_size": image_size, "mode": mode}
                 | side_by_side(steps, models, LABELS, batch, "img/s", device, args)
+                | compiled_ratio(
+                    lambda m: make_step(m, batch, image_size, mode, device, dtype), models, LABELS, device, args
+                )
             )
     meta = machine(args) | {"batch": batch, "rounds": args.rounds}
     report("NeuTRENO DeiT-tiny (λ = 0.6) vs native ViT of the same shape", rows, meta, args.out)

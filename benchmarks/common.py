@@ -47,6 +47,12 @@ def add_common_arguments(parser, batch_size: int | None = None) -> None:
         help="depth of every model (default: the shape's); a smaller one only checks the code, as "
         "run_all.py --budget gpu --smoke does",
     )
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="also time the comparisons with both models under torch.compile: a `compiled ratio` column "
+        "beside the eager one (each model compiles in its warm-up rounds)",
+    )
     parser.add_argument("--out", default=None, help="also write the results as JSON here")
 
 
@@ -196,6 +202,24 @@ def side_by_side(
         row |= {f"{labels[name]} step peak MiB": peak[name] / 2**20 for name in labels}
         row |= {"step peak ratio": peak[other] / peak[base], "total memory ratio": total[other] / total[base]}
     return row
+
+
+def compiled_ratio(
+    make_step: Callable[[torch.nn.Module], tuple[Callable[[], None], torch.optim.Optimizer | None]],
+    models: dict[str, torch.nn.Module],
+    labels: dict[str, str],
+    device: torch.device,
+    args,
+    ratio: str = "compiled ratio",
+) -> dict:
+    """With `--compile`: the ratio of `side_by_side` again, with each model under `torch.compile` (the same weights;
+    `make_step(model)` builds its step as for the eager row); nothing without it."""
+    if not args.compile:
+        return {}
+    base, other = labels
+    fns = {name: make_step(torch.compile(models[name]))[0] for name in labels}
+    seconds = interleaved_medians(fns, device, rounds=args.rounds, warmup=3, clock=args.clock)
+    return {ratio: seconds[base] / seconds[other]}
 
 
 def report(title: str, rows: list[dict], meta: dict, out: str | None = None) -> None:
