@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import torch
@@ -289,6 +290,30 @@ def test_gradient_checkpointing_gives_the_same_gradients(name, method):
             assert torch.equal(actual[key], expected[key]), key
         else:
             torch.testing.assert_close(actual[key], expected[key], rtol=1e-5, atol=1e-7, msg=key)
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("name", ["gpt2", "vit"])
+def test_a_training_step_walks_the_module_tree_no_more_than_the_unadapted_model(name, method):
+    """The adapter's work per forward pass is per adapted layer: walking every module at each call is host time that
+    grows with the model and sets the step time of small models on a GPU. The count of `named_modules` calls (each
+    module visited is one) in a training step equals the unadapted model's."""
+
+    def visits(model) -> int:
+        count = 0
+        original = torch.nn.Module.named_modules
+
+        def counted(self, *args, **kwargs):
+            nonlocal count
+            count += 1
+            return original(self, *args, **kwargs)
+
+        with mock.patch.object(torch.nn.Module, "named_modules", counted):
+            output_of(model, _inputs(name)).float().square().mean().backward()
+        return count
+
+    plain = tiny_model(name).train()
+    assert visits(apply_value_path(tiny_model(name), method, 0.3).train()) == visits(plain)
 
 
 def test_reentrant_gradient_checkpointing_is_refused():

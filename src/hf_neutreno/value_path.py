@@ -636,7 +636,7 @@ class _Lerp(torch.autograd.Function):
         return grad - grad_first, grad_first, grad_coefficient
 
 
-def _begin_forward(model, settings, attention_modules, module, args, kwargs):
+def _begin_forward(model, settings, attention_modules, checkpointing, module, args, kwargs):
     """Forward pre-hook of every PreTrainedModel level: the outermost call gets a fresh context for its layers."""
     if CONTEXT_KWARG in kwargs:  # an outer level of the same call made it
         return None
@@ -665,7 +665,7 @@ def _begin_forward(model, settings, attention_modules, module, args, kwargs):
         past=int(cache.get_seq_length()) if cache is not None else 0,
         mix_in_cache=_returns_its_storage(cache),
         grad_enabled=torch.is_grad_enabled(),
-        recompute_saved=_recompute_saved(model),
+        recompute_saved=_recompute_saved(checkpointing),
         # twicing keeps A V of the earlier tokens with the KV cache that holds their keys and values
         twicing_history=cache.__dict__.setdefault("_value_path_twicing", {}) if cache is not None else {},
     )
@@ -718,13 +718,15 @@ def _forward_coefficients(settings, attention_modules):
     return values.unbind()
 
 
-def _recompute_saved(model) -> bool:
+def _recompute_saved(checkpointing: list[nn.Module]) -> bool:
     """Whether the layers may swap a tensor the backend saves for a recipe (`SavedForBackward`): only when there is a
     backward pass, and not under torch.compile (which traces no saved-tensor hooks) or activation checkpointing (whose
-    own hooks must see every saved tensor, or it keeps them)."""
+    own hooks must see every saved tensor, or it keeps them). `checkpointing`: the modules that can checkpoint (those
+    with the `gradient_checkpointing` attribute that `gradient_checkpointing_enable` sets), found when the model was
+    adapted rather than by walking every module at every forward pass."""
     if not torch.is_grad_enabled() or torch.compiler.is_compiling():
         return False
-    return not any(getattr(module, "gradient_checkpointing", False) for module in model.modules())
+    return not any(module.gradient_checkpointing for module in checkpointing)
 
 
 # --- adapting a model -----------------------------------------------------------------------------------------------
@@ -829,9 +831,12 @@ class _Hook:
 
     def __init__(self, model, settings, attention_modules):
         self.model, self.settings, self.attention_modules = model, settings, attention_modules
+        self.checkpointing = [level for level in model.modules() if hasattr(level, "gradient_checkpointing")]
 
     def __call__(self, module, args, kwargs):
-        return _begin_forward(self.model, self.settings, self.attention_modules, module, args, kwargs)
+        return _begin_forward(
+            self.model, self.settings, self.attention_modules, self.checkpointing, module, args, kwargs
+        )
 
 
 def _convert_old_state_dict(module, state_dict, prefix, *args):
