@@ -30,8 +30,10 @@ def attention_with_neutreno_term(
     ``λ (V_0 − V)`` added to its output, where λ is `coefficient` (a number, or a scalar tensor that is learned).
 
     `first_values` (V_0) and `values` (V) are (batch, key/value heads, tokens, head_dim); under grouped-query attention
-    each query head gets its key/value head's term. The term is token-wise: the queries are the rows after the first
-    `past` of V and V_0 (a KV cache hands over the cached tokens too). No V_0 (layer 0) or λ = 0: the backend's
+    each query head gets its key/value head's term. Or both are merged, (batch, tokens, heads * head_dim), as a model
+    without grouped-query attention projects them (no view operations to make heads: host time on small shapes).
+    The term is token-wise: the queries are the rows after the first `past` of V and V_0 (a KV cache hands over the
+    cached tokens too). No V_0 (layer 0) or λ = 0: the backend's
     output as it is. `recompute_saved`: may the backend's copy of its output be rebuilt in the backward pass (not under
     activation checkpointing, whose own hooks must see every saved tensor); never without gradients or under
     torch.compile, which traces no saved-tensor hooks.
@@ -45,11 +47,11 @@ def attention_with_neutreno_term(
     else:
         with saved.hooks():
             output, *rest = attention()
-    length = output.shape[1]
-    if past + length > values.shape[-2]:
-        raise RuntimeError(f"{length} queries after {past} cached tokens, but only {values.shape[-2]} values.")
-    if length != values.shape[-2]:
-        first_values, values = first_values.narrow(-2, past, length), values.narrow(-2, past, length)
+    length, tokens = output.shape[1], 1 if values.dim() == 3 else -2
+    if past + length > values.shape[tokens]:
+        raise RuntimeError(f"{length} queries after {past} cached tokens, but only {values.shape[tokens]} values.")
+    if length != values.shape[tokens]:
+        first_values, values = first_values.narrow(tokens, past, length), values.narrow(tokens, past, length)
     combined = add_neutreno_term(output, first_values, values, coefficient)
     if saved is not None:
         saved.recompute(output, _without_term_into, combined, first_values, values, coefficient)
@@ -63,14 +65,31 @@ def may_recompute_saved() -> bool:
 
 def add_neutreno_term(output, first_values, values, coefficient):
     """``output + λ (V_0 − V)``, output (batch, queries, heads, head_dim), V_0 and V (batch, kv heads, queries,
-    head_dim); in place where no gradient is needed (inference: no new tensor)."""
-    grouped = _grouped(output, values.shape[1])
+    head_dim) or merged (batch, queries, heads * head_dim); in place where no gradient is needed (inference: no new
+    tensor)."""
     if isinstance(coefficient, torch.Tensor):
+        if values.dim() == 3:
+            first_values, values = _heads(first_values, output.shape[-1]), _heads(values, output.shape[-1])
+        grouped = _grouped(output, values.shape[1])
         return _AddScaledDifference.apply(grouped, first_values, values, coefficient).flatten(2, 3)
-    difference = (first_values - values).transpose(1, 2).unsqueeze(3)
+    grouped, difference = _aligned(output, first_values - values)
     if torch.is_grad_enabled() and (output.requires_grad or difference.requires_grad):
-        return grouped.add(difference, alpha=coefficient).flatten(2, 3)
-    return grouped.add_(difference, alpha=coefficient).flatten(2, 3)
+        combined = grouped.add(difference, alpha=coefficient)
+    else:
+        combined = grouped.add_(difference, alpha=coefficient)
+    return combined.flatten(2, 3) if combined.dim() == 5 else combined
+
+
+def _aligned(output: torch.Tensor, difference: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`output` (batch, queries, heads, d) and V_0 − V laid out to be added to it: both as (batch, queries, heads, d)
+    when V_0 − V is merged or has one key/value head per query head (the usual case, in the fewest view operations),
+    else the output as (batch, queries, kv heads, group, d) and V_0 − V broadcast over each group."""
+    if difference.dim() == 3:
+        return output, difference.unflatten(-1, output.shape[-2:])
+    difference = difference.transpose(1, 2)
+    if difference.shape[2] == output.shape[2]:
+        return output, difference
+    return _grouped(output, difference.shape[2]), difference.unsqueeze(3)
 
 
 def _grouped(output: torch.Tensor, kv_heads: int) -> torch.Tensor:
@@ -78,17 +97,21 @@ def _grouped(output: torch.Tensor, kv_heads: int) -> torch.Tensor:
     return output.unflatten(2, (kv_heads, output.shape[2] // kv_heads))
 
 
+def _heads(merged: torch.Tensor, head_dim: int) -> torch.Tensor:
+    """(batch, tokens, heads * head_dim) seen as (batch, heads, tokens, head_dim)."""
+    return merged.unflatten(-1, (-1, head_dim)).transpose(1, 2)
+
+
 def _without_term_into(out, combined, first_values, values, coefficient):
     """The backend's output from the output with the term, written into `out`: the same difference, subtracted.
     Equal up to rounding, which is all its use needs (the backend's backward pass reads it in softmax's Σ dO·O). Two
     kernels: the difference, and the subtraction straight into the kept layout."""
-    kv_heads = values.shape[1]
-    difference = (first_values - values).transpose(1, 2).unsqueeze(3)
-    out = _grouped(out, kv_heads)
+    out, difference = _aligned(out, first_values - values)
+    combined = combined.view_as(out)
     if isinstance(coefficient, torch.Tensor):
-        torch.addcmul(_grouped(combined, kv_heads), difference, coefficient, value=-1, out=out)
+        torch.addcmul(combined, difference, coefficient, value=-1, out=out)
     else:
-        torch.sub(_grouped(combined, kv_heads), difference, alpha=coefficient, out=out)
+        torch.sub(combined, difference, alpha=coefficient, out=out)
 
 
 class SavedForBackward:

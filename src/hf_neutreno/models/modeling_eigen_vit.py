@@ -166,7 +166,6 @@ class EigenViTAttention(nn.Module):
             values,
             first_layer_values,
             self.neutreno_lambda if neutreno_lambda is None else neutreno_lambda,
-            self.head_dim,
             recompute_saved,
         )
         attn_output = nn.functional.linear(attn_output.reshape(*input_shape, -1), output_weight, self.output_bias)

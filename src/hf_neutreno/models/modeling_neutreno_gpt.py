@@ -176,7 +176,6 @@ class NeuTRENOGPTAttention(nn.Module):
             values,  # this call's tokens only, as layer 0's V_0: the term is token-wise
             first_layer_values,
             self.neutreno_lambda if neutreno_lambda is None else neutreno_lambda,
-            self.head_dim,
             # The term as plain autograd operations, without the backend's output rebuilt in the backward pass: a
             # language model's training memory is its logits', next to which that copy is about 1 %, and on small
             # shapes the saved-tensor hooks' host time per layer cost more than their GPU time saves.

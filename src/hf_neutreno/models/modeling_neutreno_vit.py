@@ -230,7 +230,6 @@ class NeuTRENOViTAttention(nn.Module):
             values,
             first_layer_values,
             self.neutreno_lambda if neutreno_lambda is None else neutreno_lambda,
-            self.head_dim,
             recompute_saved,
         )
         attn_output = self.o_proj(attn_output.reshape(*input_shape, -1))

@@ -34,7 +34,6 @@ def neutreno_attention(
     values: torch.Tensor,
     first_layer_values: torch.Tensor | None,
     neutreno_lambda: float,
-    head_dim: int,
     recompute_saved: bool = True,
 ) -> tuple:
     """``attention()`` (a backend's call: (output, weights), output (batch, tokens, heads, head_dim)) with NeuTRENO's
@@ -48,18 +47,10 @@ def neutreno_attention(
     """
     if first_layer_values is None or neutreno_lambda == 0:
         return attention()
+    # merged heads, as the projections give them: the term needs no view operations to make heads
     return attention_with_neutreno_term(
-        attention,
-        _heads(first_layer_values, head_dim),
-        _heads(values, head_dim),
-        float(neutreno_lambda),
-        recompute_saved=recompute_saved,
+        attention, first_layer_values, values, float(neutreno_lambda), recompute_saved=recompute_saved
     )
-
-
-def _heads(merged: torch.Tensor, head_dim: int) -> torch.Tensor:
-    """(batch, tokens, heads * head_dim) seen as (batch, heads, tokens, head_dim)."""
-    return merged.unflatten(-1, (-1, head_dim)).transpose(1, 2)
 
 
 def eager_attention_forward(
