@@ -27,17 +27,7 @@ from pathlib import Path
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from common import (
-    adamw,
-    add_common_arguments,
-    autocast,
-    compiled_ratio,
-    machine,
-    report,
-    setup,
-    side_by_side,
-    train_step,
-)
+from common import adamw_step, add_common_arguments, autocast, compiled_ratio, machine, report, setup, side_by_side
 from hf_neutreno import NeuTRENOGPTConfig, NeuTRENOGPTForCausalLM
 from hf_neutreno.convert import gpt2_to_neutreno
 
@@ -100,8 +90,7 @@ def zipf_ids(vocab: int, shape: tuple[int, int], device) -> torch.Tensor:
 
 
 def make_train_step(model, ids: torch.Tensor, device, dtype):
-    optimizer = adamw(model, device)
-    return train_step(model, optimizer, {"input_ids": ids, "labels": ids, "use_cache": False}, device, dtype), optimizer
+    return adamw_step(model, {"input_ids": ids, "labels": ids, "use_cache": False}, device, dtype)
 
 
 def make_generate(model, prompt: torch.Tensor, new_tokens: int, device, dtype):

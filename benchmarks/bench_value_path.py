@@ -21,7 +21,7 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel, ViTConfig, ViTForImageClassification
 
 from common import (
-    adamw,
+    adamw_step,
     add_common_arguments,
     interleaved_medians,
     machine,
@@ -29,7 +29,6 @@ from common import (
     report,
     resident_bytes,
     setup,
-    train_step,
 )
 from hf_neutreno import apply_value_path
 
@@ -88,8 +87,7 @@ def measure(shape: str, args, device: torch.device, dtype: torch.dtype) -> list[
     for label, settings in VARIANTS.items():
         model = build(shape, args, device)
         models[label] = model if settings is None else apply_value_path(model, **settings)
-        optimizer = adamw(models[label], device)
-        steps[label] = (train_step(models[label], optimizer, inputs, device, dtype), optimizer)
+        steps[label] = adamw_step(models[label], inputs, device, dtype)
     seconds = interleaved_medians(
         {label: fn for label, (fn, _) in steps.items()}, device, rounds=args.rounds, clock=args.clock
     )

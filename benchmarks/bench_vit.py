@@ -16,17 +16,7 @@ import argparse
 import torch
 from transformers import ViTConfig, ViTForImageClassification
 
-from common import (
-    adamw,
-    add_common_arguments,
-    autocast,
-    compiled_ratio,
-    machine,
-    report,
-    setup,
-    side_by_side,
-    train_step,
-)
+from common import adamw_step, add_common_arguments, autocast, compiled_ratio, machine, report, setup, side_by_side
 from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForImageClassification
 
 LABELS = {"native": "native", "neutreno": "NeuTRENO"}
@@ -49,9 +39,8 @@ def make_step(model, batch: int, image_size: int, mode: str, device, dtype):
     """(a closure running one training step or one inference forward, the optimizer or None)."""
     pixels = torch.randn(batch, 3, image_size, image_size, device=device)
     if mode == "train":
-        optimizer = adamw(model, device)
         labels = torch.randint(0, 1000, (batch,), device=device)
-        return train_step(model, optimizer, {"pixel_values": pixels, "labels": labels}, device, dtype), optimizer
+        return adamw_step(model, {"pixel_values": pixels, "labels": labels}, device, dtype)
     model.eval()
 
     def infer():

@@ -161,6 +161,14 @@ def adamw(model: torch.nn.Module, device: torch.device) -> torch.optim.AdamW:
     return torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
 
 
+def adamw_step(
+    model: torch.nn.Module, inputs: dict, device: torch.device, dtype: torch.dtype
+) -> tuple[Callable[[], None], torch.optim.AdamW]:
+    """`train_step` with `adamw`'s optimizer, and that optimizer."""
+    optimizer = adamw(model, device)
+    return train_step(model, optimizer, inputs, device, dtype), optimizer
+
+
 def train_step(
     model: torch.nn.Module, optimizer: torch.optim.Optimizer, inputs: dict, device: torch.device, dtype: torch.dtype
 ) -> Callable[[], None]:

@@ -24,7 +24,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from bench_gpt import build_pair, zipf_ids
 from bench_vit import build as build_vit
-from common import adamw, interleaved_medians, machine, train_step
+from common import adamw_step, interleaved_medians, machine
 
 
 def models_and_inputs(shape: str, args, device):
@@ -82,8 +82,7 @@ def profile_shape(shape: str, args, device, dtype) -> dict:
     models, inputs, items = models_and_inputs(shape, args, device)
     steps = {}
     for name, model in models.items():
-        optimizer = adamw(model, device)
-        steps[name] = train_step(model, optimizer, inputs, device, dtype)
+        steps[name] = adamw_step(model, inputs, device, dtype)[0]
     for step in steps.values():
         for _ in range(3):
             step()
@@ -105,8 +104,7 @@ def profile_shape(shape: str, args, device, dtype) -> dict:
     if args.compile:
         compiled = {}
         for name, model in models.items():
-            optimizer = adamw(model, device)
-            compiled[name] = train_step(torch.compile(model), optimizer, inputs, device, dtype)
+            compiled[name] = adamw_step(torch.compile(model), inputs, device, dtype)[0]
         start = time.perf_counter()
         for step in compiled.values():
             for _ in range(3):
