@@ -155,17 +155,12 @@ def peak_bytes(fn: Callable[[], None], device: torch.device) -> int:
     return max(totals) - totals[0]
 
 
-def adamw(model: torch.nn.Module, device: torch.device) -> torch.optim.AdamW:
-    """AdamW as `Trainer` makes it by default (`adamw_torch_fused`): fused on a GPU. On a CPU the foreach one, as
-    every CPU table was measured."""
-    return torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
-
-
 def adamw_step(
     model: torch.nn.Module, inputs: dict, device: torch.device, dtype: torch.dtype
 ) -> tuple[Callable[[], None], torch.optim.AdamW]:
-    """`train_step` with `adamw`'s optimizer, and that optimizer."""
-    optimizer = adamw(model, device)
+    """`train_step` with AdamW as `Trainer` makes it by default (`adamw_torch_fused`: fused on a GPU; on a CPU the
+    foreach one, as every CPU table was measured), and that optimizer."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
     return train_step(model, optimizer, inputs, device, dtype), optimizer
 
 
