@@ -27,6 +27,14 @@ from tiny_models import TINY_VIT, assert_checkpointing_keeps_the_gradients, trai
 
 TINY = dict(TINY_VIT, num_hidden_layers=2, num_attention_heads=2, num_labels=3)
 SIGN = {"negative": -1.0, "positive": 1.0}
+# The code files a NeuTRENO ViT checkpoint carries; an EigenViT's carries its own two more.
+NEUTRENO_VIT_CODE = [
+    "configuration_neutreno_vit.py",
+    "modeling_neutreno_vit.py",
+    "neutreno_common.py",
+    "neutreno_term.py",
+    "presets.py",
+]
 
 
 def tiny_config(**overrides) -> EigenViTConfig:
@@ -494,15 +502,7 @@ def test_fresh_process_loads_the_checkpoint_with_remote_code(tmp_path):
     model.save_pretrained(tmp_path / "ckpt")
     torch.save(pixel_values, tmp_path / "pixels.pt")
     saved = sorted(p.name for p in (tmp_path / "ckpt").glob("*.py"))
-    assert saved == [
-        "configuration_eigen_vit.py",
-        "configuration_neutreno_vit.py",
-        "modeling_eigen_vit.py",
-        "modeling_neutreno_vit.py",
-        "neutreno_common.py",
-        "neutreno_term.py",
-        "presets.py",
-    ]
+    assert saved == sorted(NEUTRENO_VIT_CODE + ["configuration_eigen_vit.py", "modeling_eigen_vit.py"])
     make_local_hub_cache(tmp_path / "hf_home", "someone/eigen-vit-tiny", tmp_path / "ckpt")
     out = run_fresh(
         """
@@ -537,14 +537,7 @@ def test_exported_model_is_a_neutreno_vit_checkpoint_that_loads_with_remote_code
         logits = model(pixel_values).logits
     model.to_neutreno_vit().save_pretrained(tmp_path / "ckpt")
     torch.save(pixel_values, tmp_path / "pixels.pt")
-    saved = sorted(p.name for p in (tmp_path / "ckpt").glob("*.py"))
-    assert saved == [
-        "configuration_neutreno_vit.py",
-        "modeling_neutreno_vit.py",
-        "neutreno_common.py",
-        "neutreno_term.py",
-        "presets.py",
-    ]
+    assert sorted(p.name for p in (tmp_path / "ckpt").glob("*.py")) == NEUTRENO_VIT_CODE
     out = run_fresh(
         """
         import torch

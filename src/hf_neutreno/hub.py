@@ -183,8 +183,14 @@ def _card_results(results, pipeline_tag, dataset_id, dataset_name, dataset_confi
     if isinstance(results, Mapping):
         if not dataset_name:
             raise ValueError("`results` need the `dataset` they were measured on.")
-        task = (pipeline_tag or "other", dataset_id or dataset_name, dataset_name, dataset_config, dataset_split)
-        results = _eval_results(results, *task)
+        results = _eval_results(
+            results,
+            task_type=pipeline_tag or "other",
+            dataset_type=dataset_id or dataset_name,
+            dataset_name=dataset_name,
+            dataset_config=dataset_config,
+            dataset_split=dataset_split,
+        )
     return list(results or [])
 
 
@@ -200,19 +206,11 @@ def _template_for(model_type: str, pipeline_tag: str | None, template: str | Non
     return template
 
 
-def _eval_results(metrics, task_type, dataset_type, dataset_name, dataset_config, dataset_split) -> list[EvalResult]:
-    """Trainer's metrics as the card's `EvalResult`s (run statistics and the ``eval_`` prefix dropped)."""
+def _eval_results(metrics, **dataset) -> list[EvalResult]:
+    """Trainer's metrics as the card's `EvalResult`s (run statistics and the ``eval_`` prefix dropped), each with the
+    `dataset` fields (`EvalResult`'s task and dataset keywords)."""
     return [
-        EvalResult(
-            task_type=task_type,
-            dataset_type=dataset_type,
-            dataset_name=dataset_name,
-            dataset_config=dataset_config,
-            dataset_split=dataset_split,
-            metric_type=metric,
-            metric_name=metric.replace("_", " "),
-            metric_value=value,
-        )
+        EvalResult(**dataset, metric_type=metric, metric_name=metric.replace("_", " "), metric_value=value)
         for metric, value in _metric_items(metrics)
     ]
 

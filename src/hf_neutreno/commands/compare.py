@@ -139,6 +139,15 @@ def _variant_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+# Flags passed to `TrainingArguments` under their own names.
+_TRAINER_FLAGS = (
+    ("max_steps", int, "train for this many steps instead of --epochs"),
+    ("gradient_accumulation_steps", int, "batches per optimizer step (default: %(default)s)"),
+    ("lr_scheduler_type", str, "Trainer's learning-rate schedule after the warm-up (default: %(default)s)"),
+    ("warmup_ratio", float, "fraction of the steps spent warming up (default: %(default)s)"),
+)
+
+
 def _training_arguments(parser: argparse.ArgumentParser) -> None:
     """Where the results go, and the training settings passed to `Trainer`."""
     parser.add_argument(
@@ -158,11 +167,9 @@ def _training_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"training epochs (default: {FROM_SCRATCH['epochs']} for a preset, {FINE_TUNING['epochs']} to "
         "fine-tune a transformers model)",
     )
-    parser.add_argument("--max-steps", type=int, help="train for this many steps instead of --epochs")
     parser.add_argument("--batch-size", type=int, help="batch size per device (default: %(default)s)")
-    parser.add_argument(
-        "--gradient-accumulation-steps", type=int, help="batches per optimizer step (default: %(default)s)"
-    )
+    for field, kind, text in _TRAINER_FLAGS:
+        parser.add_argument("--" + field.replace("_", "-"), type=kind, help=text)
     parser.add_argument(
         "--learning-rate",
         type=float,
@@ -175,12 +182,6 @@ def _training_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         help="learning rate of the learnable λ/α (no weight decay) (default: "
         f"{FINE_TUNING['coefficient_learning_rate']:g} when fine-tuning, else --learning-rate)",
-    )
-    parser.add_argument(
-        "--lr-scheduler-type", help="Trainer's learning-rate schedule after the warm-up (default: %(default)s)"
-    )
-    parser.add_argument(
-        "--warmup-ratio", type=float, help="fraction of the steps spent warming up (default: %(default)s)"
     )
     parser.add_argument(
         "--weight-decay",
