@@ -36,9 +36,9 @@ from .modeling_neutreno_vit import (
     NeuTRENOViTPreTrainedModel,
 )
 from .neutreno_common import (
+    NeuTRENOLayerLambda,
     eager_attention_forward,
     neutreno_attention,
-    neutreno_lambda_for_layer,
 )
 
 
@@ -76,7 +76,7 @@ def value_and_output_weights(
     return value_weight, output_weight.contiguous()
 
 
-class EigenViTAttention(nn.Module):
+class EigenViTAttention(NeuTRENOLayerLambda, nn.Module):
     """Self-attention whose value and output projections are ``V_h`` and ``diag(Λ_h) V_hᵀ`` per head.
 
     Queries, keys, the attention backends and the NeuTRENO term are those of [`NeuTRENOViTAttention`]; the value and
@@ -121,12 +121,6 @@ class EigenViTAttention(nn.Module):
         (hidden, heads·head_dim): row h·head_dim + k of the first is column k of V_h, the second is its transpose
         with each column scaled by Λ_hk. (The model makes those of all its layers at once: `eigen_weights`.)"""
         return value_and_output_weights(self.theta, self.psi, self.config)
-
-    @property
-    def neutreno_lambda(self) -> float:
-        """λ of this layer, read from the config at every forward, so that editing `neutreno_lambda` or
-        `neutreno_layers` on a built model applies at once (0 for layer 0 and layers outside `neutreno_layers`)."""
-        return neutreno_lambda_for_layer(self.config, self.layer_idx)
 
     def forward(
         self,

@@ -40,13 +40,13 @@ from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_neutreno_gpt import NeuTRENOGPTConfig
 from .neutreno_common import (
+    NeuTRENOLayerLambda,
     add_auto_map,
     built_fields,
     check_before_save,
     check_built_fields,
     eager_attention_forward,
     neutreno_attention,
-    neutreno_lambda_for_layer,
 )
 
 # transformers 5.24 renamed the KV cache `past_key_values` -> `cache` (forward arguments, output fields, masks; the
@@ -111,7 +111,7 @@ class NeuTRENOGPTSinusoidalPositionEmbedding(nn.Module):
         return f"embedding_dim={self.embedding_dim}"
 
 
-class NeuTRENOGPTAttention(nn.Module):
+class NeuTRENOGPTAttention(NeuTRENOLayerLambda, nn.Module):
     """Causal multi-head self-attention with the NeuTRENO term; returns (output, attention maps, this layer's values).
 
     The values returned are the current tokens' (before the cache is appended), merged over heads: exactly the
@@ -132,12 +132,6 @@ class NeuTRENOGPTAttention(nn.Module):
         self.qkv_proj = nn.Linear(config.hidden_size, 3 * self.inner_size, bias=config.attention_bias)
         self.o_proj = nn.Linear(self.inner_size, config.hidden_size, bias=config.attention_bias)
         self._register_load_state_dict_pre_hook(_join_separate_projections, with_module=True)
-
-    @property
-    def neutreno_lambda(self) -> float:
-        """λ of this layer, read from the config at every forward, so that editing `neutreno_lambda` or
-        `neutreno_layers` on a built model applies at once (0 for layer 0 and layers outside `neutreno_layers`)."""
-        return neutreno_lambda_for_layer(self.config, self.layer_idx)
 
     def forward(
         self,

@@ -31,13 +31,13 @@ from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_neutreno_vit import NeuTRENOViTConfig
 from .neutreno_common import (
+    NeuTRENOLayerLambda,
     add_auto_map,
     built_fields,
     check_before_save,
     check_built_fields,
     eager_attention_forward,
     neutreno_attention,
-    neutreno_lambda_for_layer,
 )
 
 
@@ -150,7 +150,7 @@ def linear_attention_forward(
     return attn_output.transpose(1, 2).contiguous(), None
 
 
-class NeuTRENOViTAttention(nn.Module):
+class NeuTRENOViTAttention(NeuTRENOLayerLambda, nn.Module):
     """Multi-head self-attention with the NeuTRENO term; returns (output, attention maps, this layer's values).
 
     The values are returned with merged heads, (batch, tokens, heads * head_dim): layer 0's are the V_0 of the later
@@ -185,12 +185,6 @@ class NeuTRENOViTAttention(nn.Module):
             self.featscale_high = nn.Parameter(torch.zeros(config.hidden_size))
         else:
             self.featscale_low = self.featscale_high = None
-
-    @property
-    def neutreno_lambda(self) -> float:
-        """λ of this layer, read from the config at every forward, so that editing `neutreno_lambda` or
-        `neutreno_layers` on a built model applies at once (0 for layer 0 and layers outside `neutreno_layers`)."""
-        return neutreno_lambda_for_layer(self.config, self.layer_idx)
 
     def forward(
         self,

@@ -20,13 +20,18 @@ from transformers.activations import ACT2FN
 from .neutreno_term import attention_with_neutreno_term
 
 
-def neutreno_lambda_for_layer(config, layer_idx: int) -> float:
-    """The λ layer ``layer_idx`` applies: 0 for layer 0 (it provides V_0) and for layers outside
-    ``config.neutreno_layers``. The models call it in every forward, so an edit of the config applies at once."""
-    layers = config.neutreno_layers
-    if layer_idx == 0 or (layers is not None and layer_idx not in layers):
-        return 0.0
-    return float(config.neutreno_lambda)
+class NeuTRENOLayerLambda:
+    """For an attention module with `config` and `layer_idx`: its layer's λ, `neutreno_lambda`."""
+
+    @property
+    def neutreno_lambda(self) -> float:
+        """λ of this layer: 0 for layer 0 (it provides V_0) and for layers outside ``config.neutreno_layers``. Read
+        from the config at every forward, so that editing `neutreno_lambda` or `neutreno_layers` on a built model
+        applies at once."""
+        layers = self.config.neutreno_layers
+        if self.layer_idx == 0 or (layers is not None and self.layer_idx not in layers):
+            return 0.0
+        return float(self.config.neutreno_lambda)
 
 
 def neutreno_attention(
