@@ -17,9 +17,8 @@ training ≥ 0.97 of native, and inference through the export ≥ 0.98.
 import argparse
 
 import torch
-from transformers import ViTConfig, ViTForImageClassification
 
-from bench_vit import make_step
+from bench_vit import make_step, native_vit
 from common import add_common_arguments, interleaved_medians, machine, report, setup
 from hf_neutreno import (
     EigenViTConfig,
@@ -34,16 +33,16 @@ EXPORTED = "EigenViT (ViT⁻) → to_neutreno_vit()"
 def build_models(
     preset: str, neutreno_lambda: float, attn: str, device, layers: int | None = None
 ) -> dict[str, torch.nn.Module]:
-    shape = dict(EigenViTConfig.presets[preset], num_labels=1000, attn_implementation=attn)
-    if layers:
-        shape["num_hidden_layers"] = layers
-    native = {k: v for k, v in shape.items() if k in ViTConfig.__dataclass_fields__}
+    depth = {"num_hidden_layers": layers} if layers else {}
+    eigen = EigenViTConfig.from_preset(
+        preset, num_labels=1000, attn_implementation=attn, spectrum_sign="negative", **depth
+    )
+    shape = {k: getattr(eigen, k) for k in eigen.architecture_fields if k in NeuTRENOViTConfig.architecture_fields}
+    neutreno = NeuTRENOViTConfig(**shape, num_labels=1000, attn_implementation=attn, neutreno_lambda=neutreno_lambda)
     models = {
-        "native ViT": ViTForImageClassification(ViTConfig(**native, num_labels=1000, attn_implementation=attn)),
-        f"NeuTRENO ViT (λ={neutreno_lambda})": NeuTRENOViTForImageClassification(
-            NeuTRENOViTConfig(**shape, neutreno_lambda=neutreno_lambda)
-        ),
-        "EigenViT (ViT⁻)": EigenViTForImageClassification(EigenViTConfig(**shape, spectrum_sign="negative")),
+        "native ViT": native_vit(eigen, attn),
+        f"NeuTRENO ViT (λ={neutreno_lambda})": NeuTRENOViTForImageClassification(neutreno),
+        "EigenViT (ViT⁻)": EigenViTForImageClassification(eigen),
     }
     return {name: model.to(device) for name, model in models.items()}
 
@@ -57,7 +56,7 @@ def main() -> None:
     device, dtype = setup(args)
     batch = args.batch_size or (8 if args.quick or device.type == "cpu" else 128)
     rounds = args.rounds or (5 if args.quick else 15)
-    image_size = EigenViTConfig.presets[args.preset]["image_size"]
+    image_size = EigenViTConfig.from_preset(args.preset).image_size
 
     models = build_models(args.preset, args.neutreno_lambda, args.attn, device, args.num_hidden_layers)
     native = next(iter(models))

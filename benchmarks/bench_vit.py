@@ -22,16 +22,19 @@ from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForImageClassification
 LABELS = {"native": "native", "neutreno": "NeuTRENO"}
 
 
+def native_vit(config: NeuTRENOViTConfig, attn: str) -> ViTForImageClassification:
+    """transformers' ViT in `config`'s shape: every architecture field the two configs share."""
+    shape = {k: getattr(config, k) for k in config.architecture_fields if k in ViTConfig.__dataclass_fields__}
+    return ViTForImageClassification(ViTConfig(**shape, num_labels=config.num_labels, attn_implementation=attn))
+
+
 def build(name: str, image_size: int, attn: str, device: torch.device, layers: int | None = None) -> torch.nn.Module:
     torch.manual_seed(0)
-    shape = NeuTRENOViTConfig.presets["deit-tiny"] | {"image_size": image_size, "num_labels": 1000}
-    if layers:
-        shape["num_hidden_layers"] = layers
-    if name == "native":
-        model = ViTForImageClassification(ViTConfig(**shape, attn_implementation=attn))
-    else:
-        config = NeuTRENOViTConfig(**shape, neutreno_lambda=0.6, attn_implementation=attn)
-        model = NeuTRENOViTForImageClassification(config)
+    depth = {"num_hidden_layers": layers} if layers else {}
+    config = NeuTRENOViTConfig.from_preset(
+        "deit-tiny", image_size=image_size, num_labels=1000, neutreno_lambda=0.6, attn_implementation=attn, **depth
+    )
+    model = native_vit(config, attn) if name == "native" else NeuTRENOViTForImageClassification(config)
     return model.to(device)
 
 

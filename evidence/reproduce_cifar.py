@@ -60,8 +60,10 @@ def validation_split(data: str | None, count: int | None) -> tuple:
 
 def budget_vit_shape(budget: Budget) -> dict:
     """The ViTs' shape: the poster's ViT-Ti with the budget's overrides."""
-    preset = EigenViTConfig.presets["vit-tiny"]
-    shape = {k: preset[k] for k in ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size")}
+    preset = EigenViTConfig.from_preset("vit-tiny")
+    shape = {
+        k: getattr(preset, k) for k in ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size")
+    }
     if budget.vit_layers:
         shape["num_hidden_layers"] = budget.vit_layers
     if budget.vit_hidden_size:

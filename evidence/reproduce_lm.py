@@ -35,7 +35,7 @@ def wikitext(data: str | None):
     validation and test token streams."""
     raw = load_wikitext(*dataset_source(data, "wikitext-2-v1"))
     tokenizer = train_word_tokenizer(raw["train"])
-    context = NeuTRENOGPTConfig.presets["wikitext103-small"]["max_position_embeddings"]
+    context = NeuTRENOGPTConfig.from_preset("wikitext103-small").max_position_embeddings
     streams = {split: token_stream(raw[split], tokenizer) for split in ("validation", "test")}
     return tokenizer, group_into_blocks(raw["train"], tokenizer, context), streams, context
 

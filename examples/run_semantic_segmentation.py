@@ -377,7 +377,7 @@ def build_model(args: ModelArguments, id2label: dict[int, str], crop_size: int):
     lambdas = dict(neutreno_lambda=args.neutreno_lambda, decoder_neutreno_lambda=args.decoder_neutreno_lambda)
     if args.preset not in NeuTRENOViTConfig.presets:
         raise ValueError(f"--preset {args.preset!r} is not one of {sorted(NeuTRENOViTConfig.presets)}.")
-    preset = NeuTRENOViTConfig.presets[args.preset]
+    preset = NeuTRENOViTConfig.from_preset(args.preset)
     if args.model_name_or_path is None:
         names = [id2label[i] for i in sorted(id2label)]
         return segmenter(args.preset, names, image_size=crop_size, **lambdas, **overrides), {}
@@ -399,7 +399,7 @@ def build_model(args: ModelArguments, id2label: dict[int, str], crop_size: int):
         # Continue a Segmenter of these classes: every weight, decoder included.
         model = NeuTRENOViTForSemanticSegmentation.from_pretrained(path, **lambdas, **overrides)
         return model, normalisation
-    fields = {k: preset[k] for k in PRESET_SEGMENTATION_FIELDS if k in preset}
+    fields = {k: getattr(preset, k) for k in PRESET_SEGMENTATION_FIELDS}
     model = vit_to_neutreno(
         path, task="semantic-segmentation", image_size=crop_size, **lambdas, **{**fields, **labels, **overrides}
     )

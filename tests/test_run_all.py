@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import torch
 
 import common
 import run_all  # benchmarks/ is on the tests' path (setup.cfg)
@@ -109,3 +110,22 @@ def test_wrapping_leaves_code_tables_and_headings_and_keeps_every_word():
     assert lines[0] == f"# {long}" and f"| a | {long} |" in lines and long in lines  # heading, table, code kept
     prose = [line for line in lines if not line.startswith(("#", "|")) and line != long]
     assert max(map(len, prose)) <= speed_page.WIDTH and any(line.startswith("  word") for line in prose)  # list item
+
+
+def test_the_native_baselines_have_the_compared_models_shape():
+    """A speed ratio compares like with like: at λ = 0 the NeuTRENO term adds no parameter, so each native baseline has
+    exactly the parameters of the package's model it is timed against."""
+    import bench_eigen_vit
+    import bench_vit
+
+    cpu = torch.device("cpu")
+    for size in (32, 224):
+        native, neutreno = (bench_vit.build(name, size, "sdpa", cpu, layers=2) for name in ("native", "neutreno"))
+        assert _shapes(native) == _shapes(neutreno)
+    for preset in ("vit-tiny", "vit-tiny-224"):
+        native, neutreno, _ = bench_eigen_vit.build_models(preset, 0.6, "sdpa", cpu, layers=2).values()
+        assert _shapes(native) == _shapes(neutreno)
+
+
+def _shapes(model) -> list[tuple[int, ...]]:
+    return sorted(tuple(p.shape) for p in model.parameters())
