@@ -16,7 +16,6 @@ apart again on saving; `load_state_dict` joins them in the attention module's ow
 This file travels with every checkpoint (``trust_remote_code``): it imports only torch, transformers and siblings.
 """
 
-import os
 from collections.abc import Callable
 
 import torch
@@ -41,9 +40,8 @@ from transformers.utils.output_capturing import capture_outputs
 from .configuration_neutreno_gpt import NeuTRENOGPTConfig
 from .neutreno_common import (
     NeuTRENOLayerLambda,
-    add_auto_map,
+    NeuTRENOPreTrainedMixin,
     built_fields,
-    check_before_save,
     check_built_fields,
     eager_attention_forward,
     neutreno_attention,
@@ -374,7 +372,7 @@ def check_labels(labels: torch.Tensor, inputs: torch.Tensor, vocab_size: int) ->
         )
 
 
-class NeuTRENOGPTPreTrainedModel(PreTrainedModel):
+class NeuTRENOGPTPreTrainedModel(NeuTRENOPreTrainedMixin, PreTrainedModel):
     config: NeuTRENOGPTConfig
     base_model_prefix = "model"
     input_modalities = ("text",)
@@ -387,16 +385,6 @@ class NeuTRENOGPTPreTrainedModel(PreTrainedModel):
     _supports_attention_backend = True
     _can_record_outputs = {"hidden_states": NeuTRENOGPTDecoderLayer, "attentions": NeuTRENOGPTAttention}
     _auto_classes = {"AutoModel": "NeuTRENOGPTModel", "AutoModelForCausalLM": "NeuTRENOGPTForCausalLM"}
-
-    def __init__(self, config: NeuTRENOGPTConfig, *inputs, **kwargs):
-        super().__init__(config, *inputs, **kwargs)
-        add_auto_map(config, self, self._auto_classes)
-
-    def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs):
-        """`PreTrainedModel.save_pretrained`, after checking, before any file is written, that the config still
-        describes this model (no architecture field edited) and keeps its rules across fields."""
-        check_before_save(self)
-        return super().save_pretrained(save_directory, *args, **kwargs)
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:

@@ -32,9 +32,8 @@ from transformers.utils.output_capturing import capture_outputs
 from .configuration_neutreno_vit import NeuTRENOViTConfig
 from .neutreno_common import (
     NeuTRENOLayerLambda,
-    add_auto_map,
+    NeuTRENOPreTrainedMixin,
     built_fields,
-    check_before_save,
     check_built_fields,
     eager_attention_forward,
     neutreno_attention,
@@ -316,7 +315,7 @@ def pool_image(sequence_output: torch.Tensor, config: NeuTRENOViTConfig) -> torc
     return sequence_output[:, 0]
 
 
-class NeuTRENOViTPreTrainedModel(PreTrainedModel):
+class NeuTRENOViTPreTrainedModel(NeuTRENOPreTrainedMixin, PreTrainedModel):
     config: NeuTRENOViTConfig
     base_model_prefix = "vit"
     main_input_name = "pixel_values"
@@ -336,16 +335,6 @@ class NeuTRENOViTPreTrainedModel(PreTrainedModel):
         "AutoModel": "NeuTRENOViTModel",
         "AutoModelForImageClassification": "NeuTRENOViTForImageClassification",
     }
-
-    def __init__(self, config: NeuTRENOViTConfig, *inputs, **kwargs):
-        super().__init__(config, *inputs, **kwargs)
-        add_auto_map(config, self, self._auto_classes)
-
-    def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs):
-        """`PreTrainedModel.save_pretrained`, after checking, before any file is written, that the config still
-        describes this model (no architecture field edited) and keeps its rules across fields."""
-        check_before_save(self)
-        return super().save_pretrained(save_directory, *args, **kwargs)
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:

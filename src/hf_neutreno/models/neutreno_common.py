@@ -190,19 +190,6 @@ def check_built_fields(config, built: dict[str, Any]) -> None:
         )
 
 
-def check_before_save(model: nn.Module) -> None:
-    """What a model's `save_pretrained` checks before anything is written: no field in `built_fields` edited on the
-    config of the model or of any of its submodels, and the config's rules across fields. transformers copies the code
-    files before it validates the config, and never compares the config with the built model, so a refused save would
-    otherwise leave files behind (replacing an earlier save's), and an edited architecture field would be saved with
-    weights that do not fit it."""
-    for module in model.modules():
-        built = getattr(module, "built_fields", None)
-        if built is not None:
-            check_built_fields(module.config, built)
-    model.config.validate()
-
-
 # The fields that fix a transformer's shape, as transformers' configs name them (ViT, DeiT, GPT-2-style models).
 TRANSFORMER_SHAPE_FIELDS = (
     "hidden_size",
@@ -256,12 +243,29 @@ class NeuTRENOConfigMixin:
         return super().save_pretrained(save_directory, push_to_hub=push_to_hub, **kwargs)
 
 
-def add_auto_map(config, model: torch.nn.Module, auto_classes: dict[str, str]) -> None:
-    """List every Auto class the model's code file serves in ``config.auto_map``.
+class NeuTRENOPreTrainedMixin:
+    """What the package's `PreTrainedModel` bases add to transformers': every Auto class the model's code file serves
+    in ``config.auto_map`` (`_auto_classes`), and a config checked before anything is saved."""
 
-    `save_pretrained` records only the saved class's own Auto class; with these entries a classifier checkpoint also
-    opens with `AutoModel` (the backbone) in a process where this package is not installed.
-    """
-    module = type(model).__module__.rsplit(".", 1)[-1]
-    entries = {auto: f"{module}.{name}" for auto, name in auto_classes.items()}
-    config.auto_map = {**entries, **(getattr(config, "auto_map", None) or {})}
+    _auto_classes: ClassVar[dict[str, str]] = {}
+
+    def __init__(self, config, *inputs, **kwargs):
+        super().__init__(config, *inputs, **kwargs)
+        # `save_pretrained` records only the saved class's own Auto class; with these entries a classifier checkpoint
+        # also opens with `AutoModel` (the backbone) in a process where this package is not installed.
+        module = type(self).__module__.rsplit(".", 1)[-1]
+        entries = {auto: f"{module}.{name}" for auto, name in self._auto_classes.items()}
+        config.auto_map = {**entries, **(getattr(config, "auto_map", None) or {})}
+
+    def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs):
+        """`PreTrainedModel.save_pretrained`, after checking, before any file is written, that no field in
+        `built_fields` was edited on the config of the model or of any of its submodels, and the config's rules across
+        fields. transformers copies the code files before it validates the config, and never compares the config with
+        the built model, so a refused save would otherwise leave files behind (replacing an earlier save's), and an
+        edited architecture field would be saved with weights that do not fit it."""
+        for module in self.modules():
+            built = getattr(module, "built_fields", None)
+            if built is not None:
+                check_built_fields(module.config, built)
+        self.config.validate()
+        return super().save_pretrained(save_directory, *args, **kwargs)
