@@ -17,12 +17,10 @@ This file travels with every checkpoint (``trust_remote_code``): it imports only
 """
 
 import math
-from collections.abc import Callable
 
 import torch
 from torch import nn
 from transformers import initialization as init
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs
 
@@ -34,11 +32,7 @@ from .modeling_neutreno_vit import (
     NeuTRENOViTLayer,
     NeuTRENOViTModel,
     NeuTRENOViTPreTrainedModel,
-)
-from .neutreno_common import (
-    NeuTRENOLayerLambda,
-    eager_attention_forward,
-    neutreno_attention,
+    NeuTRENOViTSelfAttention,
 )
 
 
@@ -76,29 +70,20 @@ def value_and_output_weights(
     return value_weight, output_weight.contiguous()
 
 
-class EigenViTAttention(NeuTRENOLayerLambda, nn.Module):
+class EigenViTAttention(NeuTRENOViTSelfAttention):
     """Self-attention whose value and output projections are ``V_h`` and ``diag(Λ_h) V_hᵀ`` per head.
 
-    Queries, keys, the attention backends and the NeuTRENO term are those of [`NeuTRENOViTAttention`]; the value and
-    output weights are made from Θ, ψ once per forward. Parameters: `q_proj`, `k_proj`, `theta` (heads, hidden,
-    head_dim), `psi` (heads, head_dim) and `output_bias` (hidden). There is no value bias: A is row-stochastic, so a
-    value bias would only add the same row to every token, which `output_bias` already represents. The output bias
-    shifts every token by the same vector and leaves the linear map ``X ↦ A X H_h`` (whose spectrum is constrained)
-    untouched. `spectrum_sign` and `eigenvalue_range` are read from the config at each forward.
+    Queries, keys, the attention backends and the NeuTRENO term are the NeuTRENO ViT's ([`NeuTRENOViTSelfAttention`]);
+    the value and output weights are made from Θ, ψ once per forward. Parameters: `q_proj`, `k_proj`, `theta` (heads,
+    hidden, head_dim), `psi` (heads, head_dim) and `output_bias` (hidden). There is no value bias: A is row-stochastic,
+    so a value bias would only add the same row to every token, which `output_bias` already represents. The output
+    bias shifts every token by the same vector and leaves the linear map ``X ↦ A X H_h`` (whose spectrum is
+    constrained) untouched. `spectrum_sign` and `eigenvalue_range` are read from the config at each forward.
     """
 
     def __init__(self, config: EigenViTConfig, layer_idx: int):
-        super().__init__()
-        self.config = config
-        self.layer_idx = layer_idx
+        super().__init__(config, layer_idx)
         self.num_heads = config.num_attention_heads
-        self.head_dim = config.hidden_size // config.num_attention_heads
-        self.scaling = self.head_dim**-0.5
-        self.is_causal = False  # SDPA otherwise defaults to a causal mask
-        self.attention_dropout = config.attention_probs_dropout_prob
-        inner = self.num_heads * self.head_dim
-        self.q_proj = nn.Linear(config.hidden_size, inner, bias=config.qkv_bias)
-        self.k_proj = nn.Linear(config.hidden_size, inner, bias=config.qkv_bias)
         self.theta = nn.Parameter(torch.empty(self.num_heads, config.hidden_size, self.head_dim))
         self.psi = nn.Parameter(torch.empty(self.num_heads, self.head_dim))
         self.output_bias = nn.Parameter(torch.zeros(config.hidden_size))
@@ -134,35 +119,12 @@ class EigenViTAttention(NeuTRENOLayerLambda, nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
         """`eigen_weights`: this layer's (value, output) weights, which the model makes for all layers at once;
         without them the layer makes its own. `recompute_saved`: see `neutreno_attention`."""
-        input_shape = hidden_states.shape[:-1]
-        hidden_shape = (*input_shape, -1, self.head_dim)
         value_weight, output_weight = eigen_weights if eigen_weights is not None else self.value_and_output_weights()
-
-        query_states = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-        key_states = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
         values = nn.functional.linear(hidden_states, value_weight)
-        value_states = values.view(hidden_shape).transpose(1, 2)
-
-        attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
-            self.config._attn_implementation, eager_attention_forward
+        attn_output, attn_weights = self.attend(
+            hidden_states, values, attention_mask, first_layer_values, neutreno_lambda, recompute_saved, **kwargs
         )
-        attn_output, attn_weights = neutreno_attention(
-            lambda: attention_interface(
-                self,
-                query_states,
-                key_states,
-                value_states,
-                attention_mask,
-                dropout=0.0 if not self.training else self.attention_dropout,
-                scaling=self.scaling,
-                **kwargs,
-            ),
-            values,
-            first_layer_values,
-            self.neutreno_lambda if neutreno_lambda is None else neutreno_lambda,
-            recompute_saved,
-        )
-        attn_output = nn.functional.linear(attn_output.reshape(*input_shape, -1), output_weight, self.output_bias)
+        attn_output = nn.functional.linear(attn_output, output_weight, self.output_bias)
         return attn_output, attn_weights, values
 
     def extra_repr(self) -> str:

@@ -149,21 +149,9 @@ def linear_attention_forward(
     return attn_output.transpose(1, 2).contiguous(), None
 
 
-class NeuTRENOViTAttention(NeuTRENOLayerLambda, nn.Module):
-    """Multi-head self-attention with the NeuTRENO term; returns (output, attention maps, this layer's values).
-
-    The values are returned with merged heads, (batch, tokens, heads * head_dim): layer 0's are the V_0 of the later
-    layers. λ is the layer's `neutreno_lambda`, read from the config at each forward, unless the caller passes one
-    (the Segmenter's mask transformer passes its `decoder_lambda`).
-
-    The paper's ablations, in any combination, when the config sets them (each costs nothing when it is off):
-
-    - `symmetric_attention`: W_Q = W_K (the paper's Sym-DeiT): the keys serve as queries and there is no `q_proj`.
-    - `attention_kernel="linear"`: kernel attention (NeuTRENO App. F.2), computed here in O(N d²), so
-      `attn_implementation` does not apply to it and it returns no maps.
-    - `featscale`: FeatScale (Wang et al., 2022) after the output projection,
-      ``x + s_d ⊙ mean_tokens(x) + s_h ⊙ (x − mean_tokens(x))`` with zero-initialised s_d, s_h.
-    """
+class NeuTRENOViTSelfAttention(NeuTRENOLayerLambda, nn.Module):
+    """A block's queries and keys, its attention backend and the NeuTRENO term: all of its attention but the value and
+    output projections, which [`NeuTRENOViTAttention`] adds (and EigenViT's attention, its own way)."""
 
     def __init__(self, config: NeuTRENOViTConfig, layer_idx: int):
         super().__init__()
@@ -177,24 +165,20 @@ class NeuTRENOViTAttention(NeuTRENOLayerLambda, nn.Module):
         inner = config.num_attention_heads * self.head_dim
         self.q_proj = None if config.symmetric_attention else nn.Linear(config.hidden_size, inner, bias=config.qkv_bias)
         self.k_proj = nn.Linear(config.hidden_size, inner, bias=config.qkv_bias)
-        self.v_proj = nn.Linear(config.hidden_size, inner, bias=config.qkv_bias)
-        self.o_proj = nn.Linear(inner, config.hidden_size, bias=True)
-        if config.featscale:
-            self.featscale_low = nn.Parameter(torch.zeros(config.hidden_size))
-            self.featscale_high = nn.Parameter(torch.zeros(config.hidden_size))
-        else:
-            self.featscale_low = self.featscale_high = None
 
-    def forward(
+    def attend(
         self,
         hidden_states: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        first_layer_values: torch.Tensor | None = None,
-        neutreno_lambda: float | None = None,
-        recompute_saved: bool = True,
+        values: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        first_layer_values: torch.Tensor | None,
+        neutreno_lambda: float | None,
+        recompute_saved: bool,
         **kwargs: Unpack[TransformersKwargs],
-    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-        """`recompute_saved`: see `neutreno_attention` (False under activation checkpointing)."""
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The attention of `hidden_states`' queries and keys over this layer's `values` (merged heads), with the
+        NeuTRENO term: (output with merged heads (batch, tokens, heads * head_dim), attention maps or None).
+        `recompute_saved`: see `neutreno_attention` (False under activation checkpointing)."""
         input_shape = hidden_states.shape[:-1]
         hidden_shape = (*input_shape, -1, self.head_dim)
 
@@ -203,7 +187,6 @@ class NeuTRENOViTAttention(NeuTRENOLayerLambda, nn.Module):
             query_states = key_states
         else:
             query_states = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-        values = self.v_proj(hidden_states)
         value_states = values.view(hidden_shape).transpose(1, 2)
 
         attention_interface: Callable = self.attention_function or ALL_ATTENTION_FUNCTIONS.get_interface(
@@ -225,7 +208,51 @@ class NeuTRENOViTAttention(NeuTRENOLayerLambda, nn.Module):
             self.neutreno_lambda if neutreno_lambda is None else neutreno_lambda,
             recompute_saved,
         )
-        attn_output = self.o_proj(attn_output.reshape(*input_shape, -1))
+        return attn_output.reshape(*input_shape, -1), attn_weights
+
+
+class NeuTRENOViTAttention(NeuTRENOViTSelfAttention):
+    """Multi-head self-attention with the NeuTRENO term; returns (output, attention maps, this layer's values).
+
+    The values are returned with merged heads, (batch, tokens, heads * head_dim): layer 0's are the V_0 of the later
+    layers. λ is the layer's `neutreno_lambda`, read from the config at each forward, unless the caller passes one
+    (the Segmenter's mask transformer passes its `decoder_lambda`).
+
+    The paper's ablations, in any combination, when the config sets them (each costs nothing when it is off):
+
+    - `symmetric_attention`: W_Q = W_K (the paper's Sym-DeiT): the keys serve as queries and there is no `q_proj`.
+    - `attention_kernel="linear"`: kernel attention (NeuTRENO App. F.2), computed here in O(N d²), so
+      `attn_implementation` does not apply to it and it returns no maps.
+    - `featscale`: FeatScale (Wang et al., 2022) after the output projection,
+      ``x + s_d ⊙ mean_tokens(x) + s_h ⊙ (x − mean_tokens(x))`` with zero-initialised s_d, s_h.
+    """
+
+    def __init__(self, config: NeuTRENOViTConfig, layer_idx: int):
+        super().__init__(config, layer_idx)
+        inner = config.num_attention_heads * self.head_dim
+        self.v_proj = nn.Linear(config.hidden_size, inner, bias=config.qkv_bias)
+        self.o_proj = nn.Linear(inner, config.hidden_size, bias=True)
+        if config.featscale:
+            self.featscale_low = nn.Parameter(torch.zeros(config.hidden_size))
+            self.featscale_high = nn.Parameter(torch.zeros(config.hidden_size))
+        else:
+            self.featscale_low = self.featscale_high = None
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        first_layer_values: torch.Tensor | None = None,
+        neutreno_lambda: float | None = None,
+        recompute_saved: bool = True,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """`recompute_saved`: see `neutreno_attention` (False under activation checkpointing)."""
+        values = self.v_proj(hidden_states)
+        attn_output, attn_weights = self.attend(
+            hidden_states, values, attention_mask, first_layer_values, neutreno_lambda, recompute_saved, **kwargs
+        )
+        attn_output = self.o_proj(attn_output)
         if self.featscale_low is not None:
             mean = attn_output.mean(dim=1, keepdim=True)
             attn_output = attn_output + self.featscale_low * mean + self.featscale_high * (attn_output - mean)
