@@ -1,5 +1,5 @@
-"""Pieces every model file shares: the NeuTRENO term (from `neutreno_term.py`), eager attention, the config rules and
-presets.
+"""Pieces every model file shares: the NeuTRENO term (from `neutreno_term.py`), eager attention, a layer's λ
+(`NeuTRENOLayerLambda`), the `PreTrainedModel` additions (`NeuTRENOPreTrainedMixin`), the config rules and presets.
 
 This file travels with every checkpoint (``trust_remote_code``): it imports only torch, transformers, its sibling
 `neutreno_term.py` and huggingface_hub (a dependency of transformers, whose own configs take their validated fields
