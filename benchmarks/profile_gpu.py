@@ -7,16 +7,13 @@ NeuTRENO side by side, bf16 autocast, SDPA:
 - the CUDA kernels of one training step (forward, backward, AdamW) from the PyTorch profiler: how many, the GPU time
   they take, and which kernels the NeuTRENO model adds (by name, count and time per step);
 - the host time per step (the profiler's CPU total) and the wall time per step;
-- the throughput ratio NeuTRENO / native, eager and under `torch.compile`, from interleaved rounds; eager also with
-  the term in ATen's kernels instead of Triton's fused ones, and as plain autograd ops without the memory-saving
-  rebuild.
+- the throughput ratio NeuTRENO / native, eager and under `torch.compile`, from interleaved rounds.
 
     python benchmarks/profile_gpu.py --out profile.json        # on a GPU, a few minutes
     python benchmarks/profile_gpu.py --smoke                   # the code path on a CPU, toy sizes
 """
 
 import argparse
-import contextlib
 import json
 import time
 from collections import defaultdict
@@ -73,30 +70,12 @@ def added_kernels(native: dict, other: dict, top: int = 25) -> list[dict]:
     return sorted(rows, key=lambda r: -abs(r["µs"]))[:top]
 
 
-def aten_term():
-    """A context in which the models' NeuTRENO term runs as ATen's kernels instead of Triton's fused ones."""
-    from hf_neutreno.models import neutreno_term
-
-    return mock.patch.object(neutreno_term, "_fused", lambda *tensors: (None, None))
-
-
 def plain_term():
-    """A context in which the models' NeuTRENO term is plain autograd ops (ATen's), whose backward pass reads the
-    backend's own copy of its output (kept: more memory) instead of rebuilding it, for a comparison."""
+    """A context in which the models' NeuTRENO term is plain autograd ops, whose backward pass reads the backend's own
+    copy of its output (kept: more memory) instead of rebuilding it, for a comparison."""
     from hf_neutreno.models import neutreno_term
 
-    patches = contextlib.ExitStack()
-    patches.enter_context(aten_term())
-    patches.enter_context(mock.patch.object(neutreno_term, "may_recompute_saved", lambda: False))
-    return patches
-
-
-def within(context, step):
-    def run():
-        with context():
-            step()
-
-    return run
+    return mock.patch.object(neutreno_term, "may_recompute_saved", lambda: False)
 
 
 def profile_shape(shape: str, args, device, dtype) -> dict:
@@ -104,10 +83,6 @@ def profile_shape(shape: str, args, device, dtype) -> dict:
     steps = {}
     for name, model in models.items():
         steps[name] = adamw_step(model, inputs, device, dtype)[0]
-    # The same NeuTRENO model with its term in ATen's kernels, and as plain autograd ops (ATen's, keeping the
-    # backend's output too: more memory)
-    steps["neutreno, ATen term"] = within(aten_term, steps["neutreno"])
-    steps["neutreno, plain ops"] = within(plain_term, steps["neutreno"])
     for step in steps.values():
         for _ in range(3):
             step()
@@ -119,15 +94,16 @@ def profile_shape(shape: str, args, device, dtype) -> dict:
         result[f"{name} GPU ms per step"] = round(sum(t for _, t in tables[name].values()) / 1e3, 3)
         result[f"{name} host ms per step"] = round(host / 1e3, 3)
     result["added kernels"] = added_kernels(tables["native"], tables["neutreno"])
-    result["added kernels, ATen term"] = added_kernels(tables["native"], tables["neutreno, ATen term"])
     seconds = interleaved_medians(steps, device, rounds=args.rounds, warmup=1)
     result["eager wall ms per step"] = {n: round(s * 1e3, 3) for n, s in seconds.items()}
     result["eager ratio"] = round(seconds["native"] / seconds["neutreno"], 4)
-    for name in ("neutreno, ATen term", "neutreno, plain ops"):
-        result[f"eager ratio, {name.split(', ')[1]}"] = round(seconds["native"] / seconds[name], 4)
+    # The same NeuTRENO model with the term as plain autograd ops (keeps the backend's output too: more memory).
+    with plain_term():
+        seconds = interleaved_medians(steps, device, rounds=args.rounds, warmup=1)
+    result["eager ratio, term as plain autograd ops"] = round(seconds["native"] / seconds["neutreno"], 4)
     if args.compile:
         compiled = {}
-        for name, model in models.items():  # the two models (their steps above share the NeuTRENO one)
+        for name, model in models.items():
             compiled[name] = adamw_step(torch.compile(model), inputs, device, dtype)[0]
         start = time.perf_counter()
         for step in compiled.values():

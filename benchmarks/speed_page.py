@@ -253,8 +253,8 @@ def render(out: Path, docs: Path, budget: str = "full") -> str:
 
 def profile_section(path: Path) -> list[str]:
     """The page's section from `profile_gpu.py`'s JSON, if there is one: per shape, the kernels and GPU time of a
-    training step, the throughput ratios eager (with the term in Triton's kernels, in ATen's, and as plain autograd
-    ops) and compiled, and the kernels the NeuTRENO model adds."""
+    training step, the throughput ratios eager, with the term as plain autograd ops and compiled, and the kernels the
+    NeuTRENO model adds."""
     if not path.exists():
         return []
     data = json.loads(path.read_text())
@@ -265,8 +265,7 @@ def profile_section(path: Path) -> list[str]:
         "native GPU ms per step",
         "neutreno GPU ms per step",
         "eager ratio",
-        "eager ratio, ATen term",
-        "eager ratio, plain ops",
+        "eager ratio, term as plain autograd ops",
         "compiled ratio",
     ]
     rows = [{c: shape.get(c, "") for c in columns} for shape in data["shapes"]]
@@ -276,9 +275,8 @@ def profile_section(path: Path) -> list[str]:
         "One training step (forward, backward, fused AdamW; bf16 autocast, SDPA) of DeiT-tiny at batch 256 and "
         "of the paper's GPT shape at 32 × 256 tokens, native and NeuTRENO, under the PyTorch profiler: the CUDA "
         "kernels per step and their GPU time; then throughput ratios NeuTRENO / native from interleaved rounds: "
-        "eager (the term in Triton's fused kernels), eager with the term in ATen's kernels, eager with the term as "
-        "plain autograd ops (ATen's, the backend's output kept instead of rebuilt in the backward pass: more "
-        "memory), and both models under `torch.compile` (which fuses the plain ops itself).",
+        "eager, eager with the NeuTRENO term as plain autograd ops (the backend's output kept instead of rebuilt "
+        "in the backward pass: more memory), and both models under `torch.compile`.",
         "",
         *table(rows),
         "",
@@ -291,10 +289,4 @@ def profile_section(path: Path) -> list[str]:
             for row in shape["added kernels"][:6]
         ]
         lines += [f"The kernels that change most, NeuTRENO − native ({shape['shape']}):", "", *table(added), ""]
-        aten = [
-            {"kernel": row["kernel"][:90], "calls per step": row["calls"], "µs per step": row["µs"]}
-            for row in shape.get("added kernels, ATen term", [])[:6]
-        ]
-        if aten:
-            lines += [f"The same with the term in ATen's kernels ({shape['shape']}):", "", *table(aten), ""]
     return lines

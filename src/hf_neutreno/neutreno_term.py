@@ -10,42 +10,11 @@ Memory: the output with the term is what the next operation (the output projecti
 the backend keeps its own output without the term (SDPA's backward reads it). Instead of both, the backend's copy is
 rebuilt from the kept one in the backward pass, as ``output − λ (V_0 − V)`` (`SavedForBackward`): V and V_0 are kept
 by the backends anyway. This leaves any output projection as it is (a LoRA or quantised one included).
-
-Speed: on a GPU the term is elementwise passes over memory. Where Triton is installed (PyTorch's CUDA builds install
-it), a training step's term runs as three fused kernels: the term, its two gradients, and the rebuild, instead of six
-ATen kernels. The accumulation of V's and V_0's gradients stays autograd's. Elsewhere, and under torch.compile (which
-fuses the plain ops itself), the term is plain ATen ops; the two agree up to float rounding.
 """
 
-import os
 from collections.abc import Callable
-from importlib.util import find_spec
 
 import torch
-
-_TRITON = find_spec("triton") is not None
-_FUSED_TYPES = (torch.float32, torch.bfloat16, torch.float16)
-if _TRITON:
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def _add_scaled_difference_kernel(out, output, first, values, coefficient, numel, BLOCK: tl.constexpr):
-        """out = output + coefficient (first − values), in float32, over flat contiguous memory."""
-        offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-        mask = offsets < numel
-        o = tl.load(output + offsets, mask=mask).to(tl.float32)
-        difference = tl.load(first + offsets, mask=mask).to(tl.float32) - tl.load(values + offsets, mask=mask)
-        tl.store(out + offsets, (o + coefficient * difference).to(out.dtype.element_ty), mask=mask)
-
-    @triton.jit
-    def _term_gradients_kernel(grad, grad_first, grad_values, coefficient, numel, BLOCK: tl.constexpr):
-        """The term's two gradients from one read of the output's: λ g for V_0 and −λ g for V."""
-        offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-        mask = offsets < numel
-        scaled = tl.load(grad + offsets, mask=mask).to(tl.float32) * coefficient
-        tl.store(grad_first + offsets, scaled.to(grad_first.dtype.element_ty), mask=mask)
-        tl.store(grad_values + offsets, (-scaled).to(grad_values.dtype.element_ty), mask=mask)
 
 
 def attention_with_neutreno_term(
@@ -103,11 +72,6 @@ def add_neutreno_term(output, first_values, values, coefficient):
             first_values, values = _heads(first_values, output.shape[-1]), _heads(values, output.shape[-1])
         grouped = _grouped(output, values.shape[1])
         return _AddScaledDifference.apply(grouped, first_values, values, coefficient).flatten(2, 3)
-    first, value = _fused(output, first_values, values)
-    if first is not None:
-        if torch.is_grad_enabled() and any(t.requires_grad for t in (output, first, value)):
-            return _FusedTerm.apply(output, first, value, coefficient)
-        return _launch(_add_scaled_difference_kernel, output, output, first, value, coefficient)
     grouped, difference = _aligned(output, first_values - values)
     if torch.is_grad_enabled() and (output.requires_grad or difference.requires_grad):
         combined = grouped.add(difference, alpha=coefficient)
@@ -140,12 +104,8 @@ def _heads(merged: torch.Tensor, head_dim: int) -> torch.Tensor:
 
 def _without_term_into(out, combined, first_values, values, coefficient):
     """The backend's output from the output with the term, written into `out`: the same difference, subtracted.
-    Equal up to rounding, which is all its use needs (the backend's backward pass reads it in softmax's Σ dO·O). One
-    Triton kernel, or two of ATen's: the difference, and the subtraction straight into the kept layout."""
-    first, value = (None, None) if isinstance(coefficient, torch.Tensor) else _fused(out, first_values, values)
-    if first is not None and combined.is_contiguous():
-        _launch(_add_scaled_difference_kernel, out, combined.view_as(out), first, value, -coefficient)
-        return
+    Equal up to rounding, which is all its use needs (the backend's backward pass reads it in softmax's Σ dO·O). Two
+    kernels: the difference, and the subtraction straight into the kept layout."""
     out, difference = _aligned(out, first_values - values)
     combined = combined.view_as(out)
     if isinstance(coefficient, torch.Tensor):
@@ -230,45 +190,3 @@ class _AddScaledDifference(torch.autograd.Function):
         if ctx.needs_input_grad[3]:
             grad_coefficient = torch.sum(grad_heads * (first - value), dtype=torch.float32).to(coefficient.dtype)
         return grad, grad_first, grad_first.neg(), grad_coefficient
-
-
-def _fused(output: torch.Tensor, first_values: torch.Tensor, values: torch.Tensor) -> tuple:
-    """V_0 and V laid out as `output` (batch, queries, heads, d) where Triton's kernels take the term, else
-    (None, None). They take it on a GPU (or on any device in Triton's interpreter mode, which tests use), not under
-    torch.compile, in a type they compute in float32 (float64 keeps ATen's ops), where the three tensors are alike and
-    contiguous: flat memory, one key/value head per query head."""
-    if torch.compiler.is_compiling() or not _TRITON or output.dtype not in _FUSED_TYPES:
-        return None, None
-    if not (output.is_cuda or os.environ.get("TRITON_INTERPRET") == "1"):
-        return None, None
-    first, value = _aligned(output, first_values)[1], _aligned(output, values)[1]
-    alike = all(
-        t.shape == output.shape and t.dtype == output.dtype and t.device == output.device and t.is_contiguous()
-        for t in (output, first, value)
-    )
-    return (first, value) if alike else (None, None)
-
-
-def _launch(kernel, first: torch.Tensor, *arguments, block: int = 1024) -> torch.Tensor:
-    """One Triton kernel over flat contiguous tensors of `first`'s size: `first` and `arguments` (the other tensors,
-    then the coefficient), as the kernel takes them. Returns `first` (the output, where a kernel writes it)."""
-    numel = first.numel()
-    kernel[(triton.cdiv(numel, block),)](first, *arguments, numel, BLOCK=block)
-    return first
-
-
-class _FusedTerm(torch.autograd.Function):
-    """``output + λ (V_0 − V)`` for a fixed λ, the three tensors alike and contiguous: one kernel forward, one for
-    the two gradients (that of the output passes through as it is). It keeps nothing for its backward pass."""
-
-    @staticmethod
-    def forward(ctx, output, first, values, coefficient):
-        ctx.coefficient = coefficient
-        return _launch(_add_scaled_difference_kernel, torch.empty_like(output), output, first, values, coefficient)
-
-    @staticmethod
-    def backward(ctx, grad):
-        grad = grad.contiguous()
-        grad_first, grad_values = torch.empty_like(grad), torch.empty_like(grad)
-        _launch(_term_gradients_kernel, grad, grad_first, grad_values, ctx.coefficient)
-        return grad, grad_first, grad_values, None
