@@ -14,36 +14,41 @@ WIDTH = 120
 PAGES = {"gpu": ("benchmarks-gpu.md", "results-gpu.md")}
 DEFAULT_PAGES = ("benchmarks.md", "results.md")
 
-# What each table is checked against: (row filter, column, comparison, target).
+# What each table is checked against: (row filter, column, comparison, target). Training runs at 0.98 of its native
+# counterpart on a CPU and 0.97 on a GPU (`TRAIN` stands for the page's one), inference and generation at 0.97 and
+# 0.95, memory within 3 %.
+TRAIN, INFER = "training", 0.97
+TRAINING_TARGETS = {"gpu": 0.97}  # by budget; every CPU page: 0.98
 TARGETS = {
     "vit": [
-        (None, "throughput ratio", ">=", 0.97),
+        ({"mode": "train"}, "throughput ratio", ">=", TRAIN),
+        ({"mode": "infer"}, "throughput ratio", ">=", INFER),
         (None, "total memory ratio", "<=", 1.03),
         ({"mode": "train"}, "step peak ratio", "<=", 1.03),
     ],
     "eigen_vit": [
-        ({"model": "EigenViT (ViT⁻)"}, "train ratio", ">=", 0.97),
+        ({"model": "EigenViT (ViT⁻)"}, "train ratio", ">=", TRAIN),
         ({"model": "EigenViT (ViT⁻)"}, "infer ratio", ">=", 0.98),
         ({"model": "EigenViT (ViT⁻) → to_neutreno_vit()"}, "infer ratio", ">=", 0.98),
     ],
     "gpt": [
-        ({"shape": "paper"}, "train throughput ratio", ">=", 0.97),
-        ({"shape": "gpt2-small"}, "train throughput ratio", ">=", 0.97),
+        ({"shape": "paper"}, "train throughput ratio", ">=", TRAIN),
+        ({"shape": "gpt2-small"}, "train throughput ratio", ">=", TRAIN),
         ({"shape": "paper"}, "total memory ratio", "<=", 1.03),
         ({"shape": "gpt2-small"}, "total memory ratio", "<=", 1.03),
         ({"shape": "paper"}, "generate throughput ratio", ">=", 0.95),
         ({"shape": "gpt2-small"}, "generate throughput ratio", ">=", 0.95),
     ],
-    "gpt_scaling": [(None, "train throughput ratio", ">=", 0.97), (None, "total memory ratio", "<=", 1.03)],
+    "gpt_scaling": [(None, "train throughput ratio", ">=", TRAIN), (None, "total memory ratio", "<=", 1.03)],
     "diagnostics": [({"mode": "hidden"}, "× inference", "<=", 1.5)],
     "generation": [(None, "ratio to native", ">=", 0.95)],
     "segmenter": [
-        (None, "throughput ratio", ">=", 0.97),
+        (None, "throughput ratio", ">=", TRAIN),  # its one row is a training step
         (None, "total memory ratio", "<=", 1.03),
         (None, "step peak ratio", "<=", 1.03),
     ],
-    "value_path": [  # twicing's second attention call per layer is its method, not an overhead
-        ({"attention calls": 1}, "throughput ratio", ">=", 0.97),
+    "value_path": [  # training steps; twicing's second attention call per layer is its method, not an overhead
+        ({"attention calls": 1}, "throughput ratio", ">=", TRAIN),
         ({"attention calls": 1}, "total memory ratio", "<=", 1.03),
         ({"attention calls": 1}, "step peak ratio", "<=", 1.03),
     ],
@@ -146,6 +151,8 @@ def check_targets(name: str, rows: list[dict], budget: str = "full") -> list[str
     """One line per target: the worst value among the rows it applies to, and whether it meets the target."""
     lines = []
     targets = TARGETS.get(name, [])
+    training = TRAINING_TARGETS.get(budget, 0.98)
+    targets = [(w, c, op, training if t == TRAIN else t) for w, c, op, t in targets]
     if budget == "gpu":  # where the GPU tier's target differs: (row filter, column) -> target
         targets = [(w, c, op, GPU_TARGETS.get((name, str(w), c), t)) for w, c, op, t in targets]
     for where, column, op, target in targets:
