@@ -15,11 +15,12 @@ training ≥ 0.97 of native, and inference through the export ≥ 0.98.
 """
 
 import argparse
+import statistics
 
 import torch
 
 from bench_vit import make_step, native_vit
-from common import add_common_arguments, interleaved_medians, machine, report, setup
+from common import add_common_arguments, interleaved_times, machine, paired_ratio, report, setup
 from hf_neutreno import (
     EigenViTConfig,
     EigenViTForImageClassification,
@@ -60,19 +61,19 @@ def main() -> None:
 
     models = build_models(args.preset, args.neutreno_lambda, args.attn, device, args.num_hidden_layers)
     native = next(iter(models))
-    seconds = {}
+    times = {}
     steps = {name: make_step(m, batch, image_size, "train", device, dtype)[0] for name, m in models.items()}
-    seconds["train"] = interleaved_medians(steps, device, rounds=rounds, clock=args.clock)
+    times["train"] = interleaved_times(steps, device, rounds=rounds, clock=args.clock)
     models[EXPORTED] = models["EigenViT (ViT⁻)"].to_neutreno_vit()  # inference only: trained, it is a plain ViT
     steps = {name: make_step(m, batch, image_size, "infer", device, dtype)[0] for name, m in models.items()}
-    seconds["infer"] = interleaved_medians(steps, device, rounds=rounds, clock=args.clock)
+    times["infer"] = interleaved_times(steps, device, rounds=rounds, clock=args.clock)
     rows = []
     for name in models:
         row = {"model": name}
         for mode in ("train", "infer"):
-            if name in seconds[mode]:
-                row[f"{mode} img/s"] = batch / seconds[mode][name]
-                row[f"{mode} ratio"] = seconds[mode][native] / seconds[mode][name]
+            if name in times[mode]:
+                row[f"{mode} img/s"] = batch / statistics.median(times[mode][name])
+                row[f"{mode} ratio"], row[f"{mode} ratio interval"] = paired_ratio(times[mode], native, name)
         rows.append(row)
     meta = machine(args) | {"preset": args.preset, "batch": batch, "rounds": rounds}
     report("EigenViT vs NeuTRENO ViT vs native ViT (same shape)", rows, meta, args.out)

@@ -16,6 +16,7 @@ state. Targets: ≥ 0.97 of the unmodified model's throughput, ≤ 1.03 of its m
 """
 
 import argparse
+import statistics
 
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, ViTConfig, ViTForImageClassification
@@ -23,8 +24,9 @@ from transformers import GPT2Config, GPT2LMHeadModel, ViTConfig, ViTForImageClas
 from common import (
     adamw_step,
     add_common_arguments,
-    interleaved_medians,
+    interleaved_times,
     machine,
+    paired_ratio,
     peak_bytes,
     report,
     resident_bytes,
@@ -88,7 +90,7 @@ def measure(shape: str, args, device: torch.device, dtype: torch.dtype) -> list[
         model = build(shape, args, device)
         models[label] = model if settings is None else apply_value_path(model, **settings)
         steps[label] = adamw_step(models[label], inputs, device, dtype)
-    seconds = interleaved_medians(
+    times = interleaved_times(
         {label: fn for label, (fn, _) in steps.items()}, device, rounds=args.rounds, clock=args.clock
     )
     peak = {label: peak_bytes(fn, device) for label, (fn, _) in steps.items()}  # after warm-up: steady state
@@ -96,14 +98,16 @@ def measure(shape: str, args, device: torch.device, dtype: torch.dtype) -> list[
     unit = "tokens/s" if shape == "gpt2-small" else "img/s"
     per_step = batch * (args.context if shape == "gpt2-small" else 1)
     base = "unmodified"
+    ratios = {label: paired_ratio(times, base, label) for label in VARIANTS}
     return [
         {
             "shape": shape,
             "model": label,
             "attention calls": 2 if (VARIANTS[label] or {}).get("method") == "twicing" else 1,  # per layer
             "batch": batch,
-            unit: per_step / seconds[label],
-            "throughput ratio": seconds[base] / seconds[label],
+            unit: per_step / statistics.median(times[label]),
+            "throughput ratio": ratios[label][0],
+            "throughput ratio interval": ratios[label][1],
             "step peak MiB": peak[label] / 2**20,
             "step peak ratio": peak[label] / peak[base],
             "total memory ratio": total[label] / total[base],

@@ -2,10 +2,11 @@
 
 Every comparison runs its candidates side by side in one process, interleaved round by round in rotating order, so
 that a change of machine load hits all of them alike; results are medians over rounds and are reported as ratios
-to the baseline.
+to the baseline: a throughput ratio is the median of the rounds' own ratios, with its interval (`paired_ratio`).
 """
 
 import json
+import math
 import os
 import platform
 import re
@@ -97,14 +98,14 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def interleaved_medians(
+def interleaved_times(
     candidates: dict[str, Callable[[], None]],
     device: torch.device,
     rounds: int = 5,
     warmup: int = 2,
     clock: str = "wall",
-) -> dict[str, float]:
-    """Median seconds per call of each candidate; each round runs every candidate once, in rotating order."""
+) -> dict[str, list[float]]:
+    """Seconds per call of each candidate, one per round; each round runs every candidate once, in rotating order."""
     now = time.perf_counter if device.type == "cuda" else CLOCKS[clock]
     names = list(candidates)
     for _ in range(warmup):
@@ -118,7 +119,32 @@ def interleaved_medians(
             candidates[name]()
             synchronize(device)
             times[name].append(now() - start)
+    return times
+
+
+def interleaved_medians(
+    candidates: dict[str, Callable[[], None]],
+    device: torch.device,
+    rounds: int = 5,
+    warmup: int = 2,
+    clock: str = "wall",
+) -> dict[str, float]:
+    """Median seconds per call of each candidate (`interleaved_times`)."""
+    times = interleaved_times(candidates, device, rounds=rounds, warmup=warmup, clock=clock)
     return {name: statistics.median(values) for name, values in times.items()}
+
+
+def paired_ratio(times: dict[str, list[float]], base: str, other: str) -> tuple[float, str]:
+    """The throughput ratio of `other` to `base` from `interleaved_times`, and its interval: the median over rounds of
+    the round's own ratio (a change of the machine's speed between rounds hits both alike), and the distribution-free
+    interval of that median (the sign test's order statistics), as "low-high". It covers the median with at least
+    95 % probability from 6 rounds on; with fewer it is the whole range of the rounds."""
+    ratios = sorted(b / o for b, o in zip(times[base], times[other]))
+    n = len(ratios)
+    k = 0  # 0-based order statistic: the largest with P(Binomial(n, 1/2) <= k) <= 2.5 %
+    while 2 * sum(math.comb(n, i) for i in range(k + 2)) / 2**n <= 0.05:
+        k += 1
+    return statistics.median(ratios), f"{ratios[k]:.3f}-{ratios[n - 1 - k]:.3f}"
 
 
 def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
@@ -192,13 +218,14 @@ def side_by_side(
     warmup: int = 2,
 ) -> dict:
     """One table row comparing two candidates' steps (name -> (closure, optimizer or None)), the baseline first in
-    `labels` (name -> column label): each one's rate (`per_step` items per median step), the throughput ratio, and
-    with `models` the step peak memory and the total with weights and optimizer state, as ratios to the baseline."""
+    `labels` (name -> column label): each one's rate (`per_step` items per median step), the throughput ratio with its
+    interval (`paired_ratio`), and with `models` the step peak memory and the total with weights and optimizer state,
+    as ratios to the baseline."""
     base, other = labels
     fns = {name: fn for name, (fn, _) in steps.items()}
-    seconds = interleaved_medians(fns, device, rounds=args.rounds, warmup=warmup, clock=args.clock)
-    row = {f"{labels[name]} {unit}": per_step / seconds[name] for name in labels}
-    row[ratio] = seconds[base] / seconds[other]
+    times = interleaved_times(fns, device, rounds=args.rounds, warmup=warmup, clock=args.clock)
+    row = {f"{labels[name]} {unit}": per_step / statistics.median(times[name]) for name in labels}
+    row[ratio], row[f"{ratio} interval"] = paired_ratio(times, base, other)
     if models is not None:
         peak = {name: peak_bytes(fn, device) for name, fn in fns.items()}  # after warm-up: steady state
         total = {name: peak[name] + resident_bytes(models[name], opt) for name, (_, opt) in steps.items()}
@@ -221,8 +248,9 @@ def compiled_ratio(
         return {}
     base, other = labels
     fns = {name: make_step(torch.compile(models[name]))[0] for name in labels}
-    seconds = interleaved_medians(fns, device, rounds=args.rounds, warmup=3, clock=args.clock)
-    return {ratio: seconds[base] / seconds[other]}
+    times = interleaved_times(fns, device, rounds=args.rounds, warmup=3, clock=args.clock)
+    value, interval = paired_ratio(times, base, other)
+    return {ratio: value, f"{ratio} interval": interval}
 
 
 def report(title: str, rows: list[dict], meta: dict, out: str | None = None) -> None:

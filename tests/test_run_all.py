@@ -33,6 +33,38 @@ def test_targets_report_the_worst_row_and_whether_it_meets_the_target():
     assert "target >= 0.98: **not met**" in speed_page.check_targets("gpt", gpt)[0]
 
 
+def test_a_target_line_gives_the_worst_rows_interval_and_whether_it_reaches_the_target():
+    rows = [
+        {"mode": "train", "throughput ratio": 0.95, "throughput ratio interval": "0.920-0.990"},
+        {"mode": "train", "throughput ratio": 0.99, "throughput ratio interval": "0.985-0.995"},
+        {"mode": "infer", "throughput ratio": 0.95, "throughput ratio interval": "0.930-0.960"},
+    ]
+    lines = speed_page.check_targets("vit", rows)
+    assert lines[0] == (
+        "- throughput ratio (mode train): worst 0.950 (interval 0.920-0.990, which reaches the target), "
+        "target >= 0.98: **not met**"
+    )
+    assert (
+        lines[1] == "- throughput ratio (mode infer): worst 0.950 (interval 0.930-0.960), target >= 0.97: **not met**"
+    )
+
+
+@pytest.mark.parametrize("rounds, coverage", [(5, 0.9375), (9, 0.9609), (15, 0.9648)])
+def test_the_ratio_interval_covers_the_median_as_often_as_it_says(rounds, coverage):
+    """`paired_ratio`'s interval, over many simulated runs whose rounds' ratios have median 1: it covers 1 as often as
+    the sign test's order statistics promise (at least 95 % from 6 rounds on; 5 rounds give their whole range)."""
+    generator = torch.Generator().manual_seed(0)
+    trials, covered = 4000, 0
+    for _ in range(trials):
+        ratios = torch.exp(0.05 * torch.randn(rounds, generator=generator, dtype=torch.float64))
+        times = {"base": [1.0] * rounds, "other": (1.0 / ratios).tolist()}
+        median, interval = common.paired_ratio(times, "base", "other")
+        low, high = map(float, interval.split("-"))
+        assert low <= median <= high
+        covered += low <= 1.0 <= high
+    assert abs(covered / trials - coverage) < 0.012  # an order statistic off by one is 0.028 or more away
+
+
 def test_render_writes_every_table_with_its_machine_and_the_notes(tmp_path):
     out, docs = tmp_path / "results", tmp_path / "docs"
     out.mkdir()
