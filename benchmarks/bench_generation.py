@@ -18,7 +18,7 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 from transformers.cache_utils import DynamicCache
 
-from common import add_common_arguments, autocast, interleaved_medians, machine, report, setup
+from common import add_common_arguments, autocast, interleaved_times, machine, medians, report, setup
 from hf_neutreno import apply_value_path
 from hf_neutreno.convert import gpt2_to_neutreno
 
@@ -79,7 +79,7 @@ def main() -> None:
     rows = []
     for context in args.contexts:
         steps = {name: decode_step(model, context, args.batch_size, device, dtype) for name, model in models.items()}
-        seconds = interleaved_medians(steps, device, rounds=args.rounds, warmup=3, clock=args.clock)
+        seconds = medians(interleaved_times(steps, device, rounds=args.rounds, warmup=3, clock=args.clock))
         for name in models:
             rows.append(
                 {

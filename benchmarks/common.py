@@ -122,15 +122,8 @@ def interleaved_times(
     return times
 
 
-def interleaved_medians(
-    candidates: dict[str, Callable[[], None]],
-    device: torch.device,
-    rounds: int = 5,
-    warmup: int = 2,
-    clock: str = "wall",
-) -> dict[str, float]:
-    """Median seconds per call of each candidate (`interleaved_times`)."""
-    times = interleaved_times(candidates, device, rounds=rounds, warmup=warmup, clock=clock)
+def medians(times: dict[str, list[float]]) -> dict[str, float]:
+    """Median seconds per call of each candidate of `interleaved_times`."""
     return {name: statistics.median(values) for name, values in times.items()}
 
 

@@ -24,7 +24,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from bench_gpt import build_pair, zipf_ids
 from bench_vit import build as build_vit
-from common import adamw_step, interleaved_medians, machine
+from common import adamw_step, interleaved_times, machine, medians
 
 
 def models_and_inputs(shape: str, args, device):
@@ -94,12 +94,12 @@ def profile_shape(shape: str, args, device, dtype) -> dict:
         result[f"{name} GPU ms per step"] = round(sum(t for _, t in tables[name].values()) / 1e3, 3)
         result[f"{name} host ms per step"] = round(host / 1e3, 3)
     result["added kernels"] = added_kernels(tables["native"], tables["neutreno"])
-    seconds = interleaved_medians(steps, device, rounds=args.rounds, warmup=1)
+    seconds = medians(interleaved_times(steps, device, rounds=args.rounds, warmup=1))
     result["eager wall ms per step"] = {n: round(s * 1e3, 3) for n, s in seconds.items()}
     result["eager ratio"] = round(seconds["native"] / seconds["neutreno"], 4)
     # The same NeuTRENO model with the term as plain autograd ops (keeps the backend's output too: more memory).
     with plain_term():
-        seconds = interleaved_medians(steps, device, rounds=args.rounds, warmup=1)
+        seconds = medians(interleaved_times(steps, device, rounds=args.rounds, warmup=1))
     result["eager ratio, term as plain autograd ops"] = round(seconds["native"] / seconds["neutreno"], 4)
     if args.compile:
         compiled = {}
@@ -110,7 +110,7 @@ def profile_shape(shape: str, args, device, dtype) -> dict:
             for _ in range(3):
                 step()
         result["compile s"] = round(time.perf_counter() - start, 1)
-        seconds = interleaved_medians(compiled, device, rounds=args.rounds, warmup=1)
+        seconds = medians(interleaved_times(compiled, device, rounds=args.rounds, warmup=1))
         result["compiled wall ms per step"] = {n: round(s * 1e3, 3) for n, s in seconds.items()}
         result["compiled ratio"] = round(seconds["native"] / seconds["neutreno"], 4)
     del models, steps
