@@ -168,7 +168,7 @@ def check_targets(name: str, rows: list[dict], budget: str = "full") -> list[str
         if interval is not None:
             low, high = map(float, interval.split("-"))
             line += f" (interval {interval}"
-            line += ", which reaches the target)" if low <= target <= high else ")"
+            line += ", which includes the target)" if low <= target <= high else ")"
         lines.append(f"{line}, target {op} {target}: **{'met' if met else 'not met'}**")
     return lines
 
