@@ -127,17 +127,17 @@ def medians(times: dict[str, list[float]]) -> dict[str, float]:
     return {name: statistics.median(values) for name, values in times.items()}
 
 
-def paired_ratio(times: dict[str, list[float]], base: str, other: str) -> tuple[float, str]:
+def paired_ratio(times: dict[str, list[float]], base: str, other: str) -> tuple[float, list[float]]:
     """The throughput ratio of `other` to `base` from `interleaved_times`, and its interval: the median over rounds of
     the round's own ratio (a change of the machine's speed between rounds hits both alike), and the distribution-free
-    interval of that median (the sign test's order statistics), as "low-high". It covers the median with at least
+    interval of that median (the sign test's order statistics), as [low, high]. It covers the median with at least
     95 % probability from 6 rounds on; with fewer it is the whole range of the rounds."""
     ratios = sorted(b / o for b, o in zip(times[base], times[other]))
     n = len(ratios)
     k = 0  # 0-based order statistic: the largest with P(Binomial(n, 1/2) <= k) <= 2.5 %
     while 2 * sum(math.comb(n, i) for i in range(k + 2)) / 2**n <= 0.05:
         k += 1
-    return statistics.median(ratios), f"{ratios[k]:.3f}-{ratios[n - 1 - k]:.3f}"
+    return statistics.median(ratios), [ratios[k], ratios[n - 1 - k]]
 
 
 def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
@@ -254,14 +254,17 @@ def report(title: str, rows: list[dict], meta: dict, out: str | None = None) -> 
         print("| " + " | ".join(columns) + " |")
         print("|" + "---|" * len(columns))
         for row in rows:
-            print("| " + " | ".join(_fmt(row.get(c, "")) for c in columns) + " |")
+            print("| " + " | ".join(format_cell(row.get(c, "")) for c in columns) + " |")
     print("\n" + json.dumps(meta))
     if out:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text(json.dumps({"title": title, "machine": meta, "rows": rows}, indent=2) + "\n")
 
 
-def _fmt(value) -> str:
+def format_cell(value) -> str:
+    """A table cell: a float to 3 decimals (1 from 100 on), an interval [low, high] as "low-high"."""
+    if isinstance(value, list):
+        return "-".join(format_cell(v) for v in value)
     if isinstance(value, float):
         return f"{value:.3f}" if abs(value) < 100 else f"{value:.1f}"
     return str(value)

@@ -6,7 +6,7 @@ key columns."""
 import json
 from pathlib import Path
 
-from common import markdown_table, wrap_markdown
+from common import format_cell, markdown_table, wrap_markdown
 
 WIDTH = 120
 
@@ -166,8 +166,8 @@ def check_targets(name: str, rows: list[dict], budget: str = "full") -> list[str
         line = f"- {column} ({scope}): worst {worst:.3f}"
         interval = worst_row.get(f"{column} interval")  # a timing's interval (benchmarks/common.py, paired_ratio)
         if interval is not None:
-            low, high = map(float, interval.split("-"))
-            line += f" (interval {interval}"
+            low, high = interval
+            line += f" (interval {format_cell(interval)}"
             line += ", which includes the target)" if low <= target <= high else ")"
         lines.append(f"{line}, target {op} {target}: **{'met' if met else 'not met'}**")
     return lines
@@ -178,18 +178,12 @@ def table(rows: list[dict]) -> list[str]:
     columns are those before the first number."""
     columns = list(dict.fromkeys(c for row in rows for c in row))
     keys = next((i for i, c in enumerate(columns) if any(isinstance(row.get(c), float) for row in rows)), 1)
-    cells = [[_escape(_fmt(row.get(c, ""))) for c in columns] for row in rows]
+    cells = [[_escape(format_cell(row.get(c, ""))) for c in columns] for row in rows]
     return markdown_table([_escape(c) for c in columns], cells, keys=max(keys, 1))
 
 
 def _escape(text: str) -> str:
     return text.replace("|", "\\|")  # a "|" in a cell ("max |Δlogit|") would end it
-
-
-def _fmt(value) -> str:
-    if isinstance(value, float):
-        return f"{value:.3f}" if abs(value) < 100 else f"{value:.1f}"
-    return str(value)
 
 
 def _machine_line(machine: dict) -> str:
