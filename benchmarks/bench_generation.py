@@ -30,7 +30,7 @@ from hf_neutreno import apply_value_path
 from hf_neutreno.convert import gpt2_state_dict_to_neutreno, gpt2_to_neutreno
 
 NATIVE, NATIVE_LINEAR = "native GPT-2", "native GPT-2, nn.Linear layout"
-# Each model's weight layout, and the native model of that layout
+# The models whose projection weights are laid out as nn.Linear's, (out, in); the others as GPT-2's, (in, out)
 LINEAR_LAYOUT = {NATIVE_LINEAR, "NeuTRENO GPT", "NeuTRENO GPT, λ = 0"}
 
 
