@@ -89,9 +89,6 @@ BUDGETS = {
         sliding_tokens=512,
         block_tokens=16384,
     ),
-    # The papers' scale: the poster's CIFAR recipe (run_eigen_vit.py's defaults: 100 epochs, batch 128, all data) and
-    # the paper's LM schedule (batch 96, lr 2.5e-4, 2000 warm-up steps) for as many epochs as its 500k steps make of
-    # WikiText-103 (~120; 10k steps of WikiText-2), evaluated on the whole splits. For a GPU; not run yet.
     # Models that learn on one CPU thread in about an hour each, the ones docs/results.md reports. Chosen
     # by a pilot on a validation split (5,000 training images held out; WikiText-2's validation split), never on test
     # results, with the same settings for every variant:
@@ -125,6 +122,9 @@ BUDGETS = {
         lm_eval_steps=100,
         lm_curve_tokens=32768,
     ),
+    # The papers' scale: the poster's CIFAR recipe (run_eigen_vit.py's defaults: 100 epochs, batch 128, all data) and
+    # the paper's LM schedule (batch 96, lr 2.5e-4, 2000 warm-up steps) for as many epochs as its 500k steps make of
+    # WikiText-103 (~120; 10k steps of WikiText-2), evaluated on the whole splits. For a GPU; not run yet.
     "full": Budget(
         seeds=[0, 1, 2],
         train_samples=None,
@@ -142,8 +142,8 @@ BUDGETS = {
         block_tokens=None,
     ),
     # The GPU tier (`benchmarks/run_all.py --budget gpu`, about 40 minutes of one H100 with the benchmarks; the estimate
-    # is in docs/benchmarks.md). Not run yet: the one GPU lent so far, for 15 minutes, ran the speed benchmarks and
-    # cpu-long units. Every variant in the poster's ViT-Ti shape (12 layers, dim 192, 3 heads, patch 4) with its whole
+    # is in docs/benchmarks.md). Not run yet: the GPUs lent so far, 15 minutes each, ran cpu-long units and the speed
+    # benchmarks. Every variant in the poster's ViT-Ti shape (12 layers, dim 192, 3 heads, patch 4) with its whole
     # recipe (batch 128, lr 1e-3, cosine), 25 epochs of all 50,000 images instead of 100: what 4 variants x 3 seeds
     # and the data fractions fit beside the LMs.
     # The LM is the paper's model (FFN 2048) pre-LN, batch 96 (the paper's), lr 1e-3: the cpu-long pilot's
