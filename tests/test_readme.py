@@ -181,8 +181,9 @@ def test_guide_wikitext_compare_command_runs(data_dir, tmp_path):
 
 @pytest.mark.slow
 def test_readme_compare_on_your_model_command_runs_as_written(tmp_path, data_dir):
-    """The README's `compare` on "your model", as written, scaled down in steps and data only: the Hub checkpoint and
-    dataset replaced by local stand-ins of the same kind (DeiT-tiny's shape, the CIFAR-10 mirror)."""
+    """The README's `compare` on "your model", as written, scaled down in steps and data only (2 steps of 8 images):
+    the Hub checkpoint and dataset replaced by local stand-ins of the same kind (DeiT-tiny's shape, the CIFAR-10
+    mirror)."""
     from cli_process import run_cli
 
     (command,) = blocks(README, "console")
@@ -193,7 +194,8 @@ def test_readme_compare_on_your_model_command_runs_as_written(tmp_path, data_dir
         "uoft-cs/cifar10": str(data_dir / "cifar10"),
     }
     argv = [stand_ins.get(arg, arg) for arg in argv[2:]]
-    scale = ["--max-steps", "2", "--max-train-samples", "32", "--max-eval-samples", "16", "--probe-samples", "8"]
+    scale = ["--max-steps", "2", "--batch-size", "8", "--max-train-samples", "32", "--max-eval-samples", "16"]
+    scale += ["--probe-samples", "8"]
     proc = run_cli("compare", *argv, *scale, "--output-dir", tmp_path / "out", "--no-progress", timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "(image-classification, fine-tuned from its weights)" in proc.stdout
