@@ -3,11 +3,11 @@
 
 Every model is vit-tiny-224 shaped (dim 192, 12 layers, 3 heads, patch 16, 224 px) with the same attention kernel
 (`--attn sdpa`). A training step is forward + backward + AdamW step; inference is an eval-mode forward under
-`torch.inference_mode`. EigenViT makes its value and output weights from Θ, ψ in every forward (one batched QR per
-layer), in training and inference alike; `to_neutreno_vit()` exports the same function with those weights stored,
-timed at inference as its own row. The models are timed in interleaved rounds, so drifting machine load hits all of
-them alike, and the median round is reported with ratios to the native ViT. Targets for EigenViT:
-training ≥ 0.97 of native, and inference through the export ≥ 0.98.
+`torch.inference_mode`. EigenViT makes its value and output weights from Θ, ψ with one batched QR for all layers in
+each training step, and at inference reuses them while the parameters stay; `to_neutreno_vit()` exports the same
+function with those weights stored, timed at inference as its own row. The models are timed in interleaved rounds, so
+drifting machine load hits all of them alike, and the median round is reported with ratios to the native ViT. Targets
+for EigenViT: training ≥ 0.97 of native, and inference through the export ≥ 0.98.
 
     python benchmarks/bench_eigen_vit.py --quick                              # CPU
     python benchmarks/bench_eigen_vit.py --clock cpu --threads 1 --rounds 40  # a shared CPU machine

@@ -9,9 +9,10 @@ whether the layer smooths or sharpens. Here each head's H_h is a symmetric eigen
     W_V^h = V_h,  W_O^h = diag(Λ_h) V_hᵀ,   so  H_h = V_h diag(Λ_h) V_hᵀ
 
 Everything else (embeddings, blocks, MLP, pooling, queries and keys, the NeuTRENO term) is the NeuTRENO ViT's, whose
-modules this file uses as they are. Each forward makes the value and output weights from Θ, ψ (one batched QR per
-layer) and stores nothing; for inference without the QR, `to_neutreno_vit()` exports the same function as a NeuTRENO
-ViT whose `v_proj` / `o_proj` hold them.
+modules this file uses as they are. A forward with gradients makes the value and output weights of all layers from
+Θ, ψ with one batched QR; one without gradients makes them once and reuses them while Θ and ψ stay
+(`EigenViTModel.eigen_weights`). `to_neutreno_vit()` exports the same function as a NeuTRENO ViT whose `v_proj` /
+`o_proj` hold them.
 
 This file travels with every checkpoint (``trust_remote_code``): it imports only torch, transformers and siblings.
 """
@@ -45,7 +46,9 @@ def orthonormal_basis(theta: torch.Tensor) -> torch.Tensor:
     """
     exact = theta.dtype in (torch.float32, torch.float64)
     q, r = torch.linalg.qr(theta if exact else theta.float())
-    signs = torch.where(r.diagonal(dim1=-2, dim2=-1) < 0, -1.0, 1.0).to(q.dtype)
+    # ±1 by the sign of R's diagonal (never 0, so Q stays orthonormal even where R is singular); no gradient here
+    diagonal = r.diagonal(dim1=-2, dim2=-1).detach()
+    signs = torch.ones_like(diagonal).copysign(diagonal)
     return (q * signs.unsqueeze(-2)).to(theta.dtype)
 
 
@@ -60,14 +63,15 @@ def eigenvalues(psi: torch.Tensor, config: EigenViTConfig) -> torch.Tensor:
 def value_and_output_weights(
     theta: torch.Tensor, psi: torch.Tensor, config: EigenViTConfig
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The value and output weights in `nn.Linear` layout from Θ (..., heads, hidden, head_dim) and ψ (..., heads,
-    head_dim), batched over the leading dimensions: (..., heads·head_dim, hidden) and (..., hidden, heads·head_dim)."""
+    """The value and output weights in `nn.Linear`'s (out, in) shape from Θ (..., heads, hidden, head_dim) and ψ
+    (..., heads, head_dim), batched over the leading dimensions: (..., heads·head_dim, hidden) and
+    (..., hidden, heads·head_dim)."""
     basis = orthonormal_basis(theta)
-    # QR's Q is column-major, so the transpose is contiguous and this reshape a view. Both weights are contiguous like
-    # `nn.Linear`'s, so the matmuls take the native model's path.
+    # QR's Q is column-major, so the transpose is contiguous and this reshape a view. The output weight stays the
+    # transpose of a contiguous tensor: BLAS takes either layout in one call, and a copy would cost a kernel per step.
     value_weight = basis.transpose(-1, -2).flatten(-3, -2)
     output_weight = (value_weight * eigenvalues(psi, config).flatten(-2, -1).unsqueeze(-1)).transpose(-1, -2)
-    return value_weight, output_weight.contiguous()
+    return value_weight, output_weight
 
 
 class EigenViTAttention(NeuTRENOViTSelfAttention):
@@ -102,7 +106,7 @@ class EigenViTAttention(NeuTRENOViTSelfAttention):
         return (basis * self.eigenvalues().unsqueeze(1)) @ basis.transpose(1, 2)
 
     def value_and_output_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The merged value and output weights in `nn.Linear` layout, (heads·head_dim, hidden) and
+        """The merged value and output weights in `nn.Linear`'s (out, in) shape, (heads·head_dim, hidden) and
         (hidden, heads·head_dim): row h·head_dim + k of the first is column k of V_h, the second is its transpose
         with each column scaled by Λ_hk. (The model makes those of all its layers at once: `eigen_weights`.)"""
         return value_and_output_weights(self.theta, self.psi, self.config)
