@@ -1,10 +1,14 @@
 """`hf-neutreno` as a user runs it: a fresh process (`python -m hf_neutreno`, what the console script calls) running
-the code under test, offline, with its exit status, stdout and stderr."""
+the code under test, offline, with its exit status, stdout and stderr; or the same command in the test's own process,
+for what a command says and writes."""
 
+import contextlib
+import io
 import os
 import subprocess
 import sys
 from pathlib import Path
+from unittest import mock
 
 import hf_neutreno
 
@@ -21,6 +25,25 @@ def run_cli(*argv, cwd: Path | None = None, timeout: int = 300, env: dict | None
         text=True,
         timeout=timeout,
     )
+
+
+def run_cli_here(*argv, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """`hf-neutreno ARGV` in this process (`hf_neutreno.cli.main`), offline: the exit status, stdout and stderr as
+    `run_cli` gives them, without the seconds a fresh process spends importing transformers (7-9 s on some CPUs).
+    Library loggers keep their own stream, so stderr holds what the command prints; `run_cli` where only a fresh
+    process shows it."""
+    from huggingface_hub import constants
+
+    from hf_neutreno.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(contextlib.chdir(cwd or os.getcwd()))
+        stack.enter_context(mock.patch.object(constants, "HF_HUB_OFFLINE", True))
+        stack.enter_context(contextlib.redirect_stdout(out))
+        stack.enter_context(contextlib.redirect_stderr(err))
+        code = main([str(arg) for arg in argv])
+    return subprocess.CompletedProcess(["hf-neutreno", *map(str, argv)], code, out.getvalue(), err.getvalue())
 
 
 def run_python(code: str, timeout: int = 300) -> str:

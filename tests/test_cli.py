@@ -17,7 +17,7 @@ from transformers import ViTImageProcessorPil
 
 import hf_neutreno
 import real_data
-from cli_process import one_line_error, run_cli
+from cli_process import one_line_error, run_cli_here
 from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForImageClassification
 from hf_neutreno.cli import SUBCOMMANDS, main
 from tiny_models import MICRO_VIT
@@ -151,24 +151,22 @@ def lm_dir(tmp_path_factory) -> Path:
     return folder
 
 
-@pytest.mark.slow  # several CLI processes, each importing the package
 def test_evaluate_lm_never_replaces_an_output_file_silently(lm_dir, text_dir, tmp_path):
     existing = tmp_path / "eval.json"
     existing.write_text("{}\n")
     argv = ["evaluate-lm", lm_dir, "--dataset", text_dir, "--split", "test", "--context-length", "2", "--output"]
-    message = one_line_error(run_cli(*argv, existing), "evaluate-lm")
+    message = one_line_error(run_cli_here(*argv, existing), "evaluate-lm")
     assert (
         message
         == f"--output {str(existing)!r} already exists; pass --overwrite to replace it, or give another file name."
     )
     assert existing.read_text() == "{}\n"
-    proc = run_cli(*argv, existing, "--overwrite")
+    proc = run_cli_here(*argv, existing, "--overwrite")
     assert proc.returncode == 0, proc.stderr
     results = json.loads(existing.read_text())["results"]["test"]
     assert set(results) == {"sliding", "blocks"} and results["blocks"]["context_length"] == 2
 
 
-@pytest.mark.slow  # several CLI processes, each importing the package
 def test_evaluate_lm_refuses_a_value_path_checkpoint_without_trust_remote_code(lm_dir, text_dir, tmp_path):
     """Without --trust-remote-code transformers builds the plain model from an adapted checkpoint: the command said
     nothing and reported the plain model's perplexity. It names the value path and the flag, and with the flag runs
@@ -186,16 +184,16 @@ def test_evaluate_lm_refuses_a_value_path_checkpoint_without_trust_remote_code(l
     adapted = apply_value_path(GPT2LMHeadModel(model.config), "neutreno")
     adapted.save_pretrained(folder)
     argv = ["evaluate-lm", folder, "--dataset", text_dir, "--split", "test", "--context-length", "2"]
-    message = one_line_error(run_cli(*argv), "evaluate-lm")
+    message = one_line_error(run_cli_here(*argv), "evaluate-lm")
     assert message.startswith(f"{str(folder)!r} was saved with a value path (") and "'method': 'neutreno'" in message
     assert "only --trust-remote-code loads" in message
-    proc = run_cli(*argv, "--trust-remote-code")
+    proc = run_cli_here(*argv, "--trust-remote-code")
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
 @pytest.mark.parametrize("repo_id", ["../x", "me/model\nname", "a/b/c", "me/model."], ids=repr)
 def test_push_refuses_a_repo_id_the_hub_refuses_before_writing_anything(model_dir, tmp_path, repo_id):
-    proc = run_cli("push", model_dir, repo_id, "--save-to", tmp_path / "upload")
+    proc = run_cli_here("push", model_dir, repo_id, "--save-to", tmp_path / "upload")
     message = one_line_error(proc, "push")
     assert message.startswith(f"repo_id {repo_id!r} is not a Hub repository id (`name` or `namespace/name`): Repo id ")
     assert list(tmp_path.iterdir()) == []
@@ -213,7 +211,7 @@ def test_a_dataset_folder_without_data_files_is_named_with_what_it_should_hold(m
         if command == "compare"
         else [model_dir, "--dataset", folder]
     )
-    message = one_line_error(run_cli(command, *argv), command)
+    message = one_line_error(run_cli_here(command, *argv), command)
     found = "only a loading script (my_dataset.py), which is not run" if files else "no data files"
     assert message.endswith(  # compare names its flag first
         f"Dataset folder {str(folder)!r} holds {found}. A dataset folder holds the data itself: Parquet files "
@@ -227,7 +225,7 @@ def test_a_dataset_folder_without_data_files_is_named_with_what_it_should_hold(m
 def test_a_dataset_folder_of_csv_or_json_lines_is_read(lm_dir, tmp_path, name, text):
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / name).write_text(text)
-    proc = run_cli(
+    proc = run_cli_here(
         "diagnose", lm_dir, "--dataset", tmp_path / "data", "--metrics", "cosine_similarity", "--no-progress"
     )
     assert proc.returncode == 0, proc.stderr

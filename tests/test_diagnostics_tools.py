@@ -19,7 +19,7 @@ from transformers import (
 )
 
 import hf_neutreno
-from cli_process import one_line_error, run_cli
+from cli_process import one_line_error, run_cli, run_cli_here
 from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForImageClassification, NeuTRENOViTModel
 from hf_neutreno.cli import main
 from hf_neutreno.commands import diagnose as diagnose_cli
@@ -386,7 +386,7 @@ def test_cli_variant_errors(image_model_dir, cifar_dir, capsys, extra, message):
     assert __import__("re").search(message, capsys.readouterr().err)
 
 
-# --- `hf-neutreno diagnose` as a user meets it: a fresh process, one line and exit 2 for a user's mistake -----------
+# --- `hf-neutreno diagnose` as a user meets it: one line and exit 2 for a user's mistake, the files it writes --------
 
 
 def test_cli_more_variants_on_a_model_saved_with_a_value_path_are_refused_with_a_flag_as_advice(
@@ -429,38 +429,36 @@ def _tokenizer_dropping_control_characters(folder):
     return folder
 
 
-@pytest.mark.slow  # several CLI processes, each importing the package
 def test_cli_text_that_gives_no_tokens_is_one_line_naming_the_sample(tmp_path):
     import pyarrow as pa
 
     model_dir = _tokenizer_dropping_control_characters(tmp_path / "gpt2")
     (tmp_path / "text").mkdir()
     pq.write_table(pa.table({"text": ["a b", "\x01\x02"]}), tmp_path / "text" / "test-00000-of-00001.parquet")
-    proc = run_cli("diagnose", model_dir, "--dataset", tmp_path / "text", "--no-progress")
+    proc = run_cli_here("diagnose", model_dir, "--dataset", tmp_path / "text", "--no-progress")
     message = one_line_error(proc, "diagnose")
     assert message == (
         f"--dataset {str(tmp_path / 'text')!r}: 1 text sample(s) of a batch give 0 tokens with the tokenizer of "
         f"{str(model_dir)!r} (the first: '\\x01\\x02'); every sample needs at least 1."
     )
-    proc = run_cli("diagnose", model_dir, "--dataset", tmp_path / "text", "--max-length", "0")
+    proc = run_cli_here("diagnose", model_dir, "--dataset", tmp_path / "text", "--max-length", "0")
     assert one_line_error(proc, "diagnose") == "`--max-length` must be at least 1, got 0."
 
 
 def test_cli_a_folder_without_an_image_processor_says_what_is_missing(cifar_dir, tmp_path):
     torch.manual_seed(0)
     NeuTRENOViTForImageClassification(NeuTRENOViTConfig(**TINY, num_labels=10)).save_pretrained(tmp_path / "bare")
-    message = one_line_error(run_cli("diagnose", tmp_path / "bare", "--dataset", cifar_dir), "diagnose")
+    message = one_line_error(run_cli_here("diagnose", tmp_path / "bare", "--dataset", cifar_dir), "diagnose")
     assert message.startswith(
         f"MODEL_OR_DIR {str(tmp_path / 'bare')!r} has no image processor (the folder has no preprocessor_config.json)"
     )
 
 
-@pytest.mark.slow  # several CLI processes, each importing the package
 def test_cli_output_files_are_never_replaced_silently_and_the_plot_path_printed_is_the_real_one(
     image_model_dir, cifar_dir, tmp_path
 ):
     common = ["diagnose", image_model_dir, "--dataset", cifar_dir, "--num-samples", "4", "--no-progress"]
-    proc = run_cli(*common, "--out", "report.json", "--plot", "curves", cwd=tmp_path)
+    proc = run_cli_here(*common, "--out", "report.json", "--plot", "curves", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["curves.png", "report.json"]  # matplotlib adds .png
     assert proc.stdout.strip().splitlines()[-2:] == ["Report written to report.json", "Plot written to curves.png"]
@@ -468,11 +466,11 @@ def test_cli_output_files_are_never_replaced_silently_and_the_plot_path_printed_
         assert image.format == "PNG"
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
     for flag, value, existing in (("--out", "report.json", "report.json"), ("--plot", "curves", "curves.png")):
-        message = one_line_error(run_cli(*common, flag, value, cwd=tmp_path), "diagnose")
+        message = one_line_error(run_cli_here(*common, flag, value, cwd=tmp_path), "diagnose")
         assert (
             message == f"{flag} {existing!r} already exists; pass --overwrite to replace it, or give another file name."
         )
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
-    proc = run_cli(*common, "--seed", "1", "--out", "report.json", "--overwrite", cwd=tmp_path)
+    proc = run_cli_here(*common, "--seed", "1", "--out", "report.json", "--overwrite", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert OversmoothingReport.from_json(tmp_path / "report.json").metadata["seed"] == 1

@@ -405,14 +405,14 @@ def test_compare_refuses_a_folder_beside_the_output_that_is_not_a_compare_run(tm
 def test_compare_never_writes_through_a_link_beside_the_output(tmp_path, suffix, target):
     """`<output-dir>.incomplete` (and `.replaced`) are compare's own folders: a link there is refused, not followed
     (an empty folder it points to would have received the run) and not removed."""
-    from cli_process import one_line_error, run_cli
+    from cli_process import one_line_error, run_cli_here
 
     elsewhere = tmp_path / "elsewhere"
     if target == "an empty folder":
         elsewhere.mkdir()
     link = tmp_path / f"run{suffix}"
     link.symlink_to(elsewhere, target_is_directory=True)
-    message = one_line_error(run_cli("compare", "--output-dir", tmp_path / "run", *COMPARE_TINY), "compare")
+    message = one_line_error(run_cli_here("compare", "--output-dir", tmp_path / "run", *COMPARE_TINY), "compare")
     assert message == (
         f"--output-dir {str(tmp_path / 'run')!r}: the folder beside it, {str(link)!r}, is a symbolic link (to "
         f"{str(elsewhere)!r}); compare writes its run there and never through a link. Remove the link or choose "
