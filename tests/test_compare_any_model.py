@@ -47,12 +47,12 @@ def _spread(values: list[float], digits: int, signed: bool = False) -> str:
 def test_compare_on_a_saved_model_pairs_the_seeds_prints_what_it_saved_and_saves_a_model_that_loads_anywhere(
     name, tmp_path
 ):
-    from cli_process import run_cli
+    from cli_process import run_cli_here
     from fresh_process import run_fresh
 
     save_model, write_data, task, metric = CASES[name]
     model_dir, data_dir, out = save_model(tmp_path / "model"), write_data(tmp_path / "data"), tmp_path / "out"
-    proc = run_cli(
+    proc = run_cli_here(
         "compare",
         "--model",
         model_dir,
