@@ -80,13 +80,29 @@ def test_render_writes_every_table_with_its_machine_and_the_notes(tmp_path):
     assert "NeuTRENO ViT vs the native ViT" not in text  # no JSON, no section
 
 
+def _run_in_this_process(monkeypatch):
+    """run_all's steps run each script as `__main__` with its arguments in this process, not in a new interpreter:
+    the scripts are the same, and a new interpreter spends 7-9 s importing transformers on some CPUs, most of a toy
+    run's time."""
+    import runpy
+    import sys
+
+    def run(command: list[str]) -> None:
+        with monkeypatch.context() as patch:
+            patch.setattr(sys, "argv", command[1:])
+            runpy.run_path(command[1], run_name="__main__")
+
+    monkeypatch.setattr(run_all, "run", run)
+
+
 @pytest.mark.slow
-def test_gpu_tier_smoke_writes_both_pages_naming_the_device(tmp_path, data_dir):
+def test_gpu_tier_smoke_writes_both_pages_naming_the_device(tmp_path, data_dir, monkeypatch):
     """`--budget gpu --smoke`: the GPU tier's scripts, bf16 and sdpa at toy sizes on this CPU, end to end."""
     import torch
 
     from common import machine
 
+    _run_in_this_process(monkeypatch)
     out, docs = tmp_path / "gpu", tmp_path / "docs"
     run_all.main(["--budget", "gpu", "--smoke", "--data", str(data_dir), "--out", str(out), "--docs", str(docs)])
     assert not (docs / "benchmarks.md").exists() and not (docs / "results.md").exists()  # the CPU pages stay
