@@ -37,11 +37,12 @@ def run_cli_here(*argv, cwd: Path | None = None) -> subprocess.CompletedProcess:
     from hf_neutreno.cli import main
 
     out, err = io.StringIO(), io.StringIO()
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(contextlib.chdir(cwd or os.getcwd()))
-        stack.enter_context(mock.patch.object(constants, "HF_HUB_OFFLINE", True))
-        stack.enter_context(contextlib.redirect_stdout(out))
-        stack.enter_context(contextlib.redirect_stderr(err))
+    with (
+        contextlib.chdir(cwd) if cwd is not None else contextlib.nullcontext(),
+        mock.patch.object(constants, "HF_HUB_OFFLINE", True),
+        contextlib.redirect_stdout(out),
+        contextlib.redirect_stderr(err),
+    ):
         code = main([str(arg) for arg in argv])
     return subprocess.CompletedProcess(["hf-neutreno", *map(str, argv)], code, out.getvalue(), err.getvalue())
 
