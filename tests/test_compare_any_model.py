@@ -322,6 +322,36 @@ def test_a_preset_and_a_transformers_model_are_the_same_task_objects_with_the_sa
         torch.testing.assert_close(torch.cat([batch["pixel_values"] for batch in probe]), expected, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("made_once", [True, False], ids=["made once", "on the fly"])
+def test_image_inputs_are_the_processors_whether_made_once_or_batch_by_batch(made_once, tmp_path, monkeypatch):
+    """Small image splits become tensors once (`PREPROCESSED_BYTES`), larger ones stay transformed per batch: either
+    way the training and evaluation inputs equal the image processor's output on the raw images, in order."""
+    from torch.utils.data import StackDataset
+
+    from hf_neutreno.data.image_transforms import collate_images
+    from hf_neutreno.data.loading import load_dataset_splits
+    from hf_neutreno.engine import tasks
+    from hf_neutreno.engine.compare_settings import CompareSettings
+    from hf_neutreno.engine.model_tasks import ModelTask
+    from hf_neutreno.engine.preset_tasks import task_for
+
+    if not made_once:
+        monkeypatch.setattr(tasks, "PREPROCESSED_BYTES", 0)
+    data, vit = write_image_folder(tmp_path / "images"), save_tiny_vit_classifier(tmp_path / "vit")
+    settings = {"dataset": str(data), "variants": ("softmax", "neutreno")}
+    for task in (
+        task_for(CompareSettings(model="vit-micro", **settings), load_dataset_splits(data)),
+        ModelTask(CompareSettings(model=str(vit), **settings)).prepare(load_dataset_splits(data)),
+    ):
+        assert isinstance(task.train, StackDataset) is made_once and isinstance(task.eval, StackDataset) is made_once
+        for name, split in (("train", task.train), ("test", task.eval)):
+            raw = load_dataset_splits(data)[name]
+            expected = task.processing([image.convert("RGB") for image in raw["image"]], return_tensors="pt")
+            batch = collate_images([split[i] for i in range(len(split))])
+            torch.testing.assert_close(batch["pixel_values"], expected["pixel_values"], rtol=0, atol=0)
+            assert batch["labels"].tolist() == raw["label"]
+
+
 def test_the_summary_names_the_model_the_task_and_the_carved_split(tmp_path, capsys):
     """A dataset without a test or validation split gets one carved from train with a fixed seed, and says so."""
     model = save_tiny_llama(tmp_path / "llama")
