@@ -335,7 +335,9 @@ def test_image_inputs_are_the_processors_whether_made_once_or_batch_by_batch(mad
     from hf_neutreno.engine.model_tasks import ModelTask
     from hf_neutreno.engine.preset_tasks import task_for
 
-    if not made_once:
+    if made_once:  # in chunks that divide neither split (24 and 12 images)
+        monkeypatch.setattr(tasks, "PREPROCESSING_CHUNK", 5)
+    else:
         monkeypatch.setattr(tasks, "PREPROCESSED_BYTES", 0)
     data, vit = write_image_folder(tmp_path / "images"), save_tiny_vit_classifier(tmp_path / "vit")
     settings = {"dataset": str(data), "variants": ("softmax", "neutreno")}

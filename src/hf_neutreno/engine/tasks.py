@@ -18,6 +18,7 @@ uses `train`, `processing`, `trainer_arguments()`, `score(trainer)` and `probe_b
 import math
 
 import torch
+from datasets.utils.tqdm import tqdm
 from torch.utils.data import StackDataset
 from transformers import DataCollatorForLanguageModeling, DataCollatorWithPadding, Trainer
 
@@ -31,6 +32,7 @@ EVAL_SPLITS = ("test", "validation")  # the first one the dataset has
 ANNOTATION_COLUMN = "annotation"  # scene_parse_150's label maps
 MLM_PROBABILITY, MLM_EVAL_SEED = 0.15, 0  # BERT's masking; the evaluation masks are drawn once, for every variant
 PREPROCESSED_BYTES = 512 * 2**20  # image inputs up to this size are made once and kept in memory (`_image_inputs`)
+PREPROCESSING_CHUNK = 1000  # images decoded and processed at once while they are made
 
 
 class Task:
@@ -63,7 +65,7 @@ class Task:
         example = transform(self.train[:1])
         nbytes = sum(tensor[0].nbytes for tensor in example.values()) * (len(self.train) + len(self.eval))
         if nbytes <= PREPROCESSED_BYTES:
-            self.train, self.eval = (StackDataset(**transform(split[:])) for split in (self.train, self.eval))
+            self.train, self.eval = (_made_once(split, transform) for split in (self.train, self.eval))
         else:
             self.train.set_transform(transform)
             self.eval.set_transform(transform)
@@ -72,6 +74,17 @@ class Task:
         self.summary_data = (
             f"{len(self.train)} train / {len(self.eval)} {self.eval_split} images, {len(self.labels)} classes"
         )
+
+
+def _made_once(split, transform) -> StackDataset:
+    """`transform` over all of `split`, a chunk of images at a time (what is decoded at once stays bounded), as one
+    dataset of tensors. The bar is datasets' own: it shows where datasets' bars do (compare: with --verbose)."""
+    parts = []
+    with tqdm(total=len(split), desc="Preparing images", unit="image") as bar:
+        for start in range(0, len(split), PREPROCESSING_CHUNK):
+            parts.append(transform(split[start : start + PREPROCESSING_CHUNK]))
+            bar.update(min(PREPROCESSING_CHUNK, len(split) - start))
+    return StackDataset(**{key: torch.cat([part[key] for part in parts]) for key in parts[0]})
 
 
 class ImageClassification(Task):
