@@ -37,189 +37,95 @@ from speed_page import DEFAULT_PAGES, PAGES, render
 HERE = Path(__file__).resolve().parent
 EVIDENCE = HERE.parent / "evidence"  # the reproductions: their script, page generator and results
 
-# Each benchmark's flags per tier. quick: every table at a size 2 CPU cores run in a few minutes. full: bf16 at the
-# scripts' GPU batch sizes. gpu: bf16 at batch sizes that keep an H100 busy (the ViTs' 197 and 577 tokens fill it at
-# 256 images; the NeuTRENO term is per token, so the ratios need no larger batch). gpu-smoke: the gpu tier's tables on
-# a CPU with toy sizes (`--smoke`).
+# Each benchmark's flags per tier, split at spaces. quick: every table at a size 2 CPU cores run in a few minutes.
+# full: bf16 at the scripts' GPU batch sizes. gpu: bf16 at batch sizes that keep an H100 busy (the ViTs' 197 and 577
+# tokens fill it at 256 images; the NeuTRENO term is per token, so the ratios need no larger batch). gpu-smoke: the
+# gpu tier's tables on a CPU with toy sizes (`--smoke`).
 BENCHMARKS = {
     "vit": (
         "bench_vit.py",
         {
-            "quick": ["--quick", "--image-sizes", "224", "--rounds", "3"],
-            "full": ["--dtype", "bf16"],
+            "quick": "--quick --image-sizes 224 --rounds 3",
+            "full": "--dtype bf16",
             # DeiT-tiny's 224 px, eager and compiled side by side (each compile takes about a minute)
-            "gpu": ["--dtype", "bf16", "--batch-size", "256", "--rounds", "20", "--image-sizes", "224", "--compile"],
-            "gpu-smoke": ["--dtype", "bf16", "--image-sizes", "32", "--batch-size", "2", "--rounds", "1"],
+            "gpu": "--dtype bf16 --batch-size 256 --rounds 20 --image-sizes 224 --compile",
+            "gpu-smoke": "--dtype bf16 --image-sizes 32 --batch-size 2 --rounds 1",
         },
     ),
     "eigen_vit": (
         "bench_eigen_vit.py",
         {
-            "quick": ["--quick", "--rounds", "3"],
-            "full": ["--dtype", "bf16"],
-            "gpu": ["--dtype", "bf16", "--batch-size", "256", "--rounds", "20"],
-            "gpu-smoke": ["--dtype", "bf16", "--preset", "vit-tiny", "--batch-size", "2", "--rounds", "1"],
+            "quick": "--quick --rounds 3",
+            "full": "--dtype bf16",
+            "gpu": "--dtype bf16 --batch-size 256 --rounds 20",
+            "gpu-smoke": "--dtype bf16 --preset vit-tiny --batch-size 2 --rounds 1",
         },
     ),
     "gpt": (
         "bench_gpt.py",
         {
-            "quick": ["--quick", "--shapes", "paper", "--scaling-contexts", "256", "1024", "--rounds", "3"],
-            "full": ["--dtype", "bf16", "--as-trained"],
-            "gpu": [
-                "--dtype",
-                "bf16",
-                "--batch-size",
-                "32",
-                "--gen-batch-size",
-                "16",
-                "--rounds",
-                "10",
-                "--as-trained",
-                "--compile",
-            ],
-            "gpu-smoke": [
-                "--dtype",
-                "bf16",
-                "--shapes",
-                "paper",
-                "--context",
-                "32",
-                "--scaling-contexts",
-                "32",
-                "64",
-                "--batch-size",
-                "1",
-                "--gen-batch-size",
-                "1",
-                "--prompt-len",
-                "4",
-                "--new-tokens",
-                "2",
-                "--rounds",
-                "1",
-            ],
+            "quick": "--quick --shapes paper --scaling-contexts 256 1024 --rounds 3",
+            "full": "--dtype bf16 --as-trained",
+            "gpu": "--dtype bf16 --batch-size 32 --gen-batch-size 16 --rounds 10 --as-trained --compile",
+            "gpu-smoke": (
+                "--dtype bf16 --shapes paper --context 32 --scaling-contexts 32 64 --batch-size 1 "
+                "--gen-batch-size 1 --prompt-len 4 --new-tokens 2 --rounds 1"
+            ),
         },
     ),
     "diagnostics": (
         "bench_diagnostics.py",
         {
-            "quick": ["--quick"],
-            "full": [],
-            "gpu": ["--dtype", "bf16", "--batch-size", "125"],
-            "gpu-smoke": [
-                "--dtype",
-                "bf16",
-                "--sizes",
-                "4",
-                "8",
-                "--batch-size",
-                "4",
-                "--image-size",
-                "32",
-                "--repeats",
-                "1",
-                "--modes",
-                "inference",
-                "hidden",
-            ],
+            "quick": "--quick",
+            "full": "",
+            "gpu": "--dtype bf16 --batch-size 125",
+            "gpu-smoke": "--dtype bf16 --sizes 4 8 --batch-size 4 --image-size 32 --repeats 1 --modes inference hidden",
         },
     ),
     # The issue's setting is a CPU one (512 px, batch 2): one thread and the process's CPU time at both sizes.
     "segmenter": (
         "bench_segmenter.py",
         {
-            "quick": ["--quick", "--threads", "1", "--clock", "cpu"],
-            "full": ["--threads", "1", "--clock", "cpu"],
-            "gpu": ["--dtype", "bf16", "--batch-size", "8", "--rounds", "20"],
-            "gpu-smoke": ["--dtype", "bf16", "--quick", "--batch-size", "1", "--rounds", "1"],
+            "quick": "--quick --threads 1 --clock cpu",
+            "full": "--threads 1 --clock cpu",
+            "gpu": "--dtype bf16 --batch-size 8 --rounds 20",
+            "gpu-smoke": "--dtype bf16 --quick --batch-size 1 --rounds 1",
         },
     ),
     # Exact on every CPU, so one count serves every tier that runs on a CPU.
-    "op_counts": ("count_ops.py", {"quick": [], "full": []}),
+    "op_counts": ("count_ops.py", {"quick": "", "full": ""}),
     "generation": (
         "bench_generation.py",
         {
-            "quick": ["--quick", "--threads", "1", "--clock", "cpu", "--num-hidden-layers", "4", "--rounds", "5"],
-            "full": ["--threads", "1", "--clock", "cpu"],
-            "gpu": ["--dtype", "bf16", "--rounds", "30"],
-            "gpu-smoke": ["--dtype", "bf16", "--contexts", "8", "16", "--vocab-size", "512", "--rounds", "1"],
+            "quick": "--quick --threads 1 --clock cpu --num-hidden-layers 4 --rounds 5",
+            "full": "--threads 1 --clock cpu",
+            "gpu": "--dtype bf16 --rounds 30",
+            "gpu-smoke": "--dtype bf16 --contexts 8 16 --vocab-size 512 --rounds 1",
         },
     ),
     # The issue's setting is a CPU one (GPT-2-small and ViT-tiny shapes): one thread and the process's CPU time.
     "value_path": (
         "bench_value_path.py",
         {
-            "quick": ["--quick", "--threads", "1", "--clock", "cpu", "--context", "64", "--rounds", "3"],
-            "full": ["--threads", "1", "--clock", "cpu"],
-            "gpu": ["--dtype", "bf16", "--batch-size", "32", "--rounds", "20"],
-            "gpu-smoke": [
-                "--dtype",
-                "bf16",
-                "--batch-size",
-                "1",
-                "--context",
-                "16",
-                "--vocab-size",
-                "512",
-                "--image-size",
-                "32",
-                "--rounds",
-                "1",
-            ],
+            "quick": "--quick --threads 1 --clock cpu --context 64 --rounds 3",
+            "full": "--threads 1 --clock cpu",
+            "gpu": "--dtype bf16 --batch-size 32 --rounds 20",
+            "gpu-smoke": "--dtype bf16 --batch-size 1 --context 16 --vocab-size 512 --image-size 32 --rounds 1",
         },
     ),
 }
 # reproduce.py per tier: its budget and flags (`--workers`: below).
 REPRODUCE = {
-    "quick": ["--quick"],
-    "full": ["--budget", "full", "--bf16"],
-    "gpu": ["--budget", "gpu"],
+    "quick": "--quick",
+    "full": "--budget full --bf16",
+    "gpu": "--budget gpu",
     # The gpu budget with toy sizes: 1 seed, 2-layer models, a few images and tokens, 2 steps each (bf16 on the CPU).
-    "gpu-smoke": [
-        "--budget",
-        "gpu",
-        "--seeds",
-        "0",
-        "--main-claim-seeds",
-        "0",
-        "--vit-layers",
-        "2",
-        "--lm-layers",
-        "2",
-        "--train-samples",
-        "16",
-        "--epochs",
-        "1",
-        "--batch-size",
-        "8",
-        "--test-samples",
-        "12",
-        "--corruption-samples",
-        "4",
-        "--oversmoothing-samples",
-        "6",
-        "--spectral-samples",
-        "3",
-        "--lm-steps",
-        "4",
-        "--lm-batch-size",
-        "1",
-        "--lm-warmup-steps",
-        "0",
-        "--lm-eval-steps",
-        "2",
-        "--lm-patience",
-        "1",
-        "--lm-curve-tokens",
-        "520",
-        "--sliding-tokens",
-        "259",
-        "--block-tokens",
-        "520",
-        "--dataloader-workers",
-        "1",
-    ],
+    "gpu-smoke": (
+        "--budget gpu --seeds 0 --main-claim-seeds 0 --vit-layers 2 --lm-layers 2 --train-samples 16 --epochs 1 "
+        "--batch-size 8 --test-samples 12 --corruption-samples 4 --oversmoothing-samples 6 --spectral-samples 3 "
+        "--lm-steps 4 --lm-batch-size 1 --lm-warmup-steps 0 --lm-eval-steps 2 --lm-patience 1 "
+        "--lm-curve-tokens 520 --sliding-tokens 259 --block-tokens 520 --dataloader-workers 1"
+    ),
 }
 
 
@@ -251,11 +157,11 @@ def run_everything(args) -> None:
         extra = ["--data-dir", args.data] if name == "diagnostics" and args.data else []
         if args.smoke:  # two layers: the NeuTRENO term (layers 1 on) runs, at a fraction of the models' cost
             extra += ["--num-hidden-layers", "2"]
-        run([sys.executable, str(HERE / script), *flags[args.tier], *extra, "--out", str(out / f"{name}.json")])
+        run([sys.executable, str(HERE / script), *flags[args.tier].split(), *extra, "--out", str(out / f"{name}.json")])
     reproduce = [
         sys.executable,
         str(EVIDENCE / "reproduce.py"),
-        *REPRODUCE[args.tier],
+        *REPRODUCE[args.tier].split(),
         "--out",
         str(evidence),
         "--workers",

@@ -32,38 +32,11 @@ def _load_reproduce():
 reproduce = _load_reproduce()
 
 # Two seeds (a std needs two), 2-layer models (so NeuTRENO's term acts), a few images and tokens, two steps each.
-MICRO = [
-    "--quick",
-    "--seeds",
-    "0",
-    "1",
-    "--vit-layers",
-    "2",
-    "--lm-layers",
-    "2",
-    "--train-samples",
-    "16",
-    "--batch-size",
-    "8",
-    "--test-samples",
-    "12",
-    "--corruption-samples",
-    "4",
-    "--oversmoothing-samples",
-    "6",
-    "--spectral-samples",
-    "3",
-    "--lm-steps",
-    "2",
-    "--lm-batch-size",
-    "1",
-    "--lm-warmup-steps",
-    "0",
-    "--sliding-tokens",
-    "259",
-    "--block-tokens",
-    "520",
-]
+MICRO = (
+    "--quick --seeds 0 1 --vit-layers 2 --lm-layers 2 --train-samples 16 --batch-size 8 --test-samples 12 "
+    "--corruption-samples 4 --oversmoothing-samples 6 --spectral-samples 3 --lm-steps 2 --lm-batch-size 1 "
+    "--lm-warmup-steps 0 --sliding-tokens 259 --block-tokens 520"
+).split()
 EXPERIMENTS = ("cifar10_accuracy", "oversmoothing", "spectral", "data_efficiency", "corruptions", "wikitext2")
 
 
