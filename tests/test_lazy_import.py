@@ -1,5 +1,6 @@
-"""`import hf_neutreno` and every `--help` of the command line import neither torch nor transformers (they take
-seconds); the package's names load on first use, and `hf_neutreno.models` registers the Auto classes as before.
+"""`import hf_neutreno`, every `--help` of the command line and a bad `compare` flag import neither torch nor
+transformers (they take seconds); the package's names load on first use, and `hf_neutreno.models` registers the
+Auto classes as before.
 
 Each check runs in a fresh process, where nothing imported by the tests hides an import."""
 
@@ -53,6 +54,33 @@ print(json.dumps(results))
     assert (
         "cosine_similarity" in text["diagnose"] and f"(default: {DEFAULT_COEFFICIENTS['neutreno']})" in text["diagnose"]
     )
+
+
+def test_a_bad_compare_flag_is_reported_before_the_training_stack_loads(tmp_path):
+    """`hf-neutreno compare` checks the flags that do not depend on the model before it imports torch and
+    transformers: the error names the flag at once, exit status 2, nothing written."""
+    cases = {
+        "--variants softmax": "--variants 'softmax': choose two or more of",
+        "--variants softmax,neutreno,bogus": "unknown: ['bogus']",
+        "--batch-size 0": "--batch-size must be at least 1, got 0",
+        "--warmup-ratio 1": "--warmup-ratio must be in [0, 1), got 1.0",
+        "--neutreno-lambda -0.5": "--neutreno-lambda must be > 0",
+    }
+    out = run_python(f"""
+import contextlib, io, json, sys
+from hf_neutreno.cli import main
+results = {{}}
+for flags in {list(cases)!r}:
+    errors = io.StringIO()
+    with contextlib.redirect_stderr(errors):
+        code = main(["compare", *flags.split(), "--output-dir", {str(tmp_path / "out")!r}])
+    results[flags] = [code, errors.getvalue(), [m for m in {HEAVY!r} if m in sys.modules]]
+print(json.dumps(results))
+""")
+    for flags, (code, error, imported) in json.loads(out).items():
+        assert code == 2 and error.startswith("hf-neutreno compare: error: ") and cases[flags] in error, (flags, error)
+        assert imported == [], (flags, imported)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_importing_the_package_imports_neither_torch_nor_transformers():

@@ -57,7 +57,7 @@ import sys
 from pathlib import Path
 
 from ..engine.compare_output import INCOMPLETE, PLOT_FILE, RESULTS_FILE
-from ..engine.compare_settings import FINE_TUNING, FROM_SCRATCH, CompareSettings
+from ..engine.compare_settings import FINE_TUNING, FROM_SCRATCH, CompareSettings, checked_common
 from ..engine.names import IMAGE_MODELS, SEGMENTATION_MODELS, TASK_SPECS, TEXT_MODELS
 from ..engine.variants import PRETRAINED_LEARNABLE_START, VARIANTS
 from ..value_path_defaults import DEFAULT_COEFFICIENTS
@@ -243,12 +243,13 @@ def _variants(text: str) -> tuple[str, ...]:
 
 
 def run(args: argparse.Namespace) -> int:
-    # The training machinery (torch, transformers, datasets) is imported here, not at the top: `--help` needs none.
-    from ..engine.compare import format_table, run_comparison
-
     if args.vit_minus:  # the deprecated spelling of adding vit-minus to --variants
         args.variants = (*args.variants, "vit-minus")
     settings = CompareSettings(**{f.name: getattr(args, f.name) for f in dataclasses.fields(CompareSettings)})
+    settings = checked_common(settings)  # a bad flag is reported before the training stack loads
+    # The training machinery (torch, transformers, datasets) is imported here, not at the top: `--help` needs none.
+    from ..engine.compare import format_table, run_comparison
+
     if settings.no_progress or not settings.verbose:  # the bars of datasets (tokenizing) and transformers (saving)
         import datasets
         import transformers

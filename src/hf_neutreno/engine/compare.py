@@ -35,7 +35,7 @@ from .compare_output import (
     write_json,
 )
 from .compare_report import HIGHER_IS_BETTER, format_table, plot
-from .compare_settings import FINE_TUNING, FROM_SCRATCH, CompareSettings
+from .compare_settings import FINE_TUNING, FROM_SCRATCH, CompareSettings, checked_common
 from .experiment import Run, paired, pairing_arguments, run_paired, summary
 from .model_tasks import ModelTask, is_model_reference
 from .names import IMAGE_MODELS
@@ -54,7 +54,7 @@ def run_comparison(settings: CompareSettings) -> dict:
     `ValueError` naming the flag. torch's thread count is restored afterwards.
     """
     settings = dataclasses.replace(settings)
-    model_task = None if settings.model in PRESETS else _model_task(_checked_common(settings))
+    model_task = None if settings.model in PRESETS else _model_task(checked_common(settings))
     settings = _checked(settings, model_task)  # the model is checked before any data is loaded
     folders = _output_folders(settings)
     if folders.finished is not None:
@@ -115,61 +115,9 @@ def _output_folders(settings: CompareSettings) -> OutputFolders:
     return view[0]
 
 
-def _checked_common(settings: CompareSettings) -> CompareSettings:
-    """`settings` checked where they do not depend on the model; ValueError naming the flag on bad input."""
-    for name in (
-        "batch_size",
-        "max_steps",
-        "max_train_samples",
-        "max_eval_samples",
-        "probe_samples",
-        "seeds",
-        "threads",
-        "gradient_accumulation_steps",
-    ):
-        value = getattr(settings, name)
-        if value is not None and value < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {value}.")
-    if settings.max_length is not None and settings.max_length < 2:
-        raise ValueError(f"--max-length must be at least 2 tokens, got {settings.max_length}.")
-    for name in ("epochs", "learning_rate", "coefficient_learning_rate"):
-        if getattr(settings, name) is not None and not getattr(settings, name) > 0:
-            raise ValueError(f"--{name.replace('_', '-')} must be > 0, got {getattr(settings, name)}.")
-    if settings.weight_decay is not None and not settings.weight_decay >= 0:
-        raise ValueError(f"--weight-decay must be >= 0, got {settings.weight_decay}.")
-    if not 0 <= settings.warmup_ratio < 1:
-        raise ValueError(f"--warmup-ratio must be in [0, 1), got {settings.warmup_ratio}.")
-    if settings.task is not None and settings.task not in TASKS:
-        raise ValueError(f"--task {settings.task!r}: choose from {list(TASKS)}.")
-    names = list(dict.fromkeys(settings.variants))
-    unknown = [name for name in names if name not in VARIANTS]
-    if unknown or BASELINE not in names or len(names) < 2:
-        raise ValueError(
-            f"--variants {','.join(settings.variants)!r}: choose two or more of {list(VARIANTS)}, "
-            f"{BASELINE} (the baseline the others are compared with) among them"
-            + (f"; unknown: {unknown}." if unknown else ".")
-        )
-    settings.variants = tuple([BASELINE] + [name for name in names if name != BASELINE])  # the baseline first
-    fixed = {VARIANTS[name].method for name in names if VARIANTS[name].method and not VARIANTS[name].learnable}
-    if settings.neutreno_lambda is not None and not (
-        settings.neutreno_lambda > 0 or (settings.neutreno_lambda == 0 and "neutreno" not in fixed)
-    ):
-        raise ValueError(
-            f"--neutreno-lambda must be > 0 (λ = 0 is the softmax variant; 0 is allowed as the start of "
-            f"neutreno-learnable alone), got {settings.neutreno_lambda}."
-        )
-    alpha = settings.value_residual_alpha
-    if alpha is not None and not (0 < alpha <= 1 or (alpha == 0 and "value_residual" not in fixed)):  # NaN fails
-        raise ValueError(
-            f"--value-residual-alpha must be in (0, 1] (α = 0 is the softmax variant; 0 is allowed as the start of "
-            f"value-residual-learnable alone), got {alpha}."
-        )
-    return settings
-
-
 def _checked(settings: CompareSettings, model_task: ModelTask | None) -> CompareSettings:
     """`settings` with the defaults that depend on the model filled in; ValueError naming the flag on bad input."""
-    settings = _checked_common(settings)
+    settings = checked_common(settings)
     if model_task is None:
         for flag in ("task", "text_column", "label_column", "image_column", "max_length"):
             if getattr(settings, flag) is not None:

@@ -1,10 +1,12 @@
-"""The settings of `hf_neutreno.engine.compare.run_comparison` and their defaults, which `hf-neutreno compare --help`
-shows: a module that imports neither torch nor transformers, so that the help is fast.
+"""The settings of `hf_neutreno.engine.compare.run_comparison`, their defaults, which `hf-neutreno compare --help`
+shows, and the checks that do not depend on the model: a module that imports neither torch nor transformers, so that
+the help and a bad flag's error are fast.
 """
 
 import dataclasses
 
-from .names import BUILTIN_DIGITS
+from .names import BUILTIN_DIGITS, TASK_SPECS
+from .variants import BASELINE, VARIANTS
 
 # Training defaults: a preset trains from scratch; a transformers model is fine-tuned from its weights, with the
 # settings usual for a ~100M-parameter model (BERT's and ViT's fine-tuning recipes: a small learning rate, light weight
@@ -55,3 +57,57 @@ class CompareSettings:
     threads: int = 1
     no_progress: bool = False
     verbose: bool = False
+
+
+def checked_common(settings: CompareSettings) -> CompareSettings:
+    """`settings` checked where they do not depend on the model, with the baseline the first variant; ValueError
+    naming the flag on bad input. `hf-neutreno compare` calls it before it imports the training stack, so that a
+    mistyped flag is reported in a moment rather than after torch and transformers have loaded."""
+    for name in (
+        "batch_size",
+        "max_steps",
+        "max_train_samples",
+        "max_eval_samples",
+        "probe_samples",
+        "seeds",
+        "threads",
+        "gradient_accumulation_steps",
+    ):
+        value = getattr(settings, name)
+        if value is not None and value < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {value}.")
+    if settings.max_length is not None and settings.max_length < 2:
+        raise ValueError(f"--max-length must be at least 2 tokens, got {settings.max_length}.")
+    for name in ("epochs", "learning_rate", "coefficient_learning_rate"):
+        if getattr(settings, name) is not None and not getattr(settings, name) > 0:
+            raise ValueError(f"--{name.replace('_', '-')} must be > 0, got {getattr(settings, name)}.")
+    if settings.weight_decay is not None and not settings.weight_decay >= 0:
+        raise ValueError(f"--weight-decay must be >= 0, got {settings.weight_decay}.")
+    if not 0 <= settings.warmup_ratio < 1:
+        raise ValueError(f"--warmup-ratio must be in [0, 1), got {settings.warmup_ratio}.")
+    if settings.task is not None and settings.task not in TASK_SPECS:
+        raise ValueError(f"--task {settings.task!r}: choose from {list(TASK_SPECS)}.")
+    names = list(dict.fromkeys(settings.variants))
+    unknown = [name for name in names if name not in VARIANTS]
+    if unknown or BASELINE not in names or len(names) < 2:
+        raise ValueError(
+            f"--variants {','.join(settings.variants)!r}: choose two or more of {list(VARIANTS)}, "
+            f"{BASELINE} (the baseline the others are compared with) among them"
+            + (f"; unknown: {unknown}." if unknown else ".")
+        )
+    settings.variants = tuple([BASELINE] + [name for name in names if name != BASELINE])  # the baseline first
+    fixed = {VARIANTS[name].method for name in names if VARIANTS[name].method and not VARIANTS[name].learnable}
+    if settings.neutreno_lambda is not None and not (
+        settings.neutreno_lambda > 0 or (settings.neutreno_lambda == 0 and "neutreno" not in fixed)
+    ):
+        raise ValueError(
+            f"--neutreno-lambda must be > 0 (λ = 0 is the softmax variant; 0 is allowed as the start of "
+            f"neutreno-learnable alone), got {settings.neutreno_lambda}."
+        )
+    alpha = settings.value_residual_alpha
+    if alpha is not None and not (0 < alpha <= 1 or (alpha == 0 and "value_residual" not in fixed)):  # NaN fails
+        raise ValueError(
+            f"--value-residual-alpha must be in (0, 1] (α = 0 is the softmax variant; 0 is allowed as the start of "
+            f"value-residual-learnable alone), got {alpha}."
+        )
+    return settings
