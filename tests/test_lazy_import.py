@@ -1,4 +1,4 @@
-"""`import hf_neutreno`, every `--help` of the command line and a bad `compare` flag import neither torch nor
+"""`import hf_neutreno`, every `--help` of the command line and a bad flag import neither torch nor
 transformers (they take seconds); the package's names load on first use, and `hf_neutreno.models` registers the
 Auto classes as before.
 
@@ -56,30 +56,36 @@ print(json.dumps(results))
     )
 
 
-def test_a_bad_compare_flag_is_reported_before_the_training_stack_loads(tmp_path):
-    """`hf-neutreno compare` checks the flags that do not depend on the model before it imports torch and
+def test_a_bad_flag_is_reported_before_the_training_stack_loads(tmp_path):
+    """`compare` and `diagnose` check the flags that do not depend on the model before they import torch and
     transformers: the error names the flag at once, exit status 2, nothing written."""
+    out_dir, report = str(tmp_path / "out"), str(tmp_path / "report.json")
     cases = {
-        "--variants softmax": "--variants 'softmax': choose two or more of",
-        "--variants softmax,neutreno,bogus": "unknown: ['bogus']",
-        "--batch-size 0": "--batch-size must be at least 1, got 0",
-        "--warmup-ratio 1": "--warmup-ratio must be in [0, 1), got 1.0",
-        "--neutreno-lambda -0.5": "--neutreno-lambda must be > 0",
+        "compare --variants softmax": "--variants 'softmax': choose two or more of",
+        "compare --variants softmax,neutreno,bogus": "unknown: ['bogus']",
+        "compare --batch-size 0": "--batch-size must be at least 1, got 0",
+        "compare --warmup-ratio 1": "--warmup-ratio must be in [0, 1), got 1.0",
+        "compare --neutreno-lambda -0.5": "--neutreno-lambda must be > 0",
+        "diagnose model --dataset digits --metrics bogus": "Unknown metric(s) ['bogus']",
+        "diagnose model --dataset digits --num-samples 0": "`--num-samples` must be at least 1, got 0",
+        "diagnose model --dataset digits --variants softmax,bogus": "`--variants` takes distinct names from",
     }
     out = run_python(f"""
 import contextlib, io, json, sys
 from hf_neutreno.cli import main
 results = {{}}
-for flags in {list(cases)!r}:
+for command in {list(cases)!r}:
+    extra = ["--output-dir", {out_dir!r}] if command.startswith("compare") else ["--out", {report!r}]
     errors = io.StringIO()
     with contextlib.redirect_stderr(errors):
-        code = main(["compare", *flags.split(), "--output-dir", {str(tmp_path / "out")!r}])
-    results[flags] = [code, errors.getvalue(), [m for m in {HEAVY!r} if m in sys.modules]]
+        code = main([*command.split(), *extra])
+    results[command] = [code, errors.getvalue(), [m for m in {HEAVY!r} if m in sys.modules]]
 print(json.dumps(results))
 """)
-    for flags, (code, error, imported) in json.loads(out).items():
-        assert code == 2 and error.startswith("hf-neutreno compare: error: ") and cases[flags] in error, (flags, error)
-        assert imported == [], (flags, imported)
+    for command, (code, error, imported) in json.loads(out).items():
+        name = command.split()[0]
+        assert code == 2 and error.startswith(f"hf-neutreno {name}: error: ") and cases[command] in error, error
+        assert imported == [], (command, imported)
     assert list(tmp_path.iterdir()) == []
 
 

@@ -23,7 +23,7 @@ import argparse
 import math
 from pathlib import Path
 
-from ..engine.names import DEFAULT_METRICS, METRICS
+from ..engine.names import DEFAULT_METRICS, METRICS, check_metrics
 from ..engine.variants import ANY_MODEL_VARIANTS, VARIANTS
 from ..value_path_defaults import DEFAULT_COEFFICIENTS
 from . import check_model_folder, check_output_file
@@ -221,8 +221,6 @@ def _plot_path(path: str) -> str:
 
 def _check_arguments(args: argparse.Namespace, variants: dict) -> tuple[list[str], str | None]:
     """Every check that needs no download, so that a typo does not cost one; returns the report and plot files."""
-    from ..value_path import check_settings
-
     for name, value in (
         ("--num-samples", args.num_samples),
         ("--batch-size", args.batch_size),
@@ -239,6 +237,8 @@ def _check_arguments(args: argparse.Namespace, variants: dict) -> tuple[list[str
     plot = check_output_file(_plot_path(args.plot), "--plot", args.overwrite) if args.plot else None
     for name, settings in variants.items():
         if settings is not None:  # the coefficient's range, before any model is loaded (2 layers stand for any)
+            from ..value_path import check_settings  # the value path's own rules (this imports transformers)
+
             try:
                 check_settings(settings["method"], settings["coefficient"], settings["learnable"], None, 2)
             except ValueError as error:
@@ -290,15 +290,15 @@ def _measure_variant(args, model, variant: str, settings: dict | None, batches, 
 
 
 def run(args: argparse.Namespace) -> int:
-    # torch, transformers and datasets are imported here and in the helpers above, not at the top: `--help` needs none.
-    import torch
-
-    from ..diagnostics import OversmoothingReport
-    from ..diagnostics.metrics import check_metrics
-
     metrics = check_metrics(args.metrics) if args.metrics is not None else None
     variants = _variants(args)
     outs, plot = _check_arguments(args, variants)
+    # torch, transformers and datasets are imported here and in the helpers above, not at the top: `--help` and a
+    # bad flag need none.
+    import torch
+
+    from ..diagnostics import OversmoothingReport
+
     others = [OversmoothingReport.from_json(path) for path in args.compare]
 
     data, split, image_column = _dataset(args)

@@ -17,22 +17,6 @@ Conventions shared by every function:
 
 import torch
 
-from ..engine.names import DEFAULT_METRICS, METRICS  # shown by `hf-neutreno diagnose --help` without torch
-
-
-def check_metrics(metrics) -> tuple[str, ...]:
-    """Validate a metric selection (None: `DEFAULT_METRICS`) and return it in canonical order."""
-    if metrics is None:
-        return DEFAULT_METRICS
-    if isinstance(metrics, str):
-        metrics = [metrics]
-    unknown = [m for m in metrics if m not in METRICS]
-    if unknown:
-        raise ValueError(f"Unknown metric(s) {unknown}; `metrics` must be chosen from {list(METRICS)}.")
-    if not metrics:
-        raise ValueError(f"`metrics` is empty; choose from {list(METRICS)} (or pass None for the default set).")
-    return tuple(m for m in METRICS if m in metrics)
-
 
 def _mask(hidden: torch.Tensor, token_mask: torch.Tensor | None) -> torch.Tensor:
     if token_mask is None:

@@ -19,10 +19,9 @@ import torch
 from tqdm.auto import tqdm
 from transformers.modeling_outputs import SemanticSegmenterOutput
 
-from ..engine.names import ATTENTION_METRICS, HIDDEN_STATE_METRICS, METRICS
+from ..engine.names import ATTENTION_METRICS, HIDDEN_STATE_METRICS, METRICS, check_metrics
 from .metrics import (
     attention_map_similarity,
-    check_metrics,
     functional_j,
     gradient_alignment,
     hidden_state_metrics,

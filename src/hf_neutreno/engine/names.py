@@ -1,5 +1,6 @@
 """Names and defaults that the library defines once and the command line shows, in a module that imports neither torch
-nor transformers, so that `hf-neutreno --help` and each subcommand's `--help` stay fast. The modules that use them
+nor transformers, so that `hf-neutreno --help` and each subcommand's `--help` stay fast (and the check of a metric
+selection, so that `hf-neutreno diagnose` reports a bad one at once). The modules that use them
 (`hf_neutreno.engine.model_factories`, `.tasks`, `.preset_tasks`, `hf_neutreno.data.loading`, `.lm_eval`,
 `hf_neutreno.diagnostics`) import them from here and export them too. The other torch-free homes of such names: the
 variants, `hf_neutreno.engine.variants`; the value paths' default coefficients, `hf_neutreno.value_path_defaults`;
@@ -54,3 +55,17 @@ METRICS = HIDDEN_STATE_METRICS + ATTENTION_METRICS
 # What `metrics=None` measures: every metric but the effective rank, whose eigendecompositions cost about as much as
 # the forward pass on CPU (docs/benchmarks.md); ask for it by name.
 DEFAULT_METRICS = tuple(m for m in METRICS if m != "effective_rank")
+
+
+def check_metrics(metrics) -> tuple[str, ...]:
+    """Validate a metric selection (None: `DEFAULT_METRICS`) and return it in canonical order."""
+    if metrics is None:
+        return DEFAULT_METRICS
+    if isinstance(metrics, str):
+        metrics = [metrics]
+    unknown = [m for m in metrics if m not in METRICS]
+    if unknown:
+        raise ValueError(f"Unknown metric(s) {unknown}; `metrics` must be chosen from {list(METRICS)}.")
+    if not metrics:
+        raise ValueError(f"`metrics` is empty; choose from {list(METRICS)} (or pass None for the default set).")
+    return tuple(m for m in METRICS if m in metrics)
