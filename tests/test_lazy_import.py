@@ -57,8 +57,8 @@ print(json.dumps(results))
 
 
 def test_a_bad_flag_is_reported_before_the_training_stack_loads(tmp_path):
-    """`compare` and `diagnose` check the flags that do not depend on the model before they import torch and
-    transformers: the error names the flag at once, exit status 2, nothing written."""
+    """`compare`, `diagnose` and `evaluate-lm` check the flags that do not depend on the model before they import
+    torch and transformers: the error names the flag at once, exit status 2, nothing written."""
     out_dir, report = str(tmp_path / "out"), str(tmp_path / "report.json")
     cases = {
         "compare --variants softmax": "--variants 'softmax': choose two or more of",
@@ -69,13 +69,15 @@ def test_a_bad_flag_is_reported_before_the_training_stack_loads(tmp_path):
         "diagnose model --dataset digits --metrics bogus": "Unknown metric(s) ['bogus']",
         "diagnose model --dataset digits --num-samples 0": "`--num-samples` must be at least 1, got 0",
         "diagnose model --dataset digits --variants softmax,bogus": "`--variants` takes distinct names from",
+        "evaluate-lm model --batch-size 0": "--batch-size must be at least 1, got 0",
+        "evaluate-lm model --max-tokens 1": "--max-tokens must be at least 2, got 1",
     }
     out = run_python(f"""
 import contextlib, io, json, sys
 from hf_neutreno.cli import main
 results = {{}}
 for command in {list(cases)!r}:
-    extra = ["--output-dir", {out_dir!r}] if command.startswith("compare") else ["--out", {report!r}]
+    extra = {{"compare": ["--output-dir", {out_dir!r}], "diagnose": ["--out", {report!r}]}}.get(command.split()[0], [])
     errors = io.StringIO()
     with contextlib.redirect_stderr(errors):
         code = main([*command.split(), *extra])

@@ -39,16 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    # torch, transformers and datasets are imported here, not at the top: `--help` needs none.
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-    import hf_neutreno.models  # noqa: F401  (registers this package's models with the Auto classes)
-
-    from ..data.lm_eval import evaluate_lm
-    from ..data.text import load_wikitext, token_stream
-
-    # Cheap checks first: a typo should not cost loading a model.
+    # Cheap checks first: a typo should cost neither loading a model nor importing torch.
     for flag, value, least in (
         ("--context-length", args.context_length, 1),
         ("--batch-size", args.batch_size, 1),
@@ -59,6 +50,15 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"{flag} must be at least {least}, got {value}.")
     check_model_folder(args.model)
     output = check_output_file(args.output, "--output", args.overwrite) if args.output else None
+    # torch, transformers and datasets are imported here, not at the top: `--help` and a bad flag need none.
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    import hf_neutreno.models  # noqa: F401  (registers this package's models with the Auto classes)
+
+    from ..data.lm_eval import evaluate_lm
+    from ..data.text import load_wikitext, token_stream
+
     saved_value_path = getattr(AutoConfig.from_pretrained(args.model), "value_path", None)
     if saved_value_path is not None and not args.trust_remote_code:
         raise ValueError(
