@@ -57,8 +57,8 @@ print(json.dumps(results))
 
 
 def test_a_bad_flag_is_reported_before_the_training_stack_loads(tmp_path):
-    """`compare`, `diagnose` and `evaluate-lm` check the flags that do not depend on the model before they import
-    torch and transformers: the error names the flag at once, exit status 2, nothing written."""
+    """Every subcommand checks the arguments that do not depend on the model before it imports torch and
+    transformers: the error names the argument at once, exit status 2, nothing written."""
     out_dir, report = str(tmp_path / "out"), str(tmp_path / "report.json")
     cases = {
         "compare --variants softmax": "--variants 'softmax': choose two or more of",
@@ -71,6 +71,8 @@ def test_a_bad_flag_is_reported_before_the_training_stack_loads(tmp_path):
         "diagnose model --dataset digits --variants softmax,bogus": "`--variants` takes distinct names from",
         "evaluate-lm model --batch-size 0": "--batch-size must be at least 1, got 0",
         "evaluate-lm model --max-tokens 1": "--max-tokens must be at least 2, got 1",
+        "push model bad/repo/id": "repo_id 'bad/repo/id' is not a Hub repository id",
+        f"push {tmp_path} user/name": "has no config.json: not a saved model",
     }
     out = run_python(f"""
 import contextlib, io, json, sys

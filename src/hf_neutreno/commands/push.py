@@ -44,13 +44,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    # transformers and torch are imported here and in the helpers it calls, not at the top: `--help` needs neither.
-    from ..hub import create_repo, push_to_hub, save_for_hub
-
     check_repo_id(args.repo_id)  # it goes into the model card and the Hub's URLs: checked before anything is written
     model_dir = Path(args.model_dir)
     if not (model_dir / "config.json").is_file():
         raise ValueError(f"model_dir {str(model_dir)!r} has no config.json: not a saved model.")
+    # transformers and torch are imported here and in the helpers it calls, not at the top: `--help` and the checks
+    # above need neither.
+    from ..hub import create_repo, push_to_hub, save_for_hub
+
     results_path = args.results or next(
         (str(p) for p in (model_dir / "all_results.json", model_dir / "eval_results.json") if p.is_file()), None
     )
