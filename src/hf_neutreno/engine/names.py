@@ -1,6 +1,6 @@
 """Names and defaults that the library defines once and the command line shows, in a module that imports neither torch
-nor transformers, so that `hf-neutreno --help` and each subcommand's `--help` stay fast (and the check of a metric
-selection, so that `hf-neutreno diagnose` reports a bad one at once). The modules that use them
+nor transformers, so that `hf-neutreno --help` and each subcommand's `--help` stay fast; with them, `check_metrics`,
+so that `hf-neutreno diagnose` reports a bad metric at once. The modules that use them
 (`hf_neutreno.engine.model_factories`, `.tasks`, `.preset_tasks`, `hf_neutreno.data.loading`, `.lm_eval`,
 `hf_neutreno.diagnostics`) import them from here and export them too. The other torch-free homes of such names: the
 variants, `hf_neutreno.engine.variants`; the value paths' default coefficients, `hf_neutreno.value_path_defaults`;
