@@ -12,9 +12,7 @@ import platform
 import re
 import statistics
 import sys
-import tempfile
 import time
-import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -152,8 +150,8 @@ def resident_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer | No
 
 def peak_bytes(fn: Callable[[], None], device: torch.device) -> int:
     """Peak memory allocated while `fn` runs, above what was allocated when it started (activations, gradients,
-    temporaries). CUDA: the allocator's statistics. CPU: the profiler's allocation timeline, exact and
-    deterministic (torch keeps no CPU allocator statistics, and the process RSS depends on the C allocator)."""
+    temporaries). CUDA: the allocator's statistics. CPU: the profiler's record of every allocation and free, exact
+    and deterministic (torch keeps no CPU allocator statistics, and the process RSS depends on the C allocator)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
@@ -164,14 +162,20 @@ def peak_bytes(fn: Callable[[], None], device: torch.device) -> int:
 
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
-    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)  # deprecated in favour of a CUDA-only API
-        prof.export_memory_timeline(f"{tmp}/timeline.json", device="cpu")
-        _, sizes = json.loads(Path(f"{tmp}/timeline.json").read_text())
-    totals = [sum(row) for row in sizes]
-    return max(totals) - totals[0]
+    # Every CPU allocation (+bytes) and free (-bytes) in the order they happened: the running sum is the memory
+    # allocated above the start, as in torch's memory timeline, without its per-tensor analysis (seconds per call).
+    events = [
+        event
+        for event in prof.profiler.kineto_results.events()
+        if event.name() == "[memory]" and event.device_type() == torch.autograd.DeviceType.CPU
+    ]
+    allocated = peak = 0
+    for event in sorted(events, key=lambda event: event.start_ns()):
+        allocated += event.nbytes()
+        peak = max(peak, allocated)
+    return peak
 
 
 def adamw_step(

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import common
+import count_ops
 import run_all  # benchmarks/ is on the tests' path (setup.cfg)
 import speed_page
 from results_sections import RESULTS_SECTIONS
@@ -63,6 +64,39 @@ def test_the_ratio_interval_covers_the_median_as_often_as_it_says(rounds, covera
         assert low <= median <= high
         covered += low <= 1.0 <= high
     assert abs(covered / trials - coverage) < 0.012  # an order statistic off by one is 0.028 or more away
+
+
+def test_cpu_peak_memory_counts_what_is_allocated_above_the_start(tmp_path):
+    """`peak_bytes` on a CPU: by hand, and equal to torch's own memory timeline over a training step."""
+    import warnings
+
+    from torch.profiler import ProfilerActivity, profile
+
+    kept = torch.ones(4096)  # allocated before the start: not counted
+
+    def allocate():
+        first = torch.ones(1000)  # 4,000 bytes
+        second = torch.ones(2000)  # 8,000 more: the peak, 12,000
+        del first
+        third = torch.ones(500)  # 2,000 where the first was freed
+        return kept, second, third
+
+    assert common.peak_bytes(allocate, torch.device("cpu")) == 12_000
+
+    # A benchmark's training step, which frees its own gradients: every allocation and free of it is seen.
+    cpu = torch.device("cpu")
+    step, _ = common.adamw_step(count_ops._vit(2), count_ops._image_inputs(), cpu, torch.float32)
+    step()
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
+        step()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # deprecated in favour of a CUDA-only API
+        prof.export_memory_timeline(str(tmp_path / "timeline.json"), device="cpu")
+    _, sizes = json.loads((tmp_path / "timeline.json").read_text())  # bytes per category at each time
+    totals = [sum(row) for row in sizes]
+    peak = max(totals) - totals[0]
+    assert peak > 0
+    assert common.peak_bytes(step, cpu) == peak
 
 
 def test_render_writes_every_table_with_its_machine_and_the_notes(tmp_path):
