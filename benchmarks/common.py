@@ -151,7 +151,9 @@ def resident_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer | No
 def peak_bytes(fn: Callable[[], None], device: torch.device) -> int:
     """Peak memory allocated while `fn` runs, above what was allocated when it started (activations, gradients,
     temporaries). CUDA: the allocator's statistics. CPU: the profiler's record of every allocation and free, exact
-    and deterministic (torch keeps no CPU allocator statistics, and the process RSS depends on the C allocator)."""
+    and deterministic (torch keeps no CPU allocator statistics, and the process RSS depends on the C allocator). A
+    tensor made before the start and freed by `fn` is not subtracted there (the profiler never saw it made): the
+    benchmarks' steps free their own gradients at their end (`train_step`)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
