@@ -53,8 +53,8 @@ def run_comparison(settings: CompareSettings) -> dict:
     Every check, and loading the data, comes before the first model trains: bad input costs seconds and raises
     `ValueError` naming the flag. torch's thread count is restored afterwards.
     """
-    settings = dataclasses.replace(settings)
-    model_task = None if settings.model in PRESETS else _model_task(checked_common(settings))
+    settings = checked_common(dataclasses.replace(settings))
+    model_task = None if settings.model in PRESETS else _model_task(settings)
     settings = _checked(settings, model_task)  # the model is checked before any data is loaded
     folders = _output_folders(settings)
     if folders.finished is not None:
@@ -116,8 +116,8 @@ def _output_folders(settings: CompareSettings) -> OutputFolders:
 
 
 def _checked(settings: CompareSettings, model_task: ModelTask | None) -> CompareSettings:
-    """`settings` with the defaults that depend on the model filled in; ValueError naming the flag on bad input."""
-    settings = checked_common(settings)
+    """`settings` (already through `checked_common`) with the defaults that depend on the model filled in;
+    ValueError naming the flag on bad input."""
     if model_task is None:
         for flag in ("task", "text_column", "label_column", "image_column", "max_length"):
             if getattr(settings, flag) is not None:
