@@ -7,7 +7,8 @@ NeuTRENO side by side, bf16 autocast, SDPA:
 - the CUDA kernels of one training step (forward, backward, AdamW) from the PyTorch profiler: how many, the GPU time
   they take, and which kernels the NeuTRENO model adds (by name, count and time per step);
 - the host time per step (the profiler's CPU total) and the wall time per step;
-- the throughput ratio NeuTRENO / native, eager and under `torch.compile`, from interleaved rounds.
+- the throughput ratio NeuTRENO / native, eager and under `torch.compile`, from interleaved rounds; with
+  `--cuda-graphs`, also replayed as CUDA graphs (`mode="reduce-overhead"`), which removes the host's launch cost.
 
     python benchmarks/profile_gpu.py --out profile.json        # on a GPU, a few minutes
     python benchmarks/profile_gpu.py --smoke                   # the code path on a CPU, toy sizes
@@ -78,6 +79,33 @@ def plain_term():
     return mock.patch.object(neutreno_term, "may_recompute_saved", lambda: False)
 
 
+def cuda_graph_ratio(models: dict, inputs: dict, device, dtype, rounds: int) -> dict:
+    """Native against NeuTRENO with `torch.compile(mode="reduce-overhead")`: forward and backward replayed as CUDA
+    graphs, which removes the host's launch cost per kernel, so what is left is the GPU work each model adds."""
+    steps = {}
+    for name, model in models.items():
+        step = adamw_step(torch.compile(model, mode="reduce-overhead"), inputs, device, dtype)[0]
+
+        def graphed(step=step):
+            torch.compiler.cudagraph_mark_step_begin()  # each step's outputs are dead before the next replay
+            step()
+
+        steps[name] = graphed
+    start = time.perf_counter()
+    try:
+        for step in steps.values():
+            for _ in range(3):
+                step()
+    except Exception as error:  # a measurement that cannot run says why, and the others stand
+        return {"cuda-graph error": f"{type(error).__name__}: {str(error)[:300]}"}
+    seconds = medians(interleaved_times(steps, device, rounds=rounds, warmup=1))
+    return {
+        "cuda-graph compile s": round(time.perf_counter() - start, 1),
+        "cuda-graph wall ms per step": {n: round(s * 1e3, 3) for n, s in seconds.items()},
+        "cuda-graph ratio": round(seconds["native"] / seconds["neutreno"], 4),
+    }
+
+
 def profile_shape(shape: str, args, device, dtype) -> dict:
     models, inputs, items = models_and_inputs(shape, args, device)
     steps = {}
@@ -113,6 +141,8 @@ def profile_shape(shape: str, args, device, dtype) -> dict:
         seconds = medians(interleaved_times(compiled, device, rounds=args.rounds, warmup=1))
         result["compiled wall ms per step"] = {n: round(s * 1e3, 3) for n, s in seconds.items()}
         result["compiled ratio"] = round(seconds["native"] / seconds["neutreno"], 4)
+    if args.cuda_graphs and device.type == "cuda":
+        result.update(cuda_graph_ratio(models, inputs, device, dtype, args.rounds))
     del models, steps
     if device.type == "cuda":
         torch.cuda.empty_cache()
@@ -130,6 +160,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--profile-steps", type=int, default=5)
     parser.add_argument("--no-compile", dest="compile", action="store_false")
+    parser.add_argument(
+        "--cuda-graphs",
+        action="store_true",
+        help="also time both models under torch.compile(mode='reduce-overhead') (CUDA graphs; GPU only)",
+    )
     parser.add_argument("--smoke", action="store_true", help="toy sizes on a CPU: checks the code path")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()

@@ -266,8 +266,8 @@ def render(out: Path, docs: Path, budget: str = "full") -> str:
 
 def profile_section(path: Path) -> list[str]:
     """The page's section from `profile_gpu.py`'s JSON, if there is one: per shape, the kernels and GPU time of a
-    training step, the throughput ratios eager, with the term as plain autograd ops and compiled, and the kernels the
-    NeuTRENO model adds."""
+    training step, the throughput ratios eager, with the term as plain autograd ops, compiled and replayed as CUDA
+    graphs, and the kernels the NeuTRENO model adds."""
     if not path.exists():
         return []
     data = json.loads(path.read_text())
@@ -280,16 +280,20 @@ def profile_section(path: Path) -> list[str]:
         "eager ratio",
         "eager ratio, term as plain autograd ops",
         "compiled ratio",
+        "cuda-graph ratio",
     ]
     rows = [{c: shape.get(c, "") for c in columns} for shape in data["shapes"]]
     lines = [
         f"## Where the time goes: a profiled training step (`profile_gpu.py`, {path.name})",
         "",
-        "One training step (forward, backward, fused AdamW; bf16 autocast, SDPA) of DeiT-tiny at batch 256 and "
-        "of the paper's GPT shape at 32 × 256 tokens, native and NeuTRENO, under the PyTorch profiler: the CUDA "
+        "One training step (forward, backward, fused AdamW; bf16 autocast, SDPA) of each shape the run profiled, "
+        "DeiT-tiny at batch 256 and the paper's GPT shape at 32 × 256 tokens, native and NeuTRENO, under the "
+        "PyTorch profiler: the CUDA "
         "kernels per step and their GPU time; then throughput ratios NeuTRENO / native from interleaved rounds: "
         "eager, eager with the NeuTRENO term as plain autograd ops (the backend's output kept instead of rebuilt "
-        "in the backward pass: more memory), and both models under `torch.compile`.",
+        "in the backward pass: more memory), both models under `torch.compile`, and (where the run had "
+        '`--cuda-graphs`) both compiled with `mode="reduce-overhead"`, whose CUDA graphs remove the host\'s cost '
+        "per kernel launch.",
         "",
         *table(rows),
         "",
