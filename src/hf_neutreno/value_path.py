@@ -494,8 +494,8 @@ class _ValuePathAttention:
                 run, first, value, coefficient, past=context.past, recompute_saved=context.recompute_saved
             )
         if layer in context.gates:  # α per token and key/value head, for this call's tokens
-            return _gated_attention(run, context, layer, query, value, first)
-        return _value_residual(run, context, query, value, first, coefficient)
+            coefficient = context.gates[layer].transpose(1, 2).unsqueeze(-1).to(value.dtype)  # (batch, kv, q, 1)
+        return _value_residual(run, context, layer, query, value, first, coefficient)
 
 
 def _check_context(context, module, layer: int) -> None:
@@ -527,19 +527,45 @@ def _first_values(context, layer: int, value: torch.Tensor) -> torch.Tensor:
     return first
 
 
-def _value_residual(run, context, query, value, first, coefficient):
-    """Attention over ``(1 − α) V_ℓ + α V_0`` (exactly V_ℓ at α = 0). A learnable α keeps V_ℓ and V_0 for its
-    gradient, beside the backend's copy of the mix: that copy is rebuilt from them in the backward pass instead."""
+def _value_residual(run, context, layer, query, value, first, coefficient):
+    """Attention over ``(1 − α) V_ℓ + α V_0`` (exactly V_ℓ at α = 0). `coefficient`: α as a number, a learnable scalar,
+    or (a gate) one per token and key/value head of this call's tokens, (batch, kv heads, queries, 1).
+
+    The mix is token-wise, so a KV cache may hold mixed values. `context.mixed_rows[layer]` counts the leading rows of
+    the cache's tensor that do: without gradients, the rows not mixed yet (this call's, and those of a call that ran
+    with gradients or before the model made its cache) are mixed there, in place, so that generation costs O(d) per new
+    token and layer instead of a pass over the whole cache. With gradients nothing is written into the cache."""
+    start, end = context.past, context.past + query.shape[-2]
+    mixed = min(context.mixed_rows.get(layer, 0), start)  # a cropped cache keeps fewer rows
+    alpha = coefficient
+    per_row = isinstance(coefficient, torch.Tensor) and coefficient.dim() > 0
+    if per_row and mixed < start:  # a gate's α of the earlier rows that are not mixed yet, kept beside the cache
+        pending = context.gate_rows.get(layer)
+        if pending is None or pending.shape[-2] < start - mixed:
+            raise RuntimeError(
+                f"Layer {layer}: a gated value residual needs α of the {start - mixed} cached tokens it has not mixed "
+                "yet, which this cache does not carry (a cache made by another model, or one that does not return "
+                "what it stores, such as a quantised one). Generate with a DynamicCache or StaticCache."
+            )
+        alpha = torch.cat([pending.narrow(-2, 0, start - mixed).to(coefficient.dtype), coefficient], dim=-2)
     if context.mix_in_cache and not torch.is_grad_enabled():
-        # Generation: the mix is token-wise, so the KV cache can hold mixed values. Mix only the current tokens'
-        # rows, in the cache's own tensor (which `value` is), and the past rows are already mixed: O(d) per new
-        # token and layer instead of a pass over the whole cache.
-        start, length = context.past, query.shape[-2]
-        value.narrow(-2, start, length).lerp_(first.narrow(-2, start, length), coefficient)
+        value.narrow(-2, mixed, end - mixed).lerp_(first.narrow(-2, mixed, end - mixed), alpha)
+        context.mixed_rows[layer] = end
+        context.gate_rows.pop(layer, None)
         return run()
-    if not isinstance(coefficient, torch.Tensor):
-        return run(torch.lerp(value, first, coefficient))
-    return _attend_over_mix(run, context, _Lerp.apply(value, first, coefficient), value, first, coefficient)
+    if per_row:
+        context.gate_rows[layer] = alpha.detach()  # rows mixed..end, for a later call that mixes them in the cache
+    if mixed or (per_row and end != value.shape[-2]):
+        # Rows before `mixed` hold the mix already; rows after `end` (a static cache's free slots) are zeros.
+        rest = value.shape[-2] - end
+        mix = torch.lerp(value.narrow(-2, mixed, end - mixed), first.narrow(-2, mixed, end - mixed), alpha)
+        return run(torch.cat([value.narrow(-2, 0, mixed), mix, value.narrow(-2, end, rest)], dim=-2))
+    if not isinstance(alpha, torch.Tensor):
+        return run(torch.lerp(value, first, alpha))
+    # A learnable α keeps V_ℓ and V_0 for its gradient, beside the backend's copy of the mix: that copy is rebuilt
+    # from them in the backward pass instead.
+    mixed_values = torch.lerp(value, first, alpha) if per_row else _Lerp.apply(value, first, alpha)
+    return _attend_over_mix(run, context, mixed_values, value, first, alpha)
 
 
 def _attend_over_mix(run, context, mixed, value, first, coefficient):
@@ -599,25 +625,6 @@ def _twicing(run, context, module, query, key, value):
     return (torch.add(output, second, alpha=context.coefficient), *rest)
 
 
-def _gated_attention(run, context, layer, query, value, first):
-    """The value residual with a gate: (1 − α) V_ℓ + α V_0 with α (batch, tokens, kv heads) for this call's tokens,
-    which sit after the `past` cached ones. Generation mixes the new rows in the cache's own tensor (`value` is it),
-    whose earlier rows are already mixed; a forward over all its tokens mixes them all."""
-    alpha = context.gates[layer].transpose(1, 2).unsqueeze(-1).to(value.dtype)  # (batch, kv heads, tokens, 1)
-    start, length = context.past, query.shape[-2]
-    if context.mix_in_cache and not torch.is_grad_enabled():
-        value.narrow(-2, start, length).lerp_(first.narrow(-2, start, length), alpha)
-        return run()
-    if start != 0 or length != value.shape[-2]:
-        raise RuntimeError(
-            f"Layer {layer}: a gated value residual knows α only for this call's {length} tokens, but the values hold "
-            f"{value.shape[-2]} (a KV cache that does not return what it stores, such as a quantised one, or a "
-            "cache during training). Generate with a DynamicCache or StaticCache."
-        )
-    # As for a learnable scalar α: the mix keeps V_ℓ and V_0 for α's gradient, and the backend's copy is rebuilt.
-    return _attend_over_mix(run, context, torch.lerp(value, first, alpha), value, first, alpha)
-
-
 class _Lerp(torch.autograd.Function):
     """``torch.lerp(V_ℓ, V_0, α)`` for a learnable α, with the gradients in fewer kernels than autograd's."""
 
@@ -667,9 +674,34 @@ def _begin_forward(model, settings, attention_modules, checkpointing, module, ar
         grad_enabled=torch.is_grad_enabled(),
         recompute_saved=_recompute_saved(checkpointing),
         # twicing keeps A V of the earlier tokens with the KV cache that holds their keys and values
-        twicing_history=cache.__dict__.setdefault("_value_path_twicing", {}) if cache is not None else {},
+        cache_given=cache is not None,
+        **{field: cache.__dict__.setdefault(key, {}) for field, key in _KEPT_WITH_CACHE.items() if cache is not None},
     )
     return args, kwargs
+
+
+# What a value path keeps beside a KV cache, between the calls that step it: context field -> attribute of the cache.
+_KEPT_WITH_CACHE = {
+    "mixed_rows": "_value_path_mixed_rows",
+    "gate_rows": "_value_path_gate_rows",
+    "twicing_history": "_value_path_twicing",
+}
+
+
+def _keep_with_cache(module, args, kwargs, output):
+    """Forward hook of every PreTrainedModel level: a cache that the model made itself in this call (none was handed
+    in) takes what the value path keeps beside it, so that a later call with that cache continues from it."""
+    context = kwargs.get(CONTEXT_KWARG)
+    if context is None or context.cache_given:
+        return None
+    if isinstance(output, dict):
+        cache = output.get("past_key_values")
+    else:
+        cache = next((item for item in output if isinstance(item, Cache)), None) if isinstance(output, tuple) else None
+    if isinstance(cache, Cache):
+        for field, key in _KEPT_WITH_CACHE.items():
+            cache.__dict__.setdefault(key, getattr(context, field))
+    return None
 
 
 @dataclasses.dataclass
@@ -683,9 +715,14 @@ class _ForwardContext:
     mix_in_cache: bool  # the cache returns its own storage: generation mixes the new values there
     grad_enabled: bool  # at the call (gradient checkpointing's recompute must match it)
     recompute_saved: bool  # may swap the backend's saved tensors for a recipe (`_recompute_saved`)
+    cache_given: bool  # a KV cache came with the call (else the model may make one: `_keep_with_cache`)
     first_values: torch.Tensor | None = None  # V_0, left by layer 0 for the later layers
     gates: dict = dataclasses.field(default_factory=dict)  # learnable="gate": layer -> α, (batch, tokens, kv heads)
-    twicing_history: dict = dataclasses.field(default_factory=dict)  # twicing: layer -> A V of every cached token
+    # Kept beside the KV cache (`_KEPT_WITH_CACHE`): the value residual's rows mixed in the cache's own tensor, and a
+    # gate's α of the rows not mixed yet (layer -> count, tensor); twicing's A V of every cached token (layer -> tensor).
+    mixed_rows: dict = dataclasses.field(default_factory=dict)
+    gate_rows: dict = dataclasses.field(default_factory=dict)
+    twicing_history: dict = dataclasses.field(default_factory=dict)
 
 
 # KV-cache layers whose `update` returns the tensors they store (so values mixed in place stay mixed for the next
@@ -777,11 +814,10 @@ def _adapt(model: PreTrainedModel) -> None:
             setattr(layers[layer], GATE_ATTRIBUTE, gate)
     hook_settings = copy.deepcopy(settings)  # the hook's own copy: a change to the config is detected, not followed
     adapted = [layers[layer] for layer in settings["layers"]]
+    levels = [level for level in model.modules() if isinstance(level, PreTrainedModel)]
     model._value_path_hooks = [
-        level.register_forward_pre_hook(_Hook(model, hook_settings, adapted), with_kwargs=True)
-        for level in model.modules()
-        if isinstance(level, PreTrainedModel)
-    ]
+        level.register_forward_pre_hook(_Hook(model, hook_settings, adapted), with_kwargs=True) for level in levels
+    ] + [level.register_forward_hook(_keep_with_cache, with_kwargs=True) for level in levels]
     # `load_state_dict` of a state dict in the earlier layout (Trainer resuming an earlier checkpoint)
     model._value_path_hooks.append(model.register_load_state_dict_pre_hook(_convert_old_state_dict))
     if settings["learnable"] == GATE:  # each gated layer reads its attention input x

@@ -1,0 +1,113 @@
+"""The cache contract of every causal model and value path: a cache is an optimisation, never another answer.
+
+For each causal value-path method on a GPT-2, a grouped-query Llama and Qwen2, and for the NeuTRENO GPT: the last
+logits of the full forward equal a prefill followed by a step of 1 or of k tokens, with the cache the model made itself,
+with gradients on or off in each call, on a left-padded batch; and greedy `generate` equals the argmax of full forwards.
+"""
+
+import itertools
+
+import pytest
+import torch
+
+from hf_neutreno import NeuTRENOGPTConfig, NeuTRENOGPTForCausalLM, apply_value_path
+from tiny_models import CAUSAL, TINY_NEUTRENO_GPT, tiny_inputs, tiny_model
+
+ATOL = 1e-5  # float32
+# (method, coefficient, learnable): each causal value path, its coefficient away from 0 so that it acts
+METHODS = {
+    "neutreno": ("neutreno", 0.5, False),
+    "neutreno-learnable": ("neutreno", 0.5, True),
+    "value-residual": ("value_residual", 0.5, False),
+    "value-residual-learnable": ("value_residual", 0.3, True),
+    "value-residual-gate": ("value_residual", 0.5, "gate"),
+    "twicing": ("twicing", 0.5, False),
+}
+
+
+def adapted(architecture: str, method: str):
+    name, coefficient, learnable = METHODS[method]
+    model = apply_value_path(tiny_model(architecture), name, coefficient, learnable=learnable)
+    if learnable == "gate":  # a gate that depends on the token, so that a row mixed with another's α shows
+        torch.manual_seed(3)
+        for module in model.modules():
+            gate = getattr(module, "value_path_gate", None)
+            if gate is not None:
+                torch.nn.init.normal_(gate.weight, std=0.5)
+    return model.eval()
+
+
+def neutreno_gpt():
+    torch.manual_seed(0)
+    config = NeuTRENOGPTConfig(**{**TINY_NEUTRENO_GPT, "vocab_size": 50}, neutreno_lambda=0.5)
+    return NeuTRENOGPTForCausalLM(config).eval()
+
+
+CASES = [pytest.param(a, m, id=f"{a}-{m}") for a, m in itertools.product(CAUSAL, METHODS)]
+CASES.append(pytest.param("neutreno_gpt", None, id="neutreno-gpt"))
+
+
+def build(architecture, method):
+    return neutreno_gpt() if architecture == "neutreno_gpt" else adapted(architecture, method)
+
+
+def last_logits(model, ids, mask, grad: bool, **kwargs):
+    with torch.set_grad_enabled(grad):
+        out = model(input_ids=ids, attention_mask=mask, use_cache=True, **kwargs)
+    return out.logits[:, -1].detach(), out.past_key_values
+
+
+@pytest.mark.parametrize("architecture, method", CASES)
+@pytest.mark.parametrize("step", [1, 3], ids=["step-1", "step-3"])
+def test_prefill_and_step_with_the_models_own_cache_equal_the_full_forward(architecture, method, step):
+    model = build(architecture, method)
+    inputs = tiny_inputs("llama", batch=3, length=9, padding="left")
+    ids, mask = inputs["input_ids"], inputs["attention_mask"]
+    with torch.no_grad():
+        full = model(input_ids=ids, attention_mask=mask).logits[:, -1]
+    for prefill_grad, step_grad in itertools.product((False, True), repeat=2):
+        _, cache = last_logits(model, ids[:, :-step], mask[:, :-step], prefill_grad)  # the cache the model made
+        stepped, _ = last_logits(model, ids[:, -step:], mask, step_grad, past_key_values=cache)
+        torch.testing.assert_close(
+            stepped, full, rtol=0, atol=ATOL, msg=f"prefill grad {prefill_grad}, step grad {step_grad}"
+        )
+
+
+@pytest.mark.parametrize("architecture, method", CASES)
+def test_two_steps_after_a_prefill_equal_the_full_forward(architecture, method):
+    """A cache stepped twice by hand, the first step with gradients: each step's rows stay right for the next."""
+    model = build(architecture, method)
+    inputs = tiny_inputs("llama", batch=3, length=9, padding="left")
+    ids, mask = inputs["input_ids"], inputs["attention_mask"]
+    with torch.no_grad():
+        full = model(input_ids=ids, attention_mask=mask).logits[:, -1]
+    _, cache = last_logits(model, ids[:, :5], mask[:, :5], False)
+    _, cache = last_logits(model, ids[:, 5:7], mask[:, :7], True, past_key_values=cache)
+    stepped, _ = last_logits(model, ids[:, 7:], mask, False, past_key_values=cache)
+    torch.testing.assert_close(stepped, full, rtol=0, atol=ATOL)
+
+
+@pytest.mark.parametrize("architecture, method", CASES)
+def test_greedy_generate_equals_the_argmax_of_full_forwards(architecture, method):
+    """Each step's scores are the full forward's logits at that position, and its token their argmax (where the top
+    two logits are further apart than the tolerance: a tie may go either way)."""
+    model = build(architecture, method)
+    inputs = tiny_inputs("llama", batch=3, length=6, padding="left")
+    settings = dict(max_new_tokens=5, do_sample=False, pad_token_id=0, output_scores=True, return_dict_in_generate=True)
+    generated = model.generate(**inputs, **settings)
+    mask = torch.cat([inputs["attention_mask"], torch.ones(3, 5, dtype=torch.long)], dim=1)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)  # as `generate` numbers a left-padded row
+    with torch.no_grad():
+        full = model(input_ids=generated.sequences, attention_mask=mask, position_ids=positions).logits
+    eos = model.generation_config.eos_token_id
+    eos = torch.tensor([eos] if isinstance(eos, int) else list(eos or []), dtype=torch.long)
+    for step, scores in enumerate(generated.scores):
+        logits = full[:, 5 + step]
+        alive = ~torch.isin(generated.sequences[:, 6 : 6 + step], eos).any(
+            -1
+        )  # a finished row gets padding, not its argmax
+        torch.testing.assert_close(scores[alive], logits[alive], rtol=0, atol=ATOL, msg=f"step {step}")
+        top = logits.topk(2, dim=-1).values
+        clear = alive & (top[:, 0] - top[:, 1] > 2 * ATOL)
+        token = generated.sequences[:, 6 + step]
+        assert torch.equal(token[clear], logits.argmax(-1)[clear]), f"step {step}"
