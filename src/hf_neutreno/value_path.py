@@ -718,8 +718,8 @@ class _ForwardContext:
     cache_given: bool  # a KV cache came with the call (else the model may make one: `_keep_with_cache`)
     first_values: torch.Tensor | None = None  # V_0, left by layer 0 for the later layers
     gates: dict = dataclasses.field(default_factory=dict)  # learnable="gate": layer -> α, (batch, tokens, kv heads)
-    # Kept beside the KV cache (`_KEPT_WITH_CACHE`): the value residual's rows mixed in the cache's own tensor, and a
-    # gate's α of the rows not mixed yet (layer -> count, tensor); twicing's A V of every cached token (layer -> tensor).
+    # Kept beside the KV cache (`_KEPT_WITH_CACHE`), per layer: how many rows of the cache's own tensor hold the value
+    # residual's mix; a gate's α of the rows after those; twicing's A V of every cached token.
     mixed_rows: dict = dataclasses.field(default_factory=dict)
     gate_rows: dict = dataclasses.field(default_factory=dict)
     twicing_history: dict = dataclasses.field(default_factory=dict)
