@@ -69,9 +69,10 @@ SECTIONS = {  # JSON file -> (heading, what it measures)
     "eigen_vit": (
         "EigenViT vs the NeuTRENO ViT and the native ViT",
         "vit-tiny-224 shape. EigenViT makes the value and output weights of all its layers from Θ, ψ with "
-        "one QR batched over layers and heads in every forward with gradients; without gradients it makes "
-        "them once and reuses them while Θ and ψ are unchanged. `→ to_neutreno_vit()` is its export with "
-        "those weights stored (timed at inference only). Ratios are to the native ViT.",
+        "one QR batched over layers and heads in every forward (when this table was measured, forwards without "
+        "gradients reused them while Θ and ψ were unchanged: the reading above says why that stopped). "
+        "`→ to_neutreno_vit()` is its export with those weights stored (timed at inference only). Ratios are to "
+        "the native ViT.",
     ),
     "gpt": (
         "NeuTRENO GPT vs the native GPT-2",

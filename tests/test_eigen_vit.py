@@ -312,12 +312,19 @@ def test_only_eigen_layers_are_reparameterised_and_the_rest_is_the_neutreno_vit(
     torch.testing.assert_close(plain(pixel_values).logits, reference(pixel_values).logits, atol=0, rtol=0)
 
 
-def test_gradient_checkpointing_gives_the_same_gradients():
+@pytest.mark.parametrize("use_reentrant", [False, True], ids=["non-reentrant", "reentrant"])
+def test_gradient_checkpointing_gives_the_same_gradients(use_reentrant):
+    """Both kinds of activation checkpointing (the reentrant one used to fail in backward: the batched QR's graph was
+    shared by every checkpointed block and freed by the first)."""
+
     def make_model():
         torch.manual_seed(0)
         return EigenViTForImageClassification(tiny_config(neutreno_lambda=0.5)).train()
 
-    model = assert_checkpointing_keeps_the_gradients(make_model, torch.randn(2, 3, 16, 16), labels=torch.tensor([0, 2]))
+    pixel_values = torch.randn(2, 3, 16, 16, requires_grad=use_reentrant)  # reentrant needs an input with gradients
+    model = assert_checkpointing_keeps_the_gradients(
+        make_model, pixel_values, labels=torch.tensor([0, 2]), use_reentrant=use_reentrant
+    )
     assert model.vit.layers[0].attention.theta.grad is not None
 
 
@@ -347,32 +354,72 @@ def attributes(module: torch.nn.Module) -> dict:
 
 
 @pytest.mark.parametrize("mode", ["train", "eval"])
-def test_one_batched_qr_per_forward_for_all_layers_and_none_while_the_weights_stay(qr_calls, mode):
-    """A forward with gradients makes the weights of every eigen layer with one QR (batched over layers and heads) and
-    keeps nothing; forwards without gradients reuse them while Θ and ψ are unchanged, and make them again after a
-    change (an in-place edit, `train()` / `eval()`)."""
+def test_one_batched_qr_per_forward_for_all_layers_and_nothing_kept(qr_calls, mode):
+    """Every forward, with gradients or without, makes the weights of every eigen layer with one QR (batched over
+    layers and heads) and leaves nothing behind on any module."""
     model = EigenViTForImageClassification(tiny_config(num_hidden_layers=3, eigen_layers=[0, 2])).train(mode == "train")
     pixel_values = torch.randn(2, 3, 16, 16)
     qr_calls.clear()
     before = [attributes(m) for m in model.modules()]
     model(pixel_values, labels=torch.tensor([0, 1])).loss.backward()
     assert len(qr_calls) == 1  # both eigen layers at once
-    assert [attributes(m) for m in model.modules()] == before  # a forward with gradients keeps no weights
-    with torch.no_grad():
-        first = model(pixel_values).logits
-    with torch.inference_mode():
-        again = model(pixel_values).logits
-    assert len(qr_calls) == 2  # made once, then reused
-    torch.testing.assert_close(again, first, rtol=0, atol=0)
-    with torch.no_grad():
-        eigen_attentions(model)[1].psi.mul_(2.0)  # an in-place edit advances the version counter
-        edited = model(pixel_values).logits
-    assert len(qr_calls) == 3 and not torch.allclose(edited, first)
-    model.train(mode == "train")
     with torch.no_grad():
         model(pixel_values)
-    assert len(qr_calls) == 4
-    assert not hasattr(eigen_attentions(model)[0], "_projections")
+    with torch.inference_mode():
+        model(pixel_values)
+    assert len(qr_calls) == 3
+    assert [attributes(m) for m in model.modules()] == before
+
+
+def weight_changes():
+    """Every way a user's code changes weights in place, as (name, function of the model and a donor model with
+    other weights of the same shapes)."""
+
+    def data_copy(model, donor):  # what EMA, weight averaging and some loaders do: no version-counter bump
+        for p, q in zip(model.parameters(), donor.parameters()):
+            p.data.copy_(q.data)
+
+    def lerp_under_no_grad(model, donor):  # an EMA update
+        with torch.no_grad():
+            for p, q in zip(model.parameters(), donor.parameters()):
+                p.lerp_(q, 0.5)
+
+    def optimizer_step(model, donor):
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+        model(torch.randn(2, 3, 16, 16), labels=torch.tensor([0, 1])).loss.backward()
+        optimizer.step()
+
+    return {
+        "load_state_dict": lambda model, donor: model.load_state_dict(donor.state_dict()),
+        "data.copy_": data_copy,
+        "lerp_ under no_grad": lerp_under_no_grad,
+        "optimizer step": optimizer_step,
+        "to(float64)": lambda model, donor: model.to(torch.float64),
+    }
+
+
+@pytest.mark.parametrize("change", list(weight_changes()))
+@pytest.mark.parametrize("context", ["no_grad", "inference_mode"])
+def test_after_any_weight_change_the_model_equals_a_fresh_one_with_the_same_weights(change, context):
+    """The weight-change contract: after a forward without gradients (which a cache would have kept), each way of
+    changing the weights gives the logits of a freshly built model holding the resulting weights."""
+    config = tiny_config()
+    torch.manual_seed(0)
+    model = EigenViTForImageClassification(config).eval()
+    donor = EigenViTForImageClassification(config).eval()
+    pixel_values = torch.randn(2, 3, 16, 16)
+    no_grad = torch.no_grad if context == "no_grad" else torch.inference_mode
+    with no_grad():
+        before = model(pixel_values).logits
+    weight_changes()[change](model, donor)  # in eval mode throughout: `train()` / `eval()` would hide a stale copy
+    fresh = EigenViTForImageClassification(config).to(next(model.parameters()).dtype).eval()
+    fresh.load_state_dict(model.state_dict())
+    with no_grad():
+        inputs = pixel_values.to(next(model.parameters()).dtype)
+        after, expected = model(inputs).logits, fresh(inputs).logits
+    if change != "to(float64)":  # the same weights in another dtype: nearly the same logits
+        assert not torch.allclose(after, before)  # the change reached the logits
+    torch.testing.assert_close(after, expected, atol=0, rtol=0)
 
 
 @pytest.mark.parametrize("fused", [False, True])

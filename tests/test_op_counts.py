@@ -105,8 +105,8 @@ def test_the_term_is_what_the_counts_say():
 @pytest.mark.parametrize("name", list(INFERENCE))
 def test_inference_kernels(name):
     per_layer, per_step = _against_native(name, INFERENCE, inference_step)
-    if name == "EigenViT":  # the weights are made once and reused while they stay: the native ViT's kernels
-        assert (per_layer, per_step) == (0, 0)
+    if name == "EigenViT":  # the native ViT's kernels per layer, and once per forward the batched QR of all layers
+        assert per_layer == 0 and per_step <= 9
     else:  # the term's two passes
         assert per_layer <= 2 and per_step <= 0
 

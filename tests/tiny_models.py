@@ -181,17 +181,17 @@ def train_without_dropout(model):
     return model
 
 
-def assert_checkpointing_keeps_the_gradients(make_model, *args, **kwargs):
-    """The gradients of the loss of `make_model()(*args, **kwargs)` are the same with activation checkpointing as
-    without; `make_model` must build the same model (same weights, train mode) at every call. Returns the
-    checkpointed model, for checks of its own."""
+def assert_checkpointing_keeps_the_gradients(make_model, *args, use_reentrant: bool = False, **kwargs):
+    """The gradients of the loss of `make_model()(*args, **kwargs)` are the same with activation checkpointing
+    (`use_reentrant` as given; transformers' default is False) as without; `make_model` must build the same model
+    (same weights, train mode) at every call. Returns the checkpointed model, for checks of its own."""
 
     def gradients(model) -> dict[str, torch.Tensor]:
         model(*args, **kwargs).loss.backward()
         return {name: param.grad for name, param in model.named_parameters() if param.grad is not None}
 
     plain, checkpointed = make_model(), make_model()
-    checkpointed.activation_checkpointing_enable()
+    checkpointed.activation_checkpointing_enable({"use_reentrant": use_reentrant})
     expected, grads = gradients(plain), gradients(checkpointed)
     assert grads.keys() == expected.keys()
     for name in expected:

@@ -9,10 +9,9 @@ whether the layer smooths or sharpens. Here each head's H_h is a symmetric eigen
     W_V^h = V_h,  W_O^h = diag(Λ_h) V_hᵀ,   so  H_h = V_h diag(Λ_h) V_hᵀ
 
 Everything else (embeddings, blocks, MLP, pooling, queries and keys, the NeuTRENO term) is the NeuTRENO ViT's, whose
-modules this file uses as they are. A forward with gradients makes the value and output weights of all layers from
-Θ, ψ with one batched QR; one without gradients makes them once and reuses them while Θ and ψ stay
-(`EigenViTModel.eigen_weights`). `to_neutreno_vit()` exports the same function as a NeuTRENO ViT whose `v_proj` /
-`o_proj` hold them.
+modules this file uses as they are. Every forward makes the value and output weights of all layers from Θ, ψ with one
+batched QR (`EigenViTModel.eigen_weights`). `to_neutreno_vit()` exports the same function as a NeuTRENO ViT whose
+`v_proj` / `o_proj` hold them.
 
 This file travels with every checkpoint (``trust_remote_code``): it imports only torch, transformers and siblings.
 """
@@ -208,7 +207,11 @@ class EigenViTModel(EigenViTPreTrainedModel, NeuTRENOViTModel):
         return EigenViTAttention(config, layer_idx) if config.is_eigen_layer(layer_idx) else None
 
     def layer_kwargs(self, kwargs: dict) -> list[dict]:
-        """Each eigen block's call also gets its (value, output) weights, from one batched QR over all of them."""
+        """Each eigen block's call also gets its (value, output) weights, from one batched QR over all of them. Under
+        activation checkpointing each block makes its own inside its checkpointed call instead: a recompute must not
+        share one graph with the other blocks (with `use_reentrant=True`, each block's backward pass would free it)."""
+        if self.training and any(getattr(layer, "gradient_checkpointing", False) for layer in self.layers):
+            return [kwargs] * len(self.layers)
         weights = iter(self.eigen_weights())
         return [
             kwargs | {"eigen_weights": next(weights)} if isinstance(layer.attention, EigenViTAttention) else kwargs
@@ -218,36 +221,17 @@ class EigenViTModel(EigenViTPreTrainedModel, NeuTRENOViTModel):
     def eigen_weights(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """(value, output) weights of every eigen layer, in layer order, from one batched QR over all of them.
 
-        Without gradients (inference, evaluation) they are kept and reused until a parameter changes: each Θ and ψ
-        is identified by its memory, dtype and version counter (which every in-place update, an optimizer step or
-        `load_state_dict`, advances), with the spectrum fields of the config; `train()` / `eval()` drop them too.
+        Made at every forward, with or without gradients, and never kept: a kept copy would go stale after an edit
+        that bypasses the version counter (`p.data.copy_`, as EMA and weight averaging do). For inference without
+        the QR, export the model (`to_neutreno_vit`), whose weights hold the result.
         """
         attentions = [layer.attention for layer in self.layers if isinstance(layer.attention, EigenViTAttention)]
         if not attentions:
             return []
-        parameters = [p for attention in attentions for p in (attention.theta, attention.psi)]
-        keep = not torch.is_grad_enabled()  # weights made with gradients must not outlive their graph
-        key = (
-            tuple((p.data_ptr(), p.dtype, p.device, p._version) for p in parameters),
-            self.config.spectrum_sign,
-            self.config.eigenvalue_range and tuple(self.config.eigenvalue_range),
-        )
-        cached = self.__dict__.get("_eigen_weights")
-        if keep and cached is not None and cached[0] == key:
-            return cached[1]
         theta = torch.stack([attention.theta for attention in attentions])
         psi = torch.stack([attention.psi for attention in attentions])
         # unbind, not indexing: one kernel for the gradients of all layers in the backward pass, not one per layer
-        weights = list(zip(*(w.unbind() for w in value_and_output_weights(theta, psi, self.config))))
-        if keep:
-            self.__dict__["_eigen_weights"] = (key, weights)
-        else:
-            self.__dict__.pop("_eigen_weights", None)
-        return weights
-
-    def train(self, mode: bool = True):
-        self.__dict__.pop("_eigen_weights", None)
-        return super().train(mode)
+        return list(zip(*(w.unbind() for w in value_and_output_weights(theta, psi, self.config))))
 
 
 class EigenViTForImageClassification(EigenViTPreTrainedModel, NeuTRENOViTForImageClassification):
