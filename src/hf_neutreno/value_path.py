@@ -43,7 +43,7 @@ from torch import nn
 from transformers import AttentionInterface, AttentionMaskInterface, PreTrainedModel
 from transformers import initialization as init
 from transformers.cache_utils import Cache
-from transformers.conversion_mapping import get_checkpoint_conversion_mapping
+from transformers.conversion_mapping import get_model_conversion_mapping
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.auto import modeling_auto
@@ -999,8 +999,8 @@ def _add_base_model_auto_map(model: PreTrainedModel) -> None:
     if not _is_transformers_class(base):
         return
     model_type = getattr(model.config, "model_type", None)
-    if get_checkpoint_conversion_mapping(model_type) is not None:
-        # Its checkpoints are renamed on loading by a conversion that transformers applies to its own classes only
+    if get_model_conversion_mapping(model, add_legacy=False):
+        # Its checkpoints are renamed on loading by a conversion that transformers looks up by its own class names
         # (ViT's, for one): the adapted backbone, a class of this file, would not find its weights.
         return
     names = modeling_auto.MODEL_MAPPING_NAMES.get(model_type)
