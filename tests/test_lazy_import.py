@@ -1,6 +1,5 @@
-"""`import hf_neutreno`, every `--help` of the command line and a bad flag import neither torch nor
-transformers (they take seconds); the package's names load on first use, and `hf_neutreno.models` registers the
-Auto classes as before.
+"""Every `--help` of the command line and a bad flag import neither torch nor transformers (they take seconds); `import
+hf_neutreno` registers the Auto classes, and the package's other names load on first use.
 
 Each check runs in a fresh process, where nothing imported by the tests hides an import."""
 
@@ -31,7 +30,7 @@ def test_every_help_imports_neither_torch_nor_transformers():
     after each one."""
     out = run_python(f"""
 import contextlib, io, json, sys
-from hf_neutreno.cli import main
+from hf_neutreno_cli import main  # the command's entry point
 results = {{}}
 for argv in ([], *([name] for name in {list(SUBCOMMANDS)!r})):
     text = io.StringIO()
@@ -76,7 +75,7 @@ def test_a_bad_flag_is_reported_before_the_training_stack_loads(tmp_path):
     }
     out = run_python(f"""
 import contextlib, io, json, sys
-from hf_neutreno.cli import main
+from hf_neutreno_cli import main  # the command's entry point
 results = {{}}
 for command in {list(cases)!r}:
     extra = {{"compare": ["--output-dir", {out_dir!r}], "diagnose": ["--out", {report!r}]}}.get(command.split()[0], [])
@@ -93,41 +92,29 @@ print(json.dumps(results))
     assert list(tmp_path.iterdir()) == []
 
 
-def test_importing_the_package_imports_neither_torch_nor_transformers():
-    out = run_python(f"""
-import json, sys
-import hf_neutreno
-names = dir(hf_neutreno)
-print(json.dumps([[m for m in {HEAVY!r} if m in sys.modules], sorted(hf_neutreno.__all__), names]))
-""")
-    imported, public, names = json.loads(out)
-    assert imported == []
-    assert {*CONFIGS.values(), "apply_value_path", "remove_value_path", "OversmoothingCallback"} <= set(public)
-    assert set(public) <= set(names)  # dir() lists the names not loaded yet
-
-
-def test_a_config_class_registers_the_auto_classes_on_first_use():
-    """Before any class is used nothing is registered; `from hf_neutreno import NeuTRENOViTConfig` registers, and every
-    public name resolves to the class of its module."""
+def test_importing_the_package_registers_the_auto_classes_and_lists_every_name():
+    """`import hf_neutreno`, nothing else: a folder of the package's model loads with an Auto class without
+    `trust_remote_code` (no "run the custom code?" prompt), and every public name resolves to the class of its module.
+    (For a while the import registered nothing until a class was used, and that load failed.)"""
     out = run_python("""
-import json
+import json, tempfile
 import hf_neutreno
-from transformers import AutoConfig
-try:
-    AutoConfig.for_model("neutreno_vit")
-    before = "registered"
-except ValueError:
-    before = "unknown"
-from hf_neutreno import NeuTRENOViTConfig
-config = AutoConfig.for_model("neutreno_vit", hidden_size=48)
+from transformers import AutoConfig, AutoModelForImageClassification
+config = AutoConfig.for_model("neutreno_vit", hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                              intermediate_size=16, image_size=8, patch_size=4, num_labels=3)
+folder = tempfile.mkdtemp()
+hf_neutreno.NeuTRENOViTForImageClassification(config).save_pretrained(folder)
+loaded = AutoModelForImageClassification.from_pretrained(folder)
 resolved = {name: getattr(hf_neutreno, name).__module__ for name in hf_neutreno.__all__}
-print(json.dumps([before, type(config) is NeuTRENOViTConfig, config.hidden_size, resolved]))
+print(json.dumps([type(config).__name__, type(loaded).__module__, resolved, dir(hf_neutreno)]))
 """)
-    before, same_class, hidden_size, resolved = json.loads(out)
-    assert before == "unknown" and same_class and hidden_size == 48
+    config_name, loaded_module, resolved, names = json.loads(out)
+    assert config_name == "NeuTRENOViTConfig" and loaded_module == "hf_neutreno.models.modeling_neutreno_vit"
     assert all(module.startswith("hf_neutreno.") for module in resolved.values()), resolved
     assert resolved["apply_value_path"] == "hf_neutreno.value_path"
     assert resolved["NeuTRENOGPTConfig"] == "hf_neutreno.models.configuration_neutreno_gpt"
+    assert {*CONFIGS.values(), "apply_value_path", "remove_value_path", "OversmoothingCallback"} <= set(resolved)
+    assert set(resolved) <= set(names)  # dir() lists the names not loaded yet
 
 
 def test_importing_the_models_registers_every_model_with_every_auto_class():

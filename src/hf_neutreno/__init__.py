@@ -1,13 +1,15 @@
 """hf-neutreno: NeuTRENO and eigen-parameterised transformers for the Hugging Face ecosystem.
 
-`import hf_neutreno` imports neither torch nor transformers (so `hf-neutreno --help` is fast): each public name is
-imported on first use, as transformers does. Any config or model class (or `import hf_neutreno.models`) registers
-every config and model with the Auto classes and marks them for remote code, so that `save_pretrained` and Trainer
-checkpoints carry their code and `auto_map`. `apply_value_path` puts NeuTRENO, the value residual or twicing on any
-transformers model (it registers its attention function only when called).
+`import hf_neutreno` registers every config and model of the package with the Auto classes and marks them for remote
+code, so that `AutoModel*.from_pretrained` loads a folder of this package without `trust_remote_code`, and
+`save_pretrained` and Trainer checkpoints carry their code and `auto_map`. The other public names are imported on first
+use, as transformers does. `apply_value_path` puts NeuTRENO, the value residual or twicing on any transformers model
+(it registers its attention function only when called). The `hf-neutreno` command skips the registering at import
+(`hf_neutreno_cli.py`), so that its `--help` needs neither torch nor transformers.
 """
 
 import importlib
+import sys
 from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
@@ -50,6 +52,10 @@ def __getattr__(name: str):
     value = getattr(importlib.import_module(f".{_MODULE_OF[name]}", __name__), name)
     globals()[name] = value  # later accesses skip __getattr__
     return value
+
+
+if "hf_neutreno_cli" not in sys.modules:  # not the command line: register the Auto classes now
+    importlib.import_module(".models", __name__)
 
 
 def __dir__() -> list[str]:
