@@ -35,7 +35,13 @@ from fresh_process import run_fresh
 from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTModel, apply_value_path, remove_value_path
 from hf_neutreno.convert import gpt2_to_neutreno, vit_to_neutreno
 from hf_neutreno.engine.variants import VARIANTS
-from hf_neutreno.value_path import coefficient_parameters, is_value_path_model, learned_coefficients, value_path_class
+from hf_neutreno.value_path import (
+    coefficient_parameters,
+    is_value_path_model,
+    learned_coefficients,
+    value_path_class,
+    value_path_parameters,
+)
 from tiny_models import (
     ARCHITECTURES,
     CAUSAL,
@@ -959,3 +965,48 @@ def test_the_value_residual_mixes_in_the_cache_only_where_the_cache_returns_what
         assert torch.equal(cached.sequences, uncached.sequences), layer_class.__name__
         for a, b in zip(cached.scores, uncached.scores):
             torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
+# --- coefficients as the forward uses them, and never NaN ----------------------------------------------------------
+
+
+def test_learned_coefficients_report_what_the_forward_uses():
+    """A learnable α is used clamped to [0, 1]: an α of 3.0 (a step past the bound) is reported as 1.0, and the
+    logits are those of α = 1. (It was reported as 3.0.)"""
+    model = apply_value_path(tiny_model("llama"), "value_residual", 0.5, learnable=True)
+    _sharpen(model)
+    _set_coefficients(model, [3.0, -0.5])
+    assert learned_coefficients(model) == [1.0, 0.0]
+    fixed = copy.deepcopy(model)
+    _set_coefficients(fixed, [1.0, 0.0])
+    inputs = tiny_inputs("llama")
+    with torch.no_grad():
+        torch.testing.assert_close(model(**inputs).logits, fixed(**inputs).logits, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("learnable", [True, "gate"])
+def test_a_coefficient_that_is_not_finite_is_refused_where_it_is_loaded_or_saved(learnable, tmp_path):
+    """NaN in a learnable coefficient or gate gave NaN logits without a word: `load_state_dict`, `save_pretrained`
+    (before anything is written) and `from_pretrained` refuse it, naming the parameter."""
+    model = apply_value_path(tiny_model("gpt2"), "value_residual", 0.5, learnable=learnable)
+    name = next(iter(value_path_parameters(model)))
+    state = model.state_dict()
+    state[name] = torch.full_like(state[name], float("nan"))
+    with pytest.raises(ValueError, match=r"not finite.*" + name.replace(".", r"\.")):
+        model.load_state_dict(state)
+    assert torch.isfinite(model.get_parameter(name)).all()  # nothing was copied
+    with torch.no_grad():
+        model.get_parameter(name).fill_(float("inf"))
+    with pytest.raises(ValueError, match="not finite"):
+        model.save_pretrained(tmp_path / "saved")
+    assert not (tmp_path / "saved").exists()
+    with torch.no_grad():
+        model.get_parameter(name).fill_(0.25)
+    model.save_pretrained(tmp_path / "saved")
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(tmp_path / "saved" / "model.safetensors")
+    weights[name] = torch.full_like(weights[name], float("nan"))
+    save_file(weights, tmp_path / "saved" / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ValueError, match="not finite"):
+        AutoModelForCausalLM.from_pretrained(tmp_path / "saved", trust_remote_code=True)

@@ -223,10 +223,34 @@ def coefficient_parameters(model: nn.Module) -> list[nn.Parameter]:
 
 
 def learned_coefficients(model: nn.Module) -> list[float] | None:
-    """The learnable coefficient of each adapted layer as floats, in increasing layer order (entry i belongs to the
-    i-th smallest of ``config.value_path["layers"]``); None where the coefficients are not learnable."""
+    """The learnable coefficient of each adapted layer as the forward pass uses it, as floats, in increasing layer
+    order (entry i belongs to the i-th smallest of ``config.value_path["layers"]``): a value-residual α clamped to
+    [0, 1] (`_forward_coefficients`). None where the coefficients are not learnable."""
     parameters = coefficient_parameters(model)
-    return [float(p.item()) for p in parameters] if parameters else None
+    if not parameters:
+        return None
+    values = [float(p.item()) for p in parameters]
+    settings = getattr(getattr(model, "config", None), "value_path", None) or {}
+    if settings.get("method") == "value_residual":
+        values = [min(max(value, 0.0), 1.0) if math.isfinite(value) else value for value in values]
+    return values
+
+
+def check_coefficients(state: dict[str, torch.Tensor]) -> None:
+    """`ValueError` naming every learnable coefficient or gate weight of a state dict (or `named_parameters`) that
+    holds NaN or an infinity: a model with one gives NaN outputs, so it is refused where it is loaded or saved."""
+    bad = [
+        name
+        for name, tensor in state.items()
+        if any(f".{module}." in f".{name}" for module in PEFT_MODULES)
+        and tensor.is_floating_point()
+        and not bool(torch.isfinite(tensor).all())
+    ]
+    if bad:
+        raise ValueError(
+            f"Value-path coefficients that are not finite (NaN or infinite): {bad}. Such a model gives NaN outputs; "
+            "the training that wrote them diverged (lower the coefficients' learning rate), or the file is damaged."
+        )
 
 
 def value_path_parameters(model: nn.Module) -> dict[str, nn.Parameter]:
@@ -881,6 +905,7 @@ def _convert_old_state_dict(module, state_dict, prefix, *args):
     old = state_dict.pop(prefix + OLD_COEFFICIENTS, None)
     if old is not None:
         state_dict.update({prefix + key: value for key, value in _split_old_coefficients(module, old).items()})
+    check_coefficients(state_dict)
 
 
 def _split_old_coefficients(model, old: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -1061,8 +1086,10 @@ class _ValuePathModel:
                 for name, value in converted.items():
                     self.get_parameter(name).copy_(value)
             loading_info.missing_keys.difference_update(converted)
+        check_coefficients(dict(self.named_parameters()))
 
     def save_pretrained(self, *args, **kwargs):
+        check_coefficients(dict(self.named_parameters()))  # before anything is written
         _add_base_model_auto_map(self)
         super().save_pretrained(*args, **kwargs)
         base = type(self)._value_path_base
