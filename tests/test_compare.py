@@ -31,6 +31,7 @@ import hf_neutreno
 from fresh_process import run_fresh
 from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForImageClassification, cli
 from hf_neutreno.data.loading import load_image_dataset
+from hf_neutreno.value_path import MARKER
 from tiny_models import MICRO_VIT
 
 CHANCE = 0.1  # digits: 10 balanced classes
@@ -313,9 +314,9 @@ def test_value_path_variants_are_the_seeds_softmax_model_adapted_trained_and_not
         True,
         0.6,
     )
-    assert residual.keys() - softmax.keys() == {"value_path_applied"}  # the adapted model's marker
+    assert residual.keys() - softmax.keys() == {MARKER}  # the adapted model's marker
     assert all(torch.equal(softmax[k], residual[k]) for k in softmax)
-    own = learnable.keys() - softmax.keys() - {"value_path_applied"}  # one coefficient on each adapted layer
+    own = learnable.keys() - softmax.keys() - {MARKER}  # one coefficient on each adapted layer
     assert own == {f"vit.layers.{i}.attention.value_path_coefficient.value" for i in range(1, 6)}, own
     assert all(torch.equal(softmax[k], learnable[k]) for k in softmax)
     assert all(torch.equal(learnable[k], torch.tensor(0.6)) for k in own)

@@ -36,6 +36,8 @@ from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTModel, apply_value_path, r
 from hf_neutreno.convert import gpt2_to_neutreno, vit_to_neutreno
 from hf_neutreno.engine.variants import VARIANTS
 from hf_neutreno.value_path import (
+    MARKER,
+    OLD_MARKER,
     coefficient_parameters,
     is_value_path_model,
     learned_coefficients,
@@ -578,9 +580,10 @@ def _load_report(load) -> str:
 @pytest.mark.parametrize("name", ["gpt2", "llama"])
 def test_every_load_that_drops_a_fixed_value_path_says_so_at_load_time(name, tmp_path):
     """A fixed coefficient leaves nothing in the weights, so the plain class loaded such a checkpoint without a word.
-    Every adapted checkpoint now carries an empty `value_path_applied` entry, which the plain class reports as an
-    UNEXPECTED key (a concrete class even with trust_remote_code, an Auto class without it); the adapted classes load
-    it, and checkpoints saved before it load adapted without a report."""
+    Every adapted checkpoint now carries an empty entry whose name says what to do (`MARKER`: transformers' report
+    shows only the key), which the plain class reports as an UNEXPECTED key (a concrete class even with
+    trust_remote_code, an Auto class without it); the adapted classes load it, and checkpoints saved before it, or with
+    its earlier name, load adapted without a report."""
     model = apply_value_path(tiny_model(name), "neutreno", 0.4)
     model.save_pretrained(tmp_path / "adapted")
     plain_class = type(model)._value_path_base
@@ -589,17 +592,22 @@ def test_every_load_that_drops_a_fixed_value_path_says_so_at_load_time(name, tmp
         lambda: AutoModelForCausalLM.from_pretrained(tmp_path / "adapted"),
     ):
         report = _load_report(load)
-        assert "value_path_applied" in report and "UNEXPECTED" in report, report
+        assert f"{MARKER} | UNEXPECTED" in report and "trust_remote_code" in MARKER, report
     for auto_class in (AutoModelForCausalLM, AutoModel):
         report = _load_report(lambda: auto_class.from_pretrained(tmp_path / "adapted", trust_remote_code=True))
-        assert "value_path_applied" not in report, report  # (a backbone reports the head it leaves, as natively)
+        assert MARKER not in report, report  # (a backbone reports the head it leaves, as natively)
 
-    # A checkpoint saved before the marker existed: the same folder without it.
+    # A checkpoint with the marker's earlier name loads adapted, quietly.
     from safetensors.torch import load_file, save_file
 
     weights = tmp_path / "adapted" / "model.safetensors"
     state = load_file(weights)
-    del state["value_path_applied"]
+    state[OLD_MARKER] = state.pop(MARKER)
+    save_file(state, weights, metadata={"format": "pt"})
+    report = _load_report(lambda: AutoModelForCausalLM.from_pretrained(tmp_path / "adapted", trust_remote_code=True))
+    assert "value_path_applied" not in report, report
+    # A checkpoint saved before the marker existed: the same folder without it.
+    del state[OLD_MARKER]
     save_file(state, weights, metadata={"format": "pt"})
     loaded = []
     report = _load_report(
@@ -609,7 +617,7 @@ def test_every_load_that_drops_a_fixed_value_path_says_so_at_load_time(name, tmp
     inputs = tiny_inputs(name)
     with torch.no_grad():
         torch.testing.assert_close(loaded[0](**inputs).logits, model(**inputs).logits)
-    assert "value_path_applied" not in remove_value_path(model).state_dict()
+    assert MARKER not in remove_value_path(model).state_dict()
 
 
 # --- refusals --------------------------------------------------------------------------------------------------

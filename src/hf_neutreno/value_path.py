@@ -73,8 +73,10 @@ PEFT_MODULES = (COEFFICIENT_ATTRIBUTE, GATE_ATTRIBUTE)
 OLD_COEFFICIENTS = "value_path_coefficients"
 # Every adapted model carries this empty buffer in its weights, so that a load which builds the plain class (without
 # trust_remote_code, or a concrete class such as GPT2LMHeadModel) lists it as an UNEXPECTED key in transformers' load
-# report: the value path is not running. A fixed coefficient would otherwise leave no trace in the weights.
-MARKER = "value_path_applied"
+# report: the value path is not running. A fixed coefficient would otherwise leave no trace in the weights. The
+# report shows only the key, so the key says what to do. Checkpoints until 2026-11-28 carry it as OLD_MARKER.
+MARKER = "value_path_applied__load_with_trust_remote_code"
+OLD_MARKER = "value_path_applied"
 CLASS_PREFIX = "ValuePath"
 
 # Auto classes a saved model can name in `auto_map`, most specific first, with transformers' public name tables.
@@ -902,6 +904,8 @@ class _Hook:
 def _convert_old_state_dict(module, state_dict, prefix, *args):
     """`load_state_dict` pre-hook of the adapted model: the earlier layout's vector of learnable coefficients
     (``value_path_coefficients`` on the outermost model) becomes one entry per layer's `LayerCoefficient`."""
+    if state_dict.pop(prefix + OLD_MARKER, None) is not None:
+        state_dict[prefix + MARKER] = getattr(module, MARKER)
     old = state_dict.pop(prefix + OLD_COEFFICIENTS, None)
     if old is not None:
         state_dict.update({prefix + key: value for key, value in _split_old_coefficients(module, old).items()})
@@ -1097,7 +1101,7 @@ class _ValuePathModel:
             logger.warning_once(
                 "A model adapted with a value path loads adapted with `from_pretrained(..., trust_remote_code=True)`; "
                 "without trust_remote_code, transformers builds the plain model from the same folder, and its load "
-                "report lists `value_path_applied` as UNEXPECTED."
+                f"report lists `{MARKER}` as UNEXPECTED."
             )
         else:  # Trainer's checkpoints go through here: they resume into the adapted model in memory
             logger.warning_once(
@@ -1119,7 +1123,7 @@ def value_path_class(base: type, auto_class: str | None = None) -> type:
         "_value_path_base": base,
         # Checkpoints saved before the marker lack it; a backbone loaded from a task checkpoint sees it at the root.
         "_keys_to_ignore_on_load_missing": [*(base._keys_to_ignore_on_load_missing or []), MARKER],
-        "_keys_to_ignore_on_load_unexpected": [*(base._keys_to_ignore_on_load_unexpected or []), MARKER],
+        "_keys_to_ignore_on_load_unexpected": [*(base._keys_to_ignore_on_load_unexpected or []), MARKER, OLD_MARKER],
     }
     adapted = type(name, (_ValuePathModel, base), attributes)
     if _is_transformers_class(base):
