@@ -590,3 +590,41 @@ def test_segmentation_example_push_to_hub_publishes_model_code_processor_and_car
     assert results["pixel_accuracy"].metric_value == metrics["eval_pixel_accuracy"]
     assert results["mean_iou"].dataset_name == "fashion-scenes" and card.data.pipeline_tag == "image-segmentation"
     assert "| NeuTRENO Segmenter (DeiT-tiny) | 37.24 | 38.06 |" in card.text
+
+
+def test_push_names_its_flag_for_an_occupied_save_to_and_writes_through_a_link(tmp_path):
+    """`--save-to` into a folder that holds files is refused before the model loads, naming the flag (it named
+    Python's `folder`); a link to an empty folder is written through (it failed with "[Errno 20] Not a directory")."""
+    model_dir = tmp_path / "model"
+    tiny_model().save_pretrained(model_dir)
+    occupied = tmp_path / "occupied"
+    occupied.mkdir()
+    (occupied / "notes.txt").write_text("mine")
+    code = cli_main(["push", str(model_dir), "me/model", "--save-to", str(occupied)])
+    assert code == 2 and sorted(p.name for p in occupied.iterdir()) == ["notes.txt"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (tmp_path / "link").symlink_to(empty)
+    assert cli_main(["push", str(model_dir), "me/model", "--save-to", str(tmp_path / "link")]) == 0
+    assert (empty / "model.safetensors").is_file() and (tmp_path / "link").is_symlink()
+
+
+def test_push_and_diagnose_of_unreadable_pickled_weights_say_what_to_do(tmp_path, capsys):
+    """A `pytorch_model.bin` that torch will not unpickle (it holds more than tensors) ended both commands with a
+    traceback: each now exits 2 with one line that says how to get safetensors."""
+    model_dir = tmp_path / "model"
+    model = tiny_model()
+    model.save_pretrained(model_dir)
+    processor().save_pretrained(model_dir)  # diagnose's inputs
+    (model_dir / "model.safetensors").unlink()
+    state = {**model.state_dict(), "trainer_state": {"optimizer": torch.optim.SGD}}
+    torch.save(state, model_dir / "pytorch_model.bin", _use_new_zipfile_serialization=False)
+    for argv in (
+        ["push", str(model_dir), "me/model", "--save-to", str(tmp_path / "out")],
+        ["diagnose", str(model_dir)],
+    ):
+        capsys.readouterr()
+        assert cli_main([*argv, "--dataset", "digits"] if argv[0] == "diagnose" else argv) == 2
+        error = capsys.readouterr().err
+        assert "pickled pytorch_model.bin" in error and "save_pretrained" in error, error
+    assert not (tmp_path / "out").exists()

@@ -242,6 +242,8 @@ def save_for_hub(
     if card is not None and card_kwargs:
         raise ValueError(f"Pass either `card` or the arguments to render one ({sorted(card_kwargs)}), not both.")
     folder = Path(folder)
+    if folder.is_symlink():  # a link to a folder: write that folder (renaming onto the link itself would fail)
+        folder = folder.resolve()
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         raise ValueError(f"`folder` {str(folder)!r} already holds files; save_for_hub writes a new, empty folder.")
     folder.parent.mkdir(parents=True, exist_ok=True)

@@ -26,7 +26,7 @@ from pathlib import Path
 from ..engine.names import DEFAULT_METRICS, METRICS, check_metrics
 from ..engine.variants import ANY_MODEL_VARIANTS, VARIANTS
 from ..value_path_defaults import DEFAULT_COEFFICIENTS
-from . import check_model_folder, check_output_file
+from . import check_model_folder, check_output_file, reading_weights
 
 DEFAULT_SPLITS = ("test", "validation", "train")
 
@@ -96,6 +96,11 @@ class _Batches:
 
 def _load_model(name: str, trust_remote_code: bool):
     """The checkpoint's own architecture (`config.architectures`), so that no weight is left unused; else AutoModel."""
+    with reading_weights(name):
+        return _load_architecture(name, trust_remote_code)
+
+
+def _load_architecture(name: str, trust_remote_code: bool):
     import transformers
     from transformers import AutoConfig, AutoModel
 

@@ -17,6 +17,8 @@ from pathlib import Path
 from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 
+from . import check_new_folder, reading_weights
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model_dir", help="A saved hf-neutreno model (save_pretrained or a Trainer output_dir).")
@@ -48,6 +50,8 @@ def run(args: argparse.Namespace) -> int:
     model_dir = Path(args.model_dir)
     if not (model_dir / "config.json").is_file():
         raise ValueError(f"model_dir {str(model_dir)!r} has no config.json: not a saved model.")
+    if args.save_to:
+        check_new_folder(args.save_to, "--save-to")
     # transformers and torch are imported here and in the helpers it calls, not at the top: `--help` and the checks
     # above need neither.
     from ..hub import create_repo, push_to_hub, save_for_hub
@@ -105,7 +109,8 @@ def load_saved(model_dir: Path):
             f"{str(model_dir)!r} holds a {name or config.model_type!r} model; `hf-neutreno push` publishes the "
             f"models of this package: {sorted(hf_neutreno.__all__)}."
         )
-    model = model_class.from_pretrained(model_dir)
+    with reading_weights(str(model_dir)):
+        model = model_class.from_pretrained(model_dir)
     has_processor = (model_dir / "preprocessor_config.json").is_file()
     processor = AutoImageProcessor.from_pretrained(model_dir) if has_processor else None
     tokenizer = AutoTokenizer.from_pretrained(model_dir) if (model_dir / "tokenizer_config.json").is_file() else None
