@@ -4,6 +4,7 @@ the help and a bad flag's error are fast.
 """
 
 import dataclasses
+import math
 
 from .names import BUILTIN_DIGITS, TASK_SPECS
 from .variants import BASELINE, VARIANTS
@@ -78,6 +79,10 @@ def checked_common(settings: CompareSettings) -> CompareSettings:
             raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {value}.")
     if settings.max_length is not None and settings.max_length < 2:
         raise ValueError(f"--max-length must be at least 2 tokens, got {settings.max_length}.")
+    for name in ("epochs", "learning_rate", "coefficient_learning_rate", "weight_decay", "neutreno_lambda"):
+        value = getattr(settings, name)
+        if value is not None and not math.isfinite(value):  # NaN and infinities fail here, before anything runs
+            raise ValueError(f"--{name.replace('_', '-')} must be a finite number, got {value}.")
     for name in ("epochs", "learning_rate", "coefficient_learning_rate"):
         if getattr(settings, name) is not None and not getattr(settings, name) > 0:
             raise ValueError(f"--{name.replace('_', '-')} must be > 0, got {getattr(settings, name)}.")
