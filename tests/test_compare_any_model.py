@@ -460,3 +460,65 @@ def test_a_test_split_without_labels_is_passed_over_for_validation(tmp_path, cap
     assert "not test, which has no labels" in capsys.readouterr().out
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     assert results["eval_split"] == "validation" and results["model"]["splits"] == {"train": 16, "validation": 4}
+
+
+def test_text_without_labels_on_a_checkpoint_without_a_masked_lm_head_is_refused(tmp_path, capsys):
+    """An encoder checkpoint without its masked-LM head (a sentence encoder saved as BertModel) and text without
+    labels: compare trained a new head from scratch and reported its perplexity (about the vocabulary size) as the
+    remedies'. It now refuses, before anything is written, and says how to go on; --task masked-lm still runs."""
+    from transformers import BertConfig, BertModel
+
+    classifier = save_tiny_bert_classifier(tmp_path / "bert")
+    config = BertConfig.from_pretrained(classifier)
+    config.architectures = None
+    BertModel(config).save_pretrained(tmp_path / "encoder")
+    for file in classifier.glob("*token*"):
+        (tmp_path / "encoder" / file.name).write_bytes(file.read_bytes())
+    data = write_text_dataset(tmp_path / "text")
+    message = _compare(capsys, "--model", tmp_path / "encoder", "--dataset", data, "--output-dir", tmp_path / "out")
+    assert "has no masked-LM head" in message and "--task masked-lm" in message, message
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.incomplete").exists()
+
+
+def test_image_data_for_a_text_model_says_so_before_anything_is_written(tmp_path, capsys):
+    """It ended in transformers' "Unrecognized configuration class ..." cut mid-list."""
+    model = save_tiny_bert_classifier(tmp_path / "bert")
+    images = write_image_folder(tmp_path / "images")
+    message = _compare(capsys, "--model", model, "--dataset", images, "--task", "image-classification")
+    assert "is a bert model, which has no image-classification head" in message, message
+    config = json.loads((model / "config.json").read_text())
+    config.pop("architectures")  # no head: the task comes from the image data
+    (model / "config.json").write_text(json.dumps(config))
+    message = _compare(capsys, "--model", model, "--dataset", images, "--output-dir", tmp_path / "out")
+    assert "the image data of --dataset" in message and "no image-classification head" in message, message
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.incomplete").exists()
+
+
+def test_a_model_folder_without_weights_is_refused_before_the_data_loads(tmp_path, capsys):
+    """A folder with config and tokenizer but no weights loaded the data and wrote out.incomplete/results.json before
+    transformers' "no file named model.safetensors"; --from-scratch needs no weights."""
+    model = save_tiny_bert_classifier(tmp_path / "bert")
+    (model / "model.safetensors").unlink()
+    message = _compare(capsys, "--model", model, "--dataset", "nobody/no-such-dataset", "--output-dir", tmp_path / "o")
+    assert "has a config.json but no weights" in message and "--from-scratch" in message, message
+    assert not (tmp_path / "o").exists() and not (tmp_path / "o.incomplete").exists()
+
+
+def test_no_progress_keeps_the_time_estimate_and_the_defaults_on_a_model_start_at_its_function(tmp_path, capsys):
+    """--no-progress dropped the estimate of the run's time; and on --model the default variants are the learnable
+    remedies from 0, which compute the pretrained function: before training, their probe equals softmax's."""
+    model, data = save_tiny_bert_classifier(tmp_path / "bert"), write_text_classification_dataset(tmp_path / "data")
+    argv = ["--model", model, "--dataset", data, "--seeds", "2", "--max-steps", "4", "--output-dir", tmp_path / "out"]
+    capsys.readouterr()
+    assert cli.main(["compare", *map(str, argv), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "per run" in out and "The first run trained in" in out, out
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert list(results["variants"]) == ["softmax", "neutreno-learnable", "value-residual-learnable"]
+    base = results["variants"]["softmax"]["per_seed"]
+    for name in ("neutreno-learnable", "value-residual-learnable"):
+        entry = results["variants"][name]
+        assert entry["value_path"]["coefficient"] == 0.0 and entry["value_path"]["learnable"] is True
+        for run, softmax in zip(entry["per_seed"], base):
+            assert run["cosine_similarity_before"] == pytest.approx(softmax["cosine_similarity_before"], abs=1e-6)
+    assert "Verdict: " in out and results["verdict"]["text"] in " ".join(out.split())

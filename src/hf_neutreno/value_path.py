@@ -226,16 +226,15 @@ def coefficient_parameters(model: nn.Module) -> list[nn.Parameter]:
 
 def learned_coefficients(model: nn.Module) -> list[float] | None:
     """The learnable coefficient of each adapted layer as the forward pass uses it, as floats, in increasing layer
-    order (entry i belongs to the i-th smallest of ``config.value_path["layers"]``): a value-residual α clamped to
-    [0, 1] (`_forward_coefficients`). None where the coefficients are not learnable."""
+    order (entry i belongs to the i-th smallest of ``config.value_path["layers"]``): λ clamped to λ ≥ 0, α to [0, 1]
+    (`_forward_coefficients`). None where the coefficients are not learnable."""
     parameters = coefficient_parameters(model)
     if not parameters:
         return None
-    values = [float(p.item()) for p in parameters]
     settings = getattr(getattr(model, "config", None), "value_path", None) or {}
-    if settings.get("method") == "value_residual":
-        values = [min(max(value, 0.0), 1.0) if math.isfinite(value) else value for value in values]
-    return values
+    upper = 1.0 if settings.get("method") == "value_residual" else math.inf
+    values = [float(p.item()) for p in parameters]
+    return [min(max(value, 0.0), upper) if math.isfinite(value) else value for value in values]
 
 
 def check_coefficients(state: dict[str, torch.Tensor]) -> None:
@@ -770,15 +769,14 @@ def _forward_coefficients(settings, attention_modules):
     """The coefficient of this forward pass: the fixed one, or the learnable ones as one scalar per layer. They are the
     forward pass's own copy (the backward pass's recompute reads it; an optimizer step does not change it), stacked
     from the layers' `LayerCoefficient`s (looked up at each call: PEFT may have wrapped them) and unbound: one kernel
-    each way per pass, not per layer; α clamped to [0, 1], where the mix is defined, with the gradient
-    passed straight through the clamp: an α at 0 (where a pretrained model's starts) that a step pushes below 0 still
-    learns, instead of staying there with no gradient."""
+    each way per pass, not per layer. Each is clamped to the range a fixed one may take (λ ≥ 0; α in [0, 1], where the
+    mix is defined), with the gradient passed straight through the clamp: a coefficient at 0 (where a pretrained
+    model's starts) that a step pushes below 0 still learns, instead of staying there with no gradient."""
     if settings["learnable"] is not True:  # fixed, or a gate (whose α the layers' hooks compute)
         return settings["coefficient"]
     values = torch.stack([getattr(module, COEFFICIENT_ATTRIBUTE)() for module in attention_modules])
-    if settings["method"] == "value_residual":
-        return (values + (values.clamp(0.0, 1.0) - values).detach()).unbind()
-    return values.unbind()
+    upper = 1.0 if settings["method"] == "value_residual" else None  # λ ≥ 0, α in [0, 1]: a fixed one's range
+    return (values + (values.clamp(0.0, upper) - values).detach()).unbind()
 
 
 def _recompute_saved(checkpointing: list[nn.Module]) -> bool:

@@ -59,7 +59,7 @@ from pathlib import Path
 from ..engine.compare_output import INCOMPLETE, PLOT_FILE, RESULTS_FILE
 from ..engine.compare_settings import FINE_TUNING, FROM_SCRATCH, CompareSettings, checked_common
 from ..engine.names import IMAGE_MODELS, SEGMENTATION_MODELS, TASK_SPECS, TEXT_MODELS
-from ..engine.variants import PRETRAINED_LEARNABLE_START, VARIANTS
+from ..engine.variants import PRESET_VARIANTS, PRETRAINED_LEARNABLE_START, PRETRAINED_VARIANTS, VARIANTS
 from ..value_path_defaults import DEFAULT_COEFFICIENTS
 
 
@@ -116,7 +116,9 @@ def _variant_arguments(parser: argparse.ArgumentParser) -> None:
         type=_variants,
         metavar="NAME,NAME",
         help=f"the variants to train, comma-separated, of {list(VARIANTS)}; softmax (the baseline) "
-        "is always among them; vit-minus for image classifier presets (default: softmax,neutreno)",
+        f"is always among them; vit-minus for image classifier presets (default: {','.join(PRESET_VARIANTS)} for a "
+        f"preset or --from-scratch; {','.join(PRETRAINED_VARIANTS)} for a pretrained model, the learnable "
+        "coefficients from 0: the pretrained function)",
     )
     parser.add_argument(
         "--vit-minus",
@@ -244,7 +246,7 @@ def _variants(text: str) -> tuple[str, ...]:
 
 def run(args: argparse.Namespace) -> int:
     if args.vit_minus:  # the deprecated spelling of adding vit-minus to --variants
-        args.variants = (*args.variants, "vit-minus")
+        args.variants = (*(args.variants or PRESET_VARIANTS), "vit-minus")
     settings = CompareSettings(**{f.name: getattr(args, f.name) for f in dataclasses.fields(CompareSettings)})
     settings = checked_common(settings)  # a bad flag is reported before the training stack loads
     # The training machinery (torch, transformers, datasets) is imported here, not at the top: `--help` needs none.
@@ -281,15 +283,16 @@ def _print_usage(output_dir: Path, results: dict) -> None:
     if not saved:
         print(f"\nWritten to {output_dir}/: {RESULTS_FILE}, {PLOT_FILE} (value paths on presets run in memory).")
         return
-    best = results.get("best_variant") or saved[-1]
-    folder = str(output_dir / best)
+    best = results.get("best_variant")
+    folder = str(output_dir / (best or saved[0]))
     auto_class, processing_auto_class, _ = TASK_SPECS[results["task"]]
     name = "tokenizer" if processing_auto_class == "AutoTokenizer" else "processor"
     remote = ", trust_remote_code=True" if name == "tokenizer" else ""
     print(
         f"\nWritten to {output_dir}/: {RESULTS_FILE}, {PLOT_FILE} and the models of seed {results['models_from_seed']} "
-        f"{', '.join(folder + '/' for folder in saved)}. The best {results['metric']}: {best}.\n"
-        "Load it anywhere, with or without hf_neutreno installed:\n"
+        f"{', '.join(folder + '/' for folder in saved)}. "
+        + (f"The best {results['metric']}: {best}." if best else "No variant is best beyond the seeds' spread.")
+        + "\nLoad one anywhere, with or without hf_neutreno installed:\n"
         f"    from transformers import {auto_class}, {processing_auto_class}\n"
         f"    model = {auto_class}.from_pretrained({folder!r}, trust_remote_code=True)\n"
         f"    {name} = {processing_auto_class}.from_pretrained({folder!r}{remote})"

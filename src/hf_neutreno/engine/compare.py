@@ -34,9 +34,10 @@ from .compare_output import (
     write_complete,
     write_json,
 )
-from .compare_report import HIGHER_IS_BETTER, format_table, plot
+from .compare_report import format_table, plot
 from .compare_settings import FINE_TUNING, FROM_SCRATCH, CompareSettings, checked_common
-from .experiment import Run, paired, pairing_arguments, run_paired, summary
+from .compare_verdict import paired_reading, verdict
+from .experiment import Run, pairing_arguments, run_paired, summary
 from .model_tasks import ModelTask, is_model_reference
 from .names import IMAGE_MODELS
 from .preset_tasks import PRESETS, ImageTask, preset_architecture, task_class, task_for
@@ -232,10 +233,14 @@ class _CompareTrainer(Trainer):
 
 
 class _Forecast(TrainerCallback):
-    """After the first run's first steps, says how long the whole comparison will take."""
+    """Says how long the whole comparison will take: after the first run's first steps, and again when that run has
+    finished (its whole time, evaluation and measurement aside, is the better guide on a busy machine)."""
 
     def __init__(self, runs: int):
-        self.runs, self.start = runs, None
+        self.runs, self.start, self.began = runs, None, None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.began = time.perf_counter()
 
     def on_step_end(self, args, state, control, **kwargs):
         check = max(2, min(10, state.max_steps // 10))
@@ -244,12 +249,25 @@ class _Forecast(TrainerCallback):
         elif state.global_step == check and self.start is not None:
             per_step = (time.perf_counter() - self.start) / (check - 1)
             total = per_step * state.max_steps * self.runs
-            from tqdm.auto import tqdm
-
-            tqdm.write(
+            _say(
                 f"About {_duration(per_step * state.max_steps)} per run, {_duration(total)} for all {self.runs} runs "
                 f"(from the first {check} steps, training only)."
             )
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.began is not None and self.runs > 1:
+            took = time.perf_counter() - self.began
+            _say(
+                f"The first run trained in {_duration(took)}: about {_duration(took * (self.runs - 1))} more for the "
+                f"other {self.runs - 1} runs (training only)."
+            )
+
+
+def _say(text: str) -> None:
+    """A line between progress bars (tqdm's), or plainly where there are none."""
+    from tqdm.auto import tqdm
+
+    tqdm.write(text)
 
 
 def _duration(seconds: float) -> str:
@@ -260,7 +278,7 @@ def _duration(seconds: float) -> str:
 
 def _summarise(results: dict) -> None:
     """Per variant: mean ± std over the finished seeds, and the paired difference from the baseline on the seeds
-    both finished, with the seeds where the variant is better (`HIGHER_IS_BETTER`)."""
+    both finished (`compare_verdict.paired_reading`: wins, ties, interval); then the verdict."""
     metric, variants = results["metric"], results["variants"]
     for name, entry in variants.items():
         runs = entry["per_seed"]
@@ -278,10 +296,11 @@ def _summarise(results: dict) -> None:
         entry["train_seconds"] = statistics.fmean(run["train_seconds"] for run in runs)
         base = variants[BASELINE]
         if name != BASELINE and set(entry[metric]["per_seed"]) & set(base[metric]["per_seed"]):
-            entry["difference_from_baseline"] = {
-                key: no_nan(paired(entry[key]["per_seed"], base[key]["per_seed"], HIGHER_IS_BETTER[key]))
+            entry["difference_from_baseline"] = {  # with ties and the interval (`compare_verdict`)
+                key: no_nan(paired_reading(entry[key]["per_seed"], base[key]["per_seed"], key))
                 for key in (metric, "last_layer_cosine")
             }
+    results["verdict"] = verdict(results)
 
 
 def _learning_curve(trainer: Trainer) -> list[dict]:
@@ -328,13 +347,10 @@ def _cosine(report) -> tuple[list[int], list[float], int, list[int]]:
 
 
 def _best(results: dict) -> str | None:
-    """The variant with the best mean score among those whose model is saved."""
-    metric = results["metric"]
-    saved = {name: entry for name, entry in results["variants"].items() if entry.get("model_dir")}
-    if not saved:
-        return None
-    sign = 1 if HIGHER_IS_BETTER[metric] else -1
-    return max(saved, key=lambda name: sign * saved[name][metric]["mean"])
+    """The verdict's best variant (`compare_verdict`: its paired interval over seeds excludes 0), where its model is
+    saved; None otherwise."""
+    best = results.get("verdict", {}).get("best")
+    return best if best and results["variants"][best].get("model_dir") else None
 
 
 def _compare(settings: CompareSettings, task, folders: OutputFolders) -> dict:
@@ -399,12 +415,13 @@ class _Comparison:
         self.probe = task.probe_batches()
         runs = [Run(variant, seed) for seed in self.seeds for variant in settings.variants]
         left = sum(not self.finished(run) for run in runs)
-        self.forecast = [_Forecast(left)] if not settings.no_progress and self.main else []  # the first run's
+        self.forecast = [_Forecast(left)] if self.main else []  # the first run's, --no-progress too
         run_paired(runs, _builder(settings, task), self.train, finished=self.finished)  # from the seed's softmax
 
         results["best_variant"] = _best(results)
         if self.main:
-            title = f"{settings.model} on {Path(settings.dataset).name}, seeds {self.seeds[0]}-{self.seeds[-1]}"
+            model = Path(settings.model).name if Path(settings.model).is_dir() else settings.model  # not the whole path
+            title = f"{model} on {Path(settings.dataset).name}, seeds {self.seeds[0]}-{self.seeds[-1]}"
             write_complete(work / PLOT_FILE, lambda path: plot(path, results, title))
             results.update(complete=True, plot=PLOT_FILE)
             write_json(work / RESULTS_FILE, results)

@@ -4,8 +4,7 @@
 import textwrap
 from pathlib import Path
 
-# Whether a larger value is better, for the paired wins: lower cosine is less over-smoothing (the papers' claim).
-HIGHER_IS_BETTER = {"accuracy": True, "mean_iou": True, "perplexity": False, "last_layer_cosine": False}
+from .compare_verdict import HIGHER_IS_BETTER, TIE_TOLERANCE, coefficient_lines, paired_reading, verdict
 
 
 def plot(path: Path, results: dict, title: str) -> None:
@@ -72,12 +71,8 @@ def format_table(results: dict) -> str:
         cells = [name]
         for key in (metric, "last_layer_cosine"):
             cells.append(_spread(entry[key], key if key == metric else "cosine"))
-            difference = entry.get("difference_from_baseline", {}).get(key)
-            cells.append(
-                ""
-                if difference is None
-                else f"{_spread(difference, key, signed=True)} ({difference['wins']}/{difference['n']})"
-            )
+            difference = _difference(results, name, key)
+            cells.append("" if difference is None else f"{_spread(difference, key, signed=True)} ({_wins(difference)})")
         cells.append(f"{entry['train_seconds']:.1f} s")
         rows.append(cells)
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
@@ -95,7 +90,8 @@ def format_table(results: dict) -> str:
         f"Mean ± sample std over {len(seeds)} {'seed' if len(seeds) == 1 else 'seeds'} "
         f"({', '.join(map(str, seeds))}); Δ: the paired difference from "
         f"{results['baseline']} (same seed), mean ± std; wins: seeds where the variant is better ({better} {title}, "
-        "lower cosine).",
+        f"lower cosine) by at least {_tolerance(metric)} ({_tolerance('last_layer_cosine')} for the cosine), ties: "
+        "seeds within it.",
         f"{title.capitalize() if metric != 'mean_iou' else title} on {_scored(results)}; last-layer cosine: mean "
         f"cosine similarity of all token pairs after {where}, on the first {results['probe_samples']} "
         f"{_eval_unit(results)}; train time: per seed.",
@@ -106,8 +102,31 @@ def format_table(results: dict) -> str:
             "remedy on (which changes what those weights compute); a learnable one starts at its coefficient "
             "(0: the pretrained function)."
         )
-    lines += [line for note in notes for line in textwrap.wrap(note, width=118)]
+    notes += coefficient_lines(results)
+    reading = verdict(results)  # from the per-seed numbers: the same reading for a results.json of any version
+    lines += [line for note in notes for line in textwrap.wrap(note, width=118, break_on_hyphens=False)]
+    if reading:
+        lines += ["", *textwrap.wrap("Verdict: " + reading["text"], width=118, break_on_hyphens=False)]
     return "\n".join(lines)
+
+
+def _difference(results: dict, name: str, key: str) -> dict | None:
+    """The paired difference of variant `name` from the baseline in `key`, recomputed from the per-seed numbers."""
+    base = results["variants"].get(results["baseline"])
+    entry = results["variants"][name]
+    if name == results["baseline"] or base is None or not set(entry[key]["per_seed"]) & set(base[key]["per_seed"]):
+        return None
+    return paired_reading(entry[key]["per_seed"], base[key]["per_seed"], key)
+
+
+def _wins(difference: dict) -> str:
+    ties = difference.get("ties")
+    return f"{difference['wins']}/{difference['n']}" + (f", {ties} tied" if ties else "")
+
+
+def _tolerance(metric: str) -> str:
+    tolerance = TIE_TOLERANCE[metric]
+    return f"{tolerance:.1%} of its value" if metric == "perplexity" else f"{tolerance:g}"
 
 
 def _eval_unit(results: dict) -> str:

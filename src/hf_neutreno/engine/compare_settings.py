@@ -6,8 +6,8 @@ the help and a bad flag's error are fast.
 import dataclasses
 import math
 
-from .names import BUILTIN_DIGITS, TASK_SPECS
-from .variants import BASELINE, VARIANTS
+from .names import BUILTIN_DIGITS, IMAGE_MODELS, SEGMENTATION_MODELS, TASK_SPECS, TEXT_MODELS
+from .variants import BASELINE, VARIANTS, default_variants
 
 # Training defaults: a preset trains from scratch; a transformers model is fine-tuned from its weights, with the
 # settings usual for a ~100M-parameter model (BERT's and ViT's fine-tuning recipes: a small learning rate, light weight
@@ -35,7 +35,7 @@ class CompareSettings:
     label_column: str | None = None
     image_column: str | None = None
     max_length: int | None = None
-    variants: tuple[str, ...] = ("softmax", "neutreno")
+    variants: tuple[str, ...] | None = None  # None: `default_variants` of the model
     neutreno_lambda: float | None = None
     value_residual_alpha: float | None = None
     output_dir: str = "runs/compare"
@@ -92,6 +92,15 @@ def checked_common(settings: CompareSettings) -> CompareSettings:
         raise ValueError(f"--warmup-ratio must be in [0, 1), got {settings.warmup_ratio}.")
     if settings.task is not None and settings.task not in TASK_SPECS:
         raise ValueError(f"--task {settings.task!r}: choose from {list(TASK_SPECS)}.")
+    if settings.variants is None:  # a preset's, or a pretrained model's (`--model` a folder or Hub id)
+        presets = {*IMAGE_MODELS, *SEGMENTATION_MODELS, *TEXT_MODELS}
+        settings.variants = default_variants(pretrained=settings.model not in presets and not settings.from_scratch)
+    check_variants(settings)
+    return settings
+
+
+def check_variants(settings: CompareSettings) -> None:
+    """The variant names (the baseline first) and their coefficients' flags; ValueError naming the flag."""
     names = list(dict.fromkeys(settings.variants))
     unknown = [name for name in names if name not in VARIANTS]
     if unknown or BASELINE not in names or len(names) < 2:
@@ -115,4 +124,3 @@ def checked_common(settings: CompareSettings) -> CompareSettings:
             f"--value-residual-alpha must be in (0, 1] (α = 0 is the softmax variant; 0 is allowed as the start of "
             f"value-residual-learnable alone), got {alpha}."
         )
-    return settings

@@ -86,6 +86,14 @@ def task_of_columns(features: dict, config) -> str | None:
     return "masked-lm" if config.model_type in modeling_auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES else "causal-lm"
 
 
+WEIGHT_FILES = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json", "pytorch_model.bin.index.json")
+MASKED_LM_HEADS = modeling_auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES  # model type -> its masked-LM class(es)
+
+
+def _has_weights(folder: Path) -> bool:
+    return any(any(folder.glob(pattern)) for pattern in WEIGHT_FILES)
+
+
 def is_model_reference(name: str) -> bool:
     """Whether `--model` names a transformers model (a folder or a Hub id) rather than one of this package's presets."""
     return is_local_path(name) or "/" in name
@@ -113,8 +121,40 @@ class ModelTask:
                 f"--model {settings.model!r} could not be loaded ({type(error).__name__}: {str(error).strip()[:300]}). "
                 "It must be a preset, a local folder of a saved transformers model, or a Hub model id (owner/name)."
             ) from None
+        if is_local_path(settings.model) and not settings.from_scratch and not _has_weights(path):
+            raise ValueError(
+                f"--model {settings.model!r}: the folder has a config.json but no weights (model.safetensors, "
+                "pytorch_model.bin or their sharded index). Save the model there with `save_pretrained`, or pass "
+                "--from-scratch to train this architecture from random weights."
+            )
         self.task = settings.task or task_of_architecture(self.config)
+        self._check_head()
         self._check_adaptable()
+
+    def _check_head(self) -> None:
+        """The task's head exists for this model in transformers (image data does not reach a text model), and a
+        language-model head that the checkpoint lacks is not trained from scratch unless --task asks for it."""
+        if self.task is None:
+            return
+        auto_name = TASKS[self.task].auto_class
+        if type(self.config) not in getattr(transformers, auto_name)._model_mapping:
+            data = "image" if self.task in ("image-classification", "semantic-segmentation") else "text"
+            raise ValueError(
+                f"--model {self.source!r} is a {self.config.model_type} model, which has no {self.task} head in "
+                f"transformers ({auto_name} does not take it), and the task comes from "
+                + ("--task" if self.settings.task else f"the {data} data of --dataset {self.settings.dataset!r}")
+                + ". Use a model of that kind, or data for this model's task."
+            )
+        heads = MASKED_LM_HEADS.get(self.config.model_type, ())
+        heads = (heads,) if isinstance(heads, str) else heads
+        architectures = getattr(self.config, "architectures", None) or []
+        if self.task == "masked-lm" and self.settings.task is None and not set(heads) & set(architectures):
+            raise ValueError(
+                f"--model {self.source!r} ({', '.join(architectures) or self.config.model_type}) has no masked-LM "
+                f"head, and --dataset {self.settings.dataset!r} has text without labels: compare would train a new "
+                "head from scratch and score it (perplexities near the vocabulary size), not the remedies. Give a "
+                "labelled dataset (text classification), or pass --task masked-lm to train that head anyway."
+            )
 
     def _check_adaptable(self) -> None:
         """Build the model's attention stack on the meta device (no weights, no download) and check that every
@@ -159,6 +199,7 @@ class ModelTask:
                     f"--dataset {settings.dataset!r} (columns {_columns(dataset)}) fits no task for the base model "
                     f"{settings.model!r}: give --task, one of {list(TASKS)}."
                 )
+            self._check_head()
             self._check_adaptable()
         task = object.__new__(MODEL_TASKS[self.task])
         task.__dict__.update(self.__dict__)  # the model, checked before the data was loaded

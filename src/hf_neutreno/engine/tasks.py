@@ -70,7 +70,7 @@ class Task:
             self.train.set_transform(transform)
             self.eval.set_transform(transform)
         self.collator = collate_images
-        self.sizes = {"train_images": len(self.train), "eval_images": len(self.eval)}
+        self.sizes = {"train_images": len(self.train), "eval_images": len(self.eval), "classes": len(self.labels)}
         self.summary_data = (
             f"{len(self.train)} train / {len(self.eval)} {self.eval_split} images, {len(self.labels)} classes"
         )
@@ -111,7 +111,12 @@ class TextClassification(Task):
         self.train = self.train.map(encode, batched=True, remove_columns=remove, desc="Tokenizing")
         self.eval = self.eval.map(encode, batched=True, remove_columns=remove, desc="Tokenizing")
         self.collator = DataCollatorWithPadding(tokenizer)
-        self.sizes = {"train_examples": len(self.train), "eval_examples": len(self.eval), "max_length": length}
+        self.sizes = {
+            "train_examples": len(self.train),
+            "eval_examples": len(self.eval),
+            "max_length": length,
+            "classes": len(self.labels),
+        }
         self.summary_data = (
             f"{len(self.train)} train / {len(self.eval)} {self.eval_split} examples of {' + '.join(columns)}, "
             f"{len(self.labels)} classes, at most {length} tokens"
@@ -135,7 +140,12 @@ class CausalLM(Task):
         """`train_blocks` to train on; scored on `stream`, the evaluation text as one token stream, in blocks."""
         self.train, self.stream, self.block_size = train_blocks, stream, block_size
         self.collator = DataCollatorForLanguageModeling(self.processing, mlm=False)
-        self.sizes = {"train_blocks": len(self.train), "block_size": block_size, "eval_tokens": stream.numel()}
+        self.sizes = {
+            "train_blocks": len(self.train),
+            "block_size": block_size,
+            "eval_tokens": stream.numel(),
+            "vocabulary": len(self.processing),
+        }
         self.summary_data = (
             f"{len(self.train)} train blocks of {block_size} tokens, {stream.numel()} {self.eval_split} tokens"
         )
@@ -162,7 +172,12 @@ class MaskedLM(Task):
             torch.manual_seed(MLM_EVAL_SEED)
             masked = self.collator([{"input_ids": ids} for ids in eval_blocks["input_ids"]])
         self.eval = [{"input_ids": ids, "labels": labels} for ids, labels in zip(masked["input_ids"], masked["labels"])]
-        self.sizes = {"train_blocks": len(self.train), "block_size": block_size, "eval_blocks": len(self.eval)}
+        self.sizes = {
+            "train_blocks": len(self.train),
+            "block_size": block_size,
+            "eval_blocks": len(self.eval),
+            "vocabulary": len(self.processing),
+        }
         self.summary_data = (
             f"{len(self.train)} train blocks of {block_size} tokens, {len(self.eval)} {self.eval_split} blocks with "
             f"{MLM_PROBABILITY:.0%} of tokens masked (seed {MLM_EVAL_SEED})"

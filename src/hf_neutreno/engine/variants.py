@@ -77,6 +77,17 @@ VARIANTS = {
         Variant("vit-plus", "ViT⁺, Λ=+ψ²", preset_only=True),
     )
 }
+# `compare`'s variants when none are given. A preset, or a model trained from scratch, has no function to keep: NeuTRENO
+# at its λ against softmax. A pretrained model has one: the learnable remedies start at it (0), so that what they
+# learn, not the shock of switching them on, is what the table measures.
+PRESET_VARIANTS = ("softmax", "neutreno")
+PRETRAINED_VARIANTS = ("softmax", "neutreno-learnable", "value-residual-learnable")
+
+
+def default_variants(pretrained: bool) -> tuple[str, ...]:
+    return PRETRAINED_VARIANTS if pretrained else PRESET_VARIANTS
+
+
 VALUE_PATH_VARIANTS = tuple(name for name, variant in VARIANTS.items() if variant.method is not None)
 ANY_MODEL_VARIANTS = tuple(name for name, variant in VARIANTS.items() if not variant.preset_only)
 
@@ -129,6 +140,9 @@ __all__ = [
     "VARIANTS",
     "Variant",
     "build_variant",
+    "PRESET_VARIANTS",
+    "PRETRAINED_VARIANTS",
     "check_variant_names",
     "default_coefficient",
+    "default_variants",
 ]
