@@ -522,3 +522,42 @@ def test_no_progress_keeps_the_time_estimate_and_the_defaults_on_a_model_start_a
         for run, softmax in zip(entry["per_seed"], base):
             assert run["cosine_similarity_before"] == pytest.approx(softmax["cosine_similarity_before"], abs=1e-6)
     assert "Verdict: " in out and results["verdict"]["text"] in " ".join(out.split())
+
+
+@pytest.mark.slow
+def test_compare_on_a_pretrained_classifier_with_its_defaults_reads_what_the_remedies_learned(tmp_path, capsys):
+    """A tiny BERT classifier pretrained for 300 steps (compare's own softmax run from scratch, saved), then `compare
+    --model <it>` with its defaults: the learnable remedies from 0, whose probe before training is the pretrained
+    model's; their learned coefficients in the table; a verdict in the output and in results.json."""
+    data = write_text_classification_dataset(tmp_path / "data", train=320, test=80)
+    model = save_tiny_bert_classifier(tmp_path / "bert")
+    common = ["--dataset", data, "--batch-size", "16", "--no-progress"]
+    pretrain = ["--model", model, "--from-scratch", "--variants", "softmax,neutreno", "--seeds", "1"]
+    assert (
+        cli.main(["compare", *map(str, [*pretrain, *common, "--max-steps", "300", "--output-dir", tmp_path / "pre"])])
+        == 0
+    )
+    pretrained = tmp_path / "pre" / "softmax"
+    capsys.readouterr()
+    argv = ["--model", pretrained, *common, "--max-steps", "60", "--seeds", "2", "--output-dir", tmp_path / "out"]
+    assert cli.main(["compare", *map(str, argv)]) == 0
+    out = capsys.readouterr().out
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    variants = results["variants"]
+    assert list(variants) == ["softmax", "neutreno-learnable", "value-residual-learnable"]
+    assert variants["softmax"]["accuracy"]["mean"] > 0.75  # the baseline learned: no warning about it
+    assert results["verdict"]["baseline_problem"] is None
+    moved = []
+    for name in ("neutreno-learnable", "value-residual-learnable"):
+        entry = variants[name]
+        assert entry["value_path"]["coefficient"] == 0.0  # the pretrained function
+        for run, base in zip(entry["per_seed"], variants["softmax"]["per_seed"]):
+            assert run["cosine_similarity_before"] == pytest.approx(base["cosine_similarity_before"], abs=1e-6)
+            moved += [abs(value) for value in run["learned_coefficient_parameters"]]  # from 0
+        reading = results["verdict"]["variants"][name]
+        assert f"{name}: learned" in " ".join(out.split())  # the table's line of learned coefficients
+        if reading["coefficients"]["switched_off"]:
+            assert f"{name}: learned from 0, its" in out and "switched itself off" in out
+    assert max(moved) > 0.01, moved
+    assert "Verdict: On this model and data" in out
+    assert " ".join(results["verdict"]["text"].split()) in " ".join(out.split())

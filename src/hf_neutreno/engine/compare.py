@@ -22,7 +22,13 @@ from transformers import PrinterCallback, ProgressCallback, Trainer, TrainerCall
 
 from ..data.loading import BUILTIN_DIGITS, load_dataset_splits
 from ..training.scripts import has_accelerator
-from ..value_path import _is_transformers_class, is_value_path_model, learned_coefficients, value_path_parameters
+from ..value_path import (
+    _is_transformers_class,
+    coefficient_parameters,
+    is_value_path_model,
+    learned_coefficients,
+    value_path_parameters,
+)
 from .compare_output import (
     COMMAND,
     FORMAT_VERSION,
@@ -510,7 +516,9 @@ class _Comparison:
             "learning_curve": _learning_curve(trainer),  # training loss, ten points
         }
         if is_value_path_model(model) and model.config.value_path["learnable"] is True:
-            record["learned_coefficients"] = learned_coefficients(model)
+            record["learned_coefficients"] = learned_coefficients(model)  # as the forward uses them
+            # and as parameters: past a bound, where training pushed them (the forward uses the bound)
+            record["learned_coefficient_parameters"] = [float(p.item()) for p in coefficient_parameters(model)]
         return record
 
 

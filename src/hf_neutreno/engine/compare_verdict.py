@@ -84,8 +84,12 @@ def coefficient_reading(entry: dict) -> dict | None:
     layers = [statistics.fmean(values) for values in zip(*runs)]
     off = sum(all(values[i] <= OFF for values in runs) for i in range(len(layers)))
     full = sum(all(values[i] >= 1 - OFF for values in runs) for i in range(len(layers)))
+    raw = [
+        run["learned_coefficient_parameters"] for run in entry["per_seed"] if run.get("learned_coefficient_parameters")
+    ]
     return {
         "symbol": SYMBOLS.get(method, "coefficient"),
+        "parameter_mean": statistics.fmean(v for values in raw for v in values) if raw else None,
         "per_layer": layers,
         "first": layers[0],
         "mean": statistics.fmean(layers),
@@ -138,9 +142,15 @@ def verdict(results: dict) -> dict:
         score = reading.get(metric)
         if coefficients and coefficients["switched_off"]:
             conclusion = "switched itself off"
+            pushed = coefficients["parameter_mean"]
+            where = (
+                f" (training pushed it to {pushed:.3f} on average, used as 0)"
+                if pushed is not None and pushed < 0
+                else ""
+            )
             sentences.append(
                 f"{name}: learned from {_start(entry)}, its {coefficients['symbol']} ended at 0 in every layer and "
-                f"seed, so it ran as the model as loaded: the remedy switched itself off."
+                f"seed{where}, so it ran as the model as loaded: the remedy switched itself off."
             )
         elif score is None or score["n"] == 0:
             continue
