@@ -130,12 +130,18 @@ def paired_ratio(times: dict[str, list[float]], base: str, other: str) -> tuple[
     the round's own ratio (a change of the machine's speed between rounds hits both alike), and the distribution-free
     interval of that median (the sign test's order statistics), as [low, high]. It covers the median with at least
     95 % probability from 6 rounds on; with fewer it is the whole range of the rounds."""
-    ratios = sorted(b / o for b, o in zip(times[base], times[other]))
-    n = len(ratios)
+    return median_interval([b / o for b, o in zip(times[base], times[other])])
+
+
+def median_interval(values: list[float]) -> tuple[float, list[float]]:
+    """The median of `values` (one per round) and the distribution-free interval of it (the sign test's order
+    statistics) as [low, high]: at least 95 % from 6 values on; with fewer, their whole range."""
+    values = sorted(values)
+    n = len(values)
     k = 0  # 0-based order statistic: the largest with P(Binomial(n, 1/2) <= k) <= 2.5 %
     while 2 * sum(math.comb(n, i) for i in range(k + 2)) / 2**n <= 0.05:
         k += 1
-    return statistics.median(ratios), [ratios[k], ratios[n - 1 - k]]
+    return statistics.median(values), [values[k], values[n - 1 - k]]
 
 
 def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:

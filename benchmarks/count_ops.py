@@ -28,6 +28,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, ViTConfig, ViTForImageClas
 from transformers import __version__ as transformers_version
 from transformers.cache_utils import DynamicCache
 
+from bench_generation import into_linear_layers
 from common import report
 from hf_neutreno import (
     EigenViTConfig,
@@ -91,6 +92,7 @@ def count(fn: Callable[[], None], setup: Callable[[], None] = lambda: None) -> C
 # --- the models, each with its native counterpart, at a given depth ------------------------------------------------
 
 HIDDEN, HEADS, VOCAB, TOKENS, IMAGE, PATCH = 32, 4, 64, 8, 16, 4
+DEPTH = 12  # the depth of the totals: per step + 12 × per layer, a 12-layer model's whole step
 
 
 def _gpt2(layers: int) -> GPT2LMHeadModel:
@@ -176,9 +178,23 @@ INFERENCE = {
     "NeuTRENO ViT, λ = 0.6": TRAINING["NeuTRENO ViT, λ = 0.6"],
     "EigenViT": TRAINING["EigenViT"],
 }
-# Generation: one new token after a cached prompt.
+
+
+def _gpt2_linear_layout(layers: int) -> GPT2LMHeadModel:
+    """GPT-2 with its Conv1D weights in `nn.Linear` layers: the NeuTRENO GPT's weight layout (`bench_generation`)."""
+    model = _gpt2(layers)
+    into_linear_layers(model)
+    return model
+
+
+# Generation: one new token after a cached prompt. The NeuTRENO GPT also against GPT-2 in its own weight layout.
 GENERATION = {
     "NeuTRENO GPT, λ = 0.4": TRAINING["NeuTRENO GPT, λ = 0.4"],
+    "NeuTRENO GPT, λ = 0.4, against GPT-2 in nn.Linear layout": (
+        _gpt2_linear_layout,
+        TRAINING["NeuTRENO GPT, λ = 0.4"][1],
+        _text_inputs,
+    ),
     "GPT-2 + NeuTRENO": TRAINING["GPT-2 + NeuTRENO"],
     "GPT-2 + value residual": TRAINING["GPT-2 + value residual"],
 }
@@ -244,6 +260,7 @@ def against_native(entry, make_step) -> dict:
     native, model, inputs = entry
     native_layer, native_step = slope(native, inputs, make_step)
     layer, step = slope(model, inputs, make_step)
+    total, native_total = step + DEPTH * layer, native_step + DEPTH * native_layer
     return {
         "per layer": layer,
         "native per layer": native_layer,
@@ -251,6 +268,7 @@ def against_native(entry, make_step) -> dict:
         "per step": step,
         "native per step": native_step,
         "+ per step": step - native_step,
+        f"× native at {DEPTH} layers": round(total / native_total, 4),
     }
 
 

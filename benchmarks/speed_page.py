@@ -47,6 +47,10 @@ TARGETS = {
         (None, "total memory ratio", "<=", 1.03),
         (None, "step peak ratio", "<=", 1.03),
     ],
+    "host_time": [  # bench_host_time.TARGETS: fixed coefficients and the NeuTRENO models, learnable ones and gates
+        ({"kind": "fixed"}, "host time ratio", "<=", 1.15),
+        ({"kind": "learnable"}, "host time ratio", "<=", 1.30),
+    ],
     "value_path": [  # training steps; twicing's second attention call per layer is its method, not an overhead
         ({"attention calls": 1}, "throughput ratio", ">=", TRAIN),
         ({"attention calls": 1}, "total memory ratio", "<=", 1.03),
@@ -106,6 +110,18 @@ SECTIONS = {  # JSON file -> (heading, what it measures)
         "native counterpart (transformers' GPT-2 or ViT of the same shape); a negative `+ per step` is "
         "layer 0, which has no term. On small GPU shapes each kernel's launch sets the step time. "
         "tests/test_op_counts.py holds each count under its ceiling.",
+    ),
+    "host_time": (
+        "Host time per layer of a training step",
+        "At the kernel counts' shape (batch 1, 8 tokens or a 16 px image, width 32, one thread), where kernels "
+        "cost almost nothing, a training step's time is the host's: Python, autograd and the dispatcher, what "
+        "sets a small model's step time on a GPU. `µs per layer` is the slope over depth, (time at 4 layers − "
+        "time at 2) / 2, of the process's CPU time, for the native model and for the row's; the four run "
+        "interleaved, and `host time ratio` is the median of the rounds' own ratios (above 1: more host time), "
+        "with its sign-test interval. `kind`: fixed coefficients and the NeuTRENO models are held to 1.15, "
+        "learnable coefficients and the gate to 1.30; twicing calls attention twice per layer and is reported. "
+        "`benchmarks/bench_host_time.py`; a timing, so it differs between CPUs and runs, unlike the counts "
+        "above.",
     ),
     "generation": (
         "Time per generated token with the KV cache",
