@@ -17,8 +17,8 @@ from hf_neutreno.data.scores import accuracy
 from hf_neutreno.diagnostics import measure_oversmoothing, spectral_dominance
 from hf_neutreno.engine.model_factories import image_classifier
 from hf_neutreno.engine.variants import VARIANTS, build_variant
+from hf_neutreno.runtime import has_accelerator
 from hf_neutreno.training import recipes
-from hf_neutreno.training.scripts import has_accelerator
 from hf_neutreno.value_path import learned_coefficients
 from reproduce_budget import Budget
 from reproduce_training import Context, CurvePoints, dataset_source, precision, train_resumably

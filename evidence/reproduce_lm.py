@@ -17,8 +17,8 @@ from hf_neutreno.data.lm_eval import block_eval, sliding_window_eval
 from hf_neutreno.data.text import group_into_blocks, load_wikitext, token_stream, train_word_tokenizer
 from hf_neutreno.engine.model_factories import language_model
 from hf_neutreno.engine.variants import VARIANTS, build_variant
+from hf_neutreno.runtime import has_accelerator
 from hf_neutreno.training import recipes
-from hf_neutreno.training.scripts import has_accelerator
 from hf_neutreno.value_path import learned_coefficients
 from reproduce_training import Context, CurvePoints, dataset_source, precision, train_resumably
 

@@ -17,7 +17,7 @@ from hf_neutreno.diagnostics.metrics import (
     rank_one_distance,
     token_cosine_similarity,
 )
-from hf_neutreno.engine.names import METRICS, check_metrics
+from hf_neutreno.names import METRICS, check_metrics
 
 # float32 metrics on O(1) values: 1e-5 absolute covers rounding in sums over ≤ 64 tokens.
 ATOL = 1e-5

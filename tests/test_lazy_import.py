@@ -148,10 +148,9 @@ print(json.dumps(found))
 
 
 def test_the_light_names_are_the_ones_the_library_uses():
-    """The names `--help` shows come from `hf_neutreno.engine.names`, which reads the preset tables by their path: they
-    are the presets the configs build and the tasks `compare` runs."""
-    from hf_neutreno import EigenViTConfig, NeuTRENOGPTConfig, NeuTRENOViTConfig
-    from hf_neutreno.engine import names
+    """The names `--help` shows come from `hf_neutreno.names`, which imports the preset tables (they import
+    nothing): they are the presets the configs build and the tasks `compare` runs."""
+    from hf_neutreno import EigenViTConfig, NeuTRENOGPTConfig, NeuTRENOViTConfig, names
     from hf_neutreno.engine.tasks import TASKS
 
     assert names.IMAGE_PRESETS == sorted(EigenViTConfig.presets)

@@ -48,14 +48,13 @@ _MODULE_OF = {name: module for module, names in _SUBMODULES.items() for name in 
 def __getattr__(name: str):
     if name not in _MODULE_OF:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    # `hf_neutreno.models` is imported first for every module below it: it registers the Auto classes.
     value = getattr(importlib.import_module(f".{_MODULE_OF[name]}", __name__), name)
     globals()[name] = value  # later accesses skip __getattr__
     return value
 
 
 if "hf_neutreno_cli" not in sys.modules:  # not the command line: register the Auto classes now
-    importlib.import_module(".models", __name__)
+    importlib.import_module(".auto_classes", __name__).register_auto_classes()
 
 
 def __dir__() -> list[str]:

@@ -23,8 +23,8 @@ import argparse
 import math
 from pathlib import Path
 
-from ..engine.names import DEFAULT_METRICS, METRICS, check_metrics
 from ..engine.variants import ANY_MODEL_VARIANTS, VARIANTS
+from ..names import DEFAULT_METRICS, METRICS, check_metrics
 from ..value_path_defaults import DEFAULT_COEFFICIENTS
 from . import check_model_folder, check_output_file, reading_weights
 
@@ -104,7 +104,11 @@ def _load_architecture(name: str, trust_remote_code: bool):
     import transformers
     from transformers import AutoConfig, AutoModel
 
-    import hf_neutreno.models  # registers this package's models with the Auto classes
+    import hf_neutreno
+
+    from ..auto_classes import register_auto_classes
+
+    register_auto_classes()  # a folder of this package's models loads with the Auto classes
 
     config = AutoConfig.from_pretrained(name, trust_remote_code=trust_remote_code)
     architecture = (getattr(config, "architectures", None) or [None])[0]

@@ -12,7 +12,7 @@ import argparse
 import json
 import sys
 
-from ..engine.names import PROTOCOLS
+from ..names import PROTOCOLS
 from . import check_model_folder, check_output_file
 
 
@@ -54,7 +54,9 @@ def run(args: argparse.Namespace) -> int:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    import hf_neutreno.models  # noqa: F401  (registers this package's models with the Auto classes)
+    from ..auto_classes import register_auto_classes
+
+    register_auto_classes()  # a folder of this package's models loads with the Auto classes
 
     from ..data.lm_eval import evaluate_lm
     from ..data.text import load_wikitext, token_stream

@@ -99,7 +99,11 @@ def load_saved(model_dir: Path):
     """A saved hf-neutreno model with its image processor and/or tokenizer (None where the folder has none)."""
     from transformers import AutoConfig, AutoImageProcessor, AutoTokenizer
 
-    import hf_neutreno.models  # registers this package's models with the Auto classes
+    import hf_neutreno
+
+    from ..auto_classes import register_auto_classes
+
+    register_auto_classes()  # a folder of this package's models loads with the Auto classes
 
     config = AutoConfig.from_pretrained(model_dir)
     name = (config.architectures or [None])[0]

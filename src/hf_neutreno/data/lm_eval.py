@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 import torch
 from tqdm.auto import tqdm
 
-from ..engine.names import PROTOCOLS  # shown by `hf-neutreno evaluate-lm --help` without torch
+from ..names import PROTOCOLS  # shown by `hf-neutreno evaluate-lm --help` without torch
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from pathlib import Path
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Image, load_dataset
 from datasets.packaged_modules.imagefolder.imagefolder import ImageFolder
 
-from ..engine.names import (
+from ..names import (
     BUILTIN_DIGITS,  # the default dataset of `hf-neutreno compare`, shown without importing datasets
 )
 

@@ -11,7 +11,7 @@ command line. `hf_neutreno.diagnostics.metrics` defines every metric exactly. Pl
 checkpoint.
 """
 
-from ..engine.names import ATTENTION_METRICS, DEFAULT_METRICS, HIDDEN_STATE_METRICS, METRICS
+from ..names import ATTENTION_METRICS, DEFAULT_METRICS, HIDDEN_STATE_METRICS, METRICS
 from .callback import OversmoothingCallback
 from .oversmoothing import measure_oversmoothing
 from .probe import attention_maps

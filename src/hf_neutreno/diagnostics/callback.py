@@ -5,7 +5,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import torch
 from transformers import TrainerCallback
 
-from ..engine.names import check_metrics
+from ..names import check_metrics
 from .oversmoothing import measure_oversmoothing
 from .report import OversmoothingReport
 

@@ -19,7 +19,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers.modeling_outputs import SemanticSegmenterOutput
 
-from ..engine.names import ATTENTION_METRICS, HIDDEN_STATE_METRICS, METRICS, check_metrics
+from ..names import ATTENTION_METRICS, HIDDEN_STATE_METRICS, METRICS, check_metrics
 from .metrics import (
     attention_map_similarity,
     functional_j,

@@ -21,7 +21,8 @@ import torch
 from transformers import PrinterCallback, ProgressCallback, Trainer, TrainerCallback, TrainingArguments
 
 from ..data.loading import BUILTIN_DIGITS, load_dataset_splits
-from ..training.scripts import has_accelerator
+from ..names import IMAGE_MODELS
+from ..runtime import has_accelerator
 from ..value_path import (
     _is_transformers_class,
     coefficient_parameters,
@@ -45,7 +46,6 @@ from .compare_settings import FINE_TUNING, FROM_SCRATCH, CompareSettings, checke
 from .compare_verdict import paired_reading, verdict
 from .experiment import Run, pairing_arguments, run_paired, summary
 from .model_tasks import ModelTask, is_model_reference
-from .names import IMAGE_MODELS
 from .preset_tasks import PRESETS, ImageTask, preset_architecture, task_class, task_for
 from .tasks import EVAL_SPLITS, TASKS
 from .variants import ANY_MODEL_VARIANTS, BASELINE, VARIANTS, default_coefficient

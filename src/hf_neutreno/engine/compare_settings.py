@@ -6,7 +6,7 @@ the help and a bad flag's error are fast.
 import dataclasses
 import math
 
-from .names import BUILTIN_DIGITS, IMAGE_MODELS, SEGMENTATION_MODELS, TASK_SPECS, TEXT_MODELS
+from ..names import BUILTIN_DIGITS, IMAGE_MODELS, SEGMENTATION_MODELS, TASK_SPECS, TEXT_MODELS
 from .variants import BASELINE, VARIANTS, default_variants
 
 # Training defaults: a preset trains from scratch; a transformers model is fine-tuned from its weights, with the

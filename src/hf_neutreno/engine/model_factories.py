@@ -14,7 +14,7 @@ from ..models.configuration_neutreno_vit import NeuTRENOViTConfig
 from ..models.modeling_eigen_vit import EigenViTForImageClassification
 from ..models.modeling_neutreno_gpt import NeuTRENOGPTForCausalLM
 from ..models.modeling_neutreno_vit import NeuTRENOViTForImageClassification, NeuTRENOViTForSemanticSegmentation
-from .names import IMAGE_PRESETS, LANGUAGE_MODEL_PRESETS, SEGMENTATION_PRESETS
+from ..names import IMAGE_PRESETS, LANGUAGE_MODEL_PRESETS, SEGMENTATION_PRESETS
 from .variants import VARIANTS
 
 # The variants (`hf_neutreno.engine.variants`) an image classifier preset builds: "softmax" and "neutreno" are NeuTRENO

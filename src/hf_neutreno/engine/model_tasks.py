@@ -21,7 +21,7 @@ from datasets import ClassLabel, Features
 from transformers import AutoConfig
 from transformers.models.auto import modeling_auto
 
-from .. import models  # noqa: F401  (registers this package's models: --model may be a folder saved by one)
+from ..auto_classes import register_auto_classes
 from ..data.image_transforms import image_transform
 from ..data.loading import LABELS_FILE, capped, is_local_path, read_id2label
 from ..data.segmentation import segmentation_transform
@@ -38,6 +38,8 @@ from .tasks import (
     TextClassification,
 )
 from .variants import VARIANTS, build_variant
+
+register_auto_classes()  # --model may be a folder saved by one of this package's models
 
 # The head a checkpoint's `architectures` entry names -> its task (a base model takes the task from the data).
 HEAD_SUFFIXES = {
@@ -121,15 +123,15 @@ class ModelTask:
                 f"--model {settings.model!r} could not be loaded ({type(error).__name__}: {str(error).strip()[:300]}). "
                 "It must be a preset, a local folder of a saved transformers model, or a Hub model id (owner/name)."
             ) from None
+        self.task = settings.task or task_of_architecture(self.config)
+        self._check_head()
+        self._check_adaptable()
         if is_local_path(settings.model) and not settings.from_scratch and not _has_weights(path):
             raise ValueError(
                 f"--model {settings.model!r}: the folder has a config.json but no weights (model.safetensors, "
                 "pytorch_model.bin or their sharded index). Save the model there with `save_pretrained`, or pass "
                 "--from-scratch to train this architecture from random weights."
             )
-        self.task = settings.task or task_of_architecture(self.config)
-        self._check_head()
-        self._check_adaptable()
 
     def _check_head(self) -> None:
         """The task's head exists for this model in transformers (image data does not reach a text model), and a

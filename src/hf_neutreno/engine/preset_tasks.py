@@ -10,16 +10,19 @@ import torch
 from transformers import ViTImageProcessorPil
 from transformers.image_utils import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
+from ..auto_classes import register_auto_classes
 from ..data.image_transforms import image_transform
 from ..data.loading import LABELS_FILE, capped, image_and_label_columns, is_local_path, label_names, read_id2label
 from ..data.segmentation import make_image_processor, segmentation_transform
 from ..data.text import TEXT_COLUMN, group_into_blocks, token_stream, train_word_tokenizer
 from ..models.configuration_neutreno_gpt import NeuTRENOGPTConfig
 from ..models.configuration_neutreno_vit import NeuTRENOViTConfig
+from ..names import IMAGE_MODELS, SEGMENTATION_MODELS, TEXT_MODELS
 from .model_factories import IMAGE_VARIANTS, image_classifier, language_model, segmenter
-from .names import IMAGE_MODELS, SEGMENTATION_MODELS, TEXT_MODELS
 from .tasks import ANNOTATION_COLUMN, EVAL_SPLITS, CausalLM, ImageClassification, SemanticSegmentation
 from .variants import VARIANTS, build_variant
+
+register_auto_classes()  # the models it saves carry their code and auto_map
 
 # What a preset builds: softmax attention (λ = 0), NeuTRENO (λ > 0), ViT⁻ (image classifiers only), and which can
 # take a value path (`hf_neutreno.apply_value_path` on the softmax model: one stack of layers, so not a Segmenter).

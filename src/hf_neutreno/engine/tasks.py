@@ -26,7 +26,7 @@ from ..data.image_transforms import collate_images
 from ..data.lm_eval import block_eval
 from ..data.scores import accuracy_metrics
 from ..data.segmentation import single_scale_mean_iou
-from .names import TASK_SPECS
+from ..names import TASK_SPECS
 
 EVAL_SPLITS = ("test", "validation")  # the first one the dataset has
 ANNOTATION_COLUMN = "annotation"  # scene_parse_150's label maps

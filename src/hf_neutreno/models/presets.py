@@ -1,7 +1,7 @@
 """The presets of this package's configs, ``{name: {field: value}}`` (``Config.from_preset(name, **overrides)``).
 
 A flat sibling of the configuration files, which import it, so it travels with every checkpoint. It imports nothing:
-`hf_neutreno.engine.names` reads the preset names from it without importing transformers, for a fast `hf-neutreno
+`hf_neutreno.names` reads the preset names from it without importing transformers, for a fast `hf-neutreno
 --help`.
 """
 
@@ -23,7 +23,7 @@ NEUTRENO_VIT_PRESETS = {
     "vit-micro": dict(_deit(64, 4), num_hidden_layers=6, image_size=8, patch_size=2),
     # Segmenter on ADE20K (NeuTRENO Table 2): DeiT-tiny at 512 × 512 crops, drop path 0.1 (Segmenter's training
     # default), a 2-block mask transformer of the encoder's width and heads (the decoder's defaults), 150 classes.
-    # `decoder_type` marks a Segmenter preset (`hf_neutreno.engine.names` reads it).
+    # `decoder_type` marks a Segmenter preset (`hf_neutreno.names` reads it).
     "segmenter-deit-tiny": dict(image_size=512, drop_path_rate=0.1, num_labels=150, decoder_type="mask_transformer"),
     # The same Segmenter at vit-micro's width and depth for 64 × 64 images, patch 8 (64 patch tokens): the CPU
     # demo of `hf-neutreno compare` on fashion-scenes. The classes come from the dataset.

@@ -23,12 +23,12 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
 from transformers import HfArgumentParser, TrainerState, TrainingArguments
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
 from ..hub import prepare_trainer_push
+from ..runtime import has_accelerator
 
 LAST_CHECKPOINT = "last"  # `--resume-from-checkpoint` without a path (also `true`): the output folder's last one
 
@@ -74,12 +74,6 @@ class _ScriptParser(HfArgumentParser):
 
     def parse_json_file(self, *args, **kwargs):
         return _pin_memory_where_useful(super().parse_json_file(*args, **kwargs))
-
-
-def has_accelerator() -> bool:
-    """Whether torch sees an accelerator (CUDA, MPS, XPU, ...): where pinned DataLoader memory can help."""
-    accelerator = getattr(torch, "accelerator", None)  # torch >= 2.6
-    return accelerator.is_available() if accelerator is not None else torch.cuda.is_available()
 
 
 def _pin_memory_where_useful(parsed: tuple) -> tuple:

@@ -1,5 +1,6 @@
 """Names and defaults that the library defines once and the command line shows, in a module that imports neither torch
-nor transformers, so that `hf-neutreno --help` and each subcommand's `--help` stay fast; with them, `check_metrics`,
+nor transformers (nor anything of the package but the preset tables, which import nothing), so that `hf-neutreno
+--help` and each subcommand's `--help` stay fast; with them, `check_metrics`,
 so that `hf-neutreno diagnose` reports a bad metric at once. The modules that use them
 (`hf_neutreno.engine.model_factories`, `.tasks`, `.preset_tasks`, `hf_neutreno.data.loading`, `.lm_eval`,
 `hf_neutreno.diagnostics`) import them from here and export them too. The other torch-free homes of such names: the
@@ -7,22 +8,8 @@ variants, `hf_neutreno.engine.variants`; the value paths' default coefficients, 
 `compare`'s settings, `hf_neutreno.engine.compare_settings`.
 """
 
-import importlib.util
-from pathlib import Path
+from .models import presets as _PRESETS  # imports nothing: `hf_neutreno.models` registers nothing
 
-
-def _preset_tables():
-    """models/presets.py, read by its path: importing it as `hf_neutreno.models.presets` would first import
-    `hf_neutreno.models`, which registers the model classes with the Auto classes (transformers and torch)."""
-    spec = importlib.util.spec_from_file_location(
-        f"{__name__}._presets", Path(__file__).parent.parent / "models" / "presets.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_PRESETS = _preset_tables()
 IMAGE_PRESETS = sorted(_PRESETS.EIGEN_VIT_PRESETS)  # the NeuTRENO ViT's presets and the poster's ViT-Ti
 # A NeuTRENO ViT preset with a decoder is a Segmenter.
 SEGMENTATION_PRESETS = sorted(
