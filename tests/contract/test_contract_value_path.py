@@ -1,0 +1,189 @@
+"""transformers' model contract (ModelTesterMixin) on transformers' own classes adapted with a value path:
+`value_path_class(Base)` is `ValuePath<Base>`, which applies `config.value_path` in `__init__`, as a checkpoint saved
+adapted loads.
+
+Every method (NeuTRENO, the value residual, twicing; learnable coefficients; the value-residual gate) on GPT-2 (fused
+`c_attn`), a grouped-query Llama (4 query heads, 2 key/value heads), Qwen2 (q/k/v biases), BERT and ViT, at upstream's
+2 layers (the rule acts in layer 1; twicing in both). The fast tier runs one method per model class, together every
+method once; the slow tier the other combinations.
+"""
+
+import unittest
+
+import pytest
+from contract_common import (
+    BASE_MODEL_SKIPS,
+    RUN_SLOW,
+    SHAPE,
+    GenerationTesterMixin,
+    LabelsLike,
+    ModelTesterMixin,
+    PatchEmbeddings,
+    TextTester,
+    VisionTester,
+    deviations,
+)
+from transformers import (
+    BertConfig,
+    BertModel,
+    GPT2Config,
+    GPT2LMHeadModel,
+    GPT2Model,
+    LlamaConfig,
+    LlamaForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    ViTConfig,
+    ViTForImageClassification,
+    ViTModel,
+)
+
+from hf_neutreno.value_path import value_path_class
+
+# method -> config.value_path (`layers` left to the default: every layer after the first, or all for twicing)
+METHODS = {
+    "neutreno": dict(method="neutreno", coefficient=0.5, learnable=False),
+    "neutreno_learnable": dict(method="neutreno", coefficient=0.5, learnable=True),
+    "value_residual": dict(method="value_residual", coefficient=0.5, learnable=False),
+    "value_residual_learnable": dict(method="value_residual", coefficient=0.5, learnable=True),
+    "value_residual_gate": dict(method="value_residual", coefficient=0.5, learnable="gate"),
+    "twicing": dict(method="twicing", coefficient=1.0, learnable=False),
+}
+
+TEXT = dict(vocab_size=99, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+DECODER = dict(SHAPE, num_key_value_heads=2, max_position_embeddings=64, **TEXT)  # grouped-query: 4 / 2 heads
+NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+GPT2 = dict(n_embd=32, n_layer=2, n_head=4, n_positions=64, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **TEXT)
+VIT = dict(SHAPE, num_labels=3, **NO_DROPOUT)
+
+# model class -> (tester, config class, config fields, tester options)
+ARCHITECTURES = {
+    GPT2LMHeadModel: (TextTester, GPT2Config, GPT2, {}),
+    GPT2Model: (TextTester, GPT2Config, GPT2, {}),
+    LlamaForCausalLM: (TextTester, LlamaConfig, DECODER, {}),
+    Qwen2ForCausalLM: (TextTester, Qwen2Config, DECODER, {}),
+    BertModel: (TextTester, BertConfig, dict(SHAPE, **TEXT, **NO_DROPOUT), dict(token_type_ids=True)),
+    ViTModel: (VisionTester, ViTConfig, VIT, {}),
+    ViTForImageClassification: (VisionTester, ViTConfig, VIT, {}),
+}
+
+# The fast tier's method of each model class: every method once.
+FAST = {
+    GPT2LMHeadModel: "neutreno",
+    GPT2Model: "twicing",
+    LlamaForCausalLM: "value_residual_gate",
+    Qwen2ForCausalLM: "value_residual",
+    BertModel: "neutreno_learnable",
+    ViTModel: "value_residual_learnable",
+    ViTForImageClassification: "neutreno",
+}
+
+# Upstream tests that do not apply to an adapted model, for every architecture and method.
+BACKEND_FIXED = (
+    "an adapted model's attention backend is fixed when it is adapted: a later set_attn_implementation is refused at "
+    "the next forward (value_path._begin_forward; switch with remove_value_path, then apply_value_path)"
+)
+SKIPS = {
+    "test_eager_matches_sdpa_inference": BACKEND_FIXED,  # deep-copies the model and switches it to eager
+    "test_can_set_attention_dynamically": BACKEND_FIXED,
+    "test_sdpa_can_dispatch_non_composite_models": (
+        "upstream checks config._attn_implementation == 'sdpa' by name; an adapted model's is 'value_path-sdpa'"
+    ),
+    "test_torch_save_load": (
+        "upstream's check_equal calls `state_dict()` (a dict) for bool tensors, a TypeError in the test itself; "
+        "adapted models carry an empty bool buffer, their marker"
+    ),
+    "test_training_gradient_checkpointing_use_reentrant_true": (
+        "refused by design: reentrant checkpointing runs layer 0 without gradients and would drop V_0's gradient; "
+        "the RuntimeError names the fix (use_reentrant=False, transformers' default, passes)"
+    ),
+}
+# Known bugs, (model class or None for all, method or None for all) -> {test: "BUG: ..."}.
+BUGS = {
+    (GPT2LMHeadModel, None): {
+        "test_can_init_all_missing_weights": (
+            "BUG: ValuePathGPT2LMHeadModel.from_pretrained initialises missing c_proj weights with std 0.02, not "
+            "GPT-2's 0.02/sqrt(2 n_layer) as GPT2LMHeadModel (and the adapted class's __init__) does"
+        ),
+    },
+    (None, None): {
+        "test_attention_outputs": (
+            "BUG: `config.output_attentions = True` on an adapted eager model raises ValueError: transformers' config "
+            "accepts only 'eager', not 'value_path-eager' (the per-call output_attentions=True works)"
+        ),
+    },
+}
+
+
+class ValuePathCase(LabelsLike, ModelTesterMixin, unittest.TestCase):
+    base = None  # the transformers class adapted
+    method = None  # a key of METHODS
+
+    def setUp(self):
+        tester, config_class, fields, options = ARCHITECTURES[self.base]
+        extras = {"value_path": dict(METHODS[self.method])}
+        self.model_tester = tester(self, config_class, fields, extras, **options)
+
+
+def _bugs(base, method) -> dict:
+    found = {}
+    for (bug_base, bug_method), tests in BUGS.items():
+        if bug_base in (None, base) and bug_method in (None, method):
+            found.update(tests)
+    return found
+
+
+def _same_dtype_loading(base, method) -> dict:
+    """test_bc_torch_dtype (about 1 s a class on the CPU, the slow tier's longest test) once per model class among the
+    fixed-coefficient methods: they add no parameter, so ValuePath<Base> loads every dtype alike with each. The
+    learnable coefficients and gates add parameters of their own: their classes all run it."""
+    fixed = [name for name, settings in METHODS.items() if settings["learnable"] is False]
+    runs = FAST[base] if FAST[base] in fixed else fixed[0]
+    if method not in fixed or method == runs:
+        return {}
+    reason = f"a fixed coefficient adds no parameter: dtypes load as with {runs!r}, whose test_bc_torch_dtype runs"
+    return {"test_bc_torch_dtype": reason}
+
+
+def _test_class(base, method, case=ValuePathCase):
+    adapted = value_path_class(base)
+    bases = [case]
+    if base in (ViTModel, ViTForImageClassification):
+        bases.insert(0, PatchEmbeddings)
+    if adapted.can_generate():
+        bases.insert(0, GenerationTesterMixin)
+    attributes = dict(
+        base=base,
+        method=method,
+        all_model_classes=(adapted,),
+        labels_like=base,  # upstream picks labels by class name; ValuePath<Base> takes its base's
+        test_resize_embeddings=base not in (ViTModel, ViTForImageClassification),
+        # upstream runs it only for models added from 2023 (by the config file's copyright line); the coefficients and
+        # gates a value path adds are new, and the adapted class must initialise its base's weights as the base does
+        test_can_init_all_missing_weights_before_2023=True,
+        __module__=__name__,
+        __doc__=f"ValuePath{base.__name__} with config.value_path = {METHODS[method]}.",
+    )
+    name = f"ValuePath{base.__name__}_{method}_Test"
+    cls = type(name, tuple(bases), attributes)
+    skips = {**SKIPS, **(BASE_MODEL_SKIPS if base in (GPT2Model, BertModel, ViTModel) else {})}
+    skips.update(_same_dtype_loading(base, method))
+    cls = deviations(skips=skips, bugs=_bugs(base, method))(cls)
+    if FAST[base] != method:
+        cls = pytest.mark.slow(cls)
+    return name, cls
+
+
+# The slow tier's classes exist only with RUN_SLOW=1: thousands of skipped tests would cost the fast tier ~20 s.
+COMBINATIONS = [(base, method) for base in ARCHITECTURES for method in METHODS if RUN_SLOW or FAST[base] == method]
+for _base, _method in COMBINATIONS:
+    _name, _cls = _test_class(_base, _method)
+    globals()[_name] = _cls
+
+del ValuePathCase, _base, _method, _name, _cls  # bases and loop names, not test classes
+
+
+@pytest.mark.slow
+def test_the_slow_tier_has_every_combination():
+    """With RUN_SLOW=1 every method runs on every model class (in the fast tier, one method per class)."""
+    assert len(COMBINATIONS) == len(ARCHITECTURES) * len(METHODS)
