@@ -50,7 +50,7 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 # The README's example output lies between these markers (invisible once rendered).
 README_START, README_END = "<!-- compare-default-output -->", "<!-- /compare-default-output -->"
 NUMBER = re.compile(r"[+-]?\d+(?:\.\d+)?")
-HEADER = ["variant", "accuracy", "Δ (wins)", "last-layer cosine", "Δ (wins)", "train time"]
+HEADER = ["variant", "accuracy", "Δ (w/t/l)", "last-layer cosine", "Δ (w/t/l)"]
 
 
 def _table_block(stdout: str) -> list[str]:
@@ -59,6 +59,14 @@ def _table_block(stdout: str) -> list[str]:
     start = next(i for i, line in enumerate(lines) if line.startswith("variant "))
     end = next((i for i in range(start, len(lines)) if not lines[i].strip()), len(lines))
     return lines[start:end]
+
+
+def _table_and_verdict(stdout: str) -> list[str]:
+    """What the README shows of the output: the table, its notes and the verdict (up to "Written to")."""
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("variant "))
+    end = next(i for i in range(start, len(lines)) if lines[i].startswith("Written to"))
+    return "\n".join(lines[start:end]).rstrip().splitlines()
 
 
 def _table_rows(stdout: str) -> dict[str, list[str]]:
@@ -119,14 +127,17 @@ def test_default_compare_as_the_readme_runs_it(tmp_path):
     # The table: its columns and rows, as the README shows them (numbers aside).
     printed = _table_block(proc.stdout)
     assert re.split(r"\s{2,}", printed[0].strip()) == HEADER
-    assert _shape(_readme_example_block()) == _shape(printed)
+    shown = _readme_example_block()  # the table, its notes, a blank line and the verdict, whose words vary with the run
+    assert _shape(shown[: shown.index("")]) == _shape(printed)
+    assert shown[shown.index("") + 1].startswith("Verdict: ") and _table_and_verdict(proc.stdout)[-1]
+    assert any(line.startswith("Verdict: ") for line in _table_and_verdict(proc.stdout))
 
     # Paired: within a seed both variants start from the same weights; another seed starts elsewhere.
     per_seed = {variant: entry["per_seed"] for variant, entry in results["variants"].items()}
     starts = [[run["initial_weights_sha256"] for run in runs] for runs in per_seed.values()]
     assert starts[0] == starts[1] and len(set(starts[0])) == 3
 
-    # Mean ± sample std over the seeds, the paired difference and wins: recomputed from the per-seed values.
+    # Mean ± sample std over the seeds, the paired difference and w/t/l: recomputed from the per-seed values.
     rows = _table_rows(proc.stdout)
     assert set(rows) == {"softmax", "neutreno"}
     for variant, runs in per_seed.items():
@@ -139,8 +150,10 @@ def test_default_compare_as_the_readme_runs_it(tmp_path):
         assert rows[variant][2 if variant == "softmax" else 3] == _mean_std([run["last_layer_cosine"] for run in runs])
     for key, column, better in (("accuracy", 2, 1), ("last_layer_cosine", 4, -1)):
         difference = np.array([n[key] - b[key] for n, b in zip(per_seed["neutreno"], per_seed["softmax"])])
-        wins = int((better * difference > 0).sum())
-        assert rows["neutreno"][column] == f"{difference.mean():+.4f} ± {difference.std(ddof=1):.4f} ({wins}/3)"
+        ties = np.abs(difference) < 0.002  # the stated tolerance (hf_neutreno.engine.compare_verdict.TIE_TOLERANCE)
+        wins, tied = int(((better * difference > 0) & ~ties).sum()), int(ties.sum())
+        counts = f"({wins}/{tied}/{3 - wins - tied})"
+        assert rows["neutreno"][column] == f"{difference.mean():+.4f} ± {difference.std(ddof=1):.4f} {counts}"
     with Image.open(out / "comparison.png") as plot:
         assert plot.format == "PNG" and plot.width > 200 and plot.height > 200
     assert sorted(p.name for p in out.iterdir()) == ["comparison.png", "neutreno", "results.json", "softmax"]
@@ -354,14 +367,17 @@ def test_text_compare_on_wikitext2_gives_the_perplexity_of_the_saved_models(data
     results = json.loads((out / "results.json").read_text())
     assert list(results["variants"]) == ["softmax", "neutreno"] and results["metric"] == "perplexity"
     assert results["variants"]["neutreno"]["neutreno_lambda"] == 0.4  # the GPT preset's λ
-    # One seed: no spread to show; the difference is that seed's, a win when the perplexity is lower.
+    # One seed: no spread to show; the difference is that seed's, a win when the perplexity is lower by more than the
+    # tolerance.
     rows = _table_rows(capsys.readouterr().out)
     baseline, neutreno = (results["variants"][v]["per_seed"] for v in ("softmax", "neutreno"))
     assert [run["seed"] for run in baseline + neutreno] == [0, 0]
     difference = neutreno[0]["perplexity"] - baseline[0]["perplexity"]
     assert rows["softmax"][1] == f"{baseline[0]['perplexity']:.2f}"
     assert results["variants"]["softmax"]["perplexity"]["std"] is None  # strict JSON: one seed has no spread
-    assert rows["neutreno"][2] == f"{difference:+.2f} ({int(difference < 0)}/1)"
+    tie = abs(difference) < 0.002 * baseline[0]["perplexity"]  # the stated tolerance: 0.2 % of the baseline's
+    counts = "0/1/0" if tie else f"{int(difference < 0)}/0/{int(difference > 0)}"  # better / tied / worse
+    assert rows["neutreno"][2] == f"{difference:+.2f} ({counts})"
 
     # Independently: the first 8 blocks of 64 tokens of the test split, each line + <eos>, every token but the first
     # scored once with the context of its own block.

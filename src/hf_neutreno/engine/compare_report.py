@@ -65,7 +65,7 @@ def format_table(results: dict) -> str:
     """The side-by-side table of a results.json, one row per variant, and the lines that explain it."""
     metric = results["metric"]
     title = metric.replace("_", " ").replace("mean iou", "mean IoU")
-    header = ["variant", title, "Δ (wins)", "last-layer cosine", "Δ (wins)", "train time"]
+    header = ["variant", title, "Δ (w/t/l)", "last-layer cosine", "Δ (w/t/l)"]
     rows = []
     for name, entry in results["variants"].items():
         cells = [name]
@@ -73,7 +73,6 @@ def format_table(results: dict) -> str:
             cells.append(_spread(entry[key], key if key == metric else "cosine"))
             difference = _difference(results, name, key)
             cells.append("" if difference is None else f"{_spread(difference, key, signed=True)} ({_wins(difference)})")
-        cells.append(f"{entry['train_seconds']:.1f} s")
         rows.append(cells)
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     lines = []
@@ -89,12 +88,15 @@ def format_table(results: dict) -> str:
         + ".",
         f"Mean ± sample std over {len(seeds)} {'seed' if len(seeds) == 1 else 'seeds'} "
         f"({', '.join(map(str, seeds))}); Δ: the paired difference from "
-        f"{results['baseline']} (same seed), mean ± std; wins: seeds where the variant is better ({better} {title}, "
-        f"lower cosine) by at least {_tolerance(metric)} ({_tolerance('last_layer_cosine')} for the cosine), ties: "
-        "seeds within it.",
+        f"{results['baseline']} (same seed), mean ± std; w/t/l: seeds where the variant is better ({better} "
+        f"{title}, lower cosine) by at least {_tolerance(metric)} ({_tolerance('last_layer_cosine')} for the cosine), "
+        "tied within it, or worse.",
         f"{title.capitalize() if metric != 'mean_iou' else title} on {_scored(results)}; last-layer cosine: mean "
         f"cosine similarity of all token pairs after {where}, on the first {results['probe_samples']} "
-        f"{_eval_unit(results)}; train time: per seed.",
+        f"{_eval_unit(results)}.",
+        "Train time per seed: "
+        + ", ".join(f"{name} {entry['train_seconds']:.1f} s" for name, entry in results["variants"].items())
+        + ".",
     ]
     if results.get("model", {}).get("pretrained"):
         notes.append(
@@ -120,8 +122,10 @@ def _difference(results: dict, name: str, key: str) -> dict | None:
 
 
 def _wins(difference: dict) -> str:
-    ties = difference.get("ties")
-    return f"{difference['wins']}/{difference['n']}" + (f", {ties} tied" if ties else "")
+    """Seeds better / within the tolerance / worse (results written before ties were counted: better / all)."""
+    if "ties" not in difference:
+        return f"{difference['wins']}/{difference['n']}"
+    return f"{difference['wins']}/{difference['ties']}/{difference['losses']}"
 
 
 def _tolerance(metric: str) -> str:

@@ -159,9 +159,20 @@ def verdict(results: dict) -> dict:
             spread = "" if score["std"] is None else f" ± {_format(score['std'], metric)}"
             seeds = f"{score['wins']}/{score['n']} seeds better" + (f", {score['ties']} tied" if score["ties"] else "")
             what = {"better": "helped", "worse": "hurt", "within the spread": "did not differ beyond the seeds' spread"}
+            cosine = reading.get("last_layer_cosine")
+            smoothing = ""
+            if cosine and direction(cosine, "last_layer_cosine") != "within the spread":
+                lower = cosine["mean"] < 0
+                smoothing = (
+                    f"; its last-layer tokens were {'less' if lower else 'more'} alike (cosine "
+                    f"{_format(cosine['mean'], 'last_layer_cosine', True)} ± {_format(cosine['std'], 'cosine')})"
+                )
             sentences.append(
                 f"{name} ({entry['description']}) {what[conclusion]}: {title} {_format(score['mean'], metric, True)}"
-                f"{spread} ({seeds})" + (f"; learned {_coefficient_text(coefficients)}" if coefficients else "") + "."
+                f"{spread} ({seeds})"
+                + smoothing
+                + (f"; learned {_coefficient_text(coefficients)}" if coefficients else "")
+                + "."
             )
             if conclusion == "better":
                 candidates.append(name)
