@@ -95,7 +95,7 @@ BENCHMARKS = {
     # Exact on every CPU, so one count serves every tier that runs on a CPU.
     "op_counts": ("count_ops.py", {"quick": "", "full": ""}),
     # Host time at the counts' toy shape, one thread: a CPU measurement in every tier that runs on a CPU.
-    "host_time": ("bench_host_time.py", {"quick": "--rounds 8", "full": "--rounds 30"}),
+    "host_time": ("bench_host_time.py", {"quick": "--rounds 8", "full": "--rounds 200"}),
     "generation": (
         "bench_generation.py",
         {
