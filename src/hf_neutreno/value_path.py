@@ -1055,7 +1055,15 @@ class _ValuePathModel:
     @torch.no_grad()
     @init.guard_torch_init_functions()
     def initialize_weights(self):
-        super().initialize_weights()
+        # transformers initialises its own classes fully and custom code cautiously (it skips a module whose own
+        # parameters are all set, which leaves out a parent's pass over its children, as GPT-2's scaled residual
+        # projections). This class is a transformers class plus what `_adapt` adds (set below): initialise it as one.
+        if _is_transformers_class(type(self)._value_path_base):
+            self.__dict__["is_custom_code"] = lambda: False
+        try:
+            super().initialize_weights()
+        finally:
+            self.__dict__.pop("is_custom_code", None)
         # The coefficients and gates sit in the sub-model whose own `_init_weights` visits them (a Linear: random W):
         # set them to the configured start afterwards, where a checkpoint lacks them (from_pretrained creates
         # parameters empty, then fills the missing ones; loaded ones are left as they are).

