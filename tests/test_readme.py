@@ -202,5 +202,7 @@ def test_readme_compare_on_your_model_command_runs_as_written(tmp_path, data_dir
     for variant in ("softmax", "neutreno-learnable", "value-residual-learnable"):
         assert re.search(rf"^{variant} +\d\.\d{{4}} ± \d\.\d{{4}}", proc.stdout, flags=re.M), proc.stdout
     results = json.loads((tmp_path / "out" / "results.json").read_text())
-    assert (tmp_path / "out" / results["best_variant"] / "config.json").is_file()
+    saved = [entry["model_dir"] for entry in results["variants"].values() if entry["model_dir"]]
+    assert saved == list(results["variants"]) and all((tmp_path / "out" / d / "config.json").is_file() for d in saved)
+    assert results["best_variant"] in (None, *saved) and results["verdict"]["text"]  # best only beyond the spread
     assert "learnable one starts at its coefficient (0: the pretrained function)" in proc.stdout.replace("\n", " ")
