@@ -4,7 +4,14 @@
 import textwrap
 from pathlib import Path
 
-from .compare_verdict import HIGHER_IS_BETTER, TIE_TOLERANCE, coefficient_lines, paired_reading, verdict
+from .compare_verdict import (
+    HIGHER_IS_BETTER,
+    TIE_TOLERANCE,
+    coefficient_lines,
+    format_number,
+    paired_reading,
+    verdict,
+)
 
 
 def plot(path: Path, results: dict, title: str) -> None:
@@ -52,13 +59,9 @@ def plot(path: Path, results: dict, title: str) -> None:
     figure.savefig(path, dpi=110)
 
 
-def _number(value: float, metric: str, signed: bool = False) -> str:
-    return f"{value:{'+' if signed else ''}.{2 if metric == 'perplexity' else 4}f}"
-
-
 def _spread(stats: dict, metric: str, signed: bool = False) -> str:
-    text = _number(stats["mean"], metric, signed)
-    return text if stats["std"] is None else f"{text} ± {_number(stats['std'], metric)}"
+    text = format_number(stats["mean"], metric, signed)
+    return text if stats["std"] is None else f"{text} ± {format_number(stats['std'], metric)}"
 
 
 def format_table(results: dict) -> str:

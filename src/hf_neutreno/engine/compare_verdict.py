@@ -156,7 +156,7 @@ def verdict(results: dict) -> dict:
             continue
         else:
             conclusion = direction(score, metric)
-            spread = "" if score["std"] is None else f" ± {_format(score['std'], metric)}"
+            spread = "" if score["std"] is None else f" ± {format_number(score['std'], metric)}"
             seeds = f"{score['wins']}/{score['n']} seeds better" + (f", {score['ties']} tied" if score["ties"] else "")
             what = {"better": "helped", "worse": "hurt", "within the spread": "did not differ beyond the seeds' spread"}
             cosine = reading.get("last_layer_cosine")
@@ -165,10 +165,11 @@ def verdict(results: dict) -> dict:
                 lower = cosine["mean"] < 0
                 smoothing = (
                     f"; its last-layer tokens were {'less' if lower else 'more'} alike (cosine "
-                    f"{_format(cosine['mean'], 'last_layer_cosine', True)} ± {_format(cosine['std'], 'cosine')})"
+                    f"{format_number(cosine['mean'], 'cosine', True)} ± {format_number(cosine['std'], 'cosine')})"
                 )
             sentences.append(
-                f"{name} ({entry['description']}) {what[conclusion]}: {title} {_format(score['mean'], metric, True)}"
+                f"{name} ({entry['description']}) {what[conclusion]}: {title} "
+                f"{format_number(score['mean'], metric, True)}"
                 f"{spread} ({seeds})"
                 + smoothing
                 + (f"; learned {_coefficient_text(coefficients)}" if coefficients else "")
@@ -213,7 +214,8 @@ def _coefficient_text(reading: dict) -> str:
     )
 
 
-def _format(value: float, metric: str, signed: bool = False) -> str:
+def format_number(value: float, metric: str, signed: bool = False) -> str:
+    """A score as the table and the verdict print it: perplexity to 2 decimals, the others to 4."""
     return f"{value:{'+' if signed else ''}.{2 if metric == 'perplexity' else 4}f}"
 
 
@@ -235,6 +237,7 @@ __all__ = [
     "coefficient_lines",
     "coefficient_reading",
     "direction",
+    "format_number",
     "is_tie",
     "paired_reading",
     "verdict",
