@@ -735,18 +735,20 @@ def test_bad_inputs_raise():
         train_word_tokenizer(["a b"], max_vocab_size=3)
 
 
-def test_checkpoints_store_q_k_v_apart_and_every_loader_joins_them(tmp_path):
+@pytest.mark.parametrize("bias", [True, False])
+def test_checkpoints_store_q_k_v_apart_and_every_loader_joins_them(tmp_path, bias):
     """The model fuses the query, key and value projections into `qkv_proj`; a checkpoint keeps them as `q_proj`,
     `k_proj`, `v_proj` (the layout earlier versions wrote and read), and both `from_pretrained` and torch's
     `load_state_dict` (what Trainer's resume calls on the saved file) join them back into the same model."""
     from safetensors.torch import load_file
 
-    model = tiny_model(attention_bias=True).eval()
+    model = tiny_model(attention_bias=bias).eval()
     model.save_pretrained(tmp_path)
     saved = load_file(tmp_path / "model.safetensors")
     for i, layer in enumerate(model.model.layers):
         fused = layer.self_attn.qkv_proj
-        for kind in ("weight", "bias"):
+        assert (fused.bias is not None) == bias
+        for kind in ("weight", "bias") if bias else ("weight",):
             parts = [saved[f"model.layers.{i}.self_attn.{name}_proj.{kind}"] for name in "qkv"]
             assert torch.equal(torch.cat(parts), getattr(fused, kind))
     assert not any("qkv_proj" in key for key in saved)

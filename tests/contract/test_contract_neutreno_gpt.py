@@ -30,14 +30,6 @@ FIELDS = dict(
 )
 
 
-BUGS = {
-    "test_reverse_loading_mapping": (
-        "BUG: the q/k/v *bias* WeightConverter is registered for neutreno_gpt also with attention_bias=False, where "
-        "no bias key exists: its source patterns match no saved key"
-    ),
-}
-
-
 class GPTCase(LabelsLike, ModelTesterMixin, unittest.TestCase):
     labels_like = GPT2LMHeadModel
     test_can_init_all_missing_weights_before_2023 = True  # upstream dates a model by its config file's copyright line
@@ -46,14 +38,14 @@ class GPTCase(LabelsLike, ModelTesterMixin, unittest.TestCase):
         self.model_tester = TextTester(self, NeuTRENOGPTConfig, FIELDS)
 
 
-@deviations(skips=BASE_MODEL_SKIPS, bugs=BUGS)
+@deviations(skips=BASE_MODEL_SKIPS)
 class NeuTRENOGPTModelTest(ConfigChecks, GPTCase):
     all_model_classes = (NeuTRENOGPTModel,)
     config_class = NeuTRENOGPTConfig
     config_fields = dict(hidden_size=32, num_attention_heads=4, num_hidden_layers=2, vocab_size=99)
 
 
-@deviations(bugs=BUGS)
+@deviations()
 class NeuTRENOGPTForCausalLMTest(GenerationTesterMixin, GPTCase):
     all_model_classes = (NeuTRENOGPTForCausalLM,)
 

@@ -59,19 +59,20 @@ accepts_past_key_values = deprecate_kwarg(
 )
 
 
-# q/k/v stored apart (every checkpoint's layout) and fused in the model: one conversion per parameter kind, which
-# `from_pretrained` applies and `save_pretrained` reverses. Registered for this model type only (overwrite: this file
-# may be imported twice, as the package's module and as a checkpoint's remote code).
+# q/k/v stored apart (every checkpoint's layout) and fused in the model: one conversion, which `from_pretrained`
+# applies and `save_pretrained` reverses. Its patterns name the modules, not `.weight`/`.bias`, so that it matches
+# the weights of every model and the biases of a model that has them (a bias pattern of its own would match nothing
+# where `attention_bias=False`). Registered for this model type only (overwrite: this file may be imported twice, as
+# the package's module and as a checkpoint's remote code).
 SEPARATE_PROJECTIONS = ("q_proj", "k_proj", "v_proj")
 register_checkpoint_conversion_mapping(
     "neutreno_gpt",
     [
         WeightConverter(
-            source_patterns=[f"self_attn.{name}.{kind}" for name in SEPARATE_PROJECTIONS],
-            target_patterns=f"self_attn.qkv_proj.{kind}",
+            source_patterns=[f"self_attn.{name}" for name in SEPARATE_PROJECTIONS],
+            target_patterns="self_attn.qkv_proj",
             operations=[Concatenate(dim=0)],
         )
-        for kind in ("weight", "bias")
     ],
     overwrite=True,
 )
