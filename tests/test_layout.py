@@ -14,10 +14,9 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "hf_neutreno"
 LAYERS = {
     "names": 0,
     "runtime": 0,
-    "value_path_defaults": 0,
+    "models.value_path_defaults": 0,
     "models.presets": 0,
     "models": 1,
-    "neutreno_term": 1,
     "value_path": 2,
     "value_path_delta": 2,
     "convert": 2,

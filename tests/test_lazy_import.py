@@ -7,7 +7,7 @@ import json
 
 from cli_process import run_python
 from hf_neutreno.cli import SUBCOMMANDS
-from hf_neutreno.value_path_defaults import DEFAULT_COEFFICIENTS
+from hf_neutreno.models.value_path_defaults import DEFAULT_COEFFICIENTS
 
 HEAVY = ("torch", "transformers", "datasets")
 
@@ -114,7 +114,7 @@ print(json.dumps([type(config).__name__, type(loaded).__module__, resolved, dir(
     config_name, loaded_module, resolved, names = json.loads(out)
     assert config_name == "NeuTRENOViTConfig" and loaded_module == "hf_neutreno.models.modeling_neutreno_vit"
     assert all(module.startswith("hf_neutreno.") for module in resolved.values()), resolved
-    assert resolved["apply_value_path"] == "hf_neutreno.value_path"
+    assert resolved["apply_value_path"] == "hf_neutreno.models.value_path"  # beside the model files it travels with
     assert resolved["NeuTRENOGPTConfig"] == "hf_neutreno.models.configuration_neutreno_gpt"
     assert {*CONFIGS.values(), "apply_value_path", "remove_value_path", "OversmoothingCallback"} <= set(resolved)
     assert set(resolved) <= set(names)  # dir() lists the names not loaded yet

@@ -59,14 +59,3 @@ def test_lines_are_at_most_120_characters_in_code_and_docs():
             if len(line) > 120 and not unbreakable and not whole_table and not vendored:
                 long.append(f"{path.relative_to(ROOT)}:{number}: {len(line)} characters")
     assert not long, "\n".join(long)
-
-
-def test_generated_copies_equal_their_source():
-    """A file kept twice, once beside each kind of checkpoint's code (tests/copies.py), is its source with a header:
-    an edit of the copy alone, or of the source without `python tests/copies.py`, fails here."""
-    import copies
-
-    assert copies.COPIES and all(
-        copy.read_text().endswith(source.read_text()) for copy, source in copies.COPIES.items()
-    )
-    assert copies.stale() == []

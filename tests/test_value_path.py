@@ -180,7 +180,7 @@ def test_grouped_query_decoder_gradients_equal_the_per_head_reference(name, meth
         coefficients = dict(zip((1, 2), coefficient_parameters(reference)))
     else:
         coefficients = {1: 0.3, 2: 0.3}
-    rebuilt = count_rebuilds(monkeypatch, "hf_neutreno.neutreno_term")
+    rebuilt = count_rebuilds(monkeypatch, "hf_neutreno.models.neutreno_term")
     model(input_ids).logits.square().mean().backward()
     reference_decoder_logits(reference, input_ids, method, coefficients).square().mean().backward()
     assert rebuilt or (method == "value_residual" and not learnable)  # a fixed α keeps nothing twice
@@ -200,7 +200,7 @@ def test_vit_gradients_equal_the_packages_neutreno_vit(learnable, monkeypatch):
     _sharpen(vit)
     converted = vit_to_neutreno(vit, neutreno_lambda=0.6).train()
     adapted = apply_value_path(vit, "neutreno", 0.6, learnable=learnable)
-    rebuilt = count_rebuilds(monkeypatch, "hf_neutreno.neutreno_term")
+    rebuilt = count_rebuilds(monkeypatch, "hf_neutreno.models.neutreno_term")
     grads = []
     for model in (adapted, converted):
         pixels = tiny_inputs("vit")["pixel_values"].requires_grad_()
@@ -679,7 +679,7 @@ INTERFACE_CLASSES = {
 def test_attention_modules_are_found_by_the_structure_the_model_declares(name, monkeypatch):
     """The self-attention modules come from the classes the model declares in `_can_record_outputs`, not from source
     text: with no source readable, each layer's module that calls the interface is still found, and adapting works."""
-    from hf_neutreno import value_path
+    from hf_neutreno.models import value_path
 
     def unreadable(_):
         raise OSError("no source")
@@ -694,7 +694,7 @@ def test_attention_modules_are_found_by_the_structure_the_model_declares(name, m
 def test_a_declared_wrapper_gives_the_module_inside_it_that_calls_the_interface(monkeypatch):
     """T5 declares `T5LayerSelfAttention`, which holds the layer norm, the dropout and `T5Attention`, the module that
     calls the interface: that one is found, without source text."""
-    from hf_neutreno import value_path
+    from hf_neutreno.models import value_path
 
     monkeypatch.setattr(value_path.inspect, "getsource", lambda _: "")
     model = T5EncoderModel(T5Config(d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, vocab_size=50))
@@ -737,7 +737,7 @@ def test_classes_from_outside_transformers_adapt_and_save_with_a_warning_that_th
     go through save_pretrained), with a warning that from_pretrained builds the plain model from the folder."""
     from transformers.testing_utils import CaptureLogger
 
-    from hf_neutreno import value_path
+    from hf_neutreno.models import value_path
 
     class MyLlama(LlamaForCausalLM):
         pass

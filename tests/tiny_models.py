@@ -383,7 +383,7 @@ def written_out_decoder(model, input_ids, values=None, attended=None) -> torch.T
 
 def count_rebuilds(monkeypatch, module: str) -> list:
     """A list that grows by one for every saved tensor the NeuTRENO term of `module` (the adapter's
-    `hf_neutreno.neutreno_term` or the models' generated copy) rebuilds in a backward pass instead of keeping it."""
+    `hf_neutreno.models.neutreno_term`) rebuilds in a backward pass instead of keeping it."""
     saved_for_backward = importlib.import_module(module).SavedForBackward
     rebuilt, unpack = [], saved_for_backward._unpack
 

@@ -4,7 +4,7 @@ nor transformers (nor anything of the package but the preset tables, which impor
 so that `hf-neutreno diagnose` reports a bad metric at once. The modules that use them
 (`hf_neutreno.engine.model_factories`, `.tasks`, `.preset_tasks`, `hf_neutreno.data.loading`, `.lm_eval`,
 `hf_neutreno.diagnostics`) import them from here and export them too. The other torch-free homes of such names: the
-variants, `hf_neutreno.engine.variants`; the value paths' default coefficients, `hf_neutreno.value_path_defaults`;
+variants, `hf_neutreno.engine.variants`; the default coefficients, `hf_neutreno.models.value_path_defaults`;
 `compare`'s settings, `hf_neutreno.engine.compare_settings`.
 """
 

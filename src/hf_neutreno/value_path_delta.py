@@ -18,7 +18,7 @@ import transformers
 from safetensors.torch import load_file, save_file
 from transformers import PreTrainedModel
 
-from .value_path import MARKER, apply_value_path, is_value_path_model, remove_value_path, value_path_parameters
+from .models.value_path import MARKER, apply_value_path, is_value_path_model, remove_value_path, value_path_parameters
 
 CONFIG_NAME = "value_path_config.json"
 WEIGHTS_NAME = "value_path.safetensors"

@@ -59,8 +59,8 @@ from pathlib import Path
 from ..engine.compare_output import INCOMPLETE, PLOT_FILE, RESULTS_FILE
 from ..engine.compare_settings import FINE_TUNING, FROM_SCRATCH, CompareSettings, checked_common
 from ..engine.variants import PRESET_VARIANTS, PRETRAINED_LEARNABLE_START, PRETRAINED_VARIANTS, VARIANTS
+from ..models.value_path_defaults import DEFAULT_COEFFICIENTS
 from ..names import IMAGE_MODELS, SEGMENTATION_MODELS, TASK_SPECS, TEXT_MODELS
-from ..value_path_defaults import DEFAULT_COEFFICIENTS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

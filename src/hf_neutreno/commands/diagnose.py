@@ -24,8 +24,8 @@ import math
 from pathlib import Path
 
 from ..engine.variants import ANY_MODEL_VARIANTS, VARIANTS
+from ..models.value_path_defaults import DEFAULT_COEFFICIENTS
 from ..names import DEFAULT_METRICS, METRICS, check_metrics
-from ..value_path_defaults import DEFAULT_COEFFICIENTS
 from . import check_model_folder, check_output_file, reading_weights
 
 DEFAULT_SPLITS = ("test", "validation", "train")
@@ -246,7 +246,7 @@ def _check_arguments(args: argparse.Namespace, variants: dict) -> tuple[list[str
     plot = check_output_file(_plot_path(args.plot), "--plot", args.overwrite) if args.plot else None
     for name, settings in variants.items():
         if settings is not None:  # the coefficient's range, before any model is loaded (2 layers stand for any)
-            from ..value_path import check_settings  # the value path's own rules (this imports transformers)
+            from ..models.value_path import check_settings  # the value path's own rules (this imports transformers)
 
             try:
                 check_settings(settings["method"], settings["coefficient"], settings["learnable"], None, 2)
@@ -259,7 +259,7 @@ def _check_arguments(args: argparse.Namespace, variants: dict) -> tuple[list[str
 
 def _check_saved_value_path(args: argparse.Namespace, model, variants: dict) -> None:
     """A model saved with a value path is measured as saved, with its value path, and never gets a second one."""
-    from ..value_path import is_value_path_model
+    from ..models.value_path import is_value_path_model
 
     saved_value_path = getattr(getattr(model, "config", None), "value_path", None)
     if saved_value_path is not None and not is_value_path_model(model):
@@ -279,7 +279,7 @@ def _check_saved_value_path(args: argparse.Namespace, model, variants: dict) -> 
 def _measure_variant(args, model, variant: str, settings: dict | None, batches, several: bool, metrics):
     """One variant's report: the value path put on `model` for the measurement and taken off afterwards."""
     from ..diagnostics import measure_oversmoothing
-    from ..value_path import apply_value_path, remove_value_path
+    from ..models.value_path import apply_value_path, remove_value_path
 
     if settings is not None:
         apply_value_path(model, **settings)

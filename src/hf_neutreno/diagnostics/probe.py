@@ -29,7 +29,7 @@ import torch
 from transformers import AttentionInterface, AttentionMaskInterface, PreTrainedModel
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
 
-from ..value_path import (
+from ..models.value_path import (
     ATTENTION_PREFIX,
     attention_function,
     interface_attention_modules,

@@ -21,15 +21,15 @@ import torch
 from transformers import PrinterCallback, ProgressCallback, Trainer, TrainerCallback, TrainingArguments
 
 from ..data.loading import BUILTIN_DIGITS, load_dataset_splits
-from ..names import IMAGE_MODELS
-from ..runtime import has_accelerator
-from ..value_path import (
+from ..models.value_path import (
     _is_transformers_class,
     coefficient_parameters,
     is_value_path_model,
     learned_coefficients,
     value_path_parameters,
 )
+from ..names import IMAGE_MODELS
+from ..runtime import has_accelerator
 from .compare_output import (
     COMMAND,
     FORMAT_VERSION,

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 import torch
 
-from ..value_path import MARKER, value_path_parameters
+from ..models.value_path import MARKER, value_path_parameters
 from .variants import BASELINE
 
 

@@ -26,7 +26,7 @@ from ..data.image_transforms import image_transform
 from ..data.loading import LABELS_FILE, capped, is_local_path, read_id2label
 from ..data.segmentation import segmentation_transform
 from ..data.text import group_into_blocks, token_stream
-from ..value_path import _check_adaptable, _refuse_built_in_term
+from ..models.value_path import _check_adaptable, _refuse_built_in_term
 from .tasks import (
     ANNOTATION_COLUMN,
     EVAL_SPLITS,

@@ -27,7 +27,7 @@ that fine-tuning measures what the remedy adds rather than the damage of switchi
 import dataclasses
 from typing import TYPE_CHECKING
 
-from ..value_path_defaults import DEFAULT_COEFFICIENTS
+from ..models.value_path_defaults import DEFAULT_COEFFICIENTS
 
 if TYPE_CHECKING:
     import torch
@@ -118,7 +118,7 @@ def build_variant(
         if layers is not None:
             raise ValueError(f"Variant {variant!r} has no value path to put on layers {layers}.")
         return model
-    from ..value_path import apply_value_path  # torch: imported here so that the registry's names need none
+    from ..models.value_path import apply_value_path  # torch: imported here so that the registry's names need none
 
     return apply_value_path(model, entry.method, coefficient, learnable=entry.learnable, layers=layers)
 

@@ -1,11 +1,8 @@
-# Generated from src/hf_neutreno/neutreno_term.py by `python tests/copies.py`: edit the source, not this copy.
 """NeuTRENO's term (Nguyen, Nguyen, Baraniuk, NeurIPS 2023, eq. 26), ``U = A V + λ (V_0 − V)``, added to an
 attention backend's output, with its training memory kept at the plain model's.
 
-The one implementation of the term: `value_path.py` (any transformers model) and this package's own models use it.
-Both travel with their checkpoints as flat folders, and each imports it as its sibling, so the file exists twice:
-``src/hf_neutreno/neutreno_term.py`` is the source, and ``src/hf_neutreno/models/neutreno_term.py`` a copy generated
-from it (``python tests/copies.py``; a test fails while they differ). It imports only torch.
+The one implementation of the term: this package's models and `value_path.py` (any transformers model) import it as
+their flat sibling, and it travels with the checkpoints of both. It imports only torch.
 
 Memory: the output with the term is what the next operation (the output projection) keeps for its backward pass, and
 the backend keeps its own output without the term (SDPA's backward reads it). Instead of both, the backend's copy is

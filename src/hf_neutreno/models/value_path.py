@@ -1,0 +1,1146 @@
+"""NeuTRENO, the value residual and twicing on any transformers model, in one call: `apply_value_path(model, method)`.
+
+The first two reuse the values V_0 of a model's first attention layer in every later layer ℓ, per head:
+
+- ``"neutreno"`` (Nguyen, Nguyen, Baraniuk, "Mitigating Over-smoothing in Transformers via Regularized Nonlocal
+  Functionals", NeurIPS 2023): the attention output becomes ``U_ℓ = A_ℓ V_ℓ + λ (V_0 − V_ℓ)``, the term added before
+  the heads are merged and projected.
+- ``"value_residual"`` (Zhou et al., "Value Residual Learning", ACL 2025, ResFormer): layer ℓ attends over
+  ``(1 − α) V_ℓ + α V_0`` instead of ``V_ℓ``, the mix made before attention.
+- ``"twicing"`` (Abdullaev & Nguyen, "Transformer Meets Twicing: Harnessing Unattended Residual Information", ICLR
+  2025): ``U_ℓ = A_ℓ V_ℓ + c A_ℓ (V_ℓ − A_ℓ V_ℓ)``, the layer's attention applied again to what it left unattended;
+  it needs no V_0, so layer 0 may take it too.
+
+``learnable=True`` makes λ (or α) one trainable scalar per layer, initialised at the given value, as modded-nanogpt
+learns its value-residual mix. V_0 is taken in the same forward pass and is not detached.
+
+How it works: every transformers 5 model calls attention through ``ALL_ATTENTION_FUNCTIONS``. `apply_value_path`
+registers one more implementation, ``"value_path-<inner>"`` (with `AttentionInterface.register` and the inner's mask
+function with `AttentionMaskInterface.register`), that wraps the model's own backend (``<inner>``: eager, sdpa,
+flex_attention or any registered function), numbers the self-attention layers, and adds a forward pre-hook that hands
+every call of the model a fresh context object in which layer 0 leaves its values for the later layers. It lives exactly
+as long as the forward pass (and the gradient-checkpointing recompute that belongs to it), so caches, gradient
+checkpointing, DDP and several adapted models in one process need no other state.
+
+The model's class becomes ``ValuePath<Class>``, a subclass that adapts itself in ``__init__`` from
+``config.value_path``, so `save_pretrained` stores the settings in the config, copies this file next to the weights
+and records it in ``auto_map``: ``AutoModel*.from_pretrained(folder, trust_remote_code=True)`` loads the adapted model
+where this package is not installed. This file imports only torch, transformers and its flat siblings
+`neutreno_term.py` (the term, shared with this package's models) and `value_path_defaults.py`, copied with it.
+"""
+
+import copy
+import dataclasses
+import inspect
+import math
+import numbers
+import operator
+import sys
+
+import torch
+import transformers
+from torch import nn
+from transformers import AttentionInterface, AttentionMaskInterface, PreTrainedModel
+from transformers import initialization as init
+from transformers.cache_utils import Cache
+from transformers.conversion_mapping import get_model_conversion_mapping
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.models.auto import modeling_auto
+from transformers.utils import logging
+
+from .neutreno_term import SavedForBackward, attention_with_neutreno_term, may_recompute_saved
+from .value_path_defaults import DEFAULT_COEFFICIENTS
+
+try:  # transformers 5 records `output_hidden_states` per model class, registered in PreTrainedModel.__init__
+    from transformers.utils.output_capturing import _CAN_RECORD_REGISTRY
+except ImportError:  # older or newer layouts: nothing to register
+    _CAN_RECORD_REGISTRY = None
+
+logger = logging.get_logger(__name__)
+
+METHODS = ("neutreno", "value_residual", "twicing")
+
+ATTENTION_PREFIX = "value_path-"  # registered implementation names: "value_path-sdpa", "value_path-eager", ...
+CONTEXT_KWARG = "value_path_context"  # the per-call `_ForwardContext`, handed to every attention call as a keyword
+LAYER_ATTRIBUTE = "value_path_layer"  # on each adapted self-attention module: its layer number, 0 = the first
+GATE_ATTRIBUTE = "value_path_gate"  # learnable="gate": on each gated attention module, Linear(hidden → kv heads)
+GATE = "gate"  # `learnable`'s third value: α per token and head, sigmoid(W x + b) of the layer's input x
+COEFFICIENT_ATTRIBUTE = "value_path_coefficient"  # learnable=True: on each adapted attention module, its scalar
+# The modules a value path trains, by the attribute names PEFT matches: `LoraConfig(modules_to_save=PEFT_MODULES)`.
+PEFT_MODULES = (COEFFICIENT_ATTRIBUTE, GATE_ATTRIBUTE)
+# Earlier checkpoints kept the learnable scalars as one vector on the outermost model; loading converts it.
+OLD_COEFFICIENTS = "value_path_coefficients"
+# Every adapted model carries this empty buffer in its weights, so that a load which builds the plain class (without
+# trust_remote_code, or a concrete class such as GPT2LMHeadModel) lists it as an UNEXPECTED key in transformers' load
+# report: the value path is not running. A fixed coefficient would otherwise leave no trace in the weights. The
+# report shows only the key, so the key says what to do. Checkpoints until 2026-11-28 carry it as OLD_MARKER.
+MARKER = "value_path_applied__load_with_trust_remote_code"
+OLD_MARKER = "value_path_applied"
+CLASS_PREFIX = "ValuePath"
+
+# Auto classes a saved model can name in `auto_map`, most specific first, with transformers' public name tables.
+_AUTO_CLASSES = (
+    ("AutoModelForCausalLM", "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"),
+    ("AutoModelForMaskedLM", "MODEL_FOR_MASKED_LM_MAPPING_NAMES"),
+    ("AutoModelForSequenceClassification", "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES"),
+    ("AutoModelForTokenClassification", "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES"),
+    ("AutoModelForQuestionAnswering", "MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES"),
+    ("AutoModelForMultipleChoice", "MODEL_FOR_MULTIPLE_CHOICE_MAPPING_NAMES"),
+    ("AutoModelForImageClassification", "MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES"),
+    ("AutoModelForMaskedImageModeling", "MODEL_FOR_MASKED_IMAGE_MODELING_MAPPING_NAMES"),
+    ("AutoModel", "MODEL_MAPPING_NAMES"),
+    ("AutoModelForPreTraining", "MODEL_FOR_PRETRAINING_MAPPING_NAMES"),
+)
+
+
+# --- public API ---------------------------------------------------------------------------------------------------
+
+
+def apply_value_path(
+    model: PreTrainedModel,
+    method: str,
+    coefficient: float | None = None,
+    *,
+    learnable: bool | str = False,
+    layers: list[int] | None = None,
+) -> PreTrainedModel:
+    """Adapt a built transformers model in place to NeuTRENO or the value residual, and return it.
+
+    Args:
+        model: a transformers `PreTrainedModel` whose self-attention goes through transformers' attention interface
+            (Llama, Qwen2, GPT-2, BERT, ViT, DeiT, ...), pretrained or not.
+        method: ``"neutreno"`` (U_ℓ = A_ℓ V_ℓ + λ (V_0 − V_ℓ)), ``"value_residual"`` (attend over
+            (1 − α) V_ℓ + α V_0) or ``"twicing"`` (U_ℓ = A_ℓ V_ℓ + c A_ℓ (V_ℓ − A_ℓ V_ℓ)).
+        coefficient: λ for NeuTRENO (default 0.4, a finite number >= 0; 0 computes the unmodified model), α for
+            the value residual (default 0.5, in [0, 1]; 0 computes the unmodified model), or c for twicing
+            (default 1, the paper's (2A − A²) V; >= 0, 0 computes the unmodified model; not learnable).
+        learnable: one trainable scalar per adapted layer, initialised at `coefficient`: a `LayerCoefficient` named
+            ``value_path_coefficient`` on each adapted attention module (`learned_coefficients(model)` reads them in
+            increasing layer order, that of ``config.value_path["layers"]``, stored sorted). A learnable α is used
+            clamped to [0, 1], so that a value moved outside by training or by hand still computes a mix (and the
+            saved model computes the same); its gradient passes straight through the clamp, so that a value pushed
+            outside can come back.
+            ``learnable="gate"`` (value residual only): α per token and key/value head, ``sigmoid(W x + b)`` of the
+            layer's attention input x (x-transformers' learned value-residual mix), a ``Linear`` named
+            ``value_path_gate`` on each adapted attention module; W starts at 0 and b at logit(α), so that the model
+            starts as the fixed-α one. PEFT trains and saves the scalars and the gates beside LoRA with
+            ``LoraConfig(..., modules_to_save=PEFT_MODULES)``.
+        layers: the self-attention layers (0-based) that get the rule; default every layer after the first. Layer 0
+            is where V_0 comes from, so it is never one of them, except for twicing (default: every layer).
+
+    The settings are stored in ``model.config.value_path``; they cannot change afterwards (call `remove_value_path`
+    and adapt again). The model's class becomes ``ValuePath<Class>``, a subclass, so that the saved checkpoint loads
+    adapted with ``trust_remote_code=True``. Raises `ValueError` for what it cannot adapt exactly (see
+    docs/value-path.md): attention outside the interface, several attention stacks (encoder-decoders), sliding-window
+    layers, flash-attention backends, a model already adapted.
+    """
+    _refuse_unadaptable_model(model)
+    # This package's own models (NeuTRENO built in, here off) adapt in memory; only transformers' classes can be saved.
+    auto_class = _auto_class_of(type(model)) if _is_transformers_class(type(model)) else None
+    attention_layers, _ = _check_adaptable(model)  # everything is checked before anything changes
+    settings = check_settings(method, coefficient, learnable, layers, len(attention_layers))
+    _own_config(model)
+    model.config.value_path = settings
+    model.__class__ = value_path_class(type(model), auto_class)
+    if _CAN_RECORD_REGISTRY is not None:  # as __init__ would have registered the new class (hidden states, attentions)
+        _CAN_RECORD_REGISTRY[model] = model._can_record_outputs
+    _adapt(model)
+    return model
+
+
+def _refuse_unadaptable_model(model) -> None:
+    """`ValueError` for a model that `apply_value_path` cannot take as it is, whatever the settings."""
+    if not isinstance(model, PreTrainedModel):
+        raise ValueError(
+            f"apply_value_path adapts a transformers PreTrainedModel, got {type(model).__name__}; adapt the model "
+            "before wrapping it (PEFT, DDP, torch.compile)."
+        )
+    name = type(model).__name__
+    if is_value_path_model(model):
+        raise ValueError(
+            f"{name} is already adapted (config.value_path = {model.config.value_path}); call "
+            "remove_value_path(model) first to adapt it with other settings."
+        )
+    if getattr(model.config, "value_path", None) is not None:
+        raise ValueError(
+            f"{name}'s config has `value_path` = {model.config.value_path} but the model is not adapted: it was "
+            "loaded from an adapted checkpoint without `trust_remote_code=True`, which builds the plain model. "
+            "Load it again with `trust_remote_code=True`, or delete `config.value_path` to start afresh."
+        )
+    _refuse_built_in_term(model)
+
+
+def _own_config(model: PreTrainedModel) -> None:
+    """Give the model a config object of its own before the settings go into it: models built from one config object
+    share it, and the settings of one would otherwise appear on the other (which then refused to be adapted)."""
+    shared = model.config
+    own = copy.deepcopy(shared)
+    for module in model.modules():
+        if getattr(module, "config", None) is shared:
+            module.config = own
+
+
+def remove_value_path(model: PreTrainedModel) -> PreTrainedModel:
+    """Undo `apply_value_path` in place (also on a model loaded adapted): the original class, attention
+    implementation and config, without the learnable coefficients. Returns the model."""
+    if not is_value_path_model(model):
+        raise ValueError(f"{type(model).__name__} is not adapted with apply_value_path: nothing to remove.")
+    for handle in model._value_path_hooks:
+        handle.remove()
+    del model._value_path_hooks
+    for module in model.modules():
+        if hasattr(module, LAYER_ATTRIBUTE):
+            delattr(module, LAYER_ATTRIBUTE)
+        for name in PEFT_MODULES:
+            if name in module._modules:
+                delattr(module, name)
+    delattr(model, MARKER)
+    inner = _inner_implementation(model)
+    model.__class__ = type(model)._value_path_base
+    model.set_attn_implementation(inner)
+    del model.config.value_path
+    auto_map = {k: v for k, v in (getattr(model.config, "auto_map", None) or {}).items() if not _is_ours(v)}
+    if auto_map:
+        model.config.auto_map = auto_map
+    elif hasattr(model.config, "auto_map"):
+        del model.config.auto_map
+    return model
+
+
+def is_value_path_model(model) -> bool:
+    """Whether `model` is adapted by `apply_value_path` (or loaded adapted)."""
+    return hasattr(type(model), "_value_path_base")
+
+
+def coefficient_parameters(model: nn.Module) -> list[nn.Parameter]:
+    """The learnable coefficients of `model` (``learnable=True``; a PEFT model's active adapter's under
+    ``modules_to_save``), one scalar parameter per adapted layer, in increasing layer order; empty for fixed ones."""
+    holders = [
+        (getattr(module, LAYER_ATTRIBUTE), getattr(module, COEFFICIENT_ATTRIBUTE))
+        for module in model.modules()
+        if COEFFICIENT_ATTRIBUTE in module._modules and hasattr(module, LAYER_ATTRIBUTE)
+    ]
+    return [holder() for _, holder in sorted(holders, key=operator.itemgetter(0))]
+
+
+def learned_coefficients(model: nn.Module) -> list[float] | None:
+    """The learnable coefficient of each adapted layer as the forward pass uses it, as floats, in increasing layer
+    order (entry i belongs to the i-th smallest of ``config.value_path["layers"]``): λ clamped to λ ≥ 0, α to [0, 1]
+    (`_forward_coefficients`). None where the coefficients are not learnable."""
+    parameters = coefficient_parameters(model)
+    if not parameters:
+        return None
+    settings = getattr(getattr(model, "config", None), "value_path", None) or {}
+    upper = 1.0 if settings.get("method") == "value_residual" else math.inf
+    values = [float(p.item()) for p in parameters]
+    return [min(max(value, 0.0), upper) if math.isfinite(value) else value for value in values]
+
+
+def check_coefficients(state: dict[str, torch.Tensor]) -> None:
+    """`ValueError` naming every learnable coefficient or gate weight of a state dict (or `named_parameters`) that
+    holds NaN or an infinity: a model with one gives NaN outputs, so it is refused where it is loaded or saved."""
+    bad = [
+        name
+        for name, tensor in state.items()
+        if any(f".{module}." in f".{name}" for module in PEFT_MODULES)
+        and tensor.is_floating_point()
+        and not bool(torch.isfinite(tensor).all())
+    ]
+    if bad:
+        raise ValueError(
+            f"Value-path coefficients that are not finite (NaN or infinite): {bad}. Such a model gives NaN outputs; "
+            "the training that wrote them diverged (lower the coefficients' learning rate), or the file is damaged."
+        )
+
+
+def value_path_parameters(model: nn.Module) -> dict[str, nn.Parameter]:
+    """The parameters a value path adds to `model` by name (learnable coefficients and gates): those PEFT's
+    ``modules_to_save=PEFT_MODULES`` trains, and which a model's other weights do not include."""
+    return {
+        name: parameter
+        for name, parameter in model.named_parameters()
+        if any(f".{module}." in f".{name}" for module in PEFT_MODULES)
+    }
+
+
+class LayerCoefficient(nn.Module):
+    """One adapted layer's learnable λ or α, a module of its own on the layer's attention module so that PEFT's
+    ``modules_to_save`` can name it, as it names the gates. Calling it gives the parameter (through PEFT's wrapper:
+    the active adapter's copy)."""
+
+    def __init__(self, value: float, dtype=None, device=None):
+        super().__init__()
+        self.value = nn.Parameter(torch.tensor(value, dtype=dtype, device=device))
+
+    def forward(self) -> torch.Tensor:
+        return self.value
+
+
+def check_settings(method, coefficient, learnable, layers, num_layers: int) -> dict:
+    """The settings as ``config.value_path`` stores them, or `ValueError` naming the bad argument."""
+    if method not in METHODS:
+        raise ValueError(f"`method` must be one of {list(METHODS)}, got {method!r}.")
+    symbol = {"neutreno": "λ", "value_residual": "α", "twicing": "the weight of A (V − A V)"}[method]
+    if coefficient is None:
+        coefficient = DEFAULT_COEFFICIENTS[method]
+    number = _as_real(coefficient)
+    if number is None or not math.isfinite(number):
+        raise ValueError(f"`coefficient` ({symbol} of {method!r}) must be a finite number, got {coefficient!r}.")
+    coefficient = number
+    if method == "neutreno" and coefficient < 0:
+        raise ValueError(f"`coefficient` (λ of 'neutreno') must be >= 0 (0 is the plain model), got {coefficient}.")
+    if method == "value_residual" and not 0 <= coefficient <= 1:
+        raise ValueError(
+            f"`coefficient` (α of 'value_residual') must be in [0, 1] (V_0's weight in the mix), got {coefficient}."
+        )
+    if method == "twicing" and coefficient < 0:
+        raise ValueError(f"`coefficient` (twicing's weight) must be >= 0 (0 is the plain model), got {coefficient}.")
+    if method == "twicing" and learnable is not False:
+        raise ValueError(f"'twicing' takes no learnable coefficient (`learnable=False`), got {learnable!r}.")
+    if not (isinstance(learnable, bool) or learnable == GATE):
+        raise ValueError(f"`learnable` must be True, False or {GATE!r}, got {learnable!r}.")
+    if learnable == GATE and (method != "value_residual" or not 0 < coefficient < 1):
+        raise ValueError(
+            f"`learnable={GATE!r}` is a value-residual mix α = sigmoid(W x + b), which starts at `coefficient` "
+            f"strictly inside (0, 1); got method {method!r} and coefficient {coefficient}."
+        )
+    lowest = 0 if method == "twicing" else 1  # twicing needs no V_0, so layer 0 may take it too
+    if num_layers < lowest + 1:
+        raise ValueError(f"A value path needs at least {lowest + 1} self-attention layers, the model has {num_layers}.")
+    if layers is None:
+        layers = list(range(lowest, num_layers))
+    if isinstance(layers, (str, bytes)) or not hasattr(layers, "__iter__"):
+        raise ValueError(f"`layers` must be a list of layer indices, got {layers!r}.")
+    layers = [_as_index(i) for i in layers]
+    bad = [i for i in layers if not isinstance(i, int) or not lowest <= i < num_layers]
+    if bad or not layers or len(set(layers)) != len(layers):
+        why = "" if lowest == 0 else " (layer 0 provides V_0)"
+        raise ValueError(
+            f"`layers` must list distinct self-attention layers in {lowest}..{num_layers - 1}{why}, got {layers}."
+        )
+    return {"method": method, "coefficient": float(coefficient), "learnable": learnable, "layers": sorted(layers)}
+
+
+def _as_real(value) -> float | None:
+    """A real number of any numeric type (Python, NumPy, a one-element tensor) as a float; None for anything else
+    (booleans and strings included)."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1 or value.dtype == torch.bool or value.is_complex():
+            return None
+        return float(value.item())
+    if isinstance(value, (bool, str, bytes)) or type(value).__name__ == "bool_" or not isinstance(value, numbers.Real):
+        return None
+    return float(value)
+
+
+def _as_index(value):
+    """An integer of any integer type (Python, NumPy, a one-element integer tensor) as an int; else the value as it
+    is, for the error message."""
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
+        return value
+    try:
+        return operator.index(value)
+    except TypeError:
+        return value
+
+
+def self_attention_layers(model: nn.Module) -> list[nn.Module]:
+    """The self-attention modules of `model`'s one stack of layers, in layer order (cross-attention left out).
+
+    Raises `ValueError` if the model's attention does not go through transformers' attention interface, or if it
+    has several stacks (an encoder and a decoder, two towers) or a layer with several self-attention modules.
+    """
+    name = type(model).__name__
+    if getattr(getattr(model, "config", None), "is_encoder_decoder", False):
+        raise ValueError(
+            f"{name} is an encoder-decoder: each stack would need its own V_0, which a value path does not do."
+        )
+    lists = {path for path, module in model.named_modules() if isinstance(module, nn.ModuleList)}
+    stacks: dict[str, dict[int, list[str]]] = {}
+    for path, module in interface_attention_modules(model):
+        if _is_cross_attention(module):
+            continue
+        parts = path.split(".")
+        # the innermost ModuleList above the module: its entry is the module's layer
+        for cut in range(len(parts) - 1, 0, -1):
+            if ".".join(parts[:cut]) in lists and parts[cut].isdigit():
+                stacks.setdefault(".".join(parts[:cut]), {}).setdefault(int(parts[cut]), []).append(path)
+                break
+        else:
+            raise ValueError(f"{name}: the attention module {path!r} is not in a list of layers.")
+    if not stacks:
+        raise ValueError(
+            f"{name}'s attention does not go through transformers' attention interface (no module calls "
+            "`ALL_ATTENTION_FUNCTIONS.get_interface`), so a value path cannot reach it."
+        )
+    if len(stacks) > 1:
+        raise ValueError(
+            f"{name} has self-attention in {len(stacks)} stacks of layers ({', '.join(sorted(stacks))}); a value "
+            "path needs one stack, whose first layer provides V_0. Adapt the sub-model that holds one stack."
+        )
+    ((stack_path, entries),) = stacks.items()
+    stack = model.get_submodule(stack_path)
+    crowded = sorted(i for i, paths in entries.items() if len(paths) > 1)
+    if crowded or sorted(entries) != list(range(len(stack))):
+        raise ValueError(
+            f"{name}: every layer of {stack_path!r} must have exactly one self-attention module (layers with one or "
+            f"more: {sorted(entries)} of {len(stack)}; with several: {crowded})."
+        )
+    return [model.get_submodule(entries[i][0]) for i in range(len(stack))]
+
+
+def interface_attention_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """(path, module) of every module that calls transformers' attention interface (self and cross), in model order.
+
+    Found by structure where the model declares its attention: the classes under "attentions" and "cross_attentions"
+    in the ``_can_record_outputs`` of its `PreTrainedModel` levels (a class, an `OutputRecorder`'s target, or a list
+    of them). A declared module calls the interface itself, unless it wraps the module that does (DeiT's
+    `DeiTAttention` holds `DeiTSelfAttention` and the output projection): a wrapper has no ``is_causal``, the attribute
+    the interface's functions read from the module they are handed, and descendants that have it, the outermost of
+    which are taken instead. Either way the class's file must import ``ALL_ATTENTION_FUNCTIONS``.
+
+    The fallback, only for a model that declares no attention class (Bloom, for one): the modules whose forward's
+    source text calls ``ALL_ATTENTION_FUNCTIONS.get_interface(``.
+    """
+    declared = _declared_attention_classes(model)
+    if not declared:
+        return _attention_modules_by_source(model)
+    found: dict[str, nn.Module] = {}
+    for path, module in model.named_modules():
+        if isinstance(module, declared):
+            found.update((name, inner) for name, inner in _interface_module(path, module) if _imports_interface(inner))
+    return list(found.items())
+
+
+def _declared_attention_classes(model: nn.Module) -> tuple[type, ...]:
+    """The attention classes the model's `PreTrainedModel` levels declare in ``_can_record_outputs``."""
+    classes = []
+    for level in model.modules():
+        if not isinstance(level, PreTrainedModel):
+            continue
+        recorded = getattr(level, "_can_record_outputs", None) or {}
+        for key in ("attentions", "cross_attentions"):
+            entries = recorded.get(key, [])
+            for entry in entries if isinstance(entries, (list, tuple)) else [entries]:
+                target = getattr(entry, "target_class", entry)  # an OutputRecorder names its class
+                if isinstance(target, type) and target not in classes:
+                    classes.append(target)
+    return tuple(classes)
+
+
+def _interface_module(path: str, module: nn.Module) -> list[tuple[str, nn.Module]]:
+    """The declared `module`, unless it is a wrapper: no ``is_causal`` of its own, but descendants that carry it (then
+    the outermost of those)."""
+    if hasattr(module, "is_causal"):
+        return [(path, module)]
+    found = []
+    for name, inner in module.named_modules(prefix=path):
+        if hasattr(inner, "is_causal") and not any(name.startswith(outer + ".") for outer, _ in found):
+            found.append((name, inner))
+    return found or [(path, module)]
+
+
+def _imports_interface(module: nn.Module) -> bool:
+    return hasattr(sys.modules.get(type(module).__module__), "ALL_ATTENTION_FUNCTIONS")
+
+
+def _attention_modules_by_source(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """The fallback for a model that declares no attention class: modules whose forward's source text calls the
+    attention interface."""
+    calls_interface: dict[type, bool] = {}
+    found = []
+    for path, module in model.named_modules():
+        kind = type(module)
+        if kind not in calls_interface:
+            try:
+                calls_interface[kind] = "ALL_ATTENTION_FUNCTIONS.get_interface(" in inspect.getsource(kind.forward)
+            except (OSError, TypeError):
+                calls_interface[kind] = False
+        if calls_interface[kind]:
+            found.append((path, module))
+    return found
+
+
+def attention_function(module: nn.Module, implementation: str):
+    """The attention function a module calls for `implementation`; "eager" is the one in the module's own file."""
+    if implementation == "eager":
+        return sys.modules[type(module).__module__].eager_attention_forward
+    return ALL_ATTENTION_FUNCTIONS[implementation]
+
+
+def register_value_path_attention(inner: str) -> str:
+    """Register ``"value_path-<inner>"`` (attention and mask) and return the name; registering again is harmless."""
+    name = ATTENTION_PREFIX + inner
+    AttentionInterface.register(name, _ValuePathAttention(inner))
+    if inner in ALL_MASK_ATTENTION_FUNCTIONS:  # else no mask, as for the inner implementation itself
+        AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS[inner])
+    return name
+
+
+# --- the attention function ---------------------------------------------------------------------------------------
+
+
+class _ValuePathAttention:
+    """The registered function of ``"value_path-<inner>"``: the rule around the inner backend.
+
+    Called as every attention function, with q/k/v as (batch, heads, tokens, head_dim) (V with the key/value heads
+    under grouped-query attention, after the KV-cache update) and returning (batch, queries, heads, head_dim).
+    """
+
+    def __init__(self, inner: str):
+        self.inner = inner
+
+    def __call__(self, module, query, key, value, attention_mask, *args, **kwargs):
+        context = kwargs.pop(CONTEXT_KWARG, None)
+        attention = attention_function(module, self.inner)
+
+        def run(values=value, target=module, keys=key):
+            """The inner backend's call, with other values (and, for twicing's second call, module and keys)."""
+            return attention(target, query, keys, values, attention_mask, *args, **kwargs)
+
+        layer = getattr(module, LAYER_ATTRIBUTE, None)
+        if layer is None:  # cross-attention of an adapted model
+            return run()
+        _check_context(context, module, layer)
+        if context.method == "twicing":
+            return _twicing(run, context, module, query, key, value) if layer in context.layers else run()
+        if layer == 0:
+            context.first_values = value
+            return run()
+        if layer not in context.layers:
+            return run()
+        first = _first_values(context, layer, value)
+        coefficient = context.coefficient
+        if isinstance(coefficient, tuple):  # learnable: this layer's own
+            coefficient = coefficient[context.layers[layer]].to(value.dtype)
+        if context.method == "neutreno":
+            return attention_with_neutreno_term(
+                run, first, value, coefficient, past=context.past, recompute_saved=context.recompute_saved
+            )
+        if layer in context.gates:  # α per token and key/value head, for this call's tokens
+            coefficient = context.gates[layer].transpose(1, 2).unsqueeze(-1).to(value.dtype)  # (batch, kv, q, 1)
+        return _value_residual(run, context, layer, query, value, first, coefficient)
+
+
+def _check_context(context, module, layer: int) -> None:
+    """An adapted layer runs inside its model's forward, with gradients as that forward had them."""
+    if context is None:
+        raise RuntimeError(
+            f"{type(module).__name__} (value-path layer {layer}) was called without `{CONTEXT_KWARG}`: the "
+            "model did not hand its keyword arguments down to its attention, or the layer was called outside "
+            "the adapted model's forward."
+        )
+    if context.grad_enabled and not torch.is_grad_enabled():
+        raise RuntimeError(
+            "Gradient checkpointing with use_reentrant=True runs layer 0 without gradients, so V_0 would lose "
+            "the gradient it gets from later layers. Enable it with use_reentrant=False, transformers' default: "
+            "`model.activation_checkpointing_enable()` (Trainer: leave `activation_checkpointing_kwargs` unset)."
+        )
+
+
+def _first_values(context, layer: int, value: torch.Tensor) -> torch.Tensor:
+    """V_0 of this forward pass, which layer `layer`'s values must line up with."""
+    first = context.first_values
+    if first is None:
+        raise RuntimeError(f"Value-path layer {layer} ran before layer 0 in this forward pass.")
+    if first.shape != value.shape:
+        raise ValueError(
+            f"Layer {layer}'s values have shape {tuple(value.shape)} but layer 0's {tuple(first.shape)}: a value "
+            "path needs the same key/value heads, head size and cached length in every layer."
+        )
+    return first
+
+
+def _value_residual(run, context, layer, query, value, first, coefficient):
+    """Attention over ``(1 − α) V_ℓ + α V_0`` (exactly V_ℓ at α = 0). `coefficient`: α as a number, a learnable scalar,
+    or (a gate) one per token and key/value head of this call's tokens, (batch, kv heads, queries, 1).
+
+    The mix is token-wise, so a KV cache may hold mixed values. `context.mixed_rows[layer]` counts the leading rows of
+    the cache's tensor that do: without gradients, the rows not mixed yet (this call's, and those of a call that ran
+    with gradients or before the model made its cache) are mixed there, in place, so that generation costs O(d) per new
+    token and layer instead of a pass over the whole cache. With gradients nothing is written into the cache."""
+    start, end = context.past, context.past + query.shape[-2]
+    mixed = min(context.mixed_rows.get(layer, 0), start)  # a cropped cache keeps fewer rows
+    alpha = coefficient
+    per_row = isinstance(coefficient, torch.Tensor) and coefficient.dim() > 0
+    if per_row and mixed < start:  # a gate's α of the earlier rows that are not mixed yet, kept beside the cache
+        pending = context.gate_rows.get(layer)
+        if pending is None or pending.shape[-2] < start - mixed:
+            raise RuntimeError(
+                f"Layer {layer}: a gated value residual needs α of the {start - mixed} cached tokens it has not mixed "
+                "yet, which this cache does not carry (a cache made by another model, or one that does not return "
+                "what it stores, such as a quantised one). Generate with a DynamicCache or StaticCache."
+            )
+        alpha = torch.cat([pending.narrow(-2, 0, start - mixed).to(coefficient.dtype), coefficient], dim=-2)
+    if context.mix_in_cache and not torch.is_grad_enabled():
+        value.narrow(-2, mixed, end - mixed).lerp_(first.narrow(-2, mixed, end - mixed), alpha)
+        context.mixed_rows[layer] = end
+        context.gate_rows.pop(layer, None)
+        return run()
+    if per_row:
+        context.gate_rows[layer] = alpha.detach()  # rows mixed..end, for a later call that mixes them in the cache
+    if mixed or (per_row and end != value.shape[-2]):
+        # Rows before `mixed` hold the mix already; rows after `end` (a static cache's free slots) are zeros.
+        rest = value.shape[-2] - end
+        mix = torch.lerp(value.narrow(-2, mixed, end - mixed), first.narrow(-2, mixed, end - mixed), alpha)
+        return run(torch.cat([value.narrow(-2, 0, mixed), mix, value.narrow(-2, end, rest)], dim=-2))
+    if not isinstance(alpha, torch.Tensor):
+        return run(torch.lerp(value, first, alpha))
+    # A learnable α keeps V_ℓ and V_0 for its gradient, beside the backend's copy of the mix: that copy is rebuilt
+    # from them in the backward pass instead.
+    mixed_values = torch.lerp(value, first, alpha) if per_row else _Lerp.apply(value, first, alpha)
+    return _attend_over_mix(run, context, mixed_values, value, first, alpha)
+
+
+def _attend_over_mix(run, context, mixed, value, first, coefficient):
+    """``run(mixed)``, the backend's saved copy of the mix rebuilt from V_ℓ, V_0 and α in the backward pass (where
+    the context allows it) instead of kept."""
+    if not (context.recompute_saved and may_recompute_saved()):
+        return run(mixed)
+    saved = SavedForBackward()
+    with saved.hooks():
+        result = run(mixed)
+    saved.recompute(mixed, _lerp_into, value, first, coefficient)
+    return result
+
+
+def _lerp_into(out, value, first, coefficient):
+    torch.lerp(value, first, coefficient, out=out)
+
+
+class _OneGroup:
+    """An attention module seen with one query head per key/value head: the second attention call of twicing hands
+    over keys and values already repeated per query head, which the backend must not repeat again."""
+
+    num_key_value_groups = 1
+
+    def __init__(self, module):
+        self.__dict__["_module"] = module
+
+    def __getattr__(self, name):
+        return getattr(self.__dict__["_module"], name)
+
+
+def _twicing(run, context, module, query, key, value):
+    """Twicing attention (Abdullaev & Nguyen, ICLR 2025): ``A V + c A (V − A V)`` with the layer's own attention
+    matrix A, computed as a second call of the backend on the same queries and keys, whose values are the residual
+    ``V − A V`` per query head. In generation, A V of the earlier tokens is kept per layer beside the KV cache (the
+    residual needs it at every key), and this call's rows are added to it."""
+    layer = getattr(module, LAYER_ATTRIBUTE)
+    output, *rest = run()  # (batch, q, heads, d)
+    heads, kv_heads = query.shape[1], key.shape[1]
+    attended = output.transpose(1, 2)  # A V at this call's tokens: (batch, heads, q, d)
+    start, length, keys = context.past, query.shape[-2], value.shape[-2]
+    if start == 0 and length == keys:
+        history = attended
+    else:
+        history = context.twicing_history.get(layer)
+        if history is None or history.shape[-2] < keys:  # a dynamic cache grows; a static one holds its buffer
+            grown = attended.new_zeros(*attended.shape[:2], keys, attended.shape[-1])
+            if history is not None:
+                grown[..., : history.shape[-2], :] = history
+            history = grown
+        history[..., start : start + length, :] = attended
+    context.twicing_history[layer] = history
+    group = heads // kv_heads
+    values = value.repeat_interleave(group, dim=1) if group > 1 else value
+    keys_per_head = key.repeat_interleave(group, dim=1) if group > 1 else key
+    second, *_ = run(values - history, _OneGroup(module), keys_per_head)
+    return (torch.add(output, second, alpha=context.coefficient), *rest)
+
+
+class _Lerp(torch.autograd.Function):
+    """``torch.lerp(V_ℓ, V_0, α)`` for a learnable α, with the gradients in fewer kernels than autograd's."""
+
+    @staticmethod
+    def forward(ctx, value, first, coefficient):
+        ctx.save_for_backward(value, first, coefficient)
+        return torch.lerp(value, first, coefficient)
+
+    @staticmethod
+    def backward(ctx, grad):
+        value, first, coefficient = ctx.saved_tensors
+        grad_first = grad * coefficient
+        grad_coefficient = None
+        if ctx.needs_input_grad[2]:
+            grad_coefficient = torch.sum(grad * (first - value), dtype=torch.float32).to(coefficient.dtype)
+        return grad - grad_first, grad_first, grad_coefficient
+
+
+def _begin_forward(model, settings, attention_modules, checkpointing, module, args, kwargs):
+    """Forward pre-hook of every PreTrainedModel level: the outermost call gets a fresh context for its layers."""
+    if CONTEXT_KWARG in kwargs:  # an outer level of the same call made it
+        return None
+    if getattr(model.config, "value_path", None) != settings:
+        raise ValueError(
+            f"config.value_path changed from {settings} to {getattr(model.config, 'value_path', None)} after the "
+            "model was adapted; call remove_value_path(model) and apply_value_path again to change it."
+        )
+    _refuse_built_in_term(model)
+    implementation = model.config._attn_implementation
+    if not implementation.startswith(ATTENTION_PREFIX):
+        raise ValueError(
+            f"The attention implementation was set to {implementation!r} after the model was adapted, which would "
+            "run it without its value path. To change the backend: remove_value_path(model), "
+            "model.set_attn_implementation(...), then apply_value_path again."
+        )
+    cache = kwargs.get("cache")
+    if cache is None:
+        cache = kwargs.get("past_key_values")
+    if cache is None:
+        cache = next((arg for arg in args if isinstance(arg, Cache)), None)
+    kwargs[CONTEXT_KWARG] = _ForwardContext(
+        method=settings["method"],
+        coefficient=_forward_coefficients(settings, attention_modules),
+        layers={layer: position for position, layer in enumerate(settings["layers"])},
+        past=int(cache.get_seq_length()) if cache is not None else 0,
+        mix_in_cache=_returns_its_storage(cache),
+        grad_enabled=torch.is_grad_enabled(),
+        recompute_saved=_recompute_saved(checkpointing),
+        # twicing keeps A V of the earlier tokens with the KV cache that holds their keys and values
+        cache_given=cache is not None,
+        **{field: cache.__dict__.setdefault(key, {}) for field, key in _KEPT_WITH_CACHE.items() if cache is not None},
+    )
+    return args, kwargs
+
+
+# What a value path keeps beside a KV cache, between the calls that step it: context field -> attribute of the cache.
+_KEPT_WITH_CACHE = {
+    "mixed_rows": "_value_path_mixed_rows",
+    "gate_rows": "_value_path_gate_rows",
+    "twicing_history": "_value_path_twicing",
+}
+
+
+def _keep_with_cache(module, args, kwargs, output):
+    """Forward hook of every PreTrainedModel level: a cache that the model made itself in this call (none was handed
+    in) takes what the value path keeps beside it, so that a later call with that cache continues from it."""
+    context = kwargs.get(CONTEXT_KWARG)
+    if context is None or context.cache_given:
+        return None
+    if isinstance(output, dict):
+        cache = output.get("past_key_values")
+    else:
+        cache = next((item for item in output if isinstance(item, Cache)), None) if isinstance(output, tuple) else None
+    if isinstance(cache, Cache):
+        for field, key in _KEPT_WITH_CACHE.items():
+            cache.__dict__.setdefault(key, getattr(context, field))
+    return None
+
+
+@dataclasses.dataclass
+class _ForwardContext:
+    """What one forward pass of an adapted model hands to each of its attention layers (as `CONTEXT_KWARG`)."""
+
+    method: str  # "neutreno" or "value_residual"
+    coefficient: float | tuple  # the fixed one, or one tensor per adapted layer (`_forward_coefficients`)
+    layers: dict  # adapted layer -> its position among the coefficients
+    past: int  # tokens in the KV cache before this call's
+    mix_in_cache: bool  # the cache returns its own storage: generation mixes the new values there
+    grad_enabled: bool  # at the call (gradient checkpointing's recompute must match it)
+    recompute_saved: bool  # may swap the backend's saved tensors for a recipe (`_recompute_saved`)
+    cache_given: bool  # a KV cache came with the call (else the model may make one: `_keep_with_cache`)
+    first_values: torch.Tensor | None = None  # V_0, left by layer 0 for the later layers
+    gates: dict = dataclasses.field(default_factory=dict)  # learnable="gate": layer -> α, (batch, tokens, kv heads)
+    # Kept beside the KV cache (`_KEPT_WITH_CACHE`), per layer: how many rows of the cache's own tensor hold the value
+    # residual's mix; a gate's α of the rows after those; twicing's A V of every cached token.
+    mixed_rows: dict = dataclasses.field(default_factory=dict)
+    gate_rows: dict = dataclasses.field(default_factory=dict)
+    twicing_history: dict = dataclasses.field(default_factory=dict)
+
+
+# KV-cache layers whose `update` returns the tensors they store (so values mixed in place stay mixed for the next
+# tokens); other caches (quantised ones hand back a dequantised copy) get the whole mix at every token instead.
+_STORING_CACHE_LAYERS = ("DynamicLayer", "StaticLayer")
+
+
+def _returns_its_storage(cache) -> bool:
+    """The same answer at every step of a generation: a cache that makes its layers on first use (a `DynamicCache`
+    built without a config) is judged by the layer class it will make."""
+    layers = getattr(cache, "layers", None)
+    if layers:
+        return all(type(layer).__name__ in _STORING_CACHE_LAYERS for layer in layers)
+    future = getattr(cache, "layer_class_to_replicate", None)
+    return future is not None and future.__name__ in _STORING_CACHE_LAYERS
+
+
+def _forward_coefficients(settings, attention_modules):
+    """The coefficient of this forward pass: the fixed one, or the learnable ones as one scalar per layer. They are the
+    forward pass's own copy (the backward pass's recompute reads it; an optimizer step does not change it), stacked
+    from the layers' `LayerCoefficient`s (looked up at each call: PEFT may have wrapped them) and unbound: one kernel
+    each way per pass, not per layer. Each is clamped to the range a fixed one may take (λ ≥ 0; α in [0, 1], where the
+    mix is defined), with the gradient passed straight through the clamp: a coefficient at 0 (where a pretrained
+    model's starts) that a step pushes below 0 still learns, instead of staying there with no gradient."""
+    if settings["learnable"] is not True:  # fixed, or a gate (whose α the layers' hooks compute)
+        return settings["coefficient"]
+    values = torch.stack([getattr(module, COEFFICIENT_ATTRIBUTE)() for module in attention_modules])
+    upper = 1.0 if settings["method"] == "value_residual" else None  # λ ≥ 0, α in [0, 1]: a fixed one's range
+    return (values + (values.clamp(0.0, upper) - values).detach()).unbind()
+
+
+def _recompute_saved(checkpointing: list[nn.Module]) -> bool:
+    """Whether the layers may swap a tensor the backend saves for a recipe (`SavedForBackward`): only when there is a
+    backward pass, and not under torch.compile (which traces no saved-tensor hooks) or activation checkpointing (whose
+    own hooks must see every saved tensor, or it keeps them). `checkpointing`: the modules that can checkpoint (those
+    with the `gradient_checkpointing` attribute that `gradient_checkpointing_enable` sets), found when the model was
+    adapted rather than by walking every module at every forward pass."""
+    if not torch.is_grad_enabled() or torch.compiler.is_compiling():
+        return False
+    return not any(module.gradient_checkpointing for module in checkpointing)
+
+
+# --- adapting a model -----------------------------------------------------------------------------------------------
+
+
+def _adapt(model: PreTrainedModel) -> None:
+    """Adapt `model` to its ``config.value_path``: number the layers, add the hooks and the learnable coefficients,
+    switch the attention implementation."""
+    layers, inner = _check_adaptable(model)
+    stored = getattr(model.config, "value_path", None)
+    if not isinstance(stored, dict):
+        raise ValueError(f"{type(model).__name__} needs `config.value_path` (a dict), got {stored!r}.")
+    unknown = set(stored) - {"method", "coefficient", "learnable", "layers"}
+    if unknown:
+        raise ValueError(f"config.value_path has unknown keys {sorted(unknown)}.")
+    settings = check_settings(
+        stored.get("method"),
+        stored.get("coefficient"),
+        stored.get("learnable", False),
+        stored.get("layers"),
+        len(layers),
+    )
+    model.config.value_path = settings
+    for index, module in enumerate(layers):
+        setattr(module, LAYER_ATTRIBUTE, index)
+    reference = next((p for p in model.parameters() if p.is_floating_point()), None)
+    model.register_buffer(
+        MARKER, torch.empty(0, dtype=torch.bool, device=reference.device if reference is not None else None)
+    )
+    if settings["learnable"] is True:
+        # On the attention module of its layer, as the gates, so that PEFT's `modules_to_save` can name it.
+        reference = next((p for p in model.parameters() if p.is_floating_point()), None)
+        for layer in settings["layers"]:
+            coefficient = LayerCoefficient(
+                settings["coefficient"],
+                dtype=reference.dtype if reference is not None else None,
+                device=reference.device if reference is not None else None,
+            )
+            setattr(layers[layer], COEFFICIENT_ATTRIBUTE, coefficient)
+    if settings["learnable"] == GATE:
+        # On the attention module it gates, so that PEFT's `modules_to_save=["value_path_gate"]` trains and saves it.
+        reference = next((p for p in model.parameters() if p.is_floating_point()), None)
+        config = model.config.get_text_config()
+        kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+        for layer in settings["layers"]:
+            gate = nn.Linear(config.hidden_size, kv_heads, dtype=reference.dtype, device=reference.device)
+            _initialise_gate(gate, settings["coefficient"])
+            setattr(layers[layer], GATE_ATTRIBUTE, gate)
+    hook_settings = copy.deepcopy(settings)  # the hook's own copy: a change to the config is detected, not followed
+    adapted = [layers[layer] for layer in settings["layers"]]
+    levels = [level for level in model.modules() if isinstance(level, PreTrainedModel)]
+    model._value_path_hooks = [
+        level.register_forward_pre_hook(_Hook(model, hook_settings, adapted), with_kwargs=True) for level in levels
+    ] + [level.register_forward_hook(_keep_with_cache, with_kwargs=True) for level in levels]
+    # `load_state_dict` of a state dict in the earlier layout (Trainer resuming an earlier checkpoint)
+    model._value_path_hooks.append(model.register_load_state_dict_pre_hook(_convert_old_state_dict))
+    if settings["learnable"] == GATE:  # each gated layer reads its attention input x
+        model._value_path_hooks += [
+            layers[layer].register_forward_pre_hook(_gate_hook, with_kwargs=True) for layer in settings["layers"]
+        ]
+    model.set_attn_implementation(register_value_path_attention(inner))
+
+
+def _read_checkpoint_tensor(key: str, state_dict: dict | None, checkpoint_files: list | None) -> torch.Tensor:
+    """One tensor of a checkpoint that `from_pretrained` read (a state dict, or safetensors or .bin files)."""
+    if state_dict is not None and key in state_dict:
+        return state_dict[key]
+    for file in checkpoint_files or ():
+        if str(file).endswith(".safetensors"):
+            # transformers' own safetensors reader (this file imports only torch and transformers)
+            with transformers.modeling_utils.safe_open(str(file), framework="pt") as opened:
+                if key in opened.keys():
+                    return opened.get_tensor(key)
+        else:
+            tensors = transformers.modeling_utils.load_state_dict(file)
+            if key in tensors:
+                return tensors[key]
+    raise KeyError(f"{key!r} is not in the checkpoint.")
+
+
+def _initialise_gate(gate: nn.Linear, coefficient: float) -> None:
+    """W = 0 and b = logit(α): every token starts with α, the fixed-coefficient model."""
+    init.zeros_(gate.weight)
+    init.constant_(gate.bias, math.log(coefficient / (1 - coefficient)))
+
+
+def _gate_hook(module, args, kwargs):
+    """Forward pre-hook of a gated layer's attention module: its input x gives the layer's α = sigmoid(W x + b) per
+    token and key/value head, left in the call's context for the attention function."""
+    context = kwargs.get(CONTEXT_KWARG)
+    if context is not None:
+        hidden_states = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
+        gate = getattr(module, GATE_ATTRIBUTE)  # looked up at each call: PEFT may have wrapped it
+        dtype = next(gate.parameters()).dtype
+        context.gates[getattr(module, LAYER_ATTRIBUTE)] = torch.sigmoid(gate(hidden_states.to(dtype)))
+    return None
+
+
+class _Hook:
+    """`_begin_forward` bound to its model (a class rather than a closure, so that the model can be pickled)."""
+
+    def __init__(self, model, settings, attention_modules):
+        self.model, self.settings, self.attention_modules = model, settings, attention_modules
+        self.checkpointing = [level for level in model.modules() if hasattr(level, "gradient_checkpointing")]
+
+    def __call__(self, module, args, kwargs):
+        return _begin_forward(
+            self.model, self.settings, self.attention_modules, self.checkpointing, module, args, kwargs
+        )
+
+
+def _convert_old_state_dict(module, state_dict, prefix, *args):
+    """`load_state_dict` pre-hook of the adapted model: the earlier layout's vector of learnable coefficients
+    (``value_path_coefficients`` on the outermost model) becomes one entry per layer's `LayerCoefficient`."""
+    if state_dict.pop(prefix + OLD_MARKER, None) is not None:
+        state_dict[prefix + MARKER] = getattr(module, MARKER)
+    old = state_dict.pop(prefix + OLD_COEFFICIENTS, None)
+    if old is not None:
+        state_dict.update({prefix + key: value for key, value in _split_old_coefficients(module, old).items()})
+    check_coefficients(state_dict)
+
+
+def _split_old_coefficients(model, old: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The earlier layout's coefficient vector (entry i: the i-th smallest adapted layer) as the state-dict entries of
+    the layers' `LayerCoefficient`s; nothing for a model without them (a gated one kept an unused vector)."""
+    names = {
+        getattr(module, LAYER_ATTRIBUTE): f"{path}.{COEFFICIENT_ATTRIBUTE}.value"
+        for path, module in model.named_modules()
+        if COEFFICIENT_ATTRIBUTE in module._modules
+    }
+    if not names:
+        return {}
+    if old.shape != (len(names),):
+        raise ValueError(
+            f"The checkpoint's `{OLD_COEFFICIENTS}` has shape {tuple(old.shape)}, but the model has {len(names)} "
+            "learnable coefficients (one per adapted layer)."
+        )
+    return {names[layer]: value.clone() for layer, value in zip(sorted(names), old)}
+
+
+def _check_adaptable(model: PreTrainedModel) -> tuple[list[nn.Module], str]:
+    """The self-attention layers and the backend to wrap, or `ValueError` for what a value path cannot do exactly."""
+    layers = self_attention_layers(model)
+    _refuse_sliding_windows(model, len(layers))
+    return layers, _inner_implementation(model)
+
+
+def _inner_implementation(model: PreTrainedModel) -> str:
+    implementation = model.config._attn_implementation
+    inner = implementation.removeprefix(ATTENTION_PREFIX)
+    if inner.startswith(ATTENTION_PREFIX):
+        raise ValueError(f"{type(model).__name__} uses {implementation!r}: a value path twice.")
+    if "flash" in inner or inner.startswith("paged"):
+        raise ValueError(
+            f"{type(model).__name__} uses attn_implementation={inner!r}: flash and paged attention look their "
+            "kernels up by the implementation's own name, so they cannot be wrapped. Use sdpa, eager or "
+            "flex_attention (`model.set_attn_implementation('sdpa')`) before adapting."
+        )
+    if inner != "eager" and inner not in ALL_ATTENTION_FUNCTIONS:
+        raise ValueError(f"{type(model).__name__} uses attn_implementation={inner!r}, which is not registered.")
+    if inner == "eager":
+        missing = {
+            type(module).__module__
+            for _, module in interface_attention_modules(model)
+            if not hasattr(sys.modules[type(module).__module__], "eager_attention_forward")
+        }
+        if missing:
+            raise ValueError(f"No `eager_attention_forward` in {sorted(missing)}; adapt the model with sdpa.")
+    return inner
+
+
+def _refuse_sliding_windows(model: PreTrainedModel, num_layers: int) -> None:
+    config = model.config
+    layer_types = getattr(config, "layer_types", None)
+    if layer_types is not None:
+        others = sorted({kind for kind in layer_types[:num_layers] if kind != "full_attention"})
+    else:
+        others = ["sliding_attention"] if getattr(config, "sliding_window", None) is not None else []
+    if others:
+        raise ValueError(
+            f"{type(model).__name__} has {others} layers: their KV cache keeps a window, not every token, so V_0 and "
+            "a layer's values stop lining up during generation. Only full-attention models can be adapted."
+        )
+
+
+def _refuse_built_in_term(model) -> None:
+    """This package's own models have NeuTRENO built in (`config.neutreno_lambda`): a value path runs on them only
+    while that term is off, so that one rule, not two, acts on the values."""
+    lam = getattr(model.config, "neutreno_lambda", None)
+    if lam:
+        raise ValueError(
+            f"{type(model).__name__} has its own NeuTRENO term on (config.neutreno_lambda = {lam}); a value path "
+            "runs on it only with config.neutreno_lambda = 0 (for NeuTRENO itself, set λ there instead)."
+        )
+
+
+def _is_transformers_class(model_class: type) -> bool:
+    return getattr(transformers, model_class.__name__, None) is model_class
+
+
+def _is_cross_attention(module: nn.Module) -> bool:
+    return bool(getattr(module, "is_cross_attention", False)) or "CrossAttention" in type(module).__name__
+
+
+def _is_ours(reference) -> bool:
+    return isinstance(reference, str) and reference.startswith(__name__.split(".")[-1] + "." + CLASS_PREFIX)
+
+
+def _auto_class_of(model_class: type) -> str:
+    """The Auto class that loads `model_class`; only transformers' own classes can be saved with a value path."""
+    name = model_class.__name__
+    if getattr(transformers, name, None) is not model_class:
+        raise ValueError(
+            f"apply_value_path adapts transformers' own model classes; {name} comes from {model_class.__module__}."
+        )
+    model_type = getattr(model_class.config_class, "model_type", None)
+    for auto_class, table in _AUTO_CLASSES:
+        names = getattr(modeling_auto, table, {}).get(model_type, ())
+        if name in ((names,) if isinstance(names, str) else names):
+            return auto_class
+    raise ValueError(
+        f"No Auto class loads {name} ({', '.join(a for a, _ in _AUTO_CLASSES)}), so an adapted checkpoint could not "
+        "be loaded; adapt a model class that one of them loads."
+    )
+
+
+# --- the ValuePath<Class> subclasses --------------------------------------------------------------------------------
+
+
+def _add_base_model_auto_map(model: PreTrainedModel) -> None:
+    """List the adapted base model (``ValuePath<Model>``) under `AutoModel` in ``config.auto_map`` beside the saved
+    class's own entry, so that `AutoModel.from_pretrained(folder, trust_remote_code=True)` loads the backbone adapted
+    too (transformers builds the plain one from the model type otherwise). Not for model types whose checkpoints
+    transformers renames on loading."""
+    base = type(model)._value_path_base
+    if not _is_transformers_class(base):
+        return
+    model_type = getattr(model.config, "model_type", None)
+    if get_model_conversion_mapping(model, add_legacy=False):
+        # Its checkpoints are renamed on loading by a conversion that transformers looks up by its own class names
+        # (ViT's, for one): the adapted backbone, a class of this file, would not find its weights.
+        return
+    names = modeling_auto.MODEL_MAPPING_NAMES.get(model_type)
+    name = names if isinstance(names, str) else (names[0] if names else None)
+    backbone = getattr(transformers, name, None) if name else None
+    if backbone is None or backbone is base:
+        return
+    entry = f"{__name__.split('.')[-1]}.{CLASS_PREFIX}{name}"
+    model.config.auto_map = {**(getattr(model.config, "auto_map", None) or {}), "AutoModel": entry}
+
+
+class _ValuePathModel:
+    """What ``ValuePath<Base>`` adds to its transformers base class (listed after it in `value_path_class`)."""
+
+    def __init__(self, config, *args, **kwargs):
+        super().__init__(config, *args, **kwargs)
+        _adapt(self)
+
+    def __setstate__(self, state):
+        # Unpickled in a new process (torch.load of a whole model): its attention implementation is registered there
+        # by nobody else.
+        super().__setstate__(state)
+        register_value_path_attention(self.config._attn_implementation.removeprefix(ATTENTION_PREFIX))
+
+    @torch.no_grad()
+    @init.guard_torch_init_functions()
+    def initialize_weights(self):
+        # transformers initialises its own classes fully and custom code cautiously (it skips a module whose own
+        # parameters are all set, which leaves out a parent's pass over its children, as GPT-2's scaled residual
+        # projections). This class is a transformers class plus what `_adapt` adds (set below): initialise it as one.
+        if _is_transformers_class(type(self)._value_path_base):
+            self.__dict__["is_custom_code"] = lambda: False
+        try:
+            super().initialize_weights()
+        finally:
+            self.__dict__.pop("is_custom_code", None)
+        # The coefficients and gates sit in the sub-model whose own `_init_weights` visits them (a Linear: random W):
+        # set them to the configured start afterwards, where a checkpoint lacks them (from_pretrained creates
+        # parameters empty, then fills the missing ones; loaded ones are left as they are).
+        start = self.config.value_path["coefficient"]
+        for module in self.modules():
+            if isinstance(getattr(module, GATE_ATTRIBUTE, None), nn.Linear):
+                _initialise_gate(getattr(module, GATE_ATTRIBUTE), start)
+            if isinstance(getattr(module, COEFFICIENT_ATTRIBUTE, None), LayerCoefficient):
+                init.constant_(getattr(module, COEFFICIENT_ATTRIBUTE).value, start)
+
+    @staticmethod
+    def _load_pretrained_model(model, state_dict, checkpoint_files, load_config, *args, **kwargs):
+        # A checkpoint in the earlier layout: its coefficient vector is read here (transformers reports it as
+        # unexpected) and put into the layers' coefficients once they are initialised (below).
+        loading_info, *rest = type(model)._value_path_base._load_pretrained_model(
+            model, state_dict, checkpoint_files, load_config, *args, **kwargs
+        )
+        if OLD_COEFFICIENTS in loading_info.unexpected_keys:
+            old = _read_checkpoint_tensor(OLD_COEFFICIENTS, state_dict, checkpoint_files)
+            model.__dict__["_value_path_old_coefficients"] = old
+            loading_info.unexpected_keys.discard(OLD_COEFFICIENTS)
+        return (loading_info, *rest)
+
+    def _adjust_missing_and_unexpected_keys(self, loading_info):
+        super()._adjust_missing_and_unexpected_keys(loading_info)
+        old = self.__dict__.pop("_value_path_old_coefficients", None)
+        if old is not None:
+            converted = _split_old_coefficients(self, old)
+            with torch.no_grad():
+                for name, value in converted.items():
+                    self.get_parameter(name).copy_(value)
+            loading_info.missing_keys.difference_update(converted)
+        check_coefficients(dict(self.named_parameters()))
+
+    def save_pretrained(self, *args, **kwargs):
+        check_coefficients(dict(self.named_parameters()))  # before anything is written
+        _add_base_model_auto_map(self)
+        super().save_pretrained(*args, **kwargs)
+        base = type(self)._value_path_base
+        if _is_transformers_class(base):
+            logger.warning_once(
+                "A model adapted with a value path loads adapted with `from_pretrained(..., trust_remote_code=True)`; "
+                "without trust_remote_code, transformers builds the plain model from the same folder, and its load "
+                f"report lists `{MARKER}` as UNEXPECTED."
+            )
+        else:  # Trainer's checkpoints go through here: they resume into the adapted model in memory
+            logger.warning_once(
+                f"{base.__name__} is not a transformers class, so its saved folder (weights, value-path settings and "
+                "coefficients) loads as the plain model: Trainer resumes such a checkpoint into the adapted model, "
+                "but from_pretrained does not adapt it. Save a transformers model class to share it."
+            )
+
+
+def value_path_class(base: type, auto_class: str | None = None) -> type:
+    """``ValuePath<base>``: `base` adapting itself in ``__init__`` from ``config.value_path`` (one class per base)."""
+    name = CLASS_PREFIX + base.__name__
+    if name in globals():
+        return globals()[name]
+    attributes = {
+        "__module__": __name__,
+        "__qualname__": name,
+        "__doc__": f"{base.__name__} with the value path of `config.value_path` (NeuTRENO, value residual, twicing).",
+        "_value_path_base": base,
+        # Checkpoints saved before the marker lack it; a backbone loaded from a task checkpoint sees it at the root.
+        "_keys_to_ignore_on_load_missing": [*(base._keys_to_ignore_on_load_missing or []), MARKER],
+        "_keys_to_ignore_on_load_unexpected": [*(base._keys_to_ignore_on_load_unexpected or []), MARKER, OLD_MARKER],
+    }
+    adapted = type(name, (_ValuePathModel, base), attributes)
+    if _is_transformers_class(base):
+        adapted.register_for_auto_class(auto_class or _auto_class_of(base))
+    globals()[name] = adapted
+    return adapted
+
+
+def __getattr__(name: str):
+    # `auto_map` names the subclass ("value_path.ValuePathLlamaForCausalLM"): build it on first use.
+    base = getattr(transformers, name.removeprefix(CLASS_PREFIX), None) if name.startswith(CLASS_PREFIX) else None
+    if isinstance(base, type) and issubclass(base, PreTrainedModel):
+        return value_path_class(base)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
