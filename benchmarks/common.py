@@ -7,16 +7,14 @@ to the baseline: a throughput ratio is the median of the rounds' own ratios, wit
 
 import json
 import math
-import os
-import platform
-import re
 import statistics
-import sys
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import torch
+
+from hf_neutreno import runtime
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 # wall: elapsed time. cpu: the CPU time of this process, which other jobs on a shared machine barely change (use it
@@ -63,28 +61,12 @@ def setup(args) -> tuple[torch.device, torch.dtype]:
 
 
 def machine(args=None) -> dict:
-    """What produced the figures: hardware, threads, library versions and the command line."""
-    import transformers
-
-    info = {
-        "device": torch.cuda.get_device_name() if torch.cuda.is_available() else f"CPU: {_cpu_name()}",
-        "cpu_threads": torch.get_num_threads(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "command": "python " + " ".join([os.path.relpath(sys.argv[0])] + sys.argv[1:]),
-    }
+    """What produced the figures: hardware, threads, library versions and the command line (`runtime.machine`), and
+    the benchmark's own settings."""
+    info = runtime.machine()
     if args is not None:
         info.update(dtype=args.dtype, attn=args.attn, clock="wall" if torch.cuda.is_available() else args.clock)
     return info
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or "unknown"
 
 
 def autocast(device: torch.device, dtype: torch.dtype):
@@ -280,65 +262,3 @@ def format_cell(value) -> str:
     if isinstance(value, float):
         return f"{value:.3f}" if abs(value) < 100 else f"{value:.1f}"
     return str(value)
-
-
-def markdown_table(header: list[str], rows: list[list[str]], keys: int = 1, width: int = 120) -> list[str]:
-    """The lines of a Markdown table; where a line would be wider than `width`, several tables, one after the other,
-    each with the first `keys` columns (what names a row) and as many of the others as fit. A column that does not
-    fit even alone beside those becomes a list of "key: value" items (which wrap) under its header."""
-
-    def lines_of(columns: list[int]) -> list[str]:
-        return ["| " + " | ".join(header[c] for c in columns) + " |", "|" + "---|" * len(columns)] + [
-            "| " + " | ".join(str(row[c]) for c in columns) + " |" for row in rows
-        ]
-
-    groups, group = [], list(range(keys))
-    for column in range(keys, len(header)):
-        if len(group) > keys and max(map(len, lines_of([*group, column]))) > width:
-            groups.append(group)
-            group = list(range(keys))
-        group.append(column)
-    groups.append(group)
-    lines = []
-    for group in groups:
-        table = lines_of(group)
-        if len(group) == keys + 1 and max(map(len, table)) > width:
-            column = group[-1]
-            table = [f"{' / '.join(header[:keys])}: {header[column]}", ""] + [
-                f"- {' / '.join(map(str, row[:keys]))}: {row[column]}" for row in rows
-            ]
-        lines += ["", *table]
-    return lines[1:]
-
-
-# A word that markdown would read as the start of another block at the start of a line: a list marker, a heading,
-# a quote, a table row.
-_MARKDOWN_BLOCK_START = re.compile(r"^([-+*]|\d+[.)])$|^[#>|]")
-
-
-def wrap_markdown(text: str, width: int = 120) -> str:
-    """`text` with every prose line longer than `width` broken at spaces (a list item's continuation indented under
-    it), which renders the same; table rows, headings, images and code blocks are kept whole (markdown tables have
-    no continuation lines), and a word that would start a line as another block takes the word before along."""
-    lines, fence = [], False
-    for line in text.split("\n"):
-        if line.startswith("```"):
-            fence = not fence
-        if fence or len(line) <= width or line.startswith(("```", "|", "#", ">", "![", "<")):
-            lines.append(line)
-            continue
-        lead = line[: len(line) - len(line.lstrip(" "))]  # a continuation line keeps its indentation
-        indent = lead + ("  " if line.lstrip(" ").startswith("- ") else "")
-        current, *words = line.split(" ")
-        for word in words:
-            if len(current) + 1 + len(word) <= width:
-                current += " " + word
-            elif _MARKDOWN_BLOCK_START.match(word) and current.strip().count(" "):  # take the word before along
-                current, before = current.rsplit(" ", 1)
-                lines.append(current)
-                current = f"{indent}{before} {word}"
-            else:
-                lines.append(current)
-                current = indent + word
-        lines.append(current)
-    return "\n".join(lines)

@@ -6,7 +6,8 @@ key columns."""
 import json
 from pathlib import Path
 
-from common import format_cell, markdown_table, wrap_markdown
+from common import format_cell
+from hf_neutreno.markdown import markdown_table, wrap_markdown
 
 WIDTH = 120
 
@@ -194,8 +195,8 @@ def check_targets(name: str, rows: list[dict], budget: str = "full") -> list[str
 
 
 def table(rows: list[dict]) -> list[str]:
-    """A Markdown table of `rows` (`common.markdown_table`: split into column groups where too wide), whose key
-    columns are those before the first number."""
+    """A Markdown table of `rows` (`markdown_table`: split into column groups where too wide), whose key columns are
+    those before the first number."""
     columns = list(dict.fromkeys(c for row in rows for c in row))
     keys = next((i for i, c in enumerate(columns) if any(isinstance(row.get(c), float) for row in rows)), 1)
     cells = [[_escape(format_cell(row.get(c, ""))) for c in columns] for row in rows]

@@ -65,11 +65,12 @@ import torch
 import reproduce_report as report  # evidence/, beside this script
 from hf_neutreno.engine.experiment import run_paired
 from hf_neutreno.engine.variants import BASELINE
+from hf_neutreno.runtime import machine
 from reproduce_budget import ATTN_IMPLEMENTATIONS, BUDGETS, PLAN_FIELDS, Budget, same_computation
 from reproduce_lm import unigram_reference
 from reproduce_page import render
 from reproduce_plans import ROUND2_EXPERIMENTS, Unit, schedule, validated_lambda
-from reproduce_training import ROOT, Context, machine
+from reproduce_training import ROOT, Context
 
 
 def _optional_int(text: str) -> int | None:

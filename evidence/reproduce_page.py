@@ -7,13 +7,13 @@ import os
 import re
 from pathlib import Path
 
+from hf_neutreno.markdown import wrap_markdown
 from reproduce_cifar import VIT_LAMBDA
 from reproduce_claims import CIFAR_MODELS
 from reproduce_methods import METHODS, TASKS
 from reproduce_results import Measure, UnitResult, load_units
 from reproduce_sections import SECTIONS
 from reproduce_tables import delta, fill, measure_format, pm, seeds, table
-from reproduce_training import benchmarks_common
 
 VERDICTS = {
     "reproduced": "reproduced",
@@ -56,7 +56,7 @@ def log_markdown(out: Path, page: str = "results.md") -> str:
 
 
 def _finish(text: str) -> str:
-    return benchmarks_common().wrap_markdown(re.sub(r"\n{3,}", "\n\n", text).strip()) + "\n"
+    return wrap_markdown(re.sub(r"\n{3,}", "\n\n", text).strip()) + "\n"
 
 
 def render(out: Path, results: dict, docs: Path | None = None) -> str:

@@ -2,8 +2,6 @@
 precision, and resumable training with a clock and learning-curve points kept in the Trainer's checkpoints."""
 
 import dataclasses
-import functools
-import importlib.util
 import os
 import time
 from pathlib import Path
@@ -19,21 +17,6 @@ ROOT = Path(__file__).resolve().parents[1]
 # Where the datasets come from: the Hub by default; `--data DIR` reads a local copy in the same layout
 # (`DIR/cifar10`, `DIR/wikitext-2-v1`, Parquet files with the Hub datasets' columns).
 HUB_DATA = {"cifar10": ("uoft-cs/cifar10", None), "wikitext-2-v1": ("Salesforce/wikitext", "wikitext-2-v1")}
-
-
-@functools.cache
-def benchmarks_common():
-    """benchmarks/common.py, the speed benchmarks' helpers, loaded from its file (a sibling folder's script)."""
-    spec = importlib.util.spec_from_file_location("benchmarks_common", ROOT / "benchmarks" / "common.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def machine() -> dict:
-    """What ran a unit or a session (device, threads, library versions), recorded as the speed benchmarks record it,
-    so that the results page and the speed pages name machines alike."""
-    return benchmarks_common().machine()
 
 
 def dataset_source(data: str | None, name: str) -> tuple[str, str | None]:

@@ -14,6 +14,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "hf_neutreno"
 LAYERS = {
     "names": 0,
     "runtime": 0,
+    "markdown": 0,
     "models.value_path_defaults": 0,
     "models.presets": 0,
     "models": 1,

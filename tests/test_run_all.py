@@ -9,6 +9,7 @@ import common
 import count_ops
 import run_all  # benchmarks/ is on the tests' path (setup.cfg)
 import speed_page
+from hf_neutreno.markdown import wrap_markdown
 from results_sections import RESULTS_SECTIONS
 
 MACHINE = {"device": "CPU: test", "cpu_threads": 2, "torch": "2.x", "transformers": "5.x", "command": "python b.py"}
@@ -193,7 +194,7 @@ def test_a_table_too_wide_for_the_page_splits_into_column_groups_that_repeat_its
 def test_wrapping_leaves_code_tables_and_headings_and_keeps_every_word():
     long = "word " * 40
     text = f"# {long}\n\n{long}\n\n- {long}\n\n| a | {long} |\n\n```bash\n{long}\n```"
-    wrapped = common.wrap_markdown(text)
+    wrapped = wrap_markdown(text)
     assert wrapped.split() == text.split()
     lines = wrapped.splitlines()
     assert lines[0] == f"# {long}" and f"| a | {long} |" in lines and long in lines  # heading, table, code kept

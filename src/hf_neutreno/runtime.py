@@ -1,5 +1,9 @@
 """Small runtime helpers that the library and the example scripts share; this module imports nothing of the package."""
 
+import os
+import platform
+import sys
+
 import torch
 
 
@@ -7,3 +11,26 @@ def has_accelerator() -> bool:
     """Whether torch sees an accelerator (CUDA, MPS, XPU, ...): where pinned DataLoader memory can help."""
     accelerator = getattr(torch, "accelerator", None)  # torch >= 2.6
     return accelerator.is_available() if accelerator is not None else torch.cuda.is_available()
+
+
+def machine() -> dict:
+    """What ran a job, as the speed pages and the evidence name it: the device, threads, library versions and the
+    command line."""
+    import transformers
+
+    return {
+        "device": torch.cuda.get_device_name() if torch.cuda.is_available() else f"CPU: {_cpu_name()}",
+        "cpu_threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "command": "python " + " ".join([os.path.relpath(sys.argv[0])] + sys.argv[1:]),
+    }
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or "unknown"
