@@ -308,7 +308,7 @@ def test_cli_empty_dataset_and_model_without_hidden_states(
     assert main(["diagnose", str(image_model_dir), "--dataset", str(tmp_path / "missing"), "--no-progress"]) == 2
     assert "does not exist" in capsys.readouterr().err
 
-    monkeypatch.setattr(diagnose_cli, "_load_model", lambda name, trust_remote_code: _LogitsOnly())
+    monkeypatch.setattr(diagnose_cli, "load_checkpoint", lambda name, **kwargs: _LogitsOnly())
     assert main(["diagnose", str(image_model_dir), "--dataset", str(cifar_dir), "--no-progress"]) == 2
     assert "cannot return hidden states" in capsys.readouterr().err
 

@@ -21,6 +21,7 @@ LAYERS = {
     "value_path": 2,
     "value_path_delta": 2,
     "convert": 2,
+    "checkpoints": 2,
     "auto_classes": 2,
     "data": 3,
     "diagnostics": 3,

@@ -6,12 +6,12 @@ so fine-tuning starts from the pretrained function and only the NeuTRENO term is
 """
 
 import os
-import re
 
 import torch
 from transformers import PreTrainedModel
 from transformers.utils import logging
 
+from .checkpoints import load_checkpoint
 from .models.configuration_neutreno_vit import NeuTRENOViTConfig
 from .models.modeling_neutreno_vit import NeuTRENOViTForImageClassification, NeuTRENOViTForSemanticSegmentation
 from .models.neutreno_common import TRANSFORMER_SHAPE_FIELDS
@@ -37,26 +37,12 @@ _VIT_FIELDS = (
 )
 
 
-# A Hub repo id: `name` or `namespace/name` (letters, digits, '-', '_', '.'; no leading '.' or '/').
-_REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
-
-
 def _load_source(model_or_path, auto_class):
     if isinstance(model_or_path, PreTrainedModel):
         return model_or_path
     if not isinstance(model_or_path, (str, os.PathLike)):
         raise TypeError(f"Expected a transformers model or a checkpoint path, got {type(model_or_path).__name__}.")
-    path = os.fspath(model_or_path)
-    # Anything that is not a folder here and cannot be a Hub repo id is a local path that does not exist: say so,
-    # rather than let the Hub client reject it as a malformed repo id.
-    if not os.path.isdir(path) and (isinstance(model_or_path, os.PathLike) or not _REPO_ID.fullmatch(path)):
-        raise ValueError(
-            f"The checkpoint folder {path!r} does not exist"
-            + (" (it is a file, not a folder)." if os.path.isfile(path) else ".")
-            + " Pass a folder written by `save_pretrained`, a Hub repo id such as 'google/vit-base-patch16-224', "
-            "or a model in memory."
-        )
-    return auto_class.from_pretrained(model_or_path)
+    return load_checkpoint(model_or_path, auto_class, what="checkpoint")
 
 
 # vit_to_neutreno's targets

@@ -23,10 +23,11 @@ import argparse
 import math
 from pathlib import Path
 
+from ..checkpoints import check_source, load_checkpoint
 from ..engine.variants import ANY_MODEL_VARIANTS, VARIANTS
 from ..models.value_path_defaults import DEFAULT_COEFFICIENTS
 from ..names import DEFAULT_METRICS, METRICS, check_metrics
-from . import check_model_folder, check_output_file, reading_weights
+from . import check_output_file
 
 DEFAULT_SPLITS = ("test", "validation", "train")
 
@@ -92,34 +93,6 @@ class _Batches:
     def __iter__(self):
         for start in range(0, len(self.dataset), self.batch_size):
             yield self.encode(self.dataset[start : start + self.batch_size])
-
-
-def _load_model(name: str, trust_remote_code: bool):
-    """The checkpoint's own architecture (`config.architectures`), so that no weight is left unused; else AutoModel."""
-    with reading_weights(name):
-        return _load_architecture(name, trust_remote_code)
-
-
-def _load_architecture(name: str, trust_remote_code: bool):
-    import transformers
-    from transformers import AutoConfig, AutoModel
-
-    import hf_neutreno
-
-    from ..auto_classes import register_auto_classes
-
-    register_auto_classes()  # a folder of this package's models loads with the Auto classes
-
-    config = AutoConfig.from_pretrained(name, trust_remote_code=trust_remote_code)
-    architecture = (getattr(config, "architectures", None) or [None])[0]
-    auto_map = getattr(config, "auto_map", None) or {}
-    for auto_name, reference in auto_map.items():  # remote code: the Auto class that serves the architecture
-        if auto_name != "AutoConfig" and reference.split(".")[-1] == architecture and hasattr(transformers, auto_name):
-            return getattr(transformers, auto_name).from_pretrained(name, trust_remote_code=trust_remote_code)
-    model_class = getattr(transformers, architecture, None) or getattr(hf_neutreno, architecture, None)
-    if isinstance(model_class, type) and issubclass(model_class, transformers.PreTrainedModel):
-        return model_class.from_pretrained(name)
-    return AutoModel.from_pretrained(name, trust_remote_code=trust_remote_code)
 
 
 def _image_encoder(args, column: str):
@@ -253,7 +226,7 @@ def _check_arguments(args: argparse.Namespace, variants: dict) -> tuple[list[str
             except ValueError as error:
                 flag = "--neutreno-lambda" if settings["method"] == "neutreno" else "--value-residual-alpha"
                 raise ValueError(f"{flag} (variant {name!r}): {error}") from None
-    check_model_folder(args.model, "MODEL_OR_DIR")
+    check_source(args.model, "MODEL_OR_DIR")
     return outs, plot
 
 
@@ -312,7 +285,7 @@ def run(args: argparse.Namespace) -> int:
 
     data, split, image_column = _dataset(args)
     encode = _image_encoder(args, image_column) if image_column else _text_encoder(args)
-    model = _load_model(args.model, args.trust_remote_code)
+    model = load_checkpoint(args.model, what="MODEL_OR_DIR", trust_remote_code=args.trust_remote_code)
     _check_saved_value_path(args, model, variants)
     model.to(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
 

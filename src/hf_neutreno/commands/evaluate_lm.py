@@ -12,8 +12,9 @@ import argparse
 import json
 import sys
 
+from ..checkpoints import check_source, load_checkpoint
 from ..names import PROTOCOLS
-from . import check_model_folder, check_output_file
+from . import check_output_file
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,15 +49,11 @@ def run(args: argparse.Namespace) -> int:
     ):
         if value is not None and value < least:
             raise ValueError(f"{flag} must be at least {least}, got {value}.")
-    check_model_folder(args.model)
+    check_source(args.model, "MODEL")
     output = check_output_file(args.output, "--output", args.overwrite) if args.output else None
     # torch, transformers and datasets are imported here, not at the top: `--help` and a bad flag need none.
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-    from ..auto_classes import register_auto_classes
-
-    register_auto_classes()  # a folder of this package's models loads with the Auto classes
 
     from ..data.lm_eval import evaluate_lm
     from ..data.text import load_wikitext, token_stream
@@ -73,8 +70,8 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"Unknown split {split!r}; the dataset has {sorted(dataset)}.")
 
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    model = AutoModelForCausalLM.from_pretrained(
-        args.model, dtype=getattr(torch, args.dtype), trust_remote_code=args.trust_remote_code
+    model = load_checkpoint(
+        args.model, AutoModelForCausalLM, trust_remote_code=args.trust_remote_code, dtype=getattr(torch, args.dtype)
     ).to(device)
     tokenizer = AutoTokenizer.from_pretrained(args.model, trust_remote_code=args.trust_remote_code)
     report = {"model": args.model, "dataset": args.dataset, "results": {}}

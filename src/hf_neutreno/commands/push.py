@@ -17,7 +17,8 @@ from pathlib import Path
 from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 
-from . import check_new_folder, reading_weights
+from ..checkpoints import load_checkpoint
+from . import check_new_folder
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -113,8 +114,7 @@ def load_saved(model_dir: Path):
             f"{str(model_dir)!r} holds a {name or config.model_type!r} model; `hf-neutreno push` publishes the "
             f"models of this package: {sorted(hf_neutreno.__all__)}."
         )
-    with reading_weights(str(model_dir)):
-        model = model_class.from_pretrained(model_dir)
+    model = load_checkpoint(model_dir, model_class, what="model_dir")
     has_processor = (model_dir / "preprocessor_config.json").is_file()
     processor = AutoImageProcessor.from_pretrained(model_dir) if has_processor else None
     tokenizer = AutoTokenizer.from_pretrained(model_dir) if (model_dir / "tokenizer_config.json").is_file() else None

@@ -12,6 +12,7 @@ from pathlib import Path
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Image, load_dataset
 from datasets.packaged_modules.imagefolder.imagefolder import ImageFolder
 
+from ..checkpoints import check_source
 from ..names import (
     BUILTIN_DIGITS,  # the default dataset of `hf-neutreno compare`, shown without importing datasets
 )
@@ -25,8 +26,8 @@ def load_dataset_splits(name_or_dir: str | os.PathLike, config_name: str | None 
     `name_or_dir` is `"digits"` (scikit-learn's bundled 8×8 handwritten digits, no download), a local folder of
     Parquet files named like the Hub's (`train-00000-of-00001.parquet`, at the top or one level down) or of CSV or
     JSON-lines files named by split (`train.csv`, `test.jsonl`), a local `imagefolder` tree (`train/<label>/*.png`),
-    or a Hub dataset name (with `config_name`). A path that looks like a folder (starts with `.` or `/`, or has a
-    suffix) but does not exist, and a folder without data files (a loading script is not run), raise `ValueError`.
+    or a Hub dataset name (with `config_name`). A local name that is not a folder (`checkpoints.is_local`: the one
+    rule for models and datasets), and a folder without data files (a loading script is not run), raise `ValueError`.
     """
     if str(name_or_dir) == BUILTIN_DIGITS:
         return load_digits()
@@ -42,8 +43,7 @@ def load_dataset_splits(name_or_dir: str | os.PathLike, config_name: str | None 
                 "split (train.csv, test.jsonl), or an image folder (train/<label>/*.png)."
             )
         return load_dataset(builder, data_dir=str(path))
-    if is_local_path(name_or_dir):
-        raise ValueError(f"Dataset folder {str(name_or_dir)!r} does not exist.")
+    check_source(name_or_dir, "dataset")  # a local name that is not a folder: said here, not by the Hub client
     return load_dataset(str(name_or_dir), config_name)
 
 
@@ -61,12 +61,6 @@ def _local_builder(path: Path) -> str | None:
     if any(file.suffix.lower() in images for file in path.rglob("*")):
         return "imagefolder"
     return "csv" if has(".csv") else "json" if has(".jsonl", ".json") else None
-
-
-def is_local_path(name_or_dir: str | os.PathLike) -> bool:
-    """Whether `name_or_dir` names a local folder (existing or not) rather than a Hub dataset."""
-    text = str(name_or_dir)
-    return Path(text).is_dir() or bool(Path(text).suffix) or text.startswith((".", "/", "~"))
 
 
 def load_image_dataset(name_or_dir: str | os.PathLike, config_name: str | None = None) -> DatasetDict:

@@ -22,8 +22,9 @@ from transformers import AutoConfig
 from transformers.models.auto import modeling_auto
 
 from ..auto_classes import register_auto_classes
+from ..checkpoints import check_source, is_local, load_checkpoint
 from ..data.image_transforms import image_transform
-from ..data.loading import LABELS_FILE, capped, is_local_path, read_id2label
+from ..data.loading import LABELS_FILE, capped, read_id2label
 from ..data.segmentation import segmentation_transform
 from ..data.text import group_into_blocks, token_stream
 from ..models.value_path import _check_adaptable, _refuse_built_in_term
@@ -98,7 +99,7 @@ def _has_weights(folder: Path) -> bool:
 
 def is_model_reference(name: str) -> bool:
     """Whether `--model` names a transformers model (a folder or a Hub id) rather than one of this package's presets."""
-    return is_local_path(name) or "/" in name
+    return is_local(name) or "/" in name
 
 
 class ModelTask:
@@ -111,11 +112,9 @@ class ModelTask:
         self.settings = settings
         self.source = settings.model
         path = Path(settings.model).expanduser()
-        if is_local_path(settings.model) and not (path / "config.json").is_file():
-            raise ValueError(
-                f"--model {settings.model!r}: "
-                + ("no such folder." if not path.exists() else "the folder has no config.json (a saved model).")
-            )
+        check_source(settings.model, "--model")
+        if is_local(settings.model) and not (path / "config.json").is_file():
+            raise ValueError(f"--model {settings.model!r}: the folder has no config.json (a saved model).")
         try:
             self.config = AutoConfig.from_pretrained(settings.model)
         except Exception as error:  # noqa: BLE001 - not found, offline, a model type this transformers lacks
@@ -126,7 +125,7 @@ class ModelTask:
         self.task = settings.task or task_of_architecture(self.config)
         self._check_head()
         self._check_adaptable()
-        if is_local_path(settings.model) and not settings.from_scratch and not _has_weights(path):
+        if is_local(settings.model) and not settings.from_scratch and not _has_weights(path):
             raise ValueError(
                 f"--model {settings.model!r}: the folder has a config.json but no weights (model.safetensors, "
                 "pytorch_model.bin or their sharded index). Save the model there with `save_pretrained`, or pass "
@@ -363,7 +362,7 @@ class ModelTask:
         return self._column("image-column", self.settings.image_column, images, self.train, "image")
 
     def _segmentation_labels(self) -> list[str]:
-        if is_local_path(self.settings.dataset) and (Path(self.settings.dataset) / LABELS_FILE).is_file():
+        if is_local(self.settings.dataset) and (Path(self.settings.dataset) / LABELS_FILE).is_file():
             id2label = read_id2label(Path(self.settings.dataset) / LABELS_FILE, flag="--dataset")
             return [id2label[i] for i in range(len(id2label))]
         id2label = getattr(self.config, "id2label", None) or {}
@@ -423,7 +422,9 @@ class ModelTask:
         verbosity = transformers.logging.get_verbosity()
         transformers.logging.set_verbosity_error()  # the new head's "newly initialized" notice: the summary says it
         try:
-            model = auto_class.from_pretrained(self.source, config=config, ignore_mismatched_sizes=self.new_head())
+            model = load_checkpoint(
+                self.source, auto_class, what="--model", config=config, ignore_mismatched_sizes=self.new_head()
+            )
         finally:
             transformers.logging.set_verbosity(verbosity)
         prefix = getattr(model, "base_model_prefix", "") + "."

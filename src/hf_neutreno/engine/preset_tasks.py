@@ -11,8 +11,9 @@ from transformers import ViTImageProcessorPil
 from transformers.image_utils import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
 from ..auto_classes import register_auto_classes
+from ..checkpoints import is_local
 from ..data.image_transforms import image_transform
-from ..data.loading import LABELS_FILE, capped, image_and_label_columns, is_local_path, label_names, read_id2label
+from ..data.loading import LABELS_FILE, capped, image_and_label_columns, label_names, read_id2label
 from ..data.segmentation import make_image_processor, segmentation_transform
 from ..data.text import TEXT_COLUMN, group_into_blocks, token_stream, train_word_tokenizer
 from ..models.configuration_neutreno_gpt import NeuTRENOGPTConfig
@@ -211,7 +212,7 @@ def segmentation_labels(dataset_name: str) -> tuple[list[str], bool]:
     """(class names, whether label 0 is ignored and the others shifted down). A local folder names its classes in
     `id2label.json`, as its label maps number them; scene_parse_150 (ADE20K) has 150 classes after its ignored
     label 0. Anything else raises: the classes are not guessed."""
-    if is_local_path(dataset_name):
+    if is_local(dataset_name):
         path = Path(dataset_name) / LABELS_FILE
         if not path.is_file():
             raise ValueError(

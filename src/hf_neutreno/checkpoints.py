@@ -1,0 +1,103 @@
+"""Where a model or a dataset comes from, and loading a model: the one rule that tells a local folder from a Hub id
+(`is_local`, `check_source`), and the one loader (`load_checkpoint`) that `compare`, `diagnose`, `evaluate-lm`, `push`
+and the converters use, with one set of messages.
+
+torch and transformers are imported only where a model loads, so that a command checks its flags (and shows its
+`--help`) without them.
+"""
+
+import os
+import re
+from contextlib import contextmanager
+from pathlib import Path
+
+# A Hub repo id: `name` or `namespace/name` (letters, digits, '-', '_', '.'; no leading '.' or '/').
+_REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
+# Names of files, not of repositories: what a user may pass by mistake for the folder that holds them.
+FILE_SUFFIXES = (".parquet", ".csv", ".json", ".jsonl", ".arrow", ".txt", ".safetensors", ".bin", ".pt", ".pth")
+
+
+def is_local(name: str | os.PathLike) -> bool:
+    """Whether `name` means something on this machine, existing or not, rather than a Hub repository: a path object,
+    anything that exists here, a name written as a path (``./``, ``/``, ``~``) or as a file (``data.parquet``), or
+    one that cannot be a Hub id (``a/b/c``)."""
+    if isinstance(name, os.PathLike):
+        return True
+    text = str(name)
+    if text.startswith((".", "/", "~")) or text.lower().endswith(FILE_SUFFIXES):
+        return True
+    return Path(text).expanduser().exists() or not _REPO_ID.fullmatch(text)
+
+
+def check_source(name: str | os.PathLike, what: str) -> None:
+    """A local `name` must be a folder: say so before anything loads, rather than let the Hub client reject it as a
+    malformed repository id. `what` names it in the message (a flag, or "dataset"). Hub ids pass unchecked."""
+    path = Path(name).expanduser()
+    if is_local(name) and not path.is_dir():
+        problem = "a file, not a folder" if path.is_file() else "no such folder (it does not exist here)"
+        raise ValueError(
+            f"{what} {str(name)!r}: {problem}. Give a folder written by `save_pretrained` (or a dataset folder), or a "
+            "Hub id such as 'gpt2' or 'owner/name'."
+        )
+
+
+@contextmanager
+def reading_weights(name: str | os.PathLike):
+    """A failure to read a folder's pickled weights (`pytorch_model.bin`: torch refuses a pickle that holds more than
+    tensors, and an old or damaged file) as one line that says what to do; other errors pass unchanged."""
+    try:
+        yield
+    except Exception as error:
+        folder = Path(name)
+        if folder.is_dir() and not any(folder.glob("*.safetensors")) and any(folder.glob("*.bin")):
+            reason = " ".join(f"{type(error).__name__}: {error}".split())[:300]
+            raise ValueError(
+                f"{str(name)!r}: its weights are a pickled pytorch_model.bin that could not be read ({reason}). Load "
+                "the model where it was made and save it with `save_pretrained(folder)`, which writes "
+                "model.safetensors."
+            ) from error
+        raise
+
+
+def load_checkpoint(
+    name: str | os.PathLike, model_class=None, *, what: str = "MODEL", trust_remote_code: bool = False, **kwargs
+):
+    """The model saved at `name` (a folder or a Hub id), loaded with `model_class` (an Auto class or a model class)
+    and `kwargs`, or without one by the class its config names (`architectures`), so that no weight is left unused:
+    the remote-code class of its `auto_map`, a transformers class or this package's, else `AutoModel`.
+
+    This package's models load with the Auto classes (registered here). `what` names `name` in the messages."""
+    check_source(name, what)
+    import transformers
+
+    from .auto_classes import register_auto_classes
+
+    register_auto_classes()
+    with reading_weights(name):
+        if model_class is None:
+            model_class = _architecture_class(name, trust_remote_code)
+        if model_class.__name__.startswith("Auto"):
+            kwargs["trust_remote_code"] = trust_remote_code
+        elif not issubclass(model_class, transformers.PreTrainedModel):
+            raise TypeError(f"Expected an Auto class or a model class, got {model_class!r}.")
+        return model_class.from_pretrained(name, **kwargs)
+
+
+def _architecture_class(name, trust_remote_code: bool):
+    """The class that serves the first of the config's `architectures`: an Auto class of its `auto_map` (remote
+    code), a transformers class, this package's class; else `AutoModel`."""
+    import transformers
+
+    import hf_neutreno
+
+    config = transformers.AutoConfig.from_pretrained(name, trust_remote_code=trust_remote_code)
+    architecture = (getattr(config, "architectures", None) or [None])[0]
+    auto_map = getattr(config, "auto_map", None) or {}
+    for auto_name, reference in auto_map.items():  # remote code: the Auto class that serves the architecture
+        if auto_name != "AutoConfig" and reference.split(".")[-1] == architecture and hasattr(transformers, auto_name):
+            return getattr(transformers, auto_name)
+    if architecture is not None:
+        model_class = getattr(transformers, architecture, None) or getattr(hf_neutreno, architecture, None)
+        if isinstance(model_class, type) and issubclass(model_class, transformers.PreTrainedModel):
+            return model_class
+    return transformers.AutoModel

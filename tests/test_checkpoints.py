@@ -1,0 +1,65 @@
+"""The one rule that tells a local folder from a Hub id, and the one loader, with one message wherever a model or a
+dataset is named (`hf_neutreno.checkpoints`)."""
+
+import pytest
+import torch
+
+from hf_neutreno.checkpoints import check_source, is_local, load_checkpoint
+from hf_neutreno.cli import main
+
+
+@pytest.mark.parametrize(
+    "name, local",
+    [
+        ("gpt2", False),
+        ("google/vit-base-patch16-224", False),
+        ("owner/model-v1.5", False),
+        ("./gpt2", True),
+        ("/abs/folder", True),
+        ("~/folder", True),
+        ("a/b/c", True),  # cannot be a Hub id
+        ("data.parquet", True),  # a file's name
+        ("model.safetensors", True),
+    ],
+)
+def test_the_one_folder_or_hub_rule(name, local):
+    assert is_local(name) is local
+
+
+def test_a_local_name_must_be_a_folder(tmp_path):
+    check_source(tmp_path, "MODEL")  # a folder passes
+    check_source("gpt2", "MODEL")  # a Hub id passes unchecked
+    (tmp_path / "file.txt").write_text("x")
+    with pytest.raises(ValueError, match=r"MODEL '.*file.txt': a file, not a folder"):
+        check_source(tmp_path / "file.txt", "MODEL")
+    with pytest.raises(ValueError, match=r"--model './missing': no such folder \(it does not exist here\)"):
+        check_source("./missing", "--model")
+
+
+def test_every_command_names_a_missing_model_folder_alike(tmp_path, capsys):
+    """compare, diagnose and evaluate-lm, and the converters, read a missing folder as a folder, not as a repo id."""
+    from hf_neutreno import convert
+
+    missing = str(tmp_path / "missing")
+    for command in (
+        ["compare", "--model", missing, "--dataset", "digits", "--output-dir", str(tmp_path / "out")],
+        ["diagnose", missing, "--dataset", "digits"],
+        ["evaluate-lm", missing],
+    ):
+        assert main(command) == 2, command
+        assert f"'{missing}': no such folder (it does not exist here)" in capsys.readouterr().err, command
+    assert not (tmp_path / "out").exists()  # nothing written before the inputs are checked
+    with pytest.raises(ValueError, match="no such folder"):
+        convert.gpt2_to_neutreno(missing)
+
+
+def test_the_loader_picks_the_class_the_config_names(tmp_path):
+    """Without a class, the saved architecture loads (no weight left unused), equal to what was saved."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    model = GPT2LMHeadModel(GPT2Config(n_embd=16, n_layer=2, n_head=2, vocab_size=50)).eval()
+    model.save_pretrained(tmp_path)
+    loaded = load_checkpoint(tmp_path).eval()
+    assert type(loaded) is GPT2LMHeadModel
+    ids = torch.arange(6)[None]
+    assert torch.equal(loaded(ids).logits, model(ids).logits)
