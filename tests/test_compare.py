@@ -283,11 +283,11 @@ def test_each_seed_pairs_the_variants_vit_minus_included(tmp_path, monkeypatch):
         assert torch.linalg.eigvalsh(product).max() <= 1e-9
 
 
-def test_value_path_variants_are_the_seeds_softmax_model_adapted_trained_and_not_saved(tmp_path, monkeypatch):
+def test_value_path_variants_are_the_seeds_softmax_model_adapted_trained_and_saved(tmp_path, monkeypatch):
     """`value-residual` and `neutreno-learnable`: the seed's softmax model (its weights, bit for bit) with
-    `apply_value_path` at the run's α / λ; the learnable one adds only its coefficients, set to λ. They are trained
-    and scored like the others; their models are not written (an adapted model of this package runs in memory
-    only), and results.json says so."""
+    `apply_value_path` at the run's α / λ; the learnable one adds only its coefficients, set to λ. They are trained,
+    scored and saved like the others: the folder loads adapted where this package is not installed
+    (`test_value_path_presets.py`)."""
     starts, train = {}, transformers.Trainer.train
 
     def recording_train(self, *args, **kwargs):
@@ -335,10 +335,19 @@ def test_value_path_variants_are_the_seeds_softmax_model_adapted_trained_and_not
     assert all(torch.equal(learnable[k], torch.tensor(0.6)) for k in own)
     for name in ("value-residual", "neutreno-learnable"):
         entry = results["variants"][name]
-        assert entry["model_dir"] is None and entry["value_path"]["method"] in ("value_residual", "neutreno")
+        assert entry["value_path"]["method"] in ("value_residual", "neutreno")
+        saved = json.loads((out / entry["model_dir"] / "config.json").read_text())
+        assert saved["value_path"] == entry["value_path"], (saved["value_path"], entry["value_path"])
+        assert saved["auto_map"]["AutoModelForImageClassification"].split(".")[-1].startswith("ValuePath")
         assert entry["difference_from_baseline"]["accuracy"]["n"] == 1
     assert results["variants"]["value-residual"]["description"] == "value residual, α=0.25"
-    assert sorted(p.name for p in out.iterdir()) == ["comparison.png", "results.json", "softmax"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "comparison.png",
+        "neutreno-learnable",
+        "results.json",
+        "softmax",
+        "value-residual",
+    ]
 
 
 def test_text_compare_on_wikitext2_gives_the_perplexity_of_the_saved_models(data_dir, tmp_path, capsys):

@@ -733,8 +733,9 @@ def test_sliding_window_flash_and_foreign_classes_are_refused():
 
 
 def test_classes_from_outside_transformers_adapt_and_save_with_a_warning_that_they_load_plain(tmp_path):
-    """A user's subclass, or this package's own models with their term off: they adapt and save (Trainer checkpoints
-    go through save_pretrained), with a warning that from_pretrained builds the plain model from the folder."""
+    """A user's subclass: it adapts and saves (Trainer checkpoints go through save_pretrained), with a warning that
+    from_pretrained builds the plain model from the folder (this package's own models load adapted:
+    test_value_path_presets.py)."""
     from transformers.testing_utils import CaptureLogger
 
     from hf_neutreno.models import value_path

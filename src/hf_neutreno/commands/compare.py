@@ -21,8 +21,8 @@ Variants (--variants, comma-separated): `softmax` (softmax attention, λ = 0: th
 `neutreno` (λ = --neutreno-lambda), for image classifier presets `vit-minus` and `vit-plus` (the eigen-parameterised
 ViT⁻ and ViT⁺ of the same shape), and for image classifier and language-model presets the value paths of
 `hf_neutreno.apply_value_path` put on the softmax model: `value-residual` (ResFormer, α = --value-residual-alpha),
-`value-residual-learnable` and `neutreno-learnable` (one trainable coefficient per layer, from α or λ); their models
-are trained and scored but not saved (this package's models adapted with a value path run in memory only). They
+`value-residual-learnable` and `neutreno-learnable` (one trainable coefficient per layer, from α or λ), saved like the
+others (they load with `trust_remote_code=True` where this package is not installed). They
 train once per seed (--seeds of them: --seed, --seed + 1, ...), paired: within a seed each starts from the same
 initial weights (softmax's, wherever the shapes coincide), sees the same batches in the same order and trains for
 the same budget with `Trainer`. Each is then scored on the test split (else validation): accuracy for an image
@@ -281,7 +281,7 @@ def run(args: argparse.Namespace) -> int:
 def _print_usage(output_dir: Path, results: dict) -> None:
     saved = [entry["model_dir"] for entry in results["variants"].values() if entry.get("model_dir")]
     if not saved:
-        print(f"\nWritten to {output_dir}/: {RESULTS_FILE}, {PLOT_FILE} (value paths on presets run in memory).")
+        print(f"\nWritten to {output_dir}/: {RESULTS_FILE}, {PLOT_FILE}.")
         return
     best = results.get("best_variant")
     folder = str(output_dir / (best or saved[0]))

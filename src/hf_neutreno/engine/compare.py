@@ -22,8 +22,8 @@ from transformers import PrinterCallback, ProgressCallback, Trainer, TrainerCall
 
 from ..data.loading import BUILTIN_DIGITS, load_dataset_splits
 from ..models.value_path import (
-    _is_transformers_class,
     coefficient_parameters,
+    is_saveable,
     is_value_path_model,
     learned_coefficients,
     value_path_parameters,
@@ -338,12 +338,6 @@ def _builder(settings: CompareSettings, task):
     return build
 
 
-def _saveable(model: torch.nn.Module) -> bool:
-    """Whether `save_pretrained` writes a model that loads as it trained: a value path is saved only on transformers'
-    own classes (this package's models run one in memory)."""
-    return not is_value_path_model(model) or _is_transformers_class(type(model)._value_path_base)
-
-
 def _cosine(report) -> tuple[list[int], list[float], int, list[int]]:
     """(layers, cosine per layer, the encoder's last layer, decoder layers) of an over-smoothing report."""
     decoder_layers = report.metadata.get("decoder_layers", [])
@@ -463,7 +457,7 @@ class _Comparison:
         report = measure_oversmoothing(
             model, self.probe, metrics=["cosine_similarity"], progress=progress, model_name=variant
         )
-        saved = _saveable(model)
+        saved = is_saveable(model)
         if run.seed == self.seeds[0] and saved and self.main:
 
             def save(folder: Path, model=model) -> None:

@@ -248,3 +248,10 @@ __all__ = [
     "EigenViTModel",
     "EigenViTPreTrainedModel",
 ]
+
+
+def __getattr__(name: str):
+    # A checkpoint saved with a value path names ``ValuePath<Class>`` of this file in its `auto_map`: built on use.
+    from .value_path import sibling_attribute
+
+    return sibling_attribute(name, globals())

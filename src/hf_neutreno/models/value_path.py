@@ -136,7 +136,7 @@ def apply_value_path(
     layers, flash-attention backends, a model already adapted.
     """
     _refuse_unadaptable_model(model)
-    # This package's own models (NeuTRENO built in, here off) adapt in memory; only transformers' classes can be saved.
+    # transformers' classes are registered for their Auto class here; this package's models keep their own
     auto_class = _auto_class_of(type(model)) if _is_transformers_class(type(model)) else None
     attention_layers, _ = _check_adaptable(model)  # everything is checked before anything changes
     settings = check_settings(method, coefficient, learnable, layers, len(attention_layers))
@@ -932,6 +932,14 @@ def _check_adaptable(model: PreTrainedModel) -> tuple[list[nn.Module], str]:
     """The self-attention layers and the backend to wrap, or `ValueError` for what a value path cannot do exactly."""
     layers = self_attention_layers(model)
     _refuse_sliding_windows(model, len(layers))
+    # An attention of its own that bypasses the interface (the NeuTRENO ViT's kernel attention) would run unchanged.
+    own = sorted({type(module).__name__ for module in layers if getattr(module, "attention_function", None)})
+    if own:
+        raise ValueError(
+            f"{', '.join(own)} computes its own attention (attention_kernel='linear'), not through transformers' "
+            "attention interface, so a value path would not act on it; use softmax attention (attention_kernel="
+            "'softmax')."
+        )
     return layers, _inner_implementation(model)
 
 
@@ -988,6 +996,20 @@ def _is_transformers_class(model_class: type) -> bool:
     return getattr(transformers, model_class.__name__, None) is model_class
 
 
+def _is_sibling(model_class: type) -> bool:
+    """A model class of a file beside this one (this package's models, in the package or in a checkpoint's folder)."""
+    return model_class.__module__.rpartition(".")[0] == __name__.rpartition(".")[0]
+
+
+def is_saveable(model: nn.Module) -> bool:
+    """Whether `save_pretrained` writes a folder that `from_pretrained(..., trust_remote_code=True)` loads adapted:
+    a model without a value path, or one whose base is a transformers class or one of this package's models."""
+    if not is_value_path_model(model):
+        return True
+    base = type(model)._value_path_base
+    return _is_transformers_class(base) or _is_sibling(base)
+
+
 def _is_cross_attention(module: nn.Module) -> bool:
     return bool(getattr(module, "is_cross_attention", False)) or "CrossAttention" in type(module).__name__
 
@@ -1037,6 +1059,21 @@ def _add_base_model_auto_map(model: PreTrainedModel) -> None:
         return
     entry = f"{__name__.split('.')[-1]}.{CLASS_PREFIX}{name}"
     model.config.auto_map = {**(getattr(model.config, "auto_map", None) or {}), "AutoModel": entry}
+
+
+def _adapt_sibling_auto_map(model: PreTrainedModel) -> None:
+    """One of this package's models lists the other classes of its file in ``config.auto_map`` (the backbone under
+    `AutoModel`): name their ``ValuePath<Class>``, so that each loads with the value path, as the saved class does."""
+    base = type(model)._value_path_base
+    if not _is_sibling(base):
+        return
+    module = base.__module__.rpartition(".")[2]
+    auto_map = dict(getattr(model.config, "auto_map", None) or {})
+    for auto_class, reference in auto_map.items():
+        file, _, name = reference.rpartition(".")
+        if auto_class != "AutoConfig" and file == module and not name.startswith(CLASS_PREFIX):
+            auto_map[auto_class] = f"{module}.{CLASS_PREFIX}{name}"
+    model.config.auto_map = auto_map
 
 
 class _ValuePathModel:
@@ -1101,9 +1138,10 @@ class _ValuePathModel:
     def save_pretrained(self, *args, **kwargs):
         check_coefficients(dict(self.named_parameters()))  # before anything is written
         _add_base_model_auto_map(self)
+        _adapt_sibling_auto_map(self)
         super().save_pretrained(*args, **kwargs)
         base = type(self)._value_path_base
-        if _is_transformers_class(base):
+        if _is_transformers_class(base) or _is_sibling(base):
             logger.warning_once(
                 "A model adapted with a value path loads adapted with `from_pretrained(..., trust_remote_code=True)`; "
                 "without trust_remote_code, transformers builds the plain model from the same folder, and its load "
@@ -1113,7 +1151,7 @@ class _ValuePathModel:
             logger.warning_once(
                 f"{base.__name__} is not a transformers class, so its saved folder (weights, value-path settings and "
                 "coefficients) loads as the plain model: Trainer resumes such a checkpoint into the adapted model, "
-                "but from_pretrained does not adapt it. Save a transformers model class to share it."
+                "but from_pretrained does not adapt it. Save a transformers class or one of this package's to share it."
             )
 
 
@@ -1123,7 +1161,8 @@ def value_path_class(base: type, auto_class: str | None = None) -> type:
     if name in globals():
         return globals()[name]
     attributes = {
-        "__module__": __name__,
+        # This package's models keep theirs in their own file, whose `auto_map` entry a saved checkpoint names
+        "__module__": base.__module__ if _is_sibling(base) else __name__,
         "__qualname__": name,
         "__doc__": f"{base.__name__} with the value path of `config.value_path` (NeuTRENO, value residual, twicing).",
         "_value_path_base": base,
@@ -1134,8 +1173,19 @@ def value_path_class(base: type, auto_class: str | None = None) -> type:
     adapted = type(name, (_ValuePathModel, base), attributes)
     if _is_transformers_class(base):
         adapted.register_for_auto_class(auto_class or _auto_class_of(base))
+    elif _is_sibling(base) and getattr(base, "_auto_class", None):
+        adapted.register_for_auto_class(base._auto_class)
     globals()[name] = adapted
     return adapted
+
+
+def sibling_attribute(name: str, namespace: dict):
+    """The module `__getattr__` of this package's model files: ``ValuePath<Class>`` of a class there (the class that
+    the `auto_map` of a checkpoint saved with a value path names), built on first use."""
+    base = namespace.get(name.removeprefix(CLASS_PREFIX)) if name.startswith(CLASS_PREFIX) else None
+    if isinstance(base, type) and issubclass(base, PreTrainedModel):
+        return value_path_class(base)
+    raise AttributeError(f"module {namespace['__name__']!r} has no attribute {name!r}")
 
 
 def __getattr__(name: str):
