@@ -2,6 +2,7 @@
 process where this package is not installed, as on a transformers model. The adapted class lives in the model's own
 file (``modeling_<x>.ValuePath<Class>``), which a checkpoint carries with `value_path.py` beside it."""
 
+import copy
 import json
 import subprocess
 import sys
@@ -27,6 +28,13 @@ MODELS = {
     "neutreno_vit": (
         hf_neutreno.NeuTRENOViTConfig,
         hf_neutreno.NeuTRENOViTForImageClassification,
+        VIT,
+        "AutoModelForImageClassification",
+        "torch.linspace(-1, 1, 2 * 3 * 16 * 16).reshape(2, 3, 16, 16)",
+    ),
+    "eigen_vit": (
+        hf_neutreno.EigenViTConfig,
+        hf_neutreno.EigenViTForImageClassification,
         VIT,
         "AutoModelForImageClassification",
         "torch.linspace(-1, 1, 2 * 3 * 16 * 16).reshape(2, 3, 16, 16)",
@@ -75,6 +83,22 @@ def test_a_value_path_on_a_package_model_saves_and_loads_adapted_without_the_pac
     """)
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]
+
+
+def test_eigen_vit_inherits_its_attention_and_takes_a_value_path_equal_to_its_built_in_term():
+    """EigenViT's attention module inherits the NeuTRENO ViT's call of the interface (its own file does not import
+    it): found along the class hierarchy. The adapter's NeuTRENO at λ = 0.6 computes what EigenViT's own term does,
+    which differs from the same weights without it."""
+    torch.manual_seed(0)
+    built_in = hf_neutreno.EigenViTForImageClassification(hf_neutreno.EigenViTConfig(**dict(VIT, neutreno_lambda=0.6)))
+    plain = hf_neutreno.EigenViTForImageClassification(hf_neutreno.EigenViTConfig(**VIT))
+    plain.load_state_dict(built_in.state_dict())
+    adapted = apply_value_path(copy.deepcopy(plain), "neutreno", 0.6)
+    pixels = torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        expected = built_in.eval()(pixels).logits
+        torch.testing.assert_close(adapted.eval()(pixels).logits, expected, rtol=0, atol=1e-6)
+        assert (plain.eval()(pixels).logits - expected).abs().max() > 1e-3
 
 
 def test_the_kernel_attention_of_the_neutreno_vit_refuses_a_value_path():

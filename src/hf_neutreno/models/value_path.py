@@ -442,7 +442,18 @@ def _interface_module(path: str, module: nn.Module) -> list[tuple[str, nn.Module
 
 
 def _imports_interface(module: nn.Module) -> bool:
-    return hasattr(sys.modules.get(type(module).__module__), "ALL_ATTENTION_FUNCTIONS")
+    """Whether the file of the module's class, or of a base class it inherits its attention from (EigenViT's from the
+    NeuTRENO ViT's), imports the interface."""
+    return _defining_module(module, "ALL_ATTENTION_FUNCTIONS") is not None
+
+
+def _defining_module(module: nn.Module, name: str):
+    """The first file along the module's class hierarchy that defines `name` (None if none does)."""
+    for kind in type(module).__mro__:
+        found = sys.modules.get(kind.__module__)
+        if hasattr(found, name):
+            return found
+    return None
 
 
 def _attention_modules_by_source(model: nn.Module) -> list[tuple[str, nn.Module]]:
@@ -465,7 +476,7 @@ def _attention_modules_by_source(model: nn.Module) -> list[tuple[str, nn.Module]
 def attention_function(module: nn.Module, implementation: str):
     """The attention function a module calls for `implementation`; "eager" is the one in the module's own file."""
     if implementation == "eager":
-        return sys.modules[type(module).__module__].eager_attention_forward
+        return _defining_module(module, "eager_attention_forward").eager_attention_forward
     return ALL_ATTENTION_FUNCTIONS[implementation]
 
 
