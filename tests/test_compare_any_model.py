@@ -299,7 +299,7 @@ def test_a_preset_and_a_transformers_model_are_the_same_task_objects_with_the_sa
     processors make of the first evaluation images."""
     from hf_neutreno.data.loading import load_dataset_splits
     from hf_neutreno.engine.compare_settings import CompareSettings
-    from hf_neutreno.engine.model_tasks import MODEL_TASKS, ModelTask
+    from hf_neutreno.engine.model_tasks import MODEL_TASKS, CheckedModel, ModelTask
     from hf_neutreno.engine.preset_tasks import PresetTask, task_class, task_for
     from hf_neutreno.engine.tasks import TASKS
 
@@ -321,7 +321,7 @@ def test_a_preset_and_a_transformers_model_are_the_same_task_objects_with_the_sa
     # each task transforms its splits in place: each gets its own copy of the dataset
     tasks = [
         task_for(CompareSettings(model="vit-micro", **settings), load_dataset_splits(data)),
-        ModelTask(CompareSettings(model=str(vit), **settings)).prepare(load_dataset_splits(data)),
+        CheckedModel(CompareSettings(model=str(vit), **settings)).prepare(load_dataset_splits(data)),
     ]
     assert [type(task).__mro__[2] for task in tasks] == [TASKS["image-classification"]] * 2
     images = [image.convert("RGB") for image in load_dataset_splits(data)["test"][:5]["image"]]
@@ -342,7 +342,7 @@ def test_image_inputs_are_the_processors_whether_made_once_or_batch_by_batch(mad
     from hf_neutreno.data.loading import load_dataset_splits
     from hf_neutreno.engine import tasks
     from hf_neutreno.engine.compare_settings import CompareSettings
-    from hf_neutreno.engine.model_tasks import ModelTask
+    from hf_neutreno.engine.model_tasks import CheckedModel
     from hf_neutreno.engine.preset_tasks import task_for
 
     if made_once:  # in chunks that divide neither split (24 and 12 images)
@@ -353,7 +353,7 @@ def test_image_inputs_are_the_processors_whether_made_once_or_batch_by_batch(mad
     settings = {"dataset": str(data), "variants": ("softmax", "neutreno")}
     for task in (
         task_for(CompareSettings(model="vit-micro", **settings), load_dataset_splits(data)),
-        ModelTask(CompareSettings(model=str(vit), **settings)).prepare(load_dataset_splits(data)),
+        CheckedModel(CompareSettings(model=str(vit), **settings)).prepare(load_dataset_splits(data)),
     ):
         assert isinstance(task.train, StackDataset) is made_once and isinstance(task.eval, StackDataset) is made_once
         for name, split in (("train", task.train), ("test", task.eval)):

@@ -35,10 +35,7 @@ def check_source(name: str | os.PathLike, what: str) -> None:
     path = Path(name).expanduser()
     if is_local(name) and not path.is_dir():
         problem = "a file, not a folder" if path.is_file() else "no such folder (it does not exist here)"
-        raise ValueError(
-            f"{what} {str(name)!r}: {problem}. Give a folder written by `save_pretrained` (or a dataset folder), or a "
-            "Hub id such as 'gpt2' or 'owner/name'."
-        )
+        raise ValueError(f"{what} {str(name)!r}: {problem}; give a folder, or a Hub id (`name` or `owner/name`).")
 
 
 @contextmanager

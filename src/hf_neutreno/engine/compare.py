@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 from transformers import PrinterCallback, ProgressCallback, Trainer, TrainerCallback, TrainingArguments
 
+from ..checkpoints import check_source
 from ..data.loading import BUILTIN_DIGITS, load_dataset_splits
 from ..models.value_path import (
     coefficient_parameters,
@@ -45,7 +46,7 @@ from .compare_report import format_table, plot
 from .compare_settings import FINE_TUNING, FROM_SCRATCH, CompareSettings, checked_common
 from .compare_verdict import paired_reading, verdict
 from .experiment import Run, pairing_arguments, run_paired, summary
-from .model_tasks import ModelTask, is_model_reference
+from .model_tasks import CheckedModel, ModelTask, is_model_reference
 from .preset_tasks import PRESETS, ImageTask, preset_architecture, task_class, task_for
 from .tasks import EVAL_SPLITS, TASKS
 from .variants import ANY_MODEL_VARIANTS, BASELINE, VARIANTS, default_coefficient
@@ -61,8 +62,8 @@ def run_comparison(settings: CompareSettings) -> dict:
     `ValueError` naming the flag. torch's thread count is restored afterwards.
     """
     settings = checked_common(dataclasses.replace(settings))
-    model_task = None if settings.model in PRESETS else _model_task(settings)
-    settings = _checked(settings, model_task)  # the model is checked before any data is loaded
+    checked_model = None if settings.model in PRESETS else _checked_model(settings)
+    settings = _checked(settings, checked_model)  # the model is checked before any data is loaded
     folders = _output_folders(settings)
     if folders.finished is not None:
         print(f"{settings.output_dir} already holds this comparison, complete: nothing to resume.")
@@ -72,10 +73,10 @@ def run_comparison(settings: CompareSettings) -> dict:
     except ImportError:
         raise ValueError("The comparison plot needs matplotlib: pip install 'hf-neutreno[compare]'.") from None
     dataset = _load_dataset(settings.dataset, settings.dataset_config)
-    if model_task is not None:
+    if checked_model is not None:
         if "train" not in dataset:
             raise ValueError(f"--dataset {settings.dataset!r} needs a `train` split; it has {sorted(dataset)}.")
-        task = model_task.prepare(dataset)
+        task = checked_model.prepare(dataset)
     else:
         if "train" not in dataset or not any(split in dataset for split in EVAL_SPLITS):
             raise ValueError(
@@ -91,10 +92,10 @@ def run_comparison(settings: CompareSettings) -> dict:
         torch.set_num_threads(threads)
 
 
-def _model_task(settings: CompareSettings) -> ModelTask:
+def _checked_model(settings: CompareSettings) -> CheckedModel:
     """The transformers model `--model` names (`gpt2`, `owner/name`, a folder), checked before any data is loaded."""
     try:
-        return ModelTask(settings)
+        return CheckedModel(settings)
     except ValueError as error:
         if is_model_reference(settings.model):  # a folder or owner/name: the message says what is wrong with it
             raise
@@ -122,10 +123,10 @@ def _output_folders(settings: CompareSettings) -> OutputFolders:
     return view[0]
 
 
-def _checked(settings: CompareSettings, model_task: ModelTask | None) -> CompareSettings:
+def _checked(settings: CompareSettings, checked_model: CheckedModel | None) -> CompareSettings:
     """`settings` (already through `checked_common`) with the defaults that depend on the model filled in;
     ValueError naming the flag on bad input."""
-    if model_task is None:
+    if checked_model is None:
         for flag in ("task", "text_column", "label_column", "image_column", "max_length"):
             if getattr(settings, flag) is not None:
                 raise ValueError(
@@ -157,6 +158,7 @@ def _checked(settings: CompareSettings, model_task: ModelTask | None) -> Compare
 
 
 def _load_dataset(name: str, config_name: str | None):
+    check_source(name, "--dataset")
     try:
         return load_dataset_splits(name, config_name)
     except ImportError as error:  # `digits` without scikit-learn
@@ -323,9 +325,7 @@ def _coefficient(settings: CompareSettings, task, variant: str) -> float | None:
     given = {"neutreno": settings.neutreno_lambda, "value_residual": settings.value_residual_alpha}.get(method)
     if given is not None:
         return given
-    if variant == "neutreno" and task.preset is not None:  # the preset's own λ (0.6 images, 0.4 text)
-        return task.neutreno_lambda
-    preset_lambda = task.neutreno_lambda if task.preset is not None else None
+    preset_lambda = task.preset.neutreno_lambda if task.preset is not None else None  # 0.6 images, 0.4 text
     return default_coefficient(variant, pretrained=task.pretrained, preset_lambda=preset_lambda)
 
 

@@ -1,6 +1,6 @@
 """`hf-neutreno compare` on any transformers model: the task comes from the model's head and the dataset's columns.
 
-    model = ModelTask(settings)          # checks the model (adaptable? processor?) before any data is loaded
+    model = CheckedModel(settings)       # checks the model (adaptable? processor?) before any data is loaded
     task = model.prepare(dataset)        # the task object: columns, labels, splits; ValueError naming the flag
     network = task.build("value-residual", coefficient=0.5)   # `paired_model` seeds it
 
@@ -102,14 +102,14 @@ def is_model_reference(name: str) -> bool:
     return is_local(name) or "/" in name
 
 
-class ModelTask:
-    """A transformers model (`settings.model`: a Hub id or a folder) fine-tuned, or trained from scratch, on a task:
-    the source half of its task objects (`MODEL_TASKS`), whose `_inputs` turns the columns into model inputs."""
-
-    preset = None
+class CheckedModel:
+    """A transformers model (`settings.model`: a Hub id or a folder), checked before any data is loaded: its config,
+    and its task where its head names one (else the dataset's columns will). `prepare(dataset)` builds its task
+    object, once."""
 
     def __init__(self, settings):
         self.settings = settings
+        self.native_neutreno = False  # this package's models with λ in their config: set by `_check_adaptable`
         self.source = settings.model
         path = Path(settings.model).expanduser()
         check_source(settings.model, "--model")
@@ -187,11 +187,9 @@ class ModelTask:
                 "without sliding windows, GPT-2, BERT, RoBERTa, ViT, DeiT, ...)."
             ) from None
 
-    # --- data ---------------------------------------------------------------------------------------------------
-
     def prepare(self, dataset) -> "ModelTask":
         """The task object of this model on `dataset`: the task (if the model's head did not pick it) from the
-        columns, its class in `MODEL_TASKS`, with what was checked here, its processing, splits and inputs."""
+        columns, then its class in `MODEL_TASKS`, built with its processing, splits and inputs."""
         settings = self.settings
         if self.task is None:
             self.task = task_of_columns(dataset["train"].features, self.config)
@@ -202,13 +200,24 @@ class ModelTask:
                 )
             self._check_head()
             self._check_adaptable()
-        task = object.__new__(MODEL_TASKS[self.task])
-        task.__dict__.update(self.__dict__)  # the model, checked before the data was loaded
-        task.length = task._max_length()
-        task.processing = task._load_processing()
-        task.train, task.eval, task.eval_split = task._splits(dataset)
-        task._inputs()
-        return task
+        return MODEL_TASKS[self.task](self, dataset)
+
+
+class ModelTask:
+    """A transformers model fine-tuned, or trained from scratch, on a task: the source half of its task objects
+    (`MODEL_TASKS`), built from the `CheckedModel` and the dataset; `_inputs` turns the columns into model inputs."""
+
+    preset = None
+
+    def __init__(self, model: CheckedModel, dataset):
+        self.settings, self.source, self.config, self.task = model.settings, model.source, model.config, model.task
+        self.native_neutreno = model.native_neutreno
+        self.length = self._max_length()
+        self.processing = self._load_processing()
+        self.train, self.eval, self.eval_split = self._splits(dataset)
+        self._inputs()
+
+    # --- data ---------------------------------------------------------------------------------------------------
 
     def _max_length(self) -> int:
         """--max-length, or `DEFAULT_MAX_LENGTH` capped at the model's positions; more than those raises."""
@@ -441,7 +450,7 @@ class ModelTask:
     def build(self, variant: str, coefficient: float | None) -> torch.nn.Module:
         """The model of `variant`: loaded (or, with --from-scratch, initialised), its new weights drawn from the
         global generator, then given its value path (or, for this package's own models, its λ)."""
-        if variant == "neutreno" and getattr(self, "native_neutreno", False):
+        if variant == "neutreno" and self.native_neutreno:
             return self._load(coefficient)
         return build_variant(self._load(None), variant, coefficient)
 
@@ -541,6 +550,7 @@ def _columns(dataset) -> dict[str, str]:
 __all__ = [
     "MODEL_TASKS",
     "TASKS",
+    "CheckedModel",
     "ModelTask",
     "is_model_reference",
     "task_of_architecture",

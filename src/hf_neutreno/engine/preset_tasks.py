@@ -98,21 +98,18 @@ class PresetTask:
 
     def _set_preset(self, config_class) -> None:
         self.preset = config_class.from_preset(self.settings.model)
-        self.neutreno_lambda = self.settings.neutreno_lambda or self.preset.neutreno_lambda
 
     @property
     def summary(self) -> str:
         return f"{self.settings.model} on {self.settings.dataset} ({self.summary_data}{self.summary_extra})"
 
     def build(self, variant: str, coefficient: float | None) -> torch.nn.Module:
-        """The model of `variant`, its weights drawn from the global generator (seeded by the caller)."""
+        """The model of `variant`, its weights drawn from the global generator (seeded by the caller). `coefficient`
+        (resolved by the caller, the one place that does) is λ of the `neutreno` architecture, or the value path's."""
         architecture = preset_architecture(variant)
         if architecture == "value-path":
-            return build_variant(self._build("softmax"), variant, coefficient)
-        return self._build(architecture)
-
-    def _lambda(self, architecture: str) -> float:
-        return self.neutreno_lambda if architecture == "neutreno" else 0.0
+            return build_variant(self._build("softmax", 0.0), variant, coefficient)
+        return self._build(architecture, coefficient if architecture == "neutreno" else 0.0)
 
 
 class ImageTask(PresetTask, ImageClassification):
@@ -142,9 +139,9 @@ class ImageTask(PresetTask, ImageClassification):
         self._image_inputs(image_transform(self.processing, image_column, label_column))
         self.summary_extra = f", resized to {height}×{width}"
 
-    def _build(self, architecture: str) -> torch.nn.Module:
+    def _build(self, architecture: str, neutreno_lambda: float) -> torch.nn.Module:
         # ViT⁻/ViT⁺: the poster's eigen-parameterised ViT with W_V W_O = V diag(∓ψ²) Vᵀ, no NeuTRENO term
-        return image_classifier(architecture, self.settings.model, self.labels, neutreno_lambda=self.neutreno_lambda)
+        return image_classifier(architecture, self.settings.model, self.labels, neutreno_lambda=neutreno_lambda)
 
 
 class TextTask(PresetTask, CausalLM):
@@ -172,8 +169,8 @@ class TextTask(PresetTask, CausalLM):
         self._lm_inputs(capped(blocks, settings.max_train_samples, settings.seed), stream, block_size)
         self.summary_extra = f", vocabulary {len(self.processing)}"
 
-    def _build(self, architecture: str) -> torch.nn.Module:
-        return language_model(self.settings.model, self.processing, neutreno_lambda=self._lambda(architecture))
+    def _build(self, architecture: str, neutreno_lambda: float) -> torch.nn.Module:
+        return language_model(self.settings.model, self.processing, neutreno_lambda=neutreno_lambda)
 
 
 class SegmentationTask(PresetTask, SemanticSegmentation):
@@ -203,9 +200,9 @@ class SegmentationTask(PresetTask, SemanticSegmentation):
         height, width = self.preset.image_size_2d
         self.summary_extra = f", resized to {height}×{width}"
 
-    def _build(self, architecture: str) -> torch.nn.Module:
+    def _build(self, architecture: str, neutreno_lambda: float) -> torch.nn.Module:
         # the decoder follows the encoder's λ
-        return segmenter(self.settings.model, self.labels, neutreno_lambda=self._lambda(architecture))
+        return segmenter(self.settings.model, self.labels, neutreno_lambda=neutreno_lambda)
 
 
 def segmentation_labels(dataset_name: str) -> tuple[list[str], bool]:
