@@ -1,11 +1,11 @@
-"""transformers' model contract (ModelTesterMixin) on transformers' own classes adapted with a value path:
-`value_path_class(Base)` is `ValuePath<Base>`, which applies `config.value_path` in `__init__`, as a checkpoint saved
-adapted loads.
+"""transformers' model contract (ModelTesterMixin) on model classes adapted with a value path: `value_path_class(Base)`
+is `ValuePath<Base>`, which applies `config.value_path` in `__init__`, as a checkpoint saved adapted loads.
 
 Every method (NeuTRENO, the value residual, twicing; learnable coefficients; the value-residual gate) on GPT-2 (fused
 `c_attn`), a grouped-query Llama (4 query heads, 2 key/value heads), Qwen2 (q/k/v biases), BERT and ViT, at upstream's
 2 layers (the rule acts in layer 1; twicing in both). The fast tier runs one method per model class, together every
-method once; the slow tier the other combinations.
+method once; the slow tier the other combinations. This package's own NeuTRENO GPT and ViT classifier (their term off)
+run two methods each: a learnable coefficient or gate in the fast tier, a fixed one in the slow tier.
 """
 
 import unittest
@@ -38,6 +38,7 @@ from transformers import (
     ViTModel,
 )
 
+from hf_neutreno import NeuTRENOGPTConfig, NeuTRENOGPTForCausalLM, NeuTRENOViTConfig, NeuTRENOViTForImageClassification
 from hf_neutreno.value_path import value_path_class
 
 # method -> config.value_path (`layers` left to the default: every layer after the first, or all for twicing)
@@ -55,6 +56,14 @@ DECODER = dict(SHAPE, num_key_value_heads=2, max_position_embeddings=64, **TEXT)
 NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 GPT2 = dict(n_embd=32, n_layer=2, n_head=4, n_positions=64, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **TEXT)
 VIT = dict(SHAPE, num_labels=3, **NO_DROPOUT)
+NEUTRENO_GPT = dict(
+    SHAPE,
+    max_position_embeddings=64,
+    neutreno_lambda=0.0,
+    **TEXT,
+    **dict.fromkeys(("embedding_dropout", "hidden_dropout", "activation_dropout", "output_dropout"), 0.0),
+)
+NEUTRENO_VIT = dict(SHAPE, num_labels=3, neutreno_lambda=0.0)
 
 # model class -> (tester, config class, config fields, tester options)
 ARCHITECTURES = {
@@ -65,7 +74,19 @@ ARCHITECTURES = {
     BertModel: (TextTester, BertConfig, dict(SHAPE, **TEXT, **NO_DROPOUT), dict(token_type_ids=True)),
     ViTModel: (VisionTester, ViTConfig, VIT, {}),
     ViTForImageClassification: (VisionTester, ViTConfig, VIT, {}),
+    NeuTRENOGPTForCausalLM: (TextTester, NeuTRENOGPTConfig, NEUTRENO_GPT, {}),
+    NeuTRENOViTForImageClassification: (VisionTester, NeuTRENOViTConfig, NEUTRENO_VIT, {}),
 }
+# This package's classes: upstream picks labels by class name (of a transformers class), and the methods they run
+LABELS_LIKE = {NeuTRENOGPTForCausalLM: GPT2LMHeadModel, NeuTRENOViTForImageClassification: ViTForImageClassification}
+PACKAGE_METHODS = {
+    NeuTRENOGPTForCausalLM: ("value_residual_gate", "twicing"),
+    NeuTRENOViTForImageClassification: (
+        "neutreno_learnable",
+        "value_residual",
+    ),
+}
+VISION = (ViTModel, ViTForImageClassification, NeuTRENOViTForImageClassification)
 
 # The fast tier's method of each model class: every method once.
 FAST = {
@@ -76,6 +97,8 @@ FAST = {
     BertModel: "neutreno_learnable",
     ViTModel: "value_residual_learnable",
     ViTForImageClassification: "neutreno",
+    NeuTRENOGPTForCausalLM: "value_residual_gate",
+    NeuTRENOViTForImageClassification: "neutreno_learnable",
 }
 
 # Upstream tests that do not apply to an adapted model, for every architecture and method.
@@ -140,7 +163,7 @@ def _same_dtype_loading(base, method) -> dict:
 def _test_class(base, method, case=ValuePathCase):
     adapted = value_path_class(base)
     bases = [case]
-    if base in (ViTModel, ViTForImageClassification):
+    if base in VISION:
         bases.insert(0, PatchEmbeddings)
     if adapted.can_generate():
         bases.insert(0, GenerationTesterMixin)
@@ -148,8 +171,8 @@ def _test_class(base, method, case=ValuePathCase):
         base=base,
         method=method,
         all_model_classes=(adapted,),
-        labels_like=base,  # upstream picks labels by class name; ValuePath<Base> takes its base's
-        test_resize_embeddings=base not in (ViTModel, ViTForImageClassification),
+        labels_like=LABELS_LIKE.get(base, base),  # upstream picks labels by class name; ValuePath<Base>: its base's
+        test_resize_embeddings=base not in VISION,
         # upstream runs it only for models added from 2023 (by the config file's copyright line); the coefficients and
         # gates a value path adds are new, and the adapted class must initialise its base's weights as the base does
         test_can_init_all_missing_weights_before_2023=True,
@@ -167,7 +190,12 @@ def _test_class(base, method, case=ValuePathCase):
 
 
 # The slow tier's classes exist only with RUN_SLOW=1: thousands of skipped tests would cost the fast tier ~20 s.
-COMBINATIONS = [(base, method) for base in ARCHITECTURES for method in METHODS if RUN_SLOW or FAST[base] == method]
+COMBINATIONS = [
+    (base, method)
+    for base in ARCHITECTURES
+    for method in PACKAGE_METHODS.get(base, METHODS)
+    if RUN_SLOW or FAST[base] == method
+]
 for _base, _method in COMBINATIONS:
     _name, _cls = _test_class(_base, _method)
     globals()[_name] = _cls
@@ -178,4 +206,4 @@ del ValuePathCase, _base, _method, _name, _cls  # bases and loop names, not test
 @pytest.mark.slow
 def test_the_slow_tier_has_every_combination():
     """With RUN_SLOW=1 every method runs on every model class (in the fast tier, one method per class)."""
-    assert len(COMBINATIONS) == len(ARCHITECTURES) * len(METHODS)
+    assert len(COMBINATIONS) == sum(len(PACKAGE_METHODS.get(base, METHODS)) for base in ARCHITECTURES)
