@@ -152,7 +152,7 @@ def _same_dtype_loading(base, method) -> dict:
     """test_bc_torch_dtype (about 1 s a class on the CPU, the slow tier's longest test) once per model class among the
     fixed-coefficient methods: they add no parameter, so ValuePath<Base> loads every dtype alike with each. The
     learnable coefficients and gates add parameters of their own: their classes all run it."""
-    fixed = [name for name, settings in METHODS.items() if settings["learnable"] is False]
+    fixed = [name for name in PACKAGE_METHODS.get(base, METHODS) if METHODS[name]["learnable"] is False]
     runs = FAST[base] if FAST[base] in fixed else fixed[0]
     if method not in fixed or method == runs:
         return {}
