@@ -150,7 +150,7 @@ def test_default_compare_as_the_readme_runs_it(tmp_path):
         assert rows[variant][2 if variant == "softmax" else 3] == _mean_std([run["last_layer_cosine"] for run in runs])
     for key, column, better in (("accuracy", 2, 1), ("last_layer_cosine", 4, -1)):
         difference = np.array([n[key] - b[key] for n, b in zip(per_seed["neutreno"], per_seed["softmax"])])
-        ties = np.abs(difference) < 0.002  # the stated tolerance (hf_neutreno.engine.compare_verdict.TIE_TOLERANCE)
+        ties = np.abs(difference) < 0.002  # the stated tolerance (hf_neutreno.engine.compare.verdict.TIE_TOLERANCE)
         wins, tied = int(((better * difference > 0) & ~ties).sum()), int(ties.sum())
         counts = f"({wins}/{tied}/{3 - wins - tied})"
         assert rows["neutreno"][column] == f"{difference.mean():+.4f} ± {difference.std(ddof=1):.4f} {counts}"

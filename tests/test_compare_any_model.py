@@ -298,7 +298,7 @@ def test_a_preset_and_a_transformers_model_are_the_same_task_objects_with_the_sa
     probe they do not redefine. On one image folder, a preset's and a saved ViT's probe images are what their image
     processors make of the first evaluation images."""
     from hf_neutreno.data.loading import load_dataset_splits
-    from hf_neutreno.engine.compare_settings import CompareSettings
+    from hf_neutreno.engine.compare.settings import CompareSettings
     from hf_neutreno.engine.model_tasks import MODEL_TASKS, CheckedModel, ModelTask
     from hf_neutreno.engine.preset_tasks import PresetTask, task_class, task_for
     from hf_neutreno.engine.tasks import TASKS
@@ -341,7 +341,7 @@ def test_image_inputs_are_the_processors_whether_made_once_or_batch_by_batch(mad
     from hf_neutreno.data.image_transforms import collate_images
     from hf_neutreno.data.loading import load_dataset_splits
     from hf_neutreno.engine import tasks
-    from hf_neutreno.engine.compare_settings import CompareSettings
+    from hf_neutreno.engine.compare.settings import CompareSettings
     from hf_neutreno.engine.model_tasks import CheckedModel
     from hf_neutreno.engine.preset_tasks import task_for
 
@@ -387,7 +387,7 @@ def test_the_kept_cifar10_tables_in_the_docs_are_what_the_committed_results_prin
     main command: recomputed here from the saved JSON, whatever CPU runs the test."""
     from pathlib import Path
 
-    from hf_neutreno.engine.compare_report import format_table
+    from hf_neutreno.engine.compare.report import format_table
 
     root = Path(__file__).resolve().parents[1]
     text = (root / "docs" / "compare.md").read_text(encoding="utf-8")

@@ -1,10 +1,10 @@
-"""The verdict rules of `hf-neutreno compare` (`hf_neutreno.engine.compare_verdict`), on results written by hand: ties,
+"""The verdict rules of `hf-neutreno compare` (`hf_neutreno.engine.compare.verdict`), on results written by hand: ties,
 a remedy that switched itself off, no best within the seeds' spread, and a baseline that did not learn."""
 
 import pytest
 
-from hf_neutreno.engine.compare_report import format_table
-from hf_neutreno.engine.compare_verdict import is_tie, paired_reading, verdict
+from hf_neutreno.engine.compare.report import format_table
+from hf_neutreno.engine.compare.verdict import is_tie, paired_reading, verdict
 
 
 def results(scores: dict, metric: str = "accuracy", coefficients: dict | None = None, loss=(2.0, 1.0), **data):

@@ -27,13 +27,16 @@ from tiny_models import TINY_VIT, assert_checkpointing_keeps_the_gradients, trai
 
 TINY = dict(TINY_VIT, num_hidden_layers=2, num_attention_heads=2, num_labels=3)
 SIGN = {"negative": -1.0, "positive": 1.0}
-# The code files a NeuTRENO ViT checkpoint carries; an EigenViT's carries its own two more.
+# The code files a NeuTRENO ViT checkpoint carries (with the value path, which a model file names for a checkpoint
+# saved with one); an EigenViT's carries its own two more.
 NEUTRENO_VIT_CODE = [
     "configuration_neutreno_vit.py",
     "modeling_neutreno_vit.py",
     "neutreno_common.py",
     "neutreno_term.py",
     "presets.py",
+    "value_path.py",
+    "value_path_defaults.py",
 ]
 
 

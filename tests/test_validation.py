@@ -578,7 +578,7 @@ def test_a_missing_checkpoint_folder_is_named_as_a_folder_that_does_not_exist(co
     from hf_neutreno import convert as module
 
     path = tmp_path / "no-such-checkpoint" if missing == "path" else missing
-    with pytest.raises(ValueError, match=re.escape(f"checkpoint '{path}': no such folder (it does not exist here).")):
+    with pytest.raises(ValueError, match=re.escape(f"checkpoint '{path}': no such folder (it does not exist here);")):
         getattr(module, convert)(path)
 
 

@@ -5,7 +5,7 @@ so that `hf-neutreno diagnose` reports a bad metric at once. The modules that us
 (`hf_neutreno.engine.model_factories`, `.tasks`, `.preset_tasks`, `hf_neutreno.data.loading`, `.lm_eval`,
 `hf_neutreno.diagnostics`) import them from here and export them too. The other torch-free homes of such names: the
 variants, `hf_neutreno.engine.variants`; the default coefficients, `hf_neutreno.models.value_path_defaults`;
-`compare`'s settings, `hf_neutreno.engine.compare_settings`.
+`compare`'s settings, `hf_neutreno.engine.compare.settings`.
 """
 
 from .models import presets as _PRESETS  # imports nothing: `hf_neutreno.models` registers nothing

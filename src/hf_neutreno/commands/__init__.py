@@ -2,7 +2,7 @@
 `run(args) -> int`. They parse, call the library (`hf_neutreno.engine.compare`, `.diagnostics`, `.lm_eval`, `.hub`) and
 print; errors are reported by the entry point. At its top a command imports only modules free of torch and
 transformers (the names and defaults its parser shows come from `hf_neutreno.names`, `.variants`,
-`models.value_path_defaults`, `.compare_settings`), and the library inside `run`, so that its `--help` is fast."""
+`models.value_path_defaults`, `.compare.settings`), and the library inside `run`, so that its `--help` is fast."""
 
 from pathlib import Path
 

@@ -56,8 +56,8 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from ..engine.compare_output import INCOMPLETE, PLOT_FILE, RESULTS_FILE
-from ..engine.compare_settings import FINE_TUNING, FROM_SCRATCH, CompareSettings, checked_common
+from ..engine.compare.output import INCOMPLETE, PLOT_FILE, RESULTS_FILE
+from ..engine.compare.settings import FINE_TUNING, FROM_SCRATCH, CompareSettings, checked_common
 from ..engine.variants import PRESET_VARIANTS, PRETRAINED_LEARNABLE_START, PRETRAINED_VARIANTS, VARIANTS
 from ..models.value_path_defaults import DEFAULT_COEFFICIENTS
 from ..names import IMAGE_MODELS, SEGMENTATION_MODELS, TASK_SPECS, TEXT_MODELS
@@ -250,7 +250,8 @@ def run(args: argparse.Namespace) -> int:
     settings = CompareSettings(**{f.name: getattr(args, f.name) for f in dataclasses.fields(CompareSettings)})
     settings = checked_common(settings)  # a bad flag is reported before the training stack loads
     # The training machinery (torch, transformers, datasets) is imported here, not at the top: `--help` needs none.
-    from ..engine.compare import format_table, run_comparison
+    from ..engine.compare.report import format_table
+    from ..engine.compare.run import run_comparison
 
     if settings.no_progress or not settings.verbose:  # the bars of datasets (tokenizing) and transformers (saving)
         import datasets

@@ -8,7 +8,7 @@
 the results; `format_table` prints them. A run in progress lives in `<output_dir>.incomplete` and replaces
 `output_dir` only once complete; `resume=True` continues an interrupted one. `hf-neutreno compare`
 (`hf_neutreno.commands.compare`) is its command line, whose help describes the variants, scores and files. The
-settings and their defaults are `hf_neutreno.engine.compare_settings` (importable without torch).
+settings and their defaults are `hf_neutreno.engine.compare.settings` (importable without torch).
 """
 
 import dataclasses
@@ -20,18 +20,23 @@ from pathlib import Path
 import torch
 from transformers import PrinterCallback, ProgressCallback, Trainer, TrainerCallback, TrainingArguments
 
-from ..checkpoints import check_source
-from ..data.loading import BUILTIN_DIGITS, load_dataset_splits
-from ..models.value_path import (
+from ...checkpoints import check_source
+from ...data.loading import BUILTIN_DIGITS, load_dataset_splits
+from ...models.value_path import (
     coefficient_parameters,
     is_saveable,
     is_value_path_model,
     learned_coefficients,
     value_path_parameters,
 )
-from ..names import IMAGE_MODELS
-from ..runtime import has_accelerator
-from .compare_output import (
+from ...names import IMAGE_MODELS
+from ...runtime import has_accelerator
+from ..experiment import Run, pairing_arguments, run_paired, summary
+from ..model_tasks import CheckedModel, ModelTask, is_model_reference
+from ..preset_tasks import PRESETS, ImageTask, preset_architecture, task_class, task_for
+from ..tasks import EVAL_SPLITS, TASKS
+from ..variants import ANY_MODEL_VARIANTS, BASELINE, VARIANTS, default_coefficient
+from .output import (
     COMMAND,
     FORMAT_VERSION,
     PLOT_FILE,
@@ -42,14 +47,9 @@ from .compare_output import (
     write_complete,
     write_json,
 )
-from .compare_report import format_table, plot
-from .compare_settings import FINE_TUNING, FROM_SCRATCH, CompareSettings, checked_common
-from .compare_verdict import paired_reading, verdict
-from .experiment import Run, pairing_arguments, run_paired, summary
-from .model_tasks import CheckedModel, ModelTask, is_model_reference
-from .preset_tasks import PRESETS, ImageTask, preset_architecture, task_class, task_for
-from .tasks import EVAL_SPLITS, TASKS
-from .variants import ANY_MODEL_VARIANTS, BASELINE, VARIANTS, default_coefficient
+from .report import format_table, plot
+from .settings import FINE_TUNING, FROM_SCRATCH, CompareSettings, checked_common
+from .verdict import paired_reading, verdict
 
 # results["task"] -> the Auto classes that load a variant's model and its image processor or tokenizer
 LOADERS = {name: (task.auto_class, task.processing_class) for name, task in TASKS.items()}
@@ -286,7 +286,7 @@ def _duration(seconds: float) -> str:
 
 def _summarise(results: dict) -> None:
     """Per variant: mean ± std over the finished seeds, and the paired difference from the baseline on the seeds
-    both finished (`compare_verdict.paired_reading`: wins, ties, interval); then the verdict."""
+    both finished (`verdict.paired_reading`: wins, ties, interval); then the verdict."""
     metric, variants = results["metric"], results["variants"]
     for name, entry in variants.items():
         runs = entry["per_seed"]
@@ -304,7 +304,7 @@ def _summarise(results: dict) -> None:
         entry["train_seconds"] = statistics.fmean(run["train_seconds"] for run in runs)
         base = variants[BASELINE]
         if name != BASELINE and set(entry[metric]["per_seed"]) & set(base[metric]["per_seed"]):
-            entry["difference_from_baseline"] = {  # with ties and the interval (`compare_verdict`)
+            entry["difference_from_baseline"] = {  # with ties and the interval (`verdict.py`)
                 key: no_nan(paired_reading(entry[key]["per_seed"], base[key]["per_seed"], key))
                 for key in (metric, "last_layer_cosine")
             }
@@ -347,7 +347,7 @@ def _cosine(report) -> tuple[list[int], list[float], int, list[int]]:
 
 
 def _best(results: dict) -> str | None:
-    """The verdict's best variant (`compare_verdict`: its paired interval over seeds excludes 0), where its model is
+    """The verdict's best variant (`verdict.py`: its paired interval over seeds excludes 0), where its model is
     saved; None otherwise."""
     best = results.get("verdict", {}).get("best")
     return best if best and results["variants"][best].get("model_dir") else None
@@ -436,7 +436,7 @@ class _Comparison:
 
     def train(self, run: Run, model: torch.nn.Module, initial_weights: str) -> None:
         """Train, score and measure one run; record it (and, for the first seed, save its model)."""
-        from ..diagnostics import measure_oversmoothing
+        from ...diagnostics import measure_oversmoothing
 
         settings, task, variant = self.settings, self.task, run.variant
         coefficient = _coefficient(settings, task, variant)

@@ -6,8 +6,8 @@ the help and a bad flag's error are fast.
 import dataclasses
 import math
 
-from ..names import BUILTIN_DIGITS, IMAGE_MODELS, SEGMENTATION_MODELS, TASK_SPECS, TEXT_MODELS
-from .variants import BASELINE, VARIANTS, default_variants
+from ...names import BUILTIN_DIGITS, IMAGE_MODELS, SEGMENTATION_MODELS, TASK_SPECS, TEXT_MODELS
+from ..variants import BASELINE, VARIANTS, default_variants
 
 # Training defaults: a preset trains from scratch; a transformers model is fine-tuned from its weights, with the
 # settings usual for a ~100M-parameter model (BERT's and ViT's fine-tuning recipes: a small learning rate, light weight

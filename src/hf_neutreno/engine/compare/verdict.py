@@ -19,7 +19,7 @@ This module imports neither torch nor transformers.
 import math
 import statistics
 
-from .variants import BASELINE
+from ..variants import BASELINE
 
 HIGHER_IS_BETTER = {"accuracy": True, "mean_iou": True, "perplexity": False, "last_layer_cosine": False}
 # A seed's paired difference below this is a tie: one test item of a few hundred moves accuracy by more.

@@ -4,7 +4,7 @@
 import textwrap
 from pathlib import Path
 
-from .compare_verdict import (
+from .verdict import (
     HIGHER_IS_BETTER,
     TIE_TOLERANCE,
     coefficient_lines,
