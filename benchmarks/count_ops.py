@@ -173,6 +173,8 @@ for _name, _native, _inputs in (("GPT-2", _gpt2, _text_inputs), ("ViT", _vit, _i
             TRAINING[_key] = (_native, _adapted(_native, _method, _learnable), _inputs)
     TRAINING[f"{_name} + value residual, gate"] = (_native, _adapted(_native, "value_residual", "gate"), _inputs)
     TRAINING[f"{_name} + twicing"] = (_native, _adapted(_native, "twicing", False), _inputs)
+    TRAINING[f"{_name} + XSA"] = (_native, _adapted(_native, "xsa", False), _inputs)
+    TRAINING[f"{_name} + XSA, learnable"] = (_native, _adapted(_native, "xsa", True), _inputs)
 # Inference: one forward without gradients.
 INFERENCE = {
     "NeuTRENO ViT, λ = 0.6": TRAINING["NeuTRENO ViT, λ = 0.6"],

@@ -22,6 +22,8 @@ METHODS = {
     "value-residual-learnable": ("value_residual", 0.3, True),
     "value-residual-gate": ("value_residual", 0.5, "gate"),
     "twicing": ("twicing", 0.5, False),
+    "xsa": ("xsa", 0.7, False),
+    "xsa-learnable": ("xsa", 0.4, True),
 }
 
 

@@ -64,6 +64,12 @@ PER_LAYER_TRAINING = {
     # twicing: a second attention call per layer (forward and backward), the residual V − A V and the sum
     "GPT-2 + twicing": 9,
     "ViT + twicing": 9,
+    # XSA, its autograd Function: v·v, y·v and their ratio, one addcmul; in the backward pass the same projection of
+    # the gradient and the gradient for v (the learnable strength adds its own product, sum and cast)
+    "GPT-2 + XSA": 19,
+    "ViT + XSA": 19,
+    "GPT-2 + XSA, learnable": 25,
+    "ViT + XSA, learnable": 25,
 }
 # Per step, outside the layers: input checks (the NeuTRENO GPT's token-id check runs on a CPU only). EigenViT makes the
 # weights of all layers once per step by design, forward and backward: Θ and ψ stacked, one QR, its sign fix, Λ = ±ψ²

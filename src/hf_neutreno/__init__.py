@@ -3,8 +3,8 @@
 `import hf_neutreno` registers every config and model of the package with the Auto classes and marks them for remote
 code, so that `AutoModel*.from_pretrained` loads a folder of this package without `trust_remote_code`, and
 `save_pretrained` and Trainer checkpoints carry their code and `auto_map`. The other public names are imported on first
-use, as transformers does. `apply_value_path` puts NeuTRENO, the value residual or twicing on any transformers model
-(it registers its attention function only when called). The `hf-neutreno` command skips the registering at import
+use, as transformers does. `apply_value_path` puts NeuTRENO, the value residual, twicing or XSA on any transformers
+model (it registers its attention function only when called). The `hf-neutreno` command skips the registering at import
 (`hf_neutreno_cli.py`), so that its `--help` needs neither torch nor transformers.
 """
 

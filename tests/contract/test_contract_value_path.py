@@ -1,11 +1,11 @@
 """transformers' model contract (ModelTesterMixin) on model classes adapted with a value path: `value_path_class(Base)`
 is `ValuePath<Base>`, which applies `config.value_path` in `__init__`, as a checkpoint saved adapted loads.
 
-Every method (NeuTRENO, the value residual, twicing; learnable coefficients; the value-residual gate) on GPT-2 (fused
-`c_attn`), a grouped-query Llama (4 query heads, 2 key/value heads), Qwen2 (q/k/v biases), BERT and ViT, at upstream's
-2 layers (the rule acts in layer 1; twicing in both). The fast tier runs one method per model class, together every
-method once; the slow tier the other combinations. This package's own NeuTRENO GPT and ViT classifier (their term off)
-run two methods each: a learnable coefficient or gate in the fast tier, a fixed one in the slow tier.
+Every method (NeuTRENO, the value residual, twicing, XSA; learnable coefficients; the value-residual gate) on GPT-2
+(fused `c_attn`), a grouped-query Llama (4 query heads, 2 key/value heads), Qwen2 (q/k/v biases), BERT and ViT, at
+upstream's 2 layers (the rule acts in layer 1; twicing and XSA in both). The fast tier runs one method per model
+class, together every method once; the slow tier the other combinations. This package's own NeuTRENO GPT and ViT
+classifier (their term off) run two methods each.
 """
 
 import unittest
@@ -49,6 +49,8 @@ METHODS = {
     "value_residual_learnable": dict(method="value_residual", coefficient=0.5, learnable=True),
     "value_residual_gate": dict(method="value_residual", coefficient=0.5, learnable="gate"),
     "twicing": dict(method="twicing", coefficient=1.0, learnable=False),
+    "xsa": dict(method="xsa", coefficient=1.0, learnable=False),
+    "xsa_learnable": dict(method="xsa", coefficient=0.5, learnable=True),
 }
 
 TEXT = dict(vocab_size=99, bos_token_id=1, eos_token_id=2, pad_token_id=0)
@@ -93,12 +95,12 @@ FAST = {
     GPT2LMHeadModel: "neutreno",
     GPT2Model: "twicing",
     LlamaForCausalLM: "value_residual_gate",
-    Qwen2ForCausalLM: "value_residual",
+    Qwen2ForCausalLM: "xsa_learnable",
     BertModel: "neutreno_learnable",
     ViTModel: "value_residual_learnable",
-    ViTForImageClassification: "neutreno",
+    ViTForImageClassification: "xsa",
     NeuTRENOGPTForCausalLM: "value_residual_gate",
-    NeuTRENOViTForImageClassification: "neutreno_learnable",
+    NeuTRENOViTForImageClassification: "value_residual",
 }
 
 # Upstream tests that do not apply to an adapted model, for every architecture and method.
@@ -207,3 +209,8 @@ del ValuePathCase, _base, _method, _name, _cls  # bases and loop names, not test
 def test_the_slow_tier_has_every_combination():
     """With RUN_SLOW=1 every method runs on every model class (in the fast tier, one method per class)."""
     assert len(COMBINATIONS) == sum(len(PACKAGE_METHODS.get(base, METHODS)) for base in ARCHITECTURES)
+
+
+def test_the_fast_tier_runs_every_method():
+    assert set(FAST.values()) == set(METHODS)
+    assert all(FAST[base] in methods for base, methods in PACKAGE_METHODS.items())

@@ -27,7 +27,7 @@ that fine-tuning measures what the remedy adds rather than the damage of switchi
 import dataclasses
 from typing import TYPE_CHECKING
 
-from ..models.value_path_defaults import DEFAULT_COEFFICIENTS
+from ..models.value_path_defaults import DEFAULT_COEFFICIENTS, LEARNABLE_STARTS
 
 if TYPE_CHECKING:
     import torch
@@ -73,6 +73,8 @@ VARIANTS = {
             pretrained_start=0.01,
         ),
         Variant("twicing", "twicing attention, A V + {coefficient:g} A (V − A V)", "twicing"),
+        Variant("xsa", "exclusive self-attention, s={coefficient:g}", "xsa"),
+        Variant("xsa-learnable", "exclusive self-attention, learnable s from {coefficient:g}", "xsa", True),
         Variant("vit-minus", "ViT⁻, Λ=−ψ²", preset_only=True),  # the poster's eigen-parameterised ViT
         Variant("vit-plus", "ViT⁺, Λ=+ψ²", preset_only=True),
     )
@@ -102,6 +104,8 @@ def default_coefficient(variant: str, *, pretrained: bool = False, preset_lambda
         return entry.pretrained_start
     if entry.method == "neutreno" and preset_lambda is not None:
         return preset_lambda
+    if entry.learnable and entry.method in LEARNABLE_STARTS:
+        return LEARNABLE_STARTS[entry.method]
     return DEFAULT_COEFFICIENTS[entry.method]
 
 

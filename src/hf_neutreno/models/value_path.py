@@ -1,4 +1,5 @@
-"""NeuTRENO, the value residual and twicing on any transformers model, in one call: `apply_value_path(model, method)`.
+"""NeuTRENO, the value residual, twicing and XSA on any transformers model, in one call: `apply_value_path(model,
+method)`.
 
 The first two reuse the values V_0 of a model's first attention layer in every later layer ℓ, per head:
 
@@ -10,6 +11,9 @@ The first two reuse the values V_0 of a model's first attention layer in every l
 - ``"twicing"`` (Abdullaev & Nguyen, "Transformer Meets Twicing: Harnessing Unattended Residual Information", ICLR
   2025): ``U_ℓ = A_ℓ V_ℓ + c A_ℓ (V_ℓ − A_ℓ V_ℓ)``, the layer's attention applied again to what it left unattended;
   it needs no V_0, so layer 0 may take it too.
+- ``"xsa"`` (exclusive self-attention; Zhai, arXiv 2603.09078, 2026): each token's attention output, per head, loses
+  its component along the token's own value, ``y ← y − s (y·v̂) v̂`` with ``v̂ = v / ‖v‖``, after attention and before
+  the output projection; it needs no V_0 either.
 
 ``learnable=True`` makes λ (or α) one trainable scalar per layer, initialised at the given value, as modded-nanogpt
 learns its value-residual mix. V_0 is taken in the same forward pass and is not detached.
@@ -50,7 +54,7 @@ from transformers.models.auto import modeling_auto
 from transformers.utils import logging
 
 from .neutreno_term import SavedForBackward, attention_with_neutreno_term, may_recompute_saved
-from .value_path_defaults import DEFAULT_COEFFICIENTS
+from .value_path_defaults import DEFAULT_COEFFICIENTS, LEARNABLE_STARTS
 
 try:  # transformers 5 records `output_hidden_states` per model class, registered in PreTrainedModel.__init__
     from transformers.utils.output_capturing import _CAN_RECORD_REGISTRY
@@ -59,7 +63,9 @@ except ImportError:  # older or newer layouts: nothing to register
 
 logger = logging.get_logger(__name__)
 
-METHODS = ("neutreno", "value_residual", "twicing")
+METHODS = ("neutreno", "value_residual", "twicing", "xsa")
+FROM_LAYER_0 = ("twicing", "xsa")  # methods that need no V_0: layer 0 may take them too
+UNIT_RANGE = ("value_residual", "xsa")  # coefficients in [0, 1]; the others >= 0
 
 ATTENTION_PREFIX = "value_path-"  # registered implementation names: "value_path-sdpa", "value_path-eager", ...
 CONTEXT_KWARG = "value_path_context"  # the per-call `_ForwardContext`, handed to every attention call as a keyword
@@ -105,16 +111,19 @@ def apply_value_path(
     learnable: bool | str = False,
     layers: list[int] | None = None,
 ) -> PreTrainedModel:
-    """Adapt a built transformers model in place to NeuTRENO or the value residual, and return it.
+    """Adapt a built transformers model in place to NeuTRENO, the value residual, twicing or XSA, and return it.
 
     Args:
         model: a transformers `PreTrainedModel` whose self-attention goes through transformers' attention interface
             (Llama, Qwen2, GPT-2, BERT, ViT, DeiT, ...), pretrained or not.
         method: ``"neutreno"`` (U_ℓ = A_ℓ V_ℓ + λ (V_0 − V_ℓ)), ``"value_residual"`` (attend over
-            (1 − α) V_ℓ + α V_0) or ``"twicing"`` (U_ℓ = A_ℓ V_ℓ + c A_ℓ (V_ℓ − A_ℓ V_ℓ)).
+            (1 − α) V_ℓ + α V_0), ``"twicing"`` (U_ℓ = A_ℓ V_ℓ + c A_ℓ (V_ℓ − A_ℓ V_ℓ)) or ``"xsa"`` (exclusive
+            self-attention: each token's output per head without s times its component along its own value).
         coefficient: λ for NeuTRENO (default 0.4, a finite number >= 0; 0 computes the unmodified model), α for
             the value residual (default 0.5, in [0, 1]; 0 computes the unmodified model), or c for twicing
-            (default 1, the paper's (2A − A²) V; >= 0, 0 computes the unmodified model; not learnable).
+            (default 1, the paper's (2A − A²) V; >= 0, 0 computes the unmodified model; not learnable), or s for
+            XSA (default 1, the paper's whole removal; in [0, 1], 0 computes the unmodified model; learnable, it
+            starts at 0 unless given).
         learnable: one trainable scalar per adapted layer, initialised at `coefficient`: a `LayerCoefficient` named
             ``value_path_coefficient`` on each adapted attention module (`learned_coefficients(model)` reads them in
             increasing layer order, that of ``config.value_path["layers"]``, stored sorted). A learnable α is used
@@ -127,7 +136,7 @@ def apply_value_path(
             starts as the fixed-α one. PEFT trains and saves the scalars and the gates beside LoRA with
             ``LoraConfig(..., modules_to_save=PEFT_MODULES)``.
         layers: the self-attention layers (0-based) that get the rule; default every layer after the first. Layer 0
-            is where V_0 comes from, so it is never one of them, except for twicing (default: every layer).
+            is where V_0 comes from, so it is never one of them, except for twicing and XSA (default: every layer).
 
     The settings are stored in ``model.config.value_path``; they cannot change afterwards (call `remove_value_path`
     and adapt again). The model's class becomes ``ValuePath<Class>``, a subclass, so that the saved checkpoint loads
@@ -232,7 +241,7 @@ def learned_coefficients(model: nn.Module) -> list[float] | None:
     if not parameters:
         return None
     settings = getattr(getattr(model, "config", None), "value_path", None) or {}
-    upper = 1.0 if settings.get("method") == "value_residual" else math.inf
+    upper = 1.0 if settings.get("method") in UNIT_RANGE else math.inf
     values = [float(p.item()) for p in parameters]
     return [min(max(value, 0.0), upper) if math.isfinite(value) else value for value in values]
 
@@ -281,9 +290,10 @@ def check_settings(method, coefficient, learnable, layers, num_layers: int) -> d
     """The settings as ``config.value_path`` stores them, or `ValueError` naming the bad argument."""
     if method not in METHODS:
         raise ValueError(f"`method` must be one of {list(METHODS)}, got {method!r}.")
-    symbol = {"neutreno": "λ", "value_residual": "α", "twicing": "the weight of A (V − A V)"}[method]
+    symbol = {"neutreno": "λ", "value_residual": "α", "twicing": "the weight of A (V − A V)", "xsa": "s"}[method]
     if coefficient is None:
-        coefficient = DEFAULT_COEFFICIENTS[method]
+        coefficient = LEARNABLE_STARTS.get(method, DEFAULT_COEFFICIENTS[method]) if learnable else None
+        coefficient = DEFAULT_COEFFICIENTS[method] if coefficient is None else coefficient
     number = _as_real(coefficient)
     if number is None or not math.isfinite(number):
         raise ValueError(f"`coefficient` ({symbol} of {method!r}) must be a finite number, got {coefficient!r}.")
@@ -293,6 +303,11 @@ def check_settings(method, coefficient, learnable, layers, num_layers: int) -> d
     if method == "value_residual" and not 0 <= coefficient <= 1:
         raise ValueError(
             f"`coefficient` (α of 'value_residual') must be in [0, 1] (V_0's weight in the mix), got {coefficient}."
+        )
+    if method == "xsa" and not 0 <= coefficient <= 1:
+        raise ValueError(
+            f"`coefficient` (s of 'xsa', the share of the own-value component removed) must be in [0, 1], got "
+            f"{coefficient}."
         )
     if method == "twicing" and coefficient < 0:
         raise ValueError(f"`coefficient` (twicing's weight) must be >= 0 (0 is the plain model), got {coefficient}.")
@@ -305,7 +320,7 @@ def check_settings(method, coefficient, learnable, layers, num_layers: int) -> d
             f"`learnable={GATE!r}` is a value-residual mix α = sigmoid(W x + b), which starts at `coefficient` "
             f"strictly inside (0, 1); got method {method!r} and coefficient {coefficient}."
         )
-    lowest = 0 if method == "twicing" else 1  # twicing needs no V_0, so layer 0 may take it too
+    lowest = 0 if method in FROM_LAYER_0 else 1  # twicing and XSA need no V_0, so layer 0 may take them too
     if num_layers < lowest + 1:
         raise ValueError(f"A value path needs at least {lowest + 1} self-attention layers, the model has {num_layers}.")
     if layers is None:
@@ -516,15 +531,17 @@ class _ValuePathAttention:
         _check_context(context, module, layer)
         if context.method == "twicing":
             return _twicing(run, context, module, query, key, value) if layer in context.layers else run()
+        if context.method == "xsa":
+            if layer not in context.layers:
+                return run()
+            return _exclusive(run, context, value, _layer_coefficient(context, layer, value))
         if layer == 0:
             context.first_values = value
             return run()
         if layer not in context.layers:
             return run()
         first = _first_values(context, layer, value)
-        coefficient = context.coefficient
-        if isinstance(coefficient, tuple):  # learnable: this layer's own
-            coefficient = coefficient[context.layers[layer]].to(value.dtype)
+        coefficient = _layer_coefficient(context, layer, value)
         if context.method == "neutreno":
             return attention_with_neutreno_term(
                 run, first, value, coefficient, past=context.past, recompute_saved=context.recompute_saved
@@ -532,6 +549,70 @@ class _ValuePathAttention:
         if layer in context.gates:  # α per token and key/value head, for this call's tokens
             coefficient = context.gates[layer].transpose(1, 2).unsqueeze(-1).to(value.dtype)  # (batch, kv, q, 1)
         return _value_residual(run, context, layer, query, value, first, coefficient)
+
+
+def _layer_coefficient(context, layer: int, value: torch.Tensor):
+    """The coefficient of `layer` in this forward pass: the fixed one, or (learnable) the layer's own scalar."""
+    coefficient = context.coefficient
+    if isinstance(coefficient, tuple):
+        coefficient = coefficient[context.layers[layer]].to(value.dtype)
+    return coefficient
+
+
+def _exclusive(run, context, value, strength):
+    """Exclusive self-attention: the backend's output (batch, queries, heads, d) without ``strength`` times its
+    component along each query token's own value, ``y − s (y·v̂) v̂``, per head; under grouped-query attention each
+    query head takes its key/value head's value. `value` (batch, kv heads, tokens, d) holds the cached tokens first
+    (`context.past` of them): a query's own value is the row of its position, so cached steps need nothing kept."""
+    output, *rest = run()
+    if context.past or output.shape[1] != value.shape[2]:  # a view of every row needs no narrowing (nor its backward)
+        value = value.narrow(2, context.past, output.shape[1])
+    own = value.transpose(1, 2).unsqueeze(3)  # (batch, queries, kv heads, 1, d)
+    grouped = _grouped_heads(output, own.shape[2])  # (batch, queries, kv heads, group, d)
+    return _Exclusive.apply(grouped, own, strength).flatten(2, 3), *rest
+
+
+class _Exclusive(torch.autograd.Function):
+    """``y − s (y·v)/(v·v) v`` per query head, y grouped (batch, queries, kv heads, group, d) and v (batch, queries,
+    kv heads, 1, d), with its backward written out: the gradient for y is the same projection of the incoming one,
+    and those for v and s follow from it, in fewer kernels than autograd's graph of the formula. It keeps y and v,
+    which the attention backend keeps anyway, and two (…, 1) tensors."""
+
+    @staticmethod
+    def forward(ctx, grouped, own, strength):
+        # `strength`: a number (fixed) or a learnable scalar tensor
+        squared = own.square().sum(-1, keepdim=True).clamp_min_(torch.finfo(own.dtype).tiny)  # v·v; v = 0: no change
+        along = (grouped * own).sum(-1, keepdim=True).div_(squared)  # (y·v)/(v·v)
+        learnable = isinstance(strength, torch.Tensor)
+        ctx.strength = None if learnable else strength
+        ctx.save_for_backward(grouped, own, along, squared, *([strength] if learnable else []))
+        if learnable:
+            return torch.addcmul(grouped, along * strength, own, value=-1)
+        return torch.addcmul(grouped, along, own, value=-strength)
+
+    @staticmethod
+    def backward(ctx, grad):
+        grouped, own, along, squared, *learned = ctx.saved_tensors
+        strength = learned[0] if learned else ctx.strength
+        across = (grad * own).sum(-1, keepdim=True).div_(squared)  # (g·v)/(v·v)
+        grad_grouped = grad_own = grad_strength = None
+        if ctx.needs_input_grad[0]:  # the same projection of the incoming gradient
+            if learned:
+                grad_grouped = torch.addcmul(grad, across * strength, own, value=-1)
+            else:
+                grad_grouped = torch.addcmul(grad, across, own, value=-strength)
+        both = along * across
+        if ctx.needs_input_grad[1]:  # s (2 (y·v)(g·v)/(v·v) v − (g·v) y − (y·v) g)/(v·v), summed over the group
+            mixed = torch.addcmul(across * grouped, along, grad).sum(3, keepdim=True)
+            grad_own = torch.addcmul(mixed, both.sum(3, keepdim=True), own, value=-2).mul_(-strength)
+        if learned and ctx.needs_input_grad[2]:
+            grad_strength = -(both * squared).sum().to(strength.dtype)
+        return grad_grouped, grad_own, grad_strength
+
+
+def _grouped_heads(output: torch.Tensor, kv_heads: int) -> torch.Tensor:
+    """(batch, queries, heads, d) as (batch, queries, kv heads, group, d): the query heads of each key/value head."""
+    return output.unflatten(2, (kv_heads, output.shape[2] // kv_heads))
 
 
 def _check_context(context, module, layer: int) -> None:
@@ -786,7 +867,7 @@ def _forward_coefficients(settings, attention_modules):
     if settings["learnable"] is not True:  # fixed, or a gate (whose α the layers' hooks compute)
         return settings["coefficient"]
     values = torch.stack([getattr(module, COEFFICIENT_ATTRIBUTE)() for module in attention_modules])
-    upper = 1.0 if settings["method"] == "value_residual" else None  # λ ≥ 0, α in [0, 1]: a fixed one's range
+    upper = 1.0 if settings["method"] in UNIT_RANGE else None  # λ ≥ 0, α and s in [0, 1]: a fixed one's range
     return (values + (values.clamp(0.0, upper) - values).detach()).unbind()
 
 
@@ -1175,7 +1256,7 @@ def value_path_class(base: type, auto_class: str | None = None) -> type:
         # This package's models keep theirs in their own file, whose `auto_map` entry a saved checkpoint names
         "__module__": base.__module__ if _is_sibling(base) else __name__,
         "__qualname__": name,
-        "__doc__": f"{base.__name__} with the value path of `config.value_path` (NeuTRENO, value residual, twicing).",
+        "__doc__": f"{base.__name__} with the value path of `config.value_path` (NeuTRENO, value residual, ...).",
         "_value_path_base": base,
         # Checkpoints saved before the marker lack it; a backbone loaded from a task checkpoint sees it at the root.
         "_keys_to_ignore_on_load_missing": [*(base._keys_to_ignore_on_load_missing or []), MARKER],

@@ -6,4 +6,7 @@ imports nothing, so that the command line shows these defaults without importing
 
 # λ = 0.4: the official WikiText-103 code and ResFormer's NeuTRENO port (the official DeiT code uses 0.6);
 # α = 1/2: ResFormer's identity value residual.
-DEFAULT_COEFFICIENTS = {"neutreno": 0.4, "value_residual": 0.5, "twicing": 1.0}
+# XSA: strength 1, the paper's whole removal of the own-value component.
+DEFAULT_COEFFICIENTS = {"neutreno": 0.4, "value_residual": 0.5, "twicing": 1.0, "xsa": 1.0}
+# A learnable XSA strength starts at 0, the model's own function (modded-nanogpt's tanh(α) from α = 0).
+LEARNABLE_STARTS = {"xsa": 0.0}
