@@ -148,3 +148,21 @@ def test_xsa_settings_are_checked_and_compare_names_its_variants():
     assert (VARIANTS["xsa"].method, VARIANTS["xsa-learnable"].learnable) == ("xsa", True)
     assert default_coefficient("xsa") == 1.0 and default_coefficient("xsa-learnable") == 0.0
     assert default_coefficient("xsa-learnable", pretrained=True) == 0.0
+
+
+@pytest.mark.parametrize("learnable", [False, True])
+def test_the_written_out_backward_passes_gradcheck(learnable):
+    """The autograd Function's backward against finite differences, grouped-query shapes (2 query heads per value),
+    with a zero value among them (v = 0 leaves the output as it is)."""
+    from hf_neutreno.models.value_path import _Exclusive
+
+    generator = torch.Generator().manual_seed(0)
+    grouped = torch.randn(2, 3, 2, 2, 4, dtype=torch.float64, generator=generator, requires_grad=True)
+    own = torch.randn(2, 3, 2, 1, 4, dtype=torch.float64, generator=generator)
+    own[0, 0, 0] = 0.0
+    own.requires_grad_()
+    strength = torch.tensor(0.7, dtype=torch.float64, requires_grad=True) if learnable else 0.7
+    assert torch.autograd.gradcheck(lambda y, v: _Exclusive.apply(y, v, strength), (grouped, own))
+    if learnable:
+        assert torch.autograd.gradcheck(lambda s: _Exclusive.apply(grouped.detach(), own.detach(), s), (strength,))
+    torch.testing.assert_close(_Exclusive.apply(grouped, own, strength)[0, 0, 0], grouped[0, 0, 0])
