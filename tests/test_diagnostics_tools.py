@@ -338,7 +338,7 @@ def test_cli_variants_measure_the_model_with_each_value_path(native_vit_dir, cif
             str(native_vit_dir),
             *common,
             "--variants",
-            "softmax,neutreno,value-residual-learnable",
+            "softmax,neutreno,value-residual-learnable,xsa",
             "--neutreno-lambda",
             "0.6",
             "--out",
@@ -350,9 +350,15 @@ def test_cli_variants_measure_the_model_with_each_value_path(native_vit_dir, cif
     assert code == 0, capsys.readouterr().err
     reports = {
         v: OversmoothingReport.from_json(tmp_path / f"r-{v}.json")
-        for v in ("softmax", "neutreno", "value-residual-learnable")
+        for v in ("softmax", "neutreno", "value-residual-learnable", "xsa")
     }
     assert reports["neutreno"].metadata["value_path"] == {"method": "neutreno", "learnable": False, "coefficient": 0.6}
+    assert reports["xsa"].metadata["value_path"] == {"method": "xsa", "learnable": False, "coefficient": 1.0}
+    last = reports["softmax"].layer_indices("cosine_similarity")[-1]
+    cosines = {
+        v: dict(zip(r.layer_indices("cosine_similarity"), r.per_layer("cosine_similarity"))) for v, r in reports.items()
+    }
+    assert cosines["xsa"][last] != cosines["softmax"][last]  # what XSA does to the last layer's token cosine
     assert "[value-residual-learnable]" in capsys.readouterr().out  # one table, a column per variant
 
     # The same measurements as the model as loaded, and as the adapted model saved and loaded (remote code).

@@ -24,7 +24,7 @@ import math
 from pathlib import Path
 
 from ..checkpoints import check_source, load_checkpoint
-from ..engine.variants import ANY_MODEL_VARIANTS, VARIANTS
+from ..engine.variants import ANY_MODEL_VARIANTS, VARIANTS, default_coefficient
 from ..models.value_path_defaults import DEFAULT_COEFFICIENTS
 from ..names import DEFAULT_METRICS, METRICS, check_metrics
 from . import check_output_file
@@ -184,9 +184,14 @@ def _variants(args) -> dict[str, dict | None]:
         variants[name] = variant.method and {
             "method": variant.method,
             "learnable": variant.learnable,
-            "coefficient": coefficients.get(variant.method),  # None: apply_value_path's default
+            "coefficient": _given_or_default(coefficients.get(variant.method), name),
         }
     return variants
+
+
+def _given_or_default(given: float | None, name: str) -> float:
+    """The flag's coefficient, else the variant's default (`apply_value_path`'s), so that each report records it."""
+    return given if given is not None else default_coefficient(name)
 
 
 def _variant_path(path: str, variant: str, several: bool) -> str:
