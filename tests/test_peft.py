@@ -107,13 +107,13 @@ def test_lora_on_q_and_v_trains_saves_and_reloads(case, data_dir, tmp_path):
         torch.testing.assert_close(getattr(merged(**batch), case.output), expected, rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize("method", ["neutreno", "value_residual"])
+@pytest.mark.parametrize("method", ["neutreno", "value_residual", "xsa"])
 def test_lora_trains_saves_and_restores_the_learnable_coefficients(method, tmp_path):
     """`modules_to_save=PEFT_MODULES`: the learnable coefficient of every adapted layer trains beside the LoRA
     weights (the base's own copy stays frozen), is saved in the adapter, and `PeftModel.from_pretrained` onto a
     freshly adapted base restores it exactly, with the same logits."""
     start = 0.3
-    base = apply_value_path(tiny_model("llama"), method, start, learnable=True).eval()
+    base = apply_value_path(tiny_model("llama"), method, start, learnable=True, layers=[1, 2]).eval()
     lora = LoraConfig(
         r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"], modules_to_save=PEFT_MODULES
     )
@@ -143,7 +143,7 @@ def test_lora_trains_saves_and_restores_the_learnable_coefficients(method, tmp_p
     assert sorted(k for k in saved if "value_path_coefficient" in k) == [
         f"base_model.model.model.layers.{i}.self_attn.value_path_coefficient.value" for i in (1, 2)
     ]
-    fresh = apply_value_path(tiny_model("llama"), method, start, learnable=True)
+    fresh = apply_value_path(tiny_model("llama"), method, start, learnable=True, layers=[1, 2])
     reloaded = PeftModel.from_pretrained(fresh, tmp_path / "adapter").eval()
     assert learned_coefficients(reloaded) == trained
     with torch.no_grad():
