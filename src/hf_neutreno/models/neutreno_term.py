@@ -68,7 +68,7 @@ def add_neutreno_term(output, first_values, values, coefficient):
     if isinstance(coefficient, torch.Tensor):
         if values.dim() == 3:
             first_values, values = _heads(first_values, output.shape[-1]), _heads(values, output.shape[-1])
-        grouped = _grouped(output, values.shape[1])
+        grouped = grouped_heads(output, values.shape[1])
         return _AddScaledDifference.apply(grouped, first_values, values, coefficient).flatten(2, 3)
     grouped, difference = _aligned(output, first_values - values)
     if torch.is_grad_enabled() and (output.requires_grad or difference.requires_grad):
@@ -87,10 +87,10 @@ def _aligned(output: torch.Tensor, difference: torch.Tensor) -> tuple[torch.Tens
     difference = difference.transpose(1, 2)
     if difference.shape[2] == output.shape[2]:
         return output, difference
-    return _grouped(output, difference.shape[2]), difference.unsqueeze(3)
+    return grouped_heads(output, difference.shape[2]), difference.unsqueeze(3)
 
 
-def _grouped(output: torch.Tensor, kv_heads: int) -> torch.Tensor:
+def grouped_heads(output: torch.Tensor, kv_heads: int) -> torch.Tensor:
     """(batch, queries, heads, d) as (batch, queries, kv heads, group, d): the query heads of each key/value head."""
     return output.unflatten(2, (kv_heads, output.shape[2] // kv_heads))
 

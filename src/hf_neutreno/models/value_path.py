@@ -53,7 +53,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.auto import modeling_auto
 from transformers.utils import logging
 
-from .neutreno_term import SavedForBackward, attention_with_neutreno_term, may_recompute_saved
+from .neutreno_term import SavedForBackward, attention_with_neutreno_term, grouped_heads, may_recompute_saved
 from .value_path_defaults import DEFAULT_COEFFICIENTS, LEARNABLE_STARTS
 
 try:  # transformers 5 records `output_hidden_states` per model class, registered in PreTrainedModel.__init__
@@ -568,7 +568,7 @@ def _exclusive(run, context, value, strength):
     if context.past or output.shape[1] != value.shape[2]:  # a view of every row needs no narrowing (nor its backward)
         value = value.narrow(2, context.past, output.shape[1])
     own = value.transpose(1, 2).unsqueeze(3)  # (batch, queries, kv heads, 1, d)
-    grouped = _grouped_heads(output, own.shape[2])  # (batch, queries, kv heads, group, d)
+    grouped = grouped_heads(output, own.shape[2])  # (batch, queries, kv heads, group, d)
     return _Exclusive.apply(grouped, own, strength).flatten(2, 3), *rest
 
 
@@ -608,11 +608,6 @@ class _Exclusive(torch.autograd.Function):
         if learned and ctx.needs_input_grad[2]:
             grad_strength = -(both * squared).sum().to(strength.dtype)
         return grad_grouped, grad_own, grad_strength
-
-
-def _grouped_heads(output: torch.Tensor, kv_heads: int) -> torch.Tensor:
-    """(batch, queries, heads, d) as (batch, queries, kv heads, group, d): the query heads of each key/value head."""
-    return output.unflatten(2, (kv_heads, output.shape[2] // kv_heads))
 
 
 def _check_context(context, module, layer: int) -> None:
