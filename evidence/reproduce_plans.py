@@ -38,6 +38,7 @@ ADAPTATION_EPOCHS = 1 / 3  # of the training epochs, as the paper's NeuTRENO ada
 # (c = 1) where its authors put it: every ViT layer, the LM's last two of 16 (their LM's layers 14 and 15).
 VALUE_PATH_METHODS = ("value-residual", "value-residual-learnable", "neutreno-learnable")
 VALUE_PATH_METHODS += ("value-residual-gate", "twicing")  # added after the first three had run
+VALUE_PATH_METHODS += ("xsa",)  # exclusive self-attention (s = 1, every layer), added after those
 VALUE_PATH_COEFFICIENTS = {  # apply_value_path's α and c, each task's official λ
     "cifar": {**DEFAULT_COEFFICIENTS, "neutreno": VIT_LAMBDA},
     "lm": {**DEFAULT_COEFFICIENTS, "neutreno": LM_LAMBDAS["neutreno"]},
