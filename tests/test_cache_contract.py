@@ -24,13 +24,16 @@ METHODS = {
     "twicing": ("twicing", 0.5, False),
     "xsa": ("xsa", 0.7, False),
     "xsa-learnable": ("xsa", 0.4, True),
+    "value-embedding": ("value_embedding", 0.8, False),
+    "value-embedding-learnable": ("value_embedding", 0.6, True),
+    "value-embedding-gate": ("value_embedding", 1.5, "gate"),
 }
 
 
 def adapted(architecture: str, method: str):
     name, coefficient, learnable = METHODS[method]
     model = apply_value_path(tiny_model(architecture), name, coefficient, learnable=learnable)
-    if learnable == "gate":  # a gate that depends on the token, so that a row mixed with another's α shows
+    if learnable == "gate":  # a gate that depends on the token, so that a row mixed with another's gate shows
         torch.manual_seed(3)
         for module in model.modules():
             gate = getattr(module, "value_path_gate", None)

@@ -107,7 +107,7 @@ def test_lora_on_q_and_v_trains_saves_and_reloads(case, data_dir, tmp_path):
         torch.testing.assert_close(getattr(merged(**batch), case.output), expected, rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize("method", ["neutreno", "value_residual", "xsa"])
+@pytest.mark.parametrize("method", ["neutreno", "value_residual", "xsa", "value_embedding"])
 def test_lora_trains_saves_and_restores_the_learnable_coefficients(method, tmp_path):
     """`modules_to_save=PEFT_MODULES`: the learnable coefficient of every adapted layer trains beside the LoRA
     weights (the base's own copy stays frozen), is saved in the adapter, and `PeftModel.from_pretrained` onto a
@@ -120,7 +120,10 @@ def test_lora_trains_saves_and_restores_the_learnable_coefficients(method, tmp_p
     model = get_peft_model(base, lora)
     trainable = {name for name, p in model.named_parameters() if p.requires_grad}
     coefficients = {name for name in trainable if ".value_path_coefficient." in name}
-    assert len(coefficients) == 2 and trainable - coefficients and all("lora_" in n for n in trainable - coefficients)
+    tables = {name for name in trainable if ".value_path_embedding." in name}  # value embeddings' tables train too
+    assert len(tables) == (2 if method == "value_embedding" else 0)
+    others = trainable - coefficients - tables
+    assert len(coefficients) == 2 and others and all("lora_" in n for n in others)
     assert learned_coefficients(model) == [pytest.approx(start)] * 2
 
     inputs = tiny_inputs("llama")
@@ -143,6 +146,7 @@ def test_lora_trains_saves_and_restores_the_learnable_coefficients(method, tmp_p
     assert sorted(k for k in saved if "value_path_coefficient" in k) == [
         f"base_model.model.model.layers.{i}.self_attn.value_path_coefficient.value" for i in (1, 2)
     ]
+    assert len([k for k in saved if "value_path_embedding" in k]) == len(tables)
     fresh = apply_value_path(tiny_model("llama"), method, start, learnable=True, layers=[1, 2])
     reloaded = PeftModel.from_pretrained(fresh, tmp_path / "adapter").eval()
     assert learned_coefficients(reloaded) == trained

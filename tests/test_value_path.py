@@ -634,7 +634,11 @@ def test_every_load_that_drops_a_fixed_value_path_says_so_at_load_time(name, tmp
         ("neutreno", "0.4", "must be a finite number"),
         ("neutreno", -0.1, "must be >= 0"),
         ("value_residual", 1.5, r"must be in \[0, 1\]"),
-        ("twice", 0.4, r"`method` must be one of \['neutreno', 'value_residual', 'twicing', 'xsa'\]"),
+        (
+            "twice",
+            0.4,
+            r"`method` must be one of \['neutreno', 'value_residual', 'twicing', 'xsa', 'value_embedding'\]",
+        ),
     ],
 )
 def test_bad_coefficient_or_method(method, coefficient, message):

@@ -21,6 +21,7 @@ CASES = {  # folder -> apply_value_path's arguments
     "neutreno-learnable": dict(method="neutreno", coefficient=0.3, learnable=True, layers=[2, 1]),
     "residual-gate": dict(method="value_residual", coefficient=0.4, learnable="gate"),
     "xsa-learnable": dict(method="xsa", learnable=True),  # from 0, in every layer
+    "value-embedding-gate": dict(method="value_embedding", coefficient=1.5, learnable="gate"),  # tables and gates
 }
 
 

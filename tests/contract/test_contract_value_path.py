@@ -1,11 +1,12 @@
 """transformers' model contract (ModelTesterMixin) on model classes adapted with a value path: `value_path_class(Base)`
 is `ValuePath<Base>`, which applies `config.value_path` in `__init__`, as a checkpoint saved adapted loads.
 
-Every method (NeuTRENO, the value residual, twicing, XSA; learnable coefficients; the value-residual gate) on GPT-2
-(fused `c_attn`), a grouped-query Llama (4 query heads, 2 key/value heads), Qwen2 (q/k/v biases), BERT and ViT, at
-upstream's 2 layers (the rule acts in layer 1; twicing and XSA in both). The fast tier runs one method per model
-class, together every method once; the slow tier the other combinations. This package's own NeuTRENO GPT and ViT
-classifier (their term off) run two methods each.
+Every method (NeuTRENO, the value residual, twicing, XSA, value embeddings; learnable coefficients; the gates) on
+GPT-2 (fused `c_attn`), a grouped-query Llama (4 query heads, 2 key/value heads), Qwen2 (q/k/v biases), BERT and ViT,
+at upstream's 2 layers (the rule acts in layer 1; twicing and XSA in both, value embeddings in the last); value
+embeddings on the causal language models only. The fast tier runs one or two methods per model class, together every
+method once; the slow tier the other combinations. This package's own NeuTRENO GPT and ViT classifier (their term
+off) run a few methods each.
 """
 
 import unittest
@@ -51,7 +52,11 @@ METHODS = {
     "twicing": dict(method="twicing", coefficient=1.0, learnable=False),
     "xsa": dict(method="xsa", coefficient=1.0, learnable=False),
     "xsa_learnable": dict(method="xsa", coefficient=0.5, learnable=True),
+    "value_embedding": dict(method="value_embedding", coefficient=1.0, learnable=False),
+    "value_embedding_gate": dict(method="value_embedding", coefficient=1.5, learnable="gate"),
 }
+# Value embeddings index a table by token id: causal language models only (the others refuse them).
+CAUSAL_ONLY = ("value_embedding", "value_embedding_gate")
 
 TEXT = dict(vocab_size=99, bos_token_id=1, eos_token_id=2, pad_token_id=0)
 DECODER = dict(SHAPE, num_key_value_heads=2, max_position_embeddings=64, **TEXT)  # grouped-query: 4 / 2 heads
@@ -82,26 +87,35 @@ ARCHITECTURES = {
 # This package's classes: upstream picks labels by class name (of a transformers class), and the methods they run
 LABELS_LIKE = {NeuTRENOGPTForCausalLM: GPT2LMHeadModel, NeuTRENOViTForImageClassification: ViTForImageClassification}
 PACKAGE_METHODS = {
-    NeuTRENOGPTForCausalLM: ("value_residual_gate", "twicing"),
+    NeuTRENOGPTForCausalLM: ("value_residual_gate", "twicing", "value_embedding_gate"),
     NeuTRENOViTForImageClassification: (
         "neutreno_learnable",
         "value_residual",
     ),
 }
 VISION = (ViTModel, ViTForImageClassification, NeuTRENOViTForImageClassification)
+CAUSAL_LMS = (GPT2LMHeadModel, GPT2Model, LlamaForCausalLM, Qwen2ForCausalLM, NeuTRENOGPTForCausalLM)
 
-# The fast tier's method of each model class: every method once.
+# The fast tier's methods of each model class: every method once.
 FAST = {
-    GPT2LMHeadModel: "neutreno",
-    GPT2Model: "twicing",
-    LlamaForCausalLM: "value_residual_gate",
-    Qwen2ForCausalLM: "xsa_learnable",
-    BertModel: "neutreno_learnable",
-    ViTModel: "value_residual_learnable",
-    ViTForImageClassification: "xsa",
-    NeuTRENOGPTForCausalLM: "value_residual_gate",
-    NeuTRENOViTForImageClassification: "value_residual",
+    GPT2LMHeadModel: ("neutreno",),
+    GPT2Model: ("twicing", "value_embedding"),
+    LlamaForCausalLM: ("value_residual_gate",),
+    Qwen2ForCausalLM: ("xsa_learnable",),
+    BertModel: ("neutreno_learnable",),
+    ViTModel: ("value_residual_learnable",),
+    ViTForImageClassification: ("xsa",),
+    NeuTRENOGPTForCausalLM: ("value_embedding_gate",),
+    NeuTRENOViTForImageClassification: ("value_residual",),
 }
+
+
+def methods_of(base) -> tuple[str, ...]:
+    """The methods the contract runs on `base`."""
+    if base in PACKAGE_METHODS:
+        return PACKAGE_METHODS[base]
+    return tuple(method for method in METHODS if base in CAUSAL_LMS or method not in CAUSAL_ONLY)
+
 
 # Upstream tests that do not apply to an adapted model, for every architecture and method.
 BACKEND_FIXED = (
@@ -128,6 +142,9 @@ SKIPS = {
         "the RuntimeError names the fix (use_reentrant=False, transformers' default, passes)"
     ),
 }
+# Upstream tests that do not apply to value embeddings, whose tables are looked up by token id.
+BY_TOKEN_ID = "value embeddings look their tables up by token id; a call with inputs_embeds alone is refused"
+CAUSAL_ONLY_SKIPS = dict.fromkeys(("test_inputs_embeds", "test_inputs_embeds_matches_input_ids"), BY_TOKEN_ID)
 # Known bugs, (model class or None for all, method or None for all) -> {test: "BUG: ..."}.
 BUGS = {}
 
@@ -154,8 +171,12 @@ def _same_dtype_loading(base, method) -> dict:
     """test_bc_torch_dtype (about 1 s a class on the CPU, the slow tier's longest test) once per model class among the
     fixed-coefficient methods: they add no parameter, so ValuePath<Base> loads every dtype alike with each. The
     learnable coefficients and gates add parameters of their own: their classes all run it."""
-    fixed = [name for name in PACKAGE_METHODS.get(base, METHODS) if METHODS[name]["learnable"] is False]
-    runs = FAST[base] if FAST[base] in fixed else fixed[0]
+    fixed = [
+        name
+        for name in methods_of(base)
+        if METHODS[name]["learnable"] is False and name not in CAUSAL_ONLY  # value embeddings add tables
+    ]
+    runs = next((name for name in FAST[base] if name in fixed), fixed[0])
     if method not in fixed or method == runs:
         return {}
     reason = f"a fixed coefficient adds no parameter: dtypes load as with {runs!r}, whose test_bc_torch_dtype runs"
@@ -185,18 +206,17 @@ def _test_class(base, method, case=ValuePathCase):
     cls = type(name, tuple(bases), attributes)
     skips = {**SKIPS, **(BASE_MODEL_SKIPS if base in (GPT2Model, BertModel, ViTModel) else {})}
     skips.update(_same_dtype_loading(base, method))
+    if method in CAUSAL_ONLY:
+        skips.update(CAUSAL_ONLY_SKIPS)
     cls = deviations(skips=skips, bugs=_bugs(base, method))(cls)
-    if FAST[base] != method:
+    if method not in FAST[base]:
         cls = pytest.mark.slow(cls)
     return name, cls
 
 
 # The slow tier's classes exist only with RUN_SLOW=1: thousands of skipped tests would cost the fast tier ~20 s.
 COMBINATIONS = [
-    (base, method)
-    for base in ARCHITECTURES
-    for method in PACKAGE_METHODS.get(base, METHODS)
-    if RUN_SLOW or FAST[base] == method
+    (base, method) for base in ARCHITECTURES for method in methods_of(base) if RUN_SLOW or method in FAST[base]
 ]
 for _base, _method in COMBINATIONS:
     _name, _cls = _test_class(_base, _method)
@@ -208,9 +228,10 @@ del ValuePathCase, _base, _method, _name, _cls  # bases and loop names, not test
 @pytest.mark.slow
 def test_the_slow_tier_has_every_combination():
     """With RUN_SLOW=1 every method runs on every model class (in the fast tier, one method per class)."""
-    assert len(COMBINATIONS) == sum(len(PACKAGE_METHODS.get(base, METHODS)) for base in ARCHITECTURES)
+    assert len(COMBINATIONS) == sum(len(methods_of(base)) for base in ARCHITECTURES)
 
 
 def test_the_fast_tier_runs_every_method():
-    assert set(FAST.values()) == set(METHODS)
-    assert all(FAST[base] in methods for base, methods in PACKAGE_METHODS.items())
+    fast = [method for methods in FAST.values() for method in methods]
+    assert sorted(fast) == sorted(METHODS)  # each once
+    assert all(set(FAST[base]) <= set(methods_of(base)) for base in ARCHITECTURES)

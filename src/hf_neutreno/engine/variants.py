@@ -14,6 +14,9 @@ A variant is one of:
   coefficient per layer; ``-gate``: α = sigmoid(W x + b) per token and key/value head, x-transformers' learned mix);
 - ``twicing``: twicing attention (Abdullaev & Nguyen, ICLR 2025), ``(2A − A²) V = A V + A (V − A V)``, a second
   attention call per layer that needs no V_0, also by `apply_value_path`;
+- ``xsa``, ``xsa-learnable``: exclusive self-attention (Zhai, 2026), each token's output without its component
+  along its own value; ``value-embedding``, ``value-embedding-learnable``, ``value-embedding-gate``: a token-embedding
+  table per layer added to the values (modded-nanogpt, nanochat; causal language models only);
 - ``vit-minus``, ``vit-plus``: the eigen-parameterised ViT⁻ and ViT⁺ (Dovonon, Bronstein, Kusner),
   ``W_V W_proj = V diag(∓ψ²) Vᵀ``, which only an image preset of this package can build (a different
   parameterisation, not a rule on loaded weights).
@@ -75,6 +78,18 @@ VARIANTS = {
         Variant("twicing", "twicing attention, A V + {coefficient:g} A (V − A V)", "twicing"),
         Variant("xsa", "exclusive self-attention, s={coefficient:g}", "xsa"),
         Variant("xsa-learnable", "exclusive self-attention, learnable s from {coefficient:g}", "xsa", True),
+        Variant("value-embedding", "value embeddings, g={coefficient:g}", "value_embedding"),
+        Variant(
+            "value-embedding-learnable", "value embeddings, learnable g from {coefficient:g}", "value_embedding", True
+        ),
+        # nanochat's gate, 2 g₀ σ(W x[..., :12]), starts at g₀ > 0
+        Variant(
+            "value-embedding-gate",
+            "value embeddings, g gated per token and head, from {coefficient:g}",
+            "value_embedding",
+            "gate",
+            pretrained_start=0.01,
+        ),
         Variant("vit-minus", "ViT⁻, Λ=−ψ²", preset_only=True),  # the poster's eigen-parameterised ViT
         Variant("vit-plus", "ViT⁺, Λ=+ψ²", preset_only=True),
     )
@@ -104,7 +119,7 @@ def default_coefficient(variant: str, *, pretrained: bool = False, preset_lambda
         return entry.pretrained_start
     if entry.method == "neutreno" and preset_lambda is not None:
         return preset_lambda
-    if entry.learnable and entry.method in LEARNABLE_STARTS:
+    if entry.learnable is True and entry.method in LEARNABLE_STARTS:
         return LEARNABLE_STARTS[entry.method]
     return DEFAULT_COEFFICIENTS[entry.method]
 

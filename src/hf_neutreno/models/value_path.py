@@ -14,6 +14,10 @@ The first two reuse the values V_0 of a model's first attention layer in every l
 - ``"xsa"`` (exclusive self-attention; Zhai, arXiv 2603.09078, 2026): each token's attention output, per head, loses
   its component along the token's own value, ``y ← y − s (y·v̂) v̂`` with ``v̂ = v / ‖v‖``, after attention and before
   the output projection; it needs no V_0 either.
+- ``"value_embedding"`` (value embeddings, as modded-nanogpt's speedrun and nanochat put them on a causal language
+  model): layer ℓ's values become ``V_ℓ + g E_ℓ[token]`` before attention, ``E_ℓ`` a token-embedding table of the
+  layer's own, the width of its key/value heads, and ``g`` a strength (fixed, learnable per layer, or gated per token
+  and key/value head as nanochat's ``3 σ(W x[..., :12])``); the value residual's idea with the token as the source.
 
 ``learnable=True`` makes λ (or α) one trainable scalar per layer, initialised at the given value, as modded-nanogpt
 learns its value-residual mix. V_0 is taken in the same forward pass and is not detached.
@@ -63,8 +67,8 @@ except ImportError:  # older or newer layouts: nothing to register
 
 logger = logging.get_logger(__name__)
 
-METHODS = ("neutreno", "value_residual", "twicing", "xsa")
-FROM_LAYER_0 = ("twicing", "xsa")  # methods that need no V_0: layer 0 may take them too
+METHODS = ("neutreno", "value_residual", "twicing", "xsa", "value_embedding")
+FROM_LAYER_0 = ("twicing", "xsa", "value_embedding")  # methods that need no V_0: layer 0 may take them too
 UNIT_RANGE = ("value_residual", "xsa")  # coefficients in [0, 1]; the others >= 0
 
 ATTENTION_PREFIX = "value_path-"  # registered implementation names: "value_path-sdpa", "value_path-eager", ...
@@ -73,8 +77,10 @@ LAYER_ATTRIBUTE = "value_path_layer"  # on each adapted self-attention module: i
 GATE_ATTRIBUTE = "value_path_gate"  # learnable="gate": on each gated attention module, Linear(hidden → kv heads)
 GATE = "gate"  # `learnable`'s third value: α per token and head, sigmoid(W x + b) of the layer's input x
 COEFFICIENT_ATTRIBUTE = "value_path_coefficient"  # learnable=True: on each adapted attention module, its scalar
+EMBEDDING_ATTRIBUTE = "value_path_embedding"  # value_embedding: on each adapted attention module, its table
+EMBEDDING_GATE_INPUTS = 12  # nanochat's value-embedding gate reads the first 12 channels of the layer's input
 # The modules a value path trains, by the attribute names PEFT matches: `LoraConfig(modules_to_save=PEFT_MODULES)`.
-PEFT_MODULES = (COEFFICIENT_ATTRIBUTE, GATE_ATTRIBUTE)
+PEFT_MODULES = (COEFFICIENT_ATTRIBUTE, GATE_ATTRIBUTE, EMBEDDING_ATTRIBUTE)
 # Earlier checkpoints kept the learnable scalars as one vector on the outermost model; loading converts it.
 OLD_COEFFICIENTS = "value_path_coefficients"
 # Every adapted model carries this empty buffer in its weights, so that a load which builds the plain class (without
@@ -111,32 +117,41 @@ def apply_value_path(
     learnable: bool | str = False,
     layers: list[int] | None = None,
 ) -> PreTrainedModel:
-    """Adapt a built transformers model in place to NeuTRENO, the value residual, twicing or XSA, and return it.
+    """Adapt a built transformers model in place to NeuTRENO, the value residual, twicing, XSA or value embeddings,
+    and return it.
 
     Args:
         model: a transformers `PreTrainedModel` whose self-attention goes through transformers' attention interface
             (Llama, Qwen2, GPT-2, BERT, ViT, DeiT, ...), pretrained or not.
         method: ``"neutreno"`` (U_ℓ = A_ℓ V_ℓ + λ (V_0 − V_ℓ)), ``"value_residual"`` (attend over
-            (1 − α) V_ℓ + α V_0), ``"twicing"`` (U_ℓ = A_ℓ V_ℓ + c A_ℓ (V_ℓ − A_ℓ V_ℓ)) or ``"xsa"`` (exclusive
-            self-attention: each token's output per head without s times its component along its own value).
+            (1 − α) V_ℓ + α V_0), ``"twicing"`` (U_ℓ = A_ℓ V_ℓ + c A_ℓ (V_ℓ − A_ℓ V_ℓ)), ``"xsa"`` (exclusive
+            self-attention: each token's output per head without s times its component along its own value) or
+            ``"value_embedding"`` (V_ℓ + g E_ℓ[token], a token-embedding table per adapted layer; causal language
+            models only, called with ``input_ids``).
         coefficient: λ for NeuTRENO (default 0.4, a finite number >= 0; 0 computes the unmodified model), α for
             the value residual (default 0.5, in [0, 1]; 0 computes the unmodified model), or c for twicing
-            (default 1, the paper's (2A − A²) V; >= 0, 0 computes the unmodified model; not learnable), or s for
+            (default 1, the paper's (2A − A²) V; >= 0, 0 computes the unmodified model; not learnable), s for
             XSA (default 1, the paper's whole removal; in [0, 1], 0 computes the unmodified model; learnable, it
-            starts at 0 unless given).
+            starts at 0 unless given), or g for value embeddings (default 1, modded-nanogpt's ``V + E[token]``;
+            >= 0, 0 computes the unmodified model; learnable, it starts at 0 unless given).
         learnable: one trainable scalar per adapted layer, initialised at `coefficient`: a `LayerCoefficient` named
             ``value_path_coefficient`` on each adapted attention module (`learned_coefficients(model)` reads them in
             increasing layer order, that of ``config.value_path["layers"]``, stored sorted). A learnable α is used
             clamped to [0, 1], so that a value moved outside by training or by hand still computes a mix (and the
             saved model computes the same); its gradient passes straight through the clamp, so that a value pushed
             outside can come back.
-            ``learnable="gate"`` (value residual only): α per token and key/value head, ``sigmoid(W x + b)`` of the
+            ``learnable="gate"`` (value residual and value embeddings): α per token and key/value head, ``sigmoid(W x + b)`` of the
             layer's attention input x (x-transformers' learned value-residual mix), a ``Linear`` named
             ``value_path_gate`` on each adapted attention module; W starts at 0 and b at logit(α), so that the model
-            starts as the fixed-α one. PEFT trains and saves the scalars and the gates beside LoRA with
+            starts as the fixed-α one. For value embeddings the gate is nanochat's, g = 2 g₀ σ(W x[..., :12]) per
+            token and key/value head without a bias, W starting at 0 so that g starts at the given g₀
+            (``coefficient=1.5`` is nanochat's 3 σ(W x[..., :12])). The tables of value embeddings (an ``Embedding``
+            named ``value_path_embedding`` on each adapted attention module, initialised as nanochat's) always train.
+            PEFT trains and saves the scalars, gates and tables beside LoRA with
             ``LoraConfig(..., modules_to_save=PEFT_MODULES)``.
         layers: the self-attention layers (0-based) that get the rule; default every layer after the first. Layer 0
-            is where V_0 comes from, so it is never one of them, except for twicing and XSA (default: every layer).
+            is where V_0 comes from, so it is never one of them, except for twicing and XSA (default: every layer)
+            and value embeddings (default: nanochat's, every other layer, ending with the last).
 
     The settings are stored in ``model.config.value_path``; they cannot change afterwards (call `remove_value_path`
     and adapt again). The model's class becomes ``ValuePath<Class>``, a subclass, so that the saved checkpoint loads
@@ -149,6 +164,7 @@ def apply_value_path(
     auto_class = _auto_class_of(type(model)) if _is_transformers_class(type(model)) else None
     attention_layers, _ = _check_adaptable(model)  # everything is checked before anything changes
     settings = check_settings(method, coefficient, learnable, layers, len(attention_layers))
+    _check_method_fits(model, settings, attention_layers)
     _own_config(model)
     model.config.value_path = settings
     model.__class__ = value_path_class(type(model), auto_class)
@@ -290,10 +306,12 @@ def check_settings(method, coefficient, learnable, layers, num_layers: int) -> d
     """The settings as ``config.value_path`` stores them, or `ValueError` naming the bad argument."""
     if method not in METHODS:
         raise ValueError(f"`method` must be one of {list(METHODS)}, got {method!r}.")
-    symbol = {"neutreno": "λ", "value_residual": "α", "twicing": "the weight of A (V − A V)", "xsa": "s"}[method]
-    if coefficient is None:
-        coefficient = LEARNABLE_STARTS.get(method, DEFAULT_COEFFICIENTS[method]) if learnable else None
-        coefficient = DEFAULT_COEFFICIENTS[method] if coefficient is None else coefficient
+    symbol = {"neutreno": "λ", "value_residual": "α", "twicing": "the weight of A (V − A V)", "xsa": "s"}.get(
+        method, "g"
+    )
+    if coefficient is None:  # a learnable scalar may start elsewhere (at 0: the model's own function)
+        starts = LEARNABLE_STARTS if learnable is True else DEFAULT_COEFFICIENTS
+        coefficient = starts.get(method, DEFAULT_COEFFICIENTS[method])
     number = _as_real(coefficient)
     if number is None or not math.isfinite(number):
         raise ValueError(f"`coefficient` ({symbol} of {method!r}) must be a finite number, got {coefficient!r}.")
@@ -311,18 +329,30 @@ def check_settings(method, coefficient, learnable, layers, num_layers: int) -> d
         )
     if method == "twicing" and coefficient < 0:
         raise ValueError(f"`coefficient` (twicing's weight) must be >= 0 (0 is the plain model), got {coefficient}.")
+    if method == "value_embedding" and coefficient < 0:
+        raise ValueError(
+            f"`coefficient` (g of 'value_embedding', the tables' weight) must be >= 0 (0 is the plain model), got "
+            f"{coefficient}."
+        )
     if method == "twicing" and learnable is not False:
         raise ValueError(f"'twicing' takes no learnable coefficient (`learnable=False`), got {learnable!r}.")
     if not (isinstance(learnable, bool) or learnable == GATE):
         raise ValueError(f"`learnable` must be True, False or {GATE!r}, got {learnable!r}.")
-    if learnable == GATE and (method != "value_residual" or not 0 < coefficient < 1):
+    if learnable == GATE and method == "value_embedding" and not coefficient > 0:
+        raise ValueError(
+            f"`learnable={GATE!r}` of 'value_embedding' is g = 2 g₀ sigmoid(W x[..., :{EMBEDDING_GATE_INPUTS}]), which "
+            f"starts at `coefficient` g₀ > 0; got {coefficient}."
+        )
+    if learnable == GATE and method != "value_embedding" and (method != "value_residual" or not 0 < coefficient < 1):
         raise ValueError(
             f"`learnable={GATE!r}` is a value-residual mix α = sigmoid(W x + b), which starts at `coefficient` "
-            f"strictly inside (0, 1); got method {method!r} and coefficient {coefficient}."
+            f"strictly inside (0, 1), or a value-embedding gate; got method {method!r} and coefficient {coefficient}."
         )
     lowest = 0 if method in FROM_LAYER_0 else 1  # twicing and XSA need no V_0, so layer 0 may take them too
     if num_layers < lowest + 1:
         raise ValueError(f"A value path needs at least {lowest + 1} self-attention layers, the model has {num_layers}.")
+    if layers is None and method == "value_embedding":  # nanochat's: every other layer, ending with the last
+        layers = list(range((num_layers - 1) % 2, num_layers, 2))
     if layers is None:
         layers = list(range(lowest, num_layers))
     if isinstance(layers, (str, bytes)) or not hasattr(layers, "__iter__"):
@@ -535,6 +565,10 @@ class _ValuePathAttention:
             if layer not in context.layers:
                 return run()
             return _exclusive(run, context, value, _layer_coefficient(context, layer, value))
+        if context.method == "value_embedding":
+            if layer not in context.layers:
+                return run()
+            return _value_embedding(run, context, module, layer, value, _layer_coefficient(context, layer, value))
         if layer == 0:
             context.first_values = value
             return run()
@@ -608,6 +642,59 @@ class _Exclusive(torch.autograd.Function):
         if learned and ctx.needs_input_grad[2]:
             grad_strength = -(both * squared).sum().to(strength.dtype)
         return grad_grouped, grad_own, grad_strength
+
+
+def _value_embedding(run, context, module, layer, value, strength):
+    """Attention over ``V + g E[token]``: `value` (batch, kv heads, tokens, d), E the layer's table (kv heads · d
+    wide), g `strength` (a number or a learnable scalar) or, gated, ``2 g₀ σ(W x[..., :12])`` per token and key/value
+    head. Token-wise, as the value residual's mix: a KV cache may hold the rows with their embedding added already
+    (`context.mixed_rows[layer]` of them). Without gradients the rows not added yet are added there, in place, so that
+    generation costs O(d) per new token and layer; the token ids (and gate values) of rows not added yet are kept
+    beside the cache, and their rows rebuilt from the table when a later call needs them."""
+    start, end = context.past, context.past + context.token_ids.shape[-1]
+    mixed = min(context.mixed_rows.get(layer, 0), start)  # a cropped cache keeps fewer rows
+    token_ids, gate = context.token_ids, context.gates.get(layer)  # gate: σ(W x[..., :12]), (batch, tokens, kv)
+    if mixed < start:  # earlier rows not in the cache's tensor yet: their ids (and gate values), kept beside it
+        pending_ids, pending_gate = context.token_rows.get(layer), context.gate_rows.get(layer)
+        if pending_ids is None or pending_ids.shape[-1] < start - mixed:
+            raise RuntimeError(
+                f"Layer {layer}: value embeddings need the token ids of the {start - mixed} cached tokens whose "
+                "values hold no embedding yet, which this cache does not carry (a cache made by another model, or "
+                "one that does not return what it stores, such as a quantised one). Generate with a DynamicCache or "
+                "StaticCache."
+            )
+        token_ids = torch.cat([pending_ids.narrow(-1, 0, start - mixed), token_ids], dim=-1)
+        if gate is not None:
+            gate = torch.cat([pending_gate.narrow(1, 0, start - mixed).to(gate.dtype), gate], dim=1)
+    batch, kv_heads, _, head_dim = value.shape
+    table = getattr(module, EMBEDDING_ATTRIBUTE)  # looked up at each call: PEFT may have wrapped it
+    embedded = table(token_ids)
+    if embedded.shape[-1] != kv_heads * head_dim:
+        raise ValueError(
+            f"Layer {layer}'s value-embedding table is {embedded.shape[-1]} wide, but its values have {kv_heads} "
+            f"key/value heads of {head_dim} ({kv_heads * head_dim})."
+        )
+    embedded = embedded.view(batch, -1, kv_heads, head_dim)
+    if gate is not None:  # g = 2 g₀ σ(W x[..., :12])
+        embedded, strength = embedded * gate.unsqueeze(-1).to(embedded.dtype), 2 * strength
+    embedded = embedded.transpose(1, 2)  # (batch, kv heads, rows, d)
+    if isinstance(strength, torch.Tensor):
+        embedded, strength = embedded * strength, 1.0
+    if context.mix_in_cache and not torch.is_grad_enabled():
+        value.narrow(-2, mixed, end - mixed).add_(embedded, alpha=strength)
+        context.mixed_rows[layer] = end
+        context.token_rows.pop(layer, None)
+        context.gate_rows.pop(layer, None)
+        return run()
+    context.token_rows[layer] = token_ids  # rows mixed..end, for a later call that adds them in the cache
+    if gate is not None:
+        context.gate_rows[layer] = gate.detach()
+    if mixed or end != value.shape[-2]:
+        # Rows before `mixed` hold their embedding already; rows after `end` (a static cache's free slots) are zeros.
+        rest = value.shape[-2] - end
+        added = torch.add(value.narrow(-2, mixed, end - mixed), embedded, alpha=strength)
+        return run(torch.cat([value.narrow(-2, 0, mixed), added, value.narrow(-2, end, rest)], dim=-2))
+    return run(torch.add(value, embedded, alpha=strength))
 
 
 def _check_context(context, module, layer: int) -> None:
@@ -777,8 +864,19 @@ def _begin_forward(model, settings, attention_modules, checkpointing, module, ar
         cache = kwargs.get("past_key_values")
     if cache is None:
         cache = next((arg for arg in args if isinstance(arg, Cache)), None)
+    token_ids = None
+    if settings["method"] == "value_embedding":
+        token_ids = kwargs.get("input_ids")
+        if token_ids is None and args and isinstance(args[0], torch.Tensor) and not args[0].is_floating_point():
+            token_ids = args[0]
+        if token_ids is None:
+            raise ValueError(
+                "A model with value embeddings looks its tables up by token id: call it with `input_ids` (inputs_embeds "
+                "alone carry no token ids)."
+            )
     kwargs[CONTEXT_KWARG] = _ForwardContext(
         method=settings["method"],
+        token_ids=token_ids,
         coefficient=_forward_coefficients(settings, attention_modules),
         layers={layer: position for position, layer in enumerate(settings["layers"])},
         past=int(cache.get_seq_length()) if cache is not None else 0,
@@ -797,6 +895,7 @@ _KEPT_WITH_CACHE = {
     "mixed_rows": "_value_path_mixed_rows",
     "gate_rows": "_value_path_gate_rows",
     "twicing_history": "_value_path_twicing",
+    "token_rows": "_value_path_token_rows",
 }
 
 
@@ -820,7 +919,7 @@ def _keep_with_cache(module, args, kwargs, output):
 class _ForwardContext:
     """What one forward pass of an adapted model hands to each of its attention layers (as `CONTEXT_KWARG`)."""
 
-    method: str  # "neutreno" or "value_residual"
+    method: str  # one of METHODS
     coefficient: float | tuple  # the fixed one, or one tensor per adapted layer (`_forward_coefficients`)
     layers: dict  # adapted layer -> its position among the coefficients
     past: int  # tokens in the KV cache before this call's
@@ -828,12 +927,16 @@ class _ForwardContext:
     grad_enabled: bool  # at the call (gradient checkpointing's recompute must match it)
     recompute_saved: bool  # may swap the backend's saved tensors for a recipe (`_recompute_saved`)
     cache_given: bool  # a KV cache came with the call (else the model may make one: `_keep_with_cache`)
+    token_ids: torch.Tensor | None = None  # value embeddings: this call's tokens, (batch, tokens)
     first_values: torch.Tensor | None = None  # V_0, left by layer 0 for the later layers
-    gates: dict = dataclasses.field(default_factory=dict)  # learnable="gate": layer -> α, (batch, tokens, kv heads)
+    # learnable="gate": layer -> α (value residual) or σ(W x[..., :12]) (value embeddings), (batch, tokens, kv heads)
+    gates: dict = dataclasses.field(default_factory=dict)
     # Kept beside the KV cache (`_KEPT_WITH_CACHE`), per layer: how many rows of the cache's own tensor hold the value
-    # residual's mix; a gate's α of the rows after those; twicing's A V of every cached token.
+    # residual's mix or the value embeddings; a gate's values of the rows after those, and their token ids; twicing's
+    # A V of every cached token.
     mixed_rows: dict = dataclasses.field(default_factory=dict)
     gate_rows: dict = dataclasses.field(default_factory=dict)
+    token_rows: dict = dataclasses.field(default_factory=dict)
     twicing_history: dict = dataclasses.field(default_factory=dict)
 
 
@@ -897,6 +1000,7 @@ def _adapt(model: PreTrainedModel) -> None:
         stored.get("layers"),
         len(layers),
     )
+    _check_method_fits(model, settings, layers)
     model.config.value_path = settings
     for index, module in enumerate(layers):
         setattr(module, LAYER_ATTRIBUTE, index)
@@ -914,15 +1018,25 @@ def _adapt(model: PreTrainedModel) -> None:
                 device=reference.device if reference is not None else None,
             )
             setattr(layers[layer], COEFFICIENT_ATTRIBUTE, coefficient)
+    config = model.config.get_text_config()
+    kv_heads, head_dim = _value_heads(config)
     if settings["learnable"] == GATE:
         # On the attention module it gates, so that PEFT's `modules_to_save=["value_path_gate"]` trains and saves it.
+        # The value residual's reads the layer's whole input; the value embeddings' (nanochat's) its first channels.
         reference = next((p for p in model.parameters() if p.is_floating_point()), None)
-        config = model.config.get_text_config()
-        kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+        embedding = settings["method"] == "value_embedding"
+        inputs = min(config.hidden_size, EMBEDDING_GATE_INPUTS) if embedding else config.hidden_size
         for layer in settings["layers"]:
-            gate = nn.Linear(config.hidden_size, kv_heads, dtype=reference.dtype, device=reference.device)
+            gate = nn.Linear(inputs, kv_heads, bias=not embedding, dtype=reference.dtype, device=reference.device)
             _initialise_gate(gate, settings["coefficient"])
             setattr(layers[layer], GATE_ATTRIBUTE, gate)
+    if settings["method"] == "value_embedding":  # a table per adapted layer, on its attention module (PEFT)
+        reference = next((p for p in model.parameters() if p.is_floating_point()), None)
+        vocabulary = model.get_input_embeddings().num_embeddings
+        for layer in settings["layers"]:
+            table = nn.Embedding(vocabulary, kv_heads * head_dim, dtype=reference.dtype, device=reference.device)
+            _initialise_table(table, config.hidden_size)
+            setattr(layers[layer], EMBEDDING_ATTRIBUTE, table)
     hook_settings = copy.deepcopy(settings)  # the hook's own copy: a change to the config is detected, not followed
     adapted = [layers[layer] for layer in settings["layers"]]
     levels = [level for level in model.modules() if isinstance(level, PreTrainedModel)]
@@ -956,17 +1070,57 @@ def _read_checkpoint_tensor(key: str, state_dict: dict | None, checkpoint_files:
 
 
 def _initialise_gate(gate: nn.Linear, coefficient: float) -> None:
-    """W = 0 and b = logit(α): every token starts with α, the fixed-coefficient model."""
+    """W = 0 and b = logit(α) (the value residual's): every token starts with α, the fixed-coefficient model; W = 0
+    and no b (value embeddings'): every token starts with 2 g₀ σ(0) = g₀."""
     init.zeros_(gate.weight)
-    init.constant_(gate.bias, math.log(coefficient / (1 - coefficient)))
+    if gate.bias is not None:
+        init.constant_(gate.bias, math.log(coefficient / (1 - coefficient)))
+
+
+def _initialise_table(table: nn.Embedding, hidden_size: int) -> None:
+    """nanochat's value embeddings: uniform in ±√3 / √hidden, as its value projection."""
+    bound = math.sqrt(3.0 / hidden_size)
+    init.uniform_(table.weight, -bound, bound)
+
+
+def _value_heads(config) -> tuple[int, int]:
+    """(key/value heads, head size) of a text config."""
+    heads = config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    return getattr(config, "num_key_value_heads", None) or heads, head_dim
+
+
+def _check_method_fits(model: PreTrainedModel, settings: dict, layers: list[nn.Module]) -> None:
+    """`ValueError` for a method the model cannot take: value embeddings need a causal language model (a table
+    indexed by the token ids of its input embeddings, and attention that sees no later token)."""
+    if settings["method"] != "value_embedding":
+        return
+    name = type(model).__name__
+    if not all(getattr(layers[layer], "is_causal", False) for layer in settings["layers"]):
+        raise ValueError(
+            f"{name}'s self-attention is not causal: value embeddings (method 'value_embedding') are for decoder-only "
+            "language models (GPT-2, Llama, Qwen2, ...). Use 'value_residual', 'neutreno', 'twicing' or 'xsa' here."
+        )
+    try:
+        embeddings = model.get_input_embeddings()
+    except (AttributeError, NotImplementedError):
+        embeddings = None
+    if not isinstance(embeddings, nn.Embedding):
+        raise ValueError(
+            f"{name} has no token-embedding table (get_input_embeddings() is {type(embeddings).__name__}), which "
+            "value embeddings (method 'value_embedding') index by token id like the model's own."
+        )
 
 
 def _gate_hook(module, args, kwargs):
     """Forward pre-hook of a gated layer's attention module: its input x gives the layer's α = sigmoid(W x + b) per
-    token and key/value head, left in the call's context for the attention function."""
+    token and key/value head (the value residual's; value embeddings': sigmoid(W x[..., :12])), left in the call's
+    context for the attention function."""
     context = kwargs.get(CONTEXT_KWARG)
     if context is not None:
         hidden_states = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
+        if context.method == "value_embedding":
+            hidden_states = hidden_states[..., :EMBEDDING_GATE_INPUTS]
         gate = getattr(module, GATE_ATTRIBUTE)  # looked up at each call: PEFT may have wrapped it
         dtype = next(gate.parameters()).dtype
         context.gates[getattr(module, LAYER_ATTRIBUTE)] = torch.sigmoid(gate(hidden_states.to(dtype)))
@@ -1168,7 +1322,15 @@ class _ValuePathModel:
 
     def __init__(self, config, *args, **kwargs):
         super().__init__(config, *args, **kwargs)
-        _adapt(self)
+        if not hasattr(self, "_value_path_hooks"):  # a base whose __init__ does not end with post_init
+            _adapt(self)
+
+    def post_init(self):
+        # Adapted before the weights are initialised, so that what the value path adds (a value-embedding table drawn
+        # at random) is initialised with the rest and in the same order as `from_pretrained` initialises it.
+        if not hasattr(self, "_value_path_hooks"):
+            _adapt(self)
+        super().post_init()
 
     def __setstate__(self, state):
         # Unpickled in a new process (torch.load of a whole model): its attention implementation is registered there
@@ -1197,6 +1359,26 @@ class _ValuePathModel:
                 _initialise_gate(getattr(module, GATE_ATTRIBUTE), start)
             if isinstance(getattr(module, COEFFICIENT_ATTRIBUTE, None), LayerCoefficient):
                 init.constant_(getattr(module, COEFFICIENT_ATTRIBUTE).value, start)
+            if isinstance(getattr(module, EMBEDDING_ATTRIBUTE, None), nn.Embedding):
+                _initialise_table(getattr(module, EMBEDDING_ATTRIBUTE), self.config.get_text_config().hidden_size)
+
+    def resize_token_embeddings(self, *args, **kwargs):
+        # The value-embedding tables index the same tokens as the input embeddings: they follow the new vocabulary
+        # (rows kept; a new token starts without a value embedding, a zero row).
+        embeddings = super().resize_token_embeddings(*args, **kwargs)
+        vocabulary = self.get_input_embeddings().num_embeddings
+        for module in self.modules():
+            table = getattr(module, EMBEDDING_ATTRIBUTE, None)
+            if isinstance(table, nn.Embedding) and table.num_embeddings != vocabulary:
+                resized = nn.Embedding(
+                    vocabulary, table.embedding_dim, dtype=table.weight.dtype, device=table.weight.device
+                )
+                with torch.no_grad():
+                    resized.weight.zero_()
+                    kept = min(vocabulary, table.num_embeddings)
+                    resized.weight[:kept] = table.weight[:kept]
+                setattr(module, EMBEDDING_ATTRIBUTE, resized)
+        return embeddings
 
     @staticmethod
     def _load_pretrained_model(model, state_dict, checkpoint_files, load_config, *args, **kwargs):
