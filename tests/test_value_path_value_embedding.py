@@ -88,7 +88,7 @@ CASES = [
 @pytest.mark.parametrize("settings, layers", CASES)
 @pytest.mark.parametrize("name", ["gpt2", "llama"])
 def test_value_embeddings_equal_the_hand_written_reference_forward_and_backward(name, settings, layers):
-    """GPT-2 (fused c_attn) and a Llama with 4 query heads on 2 key/value heads (a table the width of the 2 KV heads)."""
+    """GPT-2 (fused c_attn) and a Llama with 4 query heads on 2 key/value heads (tables the width of 2 KV heads)."""
     plain, model = _adapted(name, **settings)
     model = model.double()
     copied = copy.deepcopy(train_without_dropout(model))

@@ -140,13 +140,14 @@ def apply_value_path(
             clamped to [0, 1], so that a value moved outside by training or by hand still computes a mix (and the
             saved model computes the same); its gradient passes straight through the clamp, so that a value pushed
             outside can come back.
-            ``learnable="gate"`` (value residual and value embeddings): α per token and key/value head, ``sigmoid(W x + b)`` of the
-            layer's attention input x (x-transformers' learned value-residual mix), a ``Linear`` named
-            ``value_path_gate`` on each adapted attention module; W starts at 0 and b at logit(α), so that the model
-            starts as the fixed-α one. For value embeddings the gate is nanochat's, g = 2 g₀ σ(W x[..., :12]) per
-            token and key/value head without a bias, W starting at 0 so that g starts at the given g₀
-            (``coefficient=1.5`` is nanochat's 3 σ(W x[..., :12])). The tables of value embeddings (an ``Embedding``
-            named ``value_path_embedding`` on each adapted attention module, initialised as nanochat's) always train.
+            ``learnable="gate"`` (value residual and value embeddings): α per token and key/value head,
+            ``sigmoid(W x + b)`` of the layer's attention input x (x-transformers' learned value-residual mix), a
+            ``Linear`` named ``value_path_gate`` on each adapted attention module; W starts at 0 and b at logit(α), so
+            that the model starts as the fixed-α one. For value embeddings the gate is nanochat's,
+            g = 2 g₀ σ(W x[..., :12]) per token and key/value head without a bias, W starting at 0 so that g starts at
+            the given g₀ (``coefficient=1.5`` is nanochat's 3 σ(W x[..., :12])). The tables of value embeddings (an
+            ``Embedding`` named ``value_path_embedding`` on each adapted attention module, initialised as nanochat's)
+            always train.
             PEFT trains and saves the scalars, gates and tables beside LoRA with
             ``LoraConfig(..., modules_to_save=PEFT_MODULES)``.
         layers: the self-attention layers (0-based) that get the rule; default every layer after the first. Layer 0
@@ -871,8 +872,8 @@ def _begin_forward(model, settings, attention_modules, checkpointing, module, ar
             token_ids = args[0]
         if token_ids is None:
             raise ValueError(
-                "A model with value embeddings looks its tables up by token id: call it with `input_ids` (inputs_embeds "
-                "alone carry no token ids)."
+                "A model with value embeddings looks its tables up by token id: call it with `input_ids` "
+                "(inputs_embeds alone carry no token ids)."
             )
     kwargs[CONTEXT_KWARG] = _ForwardContext(
         method=settings["method"],
