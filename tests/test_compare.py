@@ -782,6 +782,11 @@ def _saved_model(folder: Path) -> Path:
             ["--variants vit-minus needs an image classifier preset", "segmentation preset"],
         ),
         (
+            "value embeddings for an image classifier",
+            ["--variants", "softmax,value-embedding"],
+            ["--variants value-embedding (value embeddings", "needs a language-model preset"],
+        ),
+        (
             "value path for a segmenter",
             ["--model", "segmenter-micro", "--variants", "softmax,value-residual"],
             ["--variants value-residual needs an image classifier or language-model preset", "two stacks"],

@@ -209,6 +209,24 @@ def test_a_model_the_adapter_cannot_adapt_is_refused_before_any_data_is_loaded(k
     assert not (tmp_path / "out").exists()
 
 
+def test_value_embeddings_on_a_model_that_is_not_a_causal_lm_are_refused_before_any_data_is_loaded(tmp_path, capsys):
+    model = save_tiny_bert_classifier(tmp_path / "bert")
+    message = _compare(
+        capsys,
+        "--model",
+        model,
+        "--dataset",
+        "nobody/no-such-dataset",
+        "--variants",
+        "softmax,value-embedding-gate",
+        "--output-dir",
+        tmp_path / "out",
+    )
+    for part in ("--variants value-embedding-gate needs a value path", "not causal: value embeddings"):
+        assert part in message, message
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_dataset_without_the_columns_lists_them_and_the_flag(tmp_path, capsys):
     model = save_tiny_bert_classifier(tmp_path / "bert")
     data = tmp_path / "numbers"
@@ -380,6 +398,26 @@ def test_the_summary_names_the_model_the_task_and_the_carved_split(tmp_path, cap
     run = results["variants"]["neutreno-learnable"]["per_seed"][0]
     assert results["variants"]["neutreno-learnable"]["description"] == "NeuTRENO, learnable λ from 0"
     assert len(run["learned_coefficients"]) == 2  # layers 1 and 2 of 3
+
+
+def test_value_embeddings_and_xsa_compare_on_a_causal_lm_and_save_their_tables(tmp_path, capsys):
+    """The frontier variants by name, their learnable strengths from 0 (the pretrained function); the value-embedding
+    tables are saved with the first seed's model, which loads adapted."""
+    from transformers import AutoModelForCausalLM
+
+    model = save_tiny_llama(tmp_path / "llama")
+    data = write_text_dataset(tmp_path / "data")
+    variants = "softmax,value-embedding-learnable,xsa-learnable"
+    assert _compare_briefly(model, data, variants, tmp_path / "out", "--batch-size", "4") == 0
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    embedding = results["variants"]["value-embedding-learnable"]
+    assert embedding["description"] == "value embeddings, learnable g from 0"
+    assert len(embedding["per_seed"][0]["learned_coefficients"]) == 2  # nanochat's layers of 3: 0 and 2
+    assert all(value >= 0 for value in embedding["per_seed"][0]["learned_coefficients"])  # used as g ≥ 0
+    saved = next((tmp_path / "out").glob("**/value-embedding-learnable*/config.json")).parent
+    loaded = AutoModelForCausalLM.from_pretrained(saved, trust_remote_code=True)
+    assert loaded.config.value_path["method"] == "value_embedding"
+    assert sum("value_path_embedding" in name for name, _ in loaded.named_parameters()) == 2
 
 
 def test_the_kept_cifar10_tables_in_the_docs_are_what_the_committed_results_print():

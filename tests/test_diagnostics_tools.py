@@ -259,13 +259,21 @@ def test_cli_text_model_with_padding(data_dir, tmp_path, capsys):
             "24",
             "--out",
             str(out),
+            "--variants",
+            "softmax,value-embedding",
             "--no-progress",
         ]
     )
     assert code == 0, capsys.readouterr().err
-    report = OversmoothingReport.from_json(out)
+    reports = {v: OversmoothingReport.from_json(tmp_path / f"text-{v}.json") for v in ("softmax", "value-embedding")}
+    report = reports["softmax"]
     assert report.num_samples == 12 and report.layer_indices("functional_j") == [1, 2]
     assert set(report.metrics) == set(DEFAULT_METRICS)
+    embedded = reports["value-embedding"]
+    assert embedded.metadata["value_path"] == {"method": "value_embedding", "learnable": False, "coefficient": 1.0}
+    # what the value embeddings (nanochat's layers: the last of 2) do to the last layer's token cosine
+    assert embedded.per_layer("cosine_similarity")[-1] != report.per_layer("cosine_similarity")[-1]
+    assert embedded.per_layer("cosine_similarity")[:-1] == report.per_layer("cosine_similarity")[:-1]
 
 
 class _LogitsOnly(nn.Module):

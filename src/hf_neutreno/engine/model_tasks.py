@@ -27,7 +27,7 @@ from ..data.image_transforms import image_transform
 from ..data.loading import LABELS_FILE, capped, read_id2label
 from ..data.segmentation import segmentation_transform
 from ..data.text import group_into_blocks, token_stream
-from ..models.value_path import _check_adaptable, _refuse_built_in_term
+from ..models.value_path import check_adaptable
 from .tasks import (
     ANNOTATION_COLUMN,
     EVAL_SPLITS,
@@ -176,16 +176,17 @@ class CheckedModel:
                 f"--model {self.source!r} ({type(self.config).__name__}) cannot be built as {auto_class.__name__}: "
                 f"{str(error).strip()[:300]}"
             ) from None
-        try:
-            _refuse_built_in_term(model)
-            _check_adaptable(model)
-        except ValueError as error:
-            raise ValueError(
-                f"--model {self.source!r}: --variants {','.join(paths)} need a value path, which "
-                f"{type(model).__name__} cannot take: {error} Supported: transformers models with one stack of "
-                "self-attention layers that go through transformers' attention interface (Llama, Qwen2, Mistral "
-                "without sliding windows, GPT-2, BERT, RoBERTa, ViT, DeiT, ...)."
-            ) from None
+        for name in paths:
+            try:
+                check_adaptable(model, VARIANTS[name].method, VARIANTS[name].learnable)
+            except ValueError as error:
+                raise ValueError(
+                    f"--model {self.source!r}: --variants {name} needs a value path, which "
+                    f"{type(model).__name__} cannot take: {error} Supported: transformers models with one stack of "
+                    "self-attention layers that go through transformers' attention interface (Llama, Qwen2, Mistral "
+                    "without sliding windows, GPT-2, BERT, RoBERTa, ViT, DeiT, ...); value embeddings on the causal "
+                    "language models among them."
+                ) from None
 
     def prepare(self, dataset) -> "ModelTask":
         """The task object of this model on `dataset`: the task (if the model's head did not pick it) from the

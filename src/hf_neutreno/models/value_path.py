@@ -197,6 +197,14 @@ def _refuse_unadaptable_model(model) -> None:
     _refuse_built_in_term(model)
 
 
+def check_adaptable(model: PreTrainedModel, method: str, learnable: bool | str = False) -> None:
+    """`ValueError` for what `apply_value_path(model, method, learnable=learnable)` would refuse at its default
+    coefficient and layers, changing nothing: a model built on the meta device will do (no weights needed)."""
+    _refuse_built_in_term(model)
+    layers, _ = _check_adaptable(model)
+    _check_method_fits(model, check_settings(method, None, learnable, None, len(layers)), layers)
+
+
 def _own_config(model: PreTrainedModel) -> None:
     """Give the model a config object of its own before the settings go into it: models built from one config object
     share it, and the settings of one would otherwise appear on the other (which then refused to be adapted)."""

@@ -33,7 +33,7 @@ from ...names import IMAGE_MODELS
 from ...runtime import has_accelerator
 from ..experiment import Run, pairing_arguments, run_paired, summary
 from ..model_tasks import CheckedModel, ModelTask, is_model_reference
-from ..preset_tasks import PRESETS, ImageTask, preset_architecture, task_class, task_for
+from ..preset_tasks import PRESETS, ImageTask, TextTask, preset_architecture, task_class, task_for
 from ..tasks import EVAL_SPLITS, TASKS
 from ..variants import ANY_MODEL_VARIANTS, BASELINE, VARIANTS, default_coefficient
 from .output import (
@@ -134,6 +134,11 @@ def _checked(settings: CompareSettings, checked_model: CheckedModel | None) -> C
                 )
         task = task_class(settings.model)
         for name in settings.variants:
+            if VARIANTS[name].method == "value_embedding" and task is not TextTask:
+                raise ValueError(
+                    f"--variants {name} (value embeddings, a table per layer looked up by token id) needs a "
+                    f"language-model preset; --model {settings.model} is {task.kind}."
+                )
             if preset_architecture(name) not in task.architectures:  # ViT⁻: image classifiers only
                 which = (
                     f"an image classifier preset {IMAGE_MODELS}"
