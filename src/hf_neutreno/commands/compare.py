@@ -182,7 +182,8 @@ def _training_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--coefficient-learning-rate",
         type=float,
-        help="learning rate of the learnable λ/α (no weight decay) (default: "
+        help="learning rate of a value path's own parameters, its learnable coefficients, gates and value-embedding "
+        "tables (no weight decay) (default: "
         f"{FINE_TUNING['coefficient_learning_rate']:g} when fine-tuning, else --learning-rate)",
     )
     parser.add_argument(

@@ -227,8 +227,9 @@ def _training_arguments(settings, output_dir: str, seed: int, remove_unused_colu
 
 
 class _CompareTrainer(Trainer):
-    """`Trainer` whose optimizer gives a value path's learnable coefficients (or gates) a learning rate of their own
-    and no weight decay: one scalar per layer that starts at 0 would barely move at a fine-tuning learning rate."""
+    """`Trainer` whose optimizer gives a value path's own parameters (learnable coefficients, gates, value-embedding
+    tables) a learning rate of their own and no weight decay: one scalar per layer that starts at 0, or a new table,
+    would barely move at a fine-tuning learning rate."""
 
     def __init__(self, *args, coefficient_learning_rate: float | None = None, **kwargs):
         self.coefficient_learning_rate = coefficient_learning_rate
