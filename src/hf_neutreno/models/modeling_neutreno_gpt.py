@@ -137,7 +137,6 @@ class NeuTRENOGPTAttention(NeuTRENOLayerLambda, nn.Module):
         hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         first_layer_values: torch.Tensor | None = None,
-        neutreno_lambda: float | None = None,
         cache: Cache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
@@ -168,7 +167,7 @@ class NeuTRENOGPTAttention(NeuTRENOLayerLambda, nn.Module):
             ),
             values,  # this call's tokens only, as layer 0's V_0: the term is token-wise
             first_layer_values,
-            self.neutreno_lambda if neutreno_lambda is None else neutreno_lambda,
+            self.neutreno_lambda,
             # The term as plain autograd operations, without the backend's output rebuilt in the backward pass: a
             # language model's training memory is its logits', next to which that copy is about 1 %, and on small
             # shapes the saved-tensor hooks' host time per layer cost more than their GPU time saves.
@@ -220,7 +219,6 @@ class NeuTRENOGPTDecoderLayer(GradientCheckpointingLayer):
         hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         first_layer_values: torch.Tensor | None = None,
-        neutreno_lambda: float | None = None,
         cache: Cache | None = None,
         use_cache: bool | None = False,
         **kwargs: Unpack[TransformersKwargs],
@@ -229,7 +227,7 @@ class NeuTRENOGPTDecoderLayer(GradientCheckpointingLayer):
         if self.pre_norm:
             hidden_states = self.self_attn_layer_norm(hidden_states)
         attn_output, _, values = self.self_attn(
-            hidden_states, attention_mask, first_layer_values, neutreno_lambda, cache=cache, **kwargs
+            hidden_states, attention_mask, first_layer_values, cache=cache, **kwargs
         )
         if first_layer_values is not None:
             values = None  # only layer 0's values (V_0) are used later: free the others before the MLP runs
