@@ -144,8 +144,16 @@ def _eigen_vit(layers: int) -> EigenViTForImageClassification:
     return EigenViTForImageClassification._from_config(config, attn_implementation="sdpa")
 
 
-def _adapted(native: Callable[[int], torch.nn.Module], method: str, learnable: bool | str):
-    return lambda layers: apply_value_path(native(layers), method, learnable=learnable)
+def _adapted(native: Callable[[int], torch.nn.Module], method: str, learnable: bool | str, every_layer: bool = False):
+    """`method` on the native model, in its default layers (or in every layer: value embeddings' default is every
+    other one, which would halve the count's slope over depth)."""
+
+    def build(layers: int):
+        return apply_value_path(
+            native(layers), method, learnable=learnable, layers=list(range(layers)) if every_layer else None
+        )
+
+    return build
 
 
 def _text_inputs() -> dict:
@@ -175,6 +183,13 @@ for _name, _native, _inputs in (("GPT-2", _gpt2, _text_inputs), ("ViT", _vit, _i
     TRAINING[f"{_name} + twicing"] = (_native, _adapted(_native, "twicing", False), _inputs)
     TRAINING[f"{_name} + XSA"] = (_native, _adapted(_native, "xsa", False), _inputs)
     TRAINING[f"{_name} + XSA, learnable"] = (_native, _adapted(_native, "xsa", True), _inputs)
+# Value embeddings (causal language models only), in every layer.
+for _learnable, _label in ((False, ""), (True, ", learnable"), ("gate", ", gate")):
+    TRAINING[f"GPT-2 + value embeddings{_label}"] = (
+        _gpt2,
+        _adapted(_gpt2, "value_embedding", _learnable, True),
+        _text_inputs,
+    )
 # Inference: one forward without gradients.
 INFERENCE = {
     "NeuTRENO ViT, λ = 0.6": TRAINING["NeuTRENO ViT, λ = 0.6"],
@@ -199,6 +214,7 @@ GENERATION = {
     ),
     "GPT-2 + NeuTRENO": TRAINING["GPT-2 + NeuTRENO"],
     "GPT-2 + value residual": TRAINING["GPT-2 + value residual"],
+    "GPT-2 + value embeddings": TRAINING["GPT-2 + value embeddings"],
 }
 
 

@@ -70,6 +70,12 @@ PER_LAYER_TRAINING = {
     "ViT + XSA": 19,
     "GPT-2 + XSA, learnable": 25,
     "ViT + XSA, learnable": 25,
+    # value embeddings: the table's lookup and the add, and the lookup's backward (a scatter into the table); learnable:
+    # the strength's product, forward and backward; the gate: nanochat's Linear(12 → kv heads) on a slice of the input,
+    # its sigmoid and the products, with their backward
+    "GPT-2 + value embeddings": 3,
+    "GPT-2 + value embeddings, learnable": 7,
+    "GPT-2 + value embeddings, gate": 15,
 }
 # Per step, outside the layers: input checks (the NeuTRENO GPT's token-id check runs on a CPU only). EigenViT makes the
 # weights of all layers once per step by design, forward and backward: Θ and ψ stacked, one QR, its sign fix, Λ = ±ψ²
