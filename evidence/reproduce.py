@@ -90,8 +90,8 @@ def parser() -> argparse.ArgumentParser:
         default=["cifar", "lm"],
         help="cifar and lm: the first run (the default); round 2: lambda (λ on a validation split), "
         "adaptation (NeuTRENO adaptation of trained ViTs), kernel (linear attention), value-path (the "
-        "value residual, its learnable and gated mixes, NeuTRENO's learnable λ, twicing attention and XSA), "
-        "segmentation (Segmenter from the trained ViTs).",
+        "value residual, its learnable and gated mixes, NeuTRENO's learnable λ, twicing attention, XSA and value "
+        "embeddings), segmentation (Segmenter from the trained ViTs).",
     )
     p.add_argument(
         "--data",

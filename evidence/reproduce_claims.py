@@ -41,6 +41,7 @@ CIFAR_MODELS = {
     ),
     "value-residual-gate": (value_path("cifar", "value-residual-gate"), "value residual ViT, gated mix", "—"),
     "twicing": (value_path("cifar", "twicing"), "twicing ViT", "—"),
+    "xsa": (value_path("cifar", "xsa"), "XSA ViT", "—"),
     "vit-": (cifar("vit-"), "ViT⁻", "66.62 (CIFAR-100, −0.16 vs ViT-Ti)"),
     "vit+": (cifar("vit+"), "ViT⁺", "64.34 (CIFAR-100, −2.44 vs ViT-Ti)"),
 }
@@ -73,6 +74,8 @@ LM_MODELS = {
     "value-residual-learnable": (value_path("lm", "value-residual-learnable"), "value residual, learnable mix"),
     "value-residual-gate": (value_path("lm", "value-residual-gate"), "value residual, gated mix"),
     "twicing": (value_path("lm", "twicing"), "twicing (last 2 layers)"),
+    "xsa": (value_path("lm", "xsa"), "XSA"),
+    "value-embedding": (value_path("lm", "value-embedding"), "value embeddings"),
 }
 PARENT_MODELS = {v: (PARENT.of(variant=v), cifar(v)) for v in ("vit", "neutreno")}
 
@@ -298,6 +301,7 @@ CLAIMS = [
                 "twicing attention",
                 "higher (the twicing paper: DeiT-tiny on ImageNet, twicing in every layer)",
             ),
+            ("xsa", "XSA", NO_IMAGE_NUMBER.format("the XSA paper reports language models")),
         )
     ),
     *(
@@ -316,6 +320,12 @@ CLAIMS = [
             ("value-residual-learnable", "learnable value residual", VR_LM.format(23.7)),
             ("value-residual-gate", "gated value residual", "none published (x-transformers' default mix)"),
             ("twicing", "twicing attention", "lower (the twicing paper: WikiText-103, twicing in the last layers)"),
+            ("xsa", "XSA", "lower (the XSA paper: FineWeb, 0.7-2.7B parameters, gains growing with the context)"),
+            (
+                "value-embedding",
+                "value embeddings",
+                "lower (modded-nanogpt's speedrun, 124M on FineWeb: record 14; no paper)",
+            ),
         )
     ),
     *(

@@ -70,8 +70,20 @@ METHODS = {
             ("value-residual-learnable", "value residual, learnable mix", "value residual, learnable α"),
             ("value-residual-gate", "value residual, mix gated per token and head", "value residual, gate"),
             ("twicing", "twicing attention (ViT: every layer; LM: the last 2)", "twicing"),
+            ("xsa", "XSA, exclusive self-attention (every layer)", "XSA"),
         )
     },
+    "value-embedding": dict(
+        name="value embeddings (LM: every other layer)",
+        scratch="n/a",
+        adaptation="n/a",
+        data10="n/a",
+        segmentation="n/a",
+        wikitext="valuepath-lm-value-embedding",
+        cosine="n/a",  # the over-smoothing measures are the ViT's
+        hfc="n/a",
+        **value_path_cost("value embeddings"),
+    ),
     "vit-": dict(
         name="ViT⁻",
         scratch="cifar-vit-minus",

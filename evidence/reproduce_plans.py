@@ -39,6 +39,10 @@ ADAPTATION_EPOCHS = 1 / 3  # of the training epochs, as the paper's NeuTRENO ada
 VALUE_PATH_METHODS = ("value-residual", "value-residual-learnable", "neutreno-learnable")
 VALUE_PATH_METHODS += ("value-residual-gate", "twicing")  # added after the first three had run
 VALUE_PATH_METHODS += ("xsa",)  # exclusive self-attention (s = 1, every layer), added after those
+# Value embeddings (g = 1, nanochat's layers: every other one, ending with the last) look a table up by token id: the
+# language model only.
+VALUE_PATH_METHODS += ("value-embedding",)
+VALUE_PATH_TASKS = {"value-embedding": ("lm",)}  # the tasks of a method that does not take both
 VALUE_PATH_COEFFICIENTS = {  # apply_value_path's α and c, each task's official λ
     "cifar": {**DEFAULT_COEFFICIENTS, "neutreno": VIT_LAMBDA},
     "lm": {**DEFAULT_COEFFICIENTS, "neutreno": LM_LAMBDAS["neutreno"]},
@@ -391,7 +395,8 @@ def schedule(budget: Budget, experiments: list[str], out: Path | None = None) ->
         units += each("kernel", KERNEL_VARIANTS, seeds)
     if "value-path" in experiments:  # the fixed value residual first, NeuTRENO's learnable λ last
         for method in VALUE_PATH_METHODS:
-            units += [Unit("valuepath", s, method, task) for task in ("cifar", "lm") for s in seeds]
+            tasks = VALUE_PATH_TASKS.get(method, ("cifar", "lm"))
+            units += [Unit("valuepath", s, method, task) for task in tasks for s in seeds]
     if "adaptation" in experiments or "segmentation" in experiments:  # Segmenter's NeuTRENO encoders
         units += each("parent", ("neutreno",), seeds)
     if "segmentation" in experiments:
