@@ -184,8 +184,8 @@ class NeuTRENOViTConfig(NeuTRENOConfigMixin, PreTrainedConfig):
 
         Segmenter's decoder blocks: pre-LN, MLP ratio 4, softmax attention with qkv bias, dropout `decoder_dropout`,
         no drop path. The attention implementation, activation and LayerNorm eps are the encoder's. Its
-        `neutreno_lambda` is `decoder_lambda` at construction; the segmentation model reads `decoder_lambda` again at
-        each forward and hands it to the blocks, so an edit of the decoder's λ applies at once.
+        `neutreno_lambda` is `decoder_lambda` at construction; the blocks read the segmentation model's `decoder_lambda`
+        at each forward, so an edit of the decoder's λ applies at once.
         """
         hidden, heads = self.decoder_shape
         config = copy.deepcopy(self)  # keeps the attention implementation chosen for the encoder

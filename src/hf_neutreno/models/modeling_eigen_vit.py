@@ -115,7 +115,6 @@ class EigenViTAttention(NeuTRENOViTSelfAttention):
         hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         first_layer_values: torch.Tensor | None = None,
-        neutreno_lambda: float | None = None,
         eigen_weights: tuple[torch.Tensor, torch.Tensor] | None = None,
         recompute_saved: bool = True,
         **kwargs: Unpack[TransformersKwargs],
@@ -125,7 +124,7 @@ class EigenViTAttention(NeuTRENOViTSelfAttention):
         value_weight, output_weight = eigen_weights if eigen_weights is not None else self.value_and_output_weights()
         values = nn.functional.linear(hidden_states, value_weight)
         attn_output, attn_weights = self.attend(
-            hidden_states, values, attention_mask, first_layer_values, neutreno_lambda, recompute_saved, **kwargs
+            hidden_states, values, attention_mask, first_layer_values, recompute_saved, **kwargs
         )
         attn_output = nn.functional.linear(attn_output, output_weight, self.output_bias)
         return attn_output, attn_weights, values

@@ -172,7 +172,6 @@ class NeuTRENOViTSelfAttention(NeuTRENOLayerLambda, nn.Module):
         values: torch.Tensor,
         attention_mask: torch.Tensor | None,
         first_layer_values: torch.Tensor | None,
-        neutreno_lambda: float | None,
         recompute_saved: bool,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -205,7 +204,7 @@ class NeuTRENOViTSelfAttention(NeuTRENOLayerLambda, nn.Module):
             ),
             values,
             first_layer_values,
-            self.neutreno_lambda if neutreno_lambda is None else neutreno_lambda,
+            self.neutreno_lambda,
             recompute_saved,
         )
         return attn_output.reshape(*input_shape, -1), attn_weights
@@ -215,8 +214,8 @@ class NeuTRENOViTAttention(NeuTRENOViTSelfAttention):
     """Multi-head self-attention with the NeuTRENO term; returns (output, attention maps, this layer's values).
 
     The values are returned with merged heads, (batch, tokens, heads * head_dim): layer 0's are the V_0 of the later
-    layers. λ is the layer's `neutreno_lambda`, read from the config at each forward, unless the caller passes one
-    (the Segmenter's mask transformer passes its `decoder_lambda`).
+    layers. λ is the layer's `neutreno_lambda`, read from the config at each forward (a block of the Segmenter's mask
+    transformer: the segmentation model's `decoder_lambda`).
 
     The paper's ablations, in any combination, when the config sets them (each costs nothing when it is off):
 
@@ -243,14 +242,13 @@ class NeuTRENOViTAttention(NeuTRENOViTSelfAttention):
         hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         first_layer_values: torch.Tensor | None = None,
-        neutreno_lambda: float | None = None,
         recompute_saved: bool = True,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
         """`recompute_saved`: see `neutreno_attention` (False under activation checkpointing)."""
         values = self.v_proj(hidden_states)
         attn_output, attn_weights = self.attend(
-            hidden_states, values, attention_mask, first_layer_values, neutreno_lambda, recompute_saved, **kwargs
+            hidden_states, values, attention_mask, first_layer_values, recompute_saved, **kwargs
         )
         attn_output = self.o_proj(attn_output)
         if self.featscale_low is not None:
@@ -311,14 +309,12 @@ class NeuTRENOViTLayer(GradientCheckpointingLayer):
         hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         first_layer_values: torch.Tensor | None = None,
-        neutreno_lambda: float | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         attn_output, _, values = self.attention(
             self.layernorm_before(hidden_states),
             attention_mask,
             first_layer_values,
-            neutreno_lambda,
             # activation checkpointing's own saved-tensor hooks must see every tensor the attention saves
             recompute_saved=not (self.gradient_checkpointing and self.training),
             **kwargs,
@@ -514,11 +510,15 @@ class NeuTRENOViTMaskTransformer(NeuTRENOViTPreTrainedModel):
 
     _auto_classes = {}  # never saved alone: the segmentation model's config rebuilds it
 
-    def __init__(self, config: NeuTRENOViTConfig, encoder_hidden_size: int):
+    def __init__(
+        self, config: NeuTRENOViTConfig, encoder_hidden_size: int, segmentation_config: NeuTRENOViTConfig | None = None
+    ):
         super().__init__(config)
         self.proj_dec = nn.Linear(encoder_hidden_size, config.hidden_size)
         self.class_embeddings = nn.Parameter(torch.zeros(1, config.num_labels, config.hidden_size))
         self.layers = nn.ModuleList(NeuTRENOViTLayer(config, i) for i in range(config.num_hidden_layers))
+        for layer in self.layers:  # λ: the segmentation model's `decoder_lambda`, read at each forward
+            layer.attention.segmentation_config = segmentation_config
         self.decoder_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.proj_patch = nn.Parameter(torch.zeros(config.hidden_size, config.hidden_size))
         self.proj_classes = nn.Parameter(torch.zeros(config.hidden_size, config.hidden_size))
@@ -538,21 +538,19 @@ class NeuTRENOViTMaskTransformer(NeuTRENOViTPreTrainedModel):
         self,
         patch_tokens: torch.Tensor,
         grid_size: tuple[int, int],
-        neutreno_lambda: float,
         **kwargs: Unpack[TransformersKwargs],
     ) -> SemanticSegmenterOutput:
         r"""
         patch_tokens (`torch.Tensor` of shape `(batch, patches, encoder hidden size)`): the encoder's output without
             its prefix tokens, in row-major patch order.
         grid_size (`tuple[int, int]`): the patch grid (rows, columns).
-        neutreno_lambda (`float`): λ of every block after the first (the segmentation model's `decoder_lambda`).
         """
         batch_size, num_patches = patch_tokens.shape[:2]
         hidden_states = self.proj_dec(patch_tokens)
         hidden_states = torch.cat((hidden_states, self.class_embeddings.expand(batch_size, -1, -1)), dim=1)
         first_layer_values = None
         for layer in self.layers:
-            hidden_states, values = layer(hidden_states, None, first_layer_values, neutreno_lambda, **kwargs)
+            hidden_states, values = layer(hidden_states, None, first_layer_values, **kwargs)
             if first_layer_values is None:
                 first_layer_values = values
         hidden_states = self.decoder_norm(hidden_states)
@@ -571,9 +569,7 @@ class NeuTRENOViTLinearDecoder(nn.Module):
         super().__init__()
         self.head = nn.Linear(config.hidden_size, config.num_labels)
 
-    def forward(
-        self, patch_tokens: torch.Tensor, grid_size: tuple[int, int], neutreno_lambda: float = 0.0, **kwargs
-    ) -> SemanticSegmenterOutput:
+    def forward(self, patch_tokens: torch.Tensor, grid_size: tuple[int, int], **kwargs) -> SemanticSegmenterOutput:
         logits = self.head(patch_tokens).transpose(1, 2)
         return SemanticSegmenterOutput(logits=logits.reshape(*logits.shape[:2], *grid_size))
 
@@ -611,7 +607,9 @@ class NeuTRENOViTForSemanticSegmentation(NeuTRENOViTPreTrainedModel):
         if config.decoder_type == "linear":
             self.decoder = NeuTRENOViTLinearDecoder(config)
         else:
-            self.decoder = NeuTRENOViTMaskTransformer(config.decoder_config(), encoder_hidden_size=config.hidden_size)
+            self.decoder = NeuTRENOViTMaskTransformer(
+                config.decoder_config(), encoder_hidden_size=config.hidden_size, segmentation_config=config
+            )
         self.post_init()
 
     def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs):
@@ -643,7 +641,7 @@ class NeuTRENOViTForSemanticSegmentation(NeuTRENOViTPreTrainedModel):
         patch_h, patch_w = self.config.patch_size_2d
         grid_size = (pixel_values.shape[-2] // patch_h, pixel_values.shape[-1] // patch_w)
         patch_tokens = outputs.last_hidden_state[:, self.config.num_prefix_tokens :]
-        decoded = self.decoder(patch_tokens, grid_size, self.config.decoder_lambda, **kwargs)
+        decoded = self.decoder(patch_tokens, grid_size, **kwargs)
         loss = None
         if labels is not None:
             check_segmentation_labels(labels, pixel_values, self.config)

@@ -21,13 +21,20 @@ from .neutreno_term import attention_with_neutreno_term
 
 
 class NeuTRENOLayerLambda:
-    """For an attention module with `config` and `layer_idx`: its layer's λ, `neutreno_lambda`."""
+    """For an attention module with `config` and `layer_idx`: its layer's λ, `neutreno_lambda`.
+
+    A block of a Segmenter's mask transformer has `segmentation_config`, the segmentation model's config, whose
+    `decoder_lambda` it reads instead (its own config is a copy made at construction, of the decoder's shape)."""
+
+    segmentation_config = None
 
     @property
     def neutreno_lambda(self) -> float:
         """λ of this layer: 0 for layer 0 (it provides V_0) and for layers outside ``config.neutreno_layers``. Read
-        from the config at every forward, so that editing `neutreno_lambda` or `neutreno_layers` on a built model
-        applies at once."""
+        from the config at every forward, so that editing `neutreno_lambda` or `neutreno_layers` (or a Segmenter's
+        `decoder_neutreno_lambda`) on a built model applies at once."""
+        if self.segmentation_config is not None:  # every mask-transformer block after the first
+            return 0.0 if self.layer_idx == 0 else float(self.segmentation_config.decoder_lambda)
         layers = self.config.neutreno_layers
         if self.layer_idx == 0 or (layers is not None and self.layer_idx not in layers):
             return 0.0
