@@ -37,6 +37,7 @@ NEUTRENO_VIT_CODE = [
     "presets.py",
     "value_path.py",
     "value_path_defaults.py",
+    "value_path_methods.py",
 ]
 
 

@@ -66,7 +66,9 @@ def test_a_value_path_on_a_package_model_saves_and_loads_adapted_without_the_pac
             torch.save(model(eval(inputs)).logits, folder / "expected.pt")
         saved = json.loads((folder / "config.json").read_text())
         assert saved["value_path"] == model.config.value_path
-        assert {"value_path.py", "neutreno_term.py", "value_path_defaults.py"} <= {p.name for p in folder.iterdir()}
+        assert {"value_path.py", "value_path_methods.py", "neutreno_term.py", "value_path_defaults.py"} <= {
+            p.name for p in folder.iterdir()
+        }
         folders[str(folder)] = type(model).__name__
     script = textwrap.dedent(f"""
         import sys

@@ -154,7 +154,7 @@ def test_xsa_settings_are_checked_and_compare_names_its_variants():
 def test_the_written_out_backward_passes_gradcheck(learnable):
     """The autograd Function's backward against finite differences, grouped-query shapes (2 query heads per value),
     with a zero value among them (v = 0 leaves the output as it is)."""
-    from hf_neutreno.models.value_path import _Exclusive
+    from hf_neutreno.models.value_path_methods import Exclusive as _Exclusive
 
     generator = torch.Generator().manual_seed(0)
     grouped = torch.randn(2, 3, 2, 2, 4, dtype=torch.float64, generator=generator, requires_grad=True)

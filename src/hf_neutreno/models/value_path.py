@@ -34,7 +34,8 @@ The model's class becomes ``ValuePath<Class>``, a subclass that adapts itself in
 ``config.value_path``, so `save_pretrained` stores the settings in the config, copies this file next to the weights
 and records it in ``auto_map``: ``AutoModel*.from_pretrained(folder, trust_remote_code=True)`` loads the adapted model
 where this package is not installed. This file imports only torch, transformers and its flat siblings
-`neutreno_term.py` (the term, shared with this package's models) and `value_path_defaults.py`, copied with it.
+`value_path_py` (each method's rule), `neutreno_term.py` (NeuTRENO's term, shared with this package's
+models) and `value_path_defaults.py`, copied with it.
 """
 
 import copy
@@ -57,8 +58,9 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.auto import modeling_auto
 from transformers.utils import logging
 
-from .neutreno_term import SavedForBackward, attention_with_neutreno_term, grouped_heads, may_recompute_saved
+from .neutreno_term import attention_with_neutreno_term
 from .value_path_defaults import DEFAULT_COEFFICIENTS, LEARNABLE_STARTS
+from .value_path_methods import exclusive, twicing, value_embedding, value_residual
 
 try:  # transformers 5 records `output_hidden_states` per model class, registered in PreTrainedModel.__init__
     from transformers.utils.output_capturing import _CAN_RECORD_REGISTRY
@@ -569,15 +571,16 @@ class _ValuePathAttention:
             return run()
         _check_context(context, module, layer)
         if context.method == "twicing":
-            return _twicing(run, context, module, query, key, value) if layer in context.layers else run()
+            return twicing(run, context, module, layer, query, key, value) if layer in context.layers else run()
         if context.method == "xsa":
             if layer not in context.layers:
                 return run()
-            return _exclusive(run, context, value, _layer_coefficient(context, layer, value))
+            return exclusive(run, context, value, _layer_coefficient(context, layer, value))
         if context.method == "value_embedding":
             if layer not in context.layers:
                 return run()
-            return _value_embedding(run, context, module, layer, value, _layer_coefficient(context, layer, value))
+            table = getattr(module, EMBEDDING_ATTRIBUTE)  # looked up at each call: PEFT may have wrapped it
+            return value_embedding(run, context, table, layer, value, _layer_coefficient(context, layer, value))
         if layer == 0:
             context.first_values = value
             return run()
@@ -591,7 +594,7 @@ class _ValuePathAttention:
             )
         if layer in context.gates:  # α per token and key/value head, for this call's tokens
             coefficient = context.gates[layer].transpose(1, 2).unsqueeze(-1).to(value.dtype)  # (batch, kv, q, 1)
-        return _value_residual(run, context, layer, query, value, first, coefficient)
+        return value_residual(run, context, layer, query, value, first, coefficient)
 
 
 def _layer_coefficient(context, layer: int, value: torch.Tensor):
@@ -600,110 +603,6 @@ def _layer_coefficient(context, layer: int, value: torch.Tensor):
     if isinstance(coefficient, tuple):
         coefficient = coefficient[context.layers[layer]].to(value.dtype)
     return coefficient
-
-
-def _exclusive(run, context, value, strength):
-    """Exclusive self-attention: the backend's output (batch, queries, heads, d) without ``strength`` times its
-    component along each query token's own value, ``y − s (y·v̂) v̂``, per head; under grouped-query attention each
-    query head takes its key/value head's value. `value` (batch, kv heads, tokens, d) holds the cached tokens first
-    (`context.past` of them): a query's own value is the row of its position, so cached steps need nothing kept."""
-    output, *rest = run()
-    if context.past or output.shape[1] != value.shape[2]:  # a view of every row needs no narrowing (nor its backward)
-        value = value.narrow(2, context.past, output.shape[1])
-    own = value.transpose(1, 2).unsqueeze(3)  # (batch, queries, kv heads, 1, d)
-    grouped = grouped_heads(output, own.shape[2])  # (batch, queries, kv heads, group, d)
-    return _Exclusive.apply(grouped, own, strength).flatten(2, 3), *rest
-
-
-class _Exclusive(torch.autograd.Function):
-    """``y − s (y·v)/(v·v) v`` per query head, y grouped (batch, queries, kv heads, group, d) and v (batch, queries,
-    kv heads, 1, d), with its backward written out: the gradient for y is the same projection of the incoming one,
-    and those for v and s follow from it, in fewer kernels than autograd's graph of the formula. It keeps y and v,
-    which the attention backend keeps anyway, and two (…, 1) tensors."""
-
-    @staticmethod
-    def forward(ctx, grouped, own, strength):
-        # `strength`: a number (fixed) or a learnable scalar tensor
-        squared = own.square().sum(-1, keepdim=True).clamp_min_(torch.finfo(own.dtype).tiny)  # v·v; v = 0: no change
-        along = (grouped * own).sum(-1, keepdim=True).div_(squared)  # (y·v)/(v·v)
-        learnable = isinstance(strength, torch.Tensor)
-        ctx.strength = None if learnable else strength
-        ctx.save_for_backward(grouped, own, along, squared, *([strength] if learnable else []))
-        if learnable:
-            return torch.addcmul(grouped, along * strength, own, value=-1)
-        return torch.addcmul(grouped, along, own, value=-strength)
-
-    @staticmethod
-    def backward(ctx, grad):
-        grouped, own, along, squared, *learned = ctx.saved_tensors
-        strength = learned[0] if learned else ctx.strength
-        across = (grad * own).sum(-1, keepdim=True).div_(squared)  # (g·v)/(v·v)
-        grad_grouped = grad_own = grad_strength = None
-        if ctx.needs_input_grad[0]:  # the same projection of the incoming gradient
-            if learned:
-                grad_grouped = torch.addcmul(grad, across * strength, own, value=-1)
-            else:
-                grad_grouped = torch.addcmul(grad, across, own, value=-strength)
-        both = along * across
-        if ctx.needs_input_grad[1]:  # s (2 (y·v)(g·v)/(v·v) v − (g·v) y − (y·v) g)/(v·v), summed over the group
-            mixed = torch.addcmul(across * grouped, along, grad).sum(3, keepdim=True)
-            grad_own = torch.addcmul(mixed, both.sum(3, keepdim=True), own, value=-2).mul_(-strength)
-        if learned and ctx.needs_input_grad[2]:
-            grad_strength = -(both * squared).sum().to(strength.dtype)
-        return grad_grouped, grad_own, grad_strength
-
-
-def _value_embedding(run, context, module, layer, value, strength):
-    """Attention over ``V + g E[token]``: `value` (batch, kv heads, tokens, d), E the layer's table (kv heads · d
-    wide), g `strength` (a number or a learnable scalar) or, gated, ``2 g₀ σ(W x[..., :12])`` per token and key/value
-    head. Token-wise, as the value residual's mix: a KV cache may hold the rows with their embedding added already
-    (`context.mixed_rows[layer]` of them). Without gradients the rows not added yet are added there, in place, so that
-    generation costs O(d) per new token and layer; the token ids (and gate values) of rows not added yet are kept
-    beside the cache, and their rows rebuilt from the table when a later call needs them."""
-    start, end = context.past, context.past + context.token_ids.shape[-1]
-    mixed = min(context.mixed_rows.get(layer, 0), start)  # a cropped cache keeps fewer rows
-    token_ids, gate = context.token_ids, context.gates.get(layer)  # gate: σ(W x[..., :12]), (batch, tokens, kv)
-    if mixed < start:  # earlier rows not in the cache's tensor yet: their ids (and gate values), kept beside it
-        pending_ids, pending_gate = context.token_rows.get(layer), context.gate_rows.get(layer)
-        if pending_ids is None or pending_ids.shape[-1] < start - mixed:
-            raise RuntimeError(
-                f"Layer {layer}: value embeddings need the token ids of the {start - mixed} cached tokens whose "
-                "values hold no embedding yet, which this cache does not carry (a cache made by another model, or "
-                "one that does not return what it stores, such as a quantised one). Generate with a DynamicCache or "
-                "StaticCache."
-            )
-        token_ids = torch.cat([pending_ids.narrow(-1, 0, start - mixed), token_ids], dim=-1)
-        if gate is not None:
-            gate = torch.cat([pending_gate.narrow(1, 0, start - mixed).to(gate.dtype), gate], dim=1)
-    batch, kv_heads, _, head_dim = value.shape
-    table = getattr(module, EMBEDDING_ATTRIBUTE)  # looked up at each call: PEFT may have wrapped it
-    embedded = table(token_ids)
-    if embedded.shape[-1] != kv_heads * head_dim:
-        raise ValueError(
-            f"Layer {layer}'s value-embedding table is {embedded.shape[-1]} wide, but its values have {kv_heads} "
-            f"key/value heads of {head_dim} ({kv_heads * head_dim})."
-        )
-    embedded = embedded.view(batch, -1, kv_heads, head_dim)
-    if gate is not None:  # g = 2 g₀ σ(W x[..., :12])
-        embedded, strength = embedded * gate.unsqueeze(-1).to(embedded.dtype), 2 * strength
-    embedded = embedded.transpose(1, 2)  # (batch, kv heads, rows, d)
-    if isinstance(strength, torch.Tensor):
-        embedded, strength = embedded * strength, 1.0
-    if context.mix_in_cache and not torch.is_grad_enabled():
-        value.narrow(-2, mixed, end - mixed).add_(embedded, alpha=strength)
-        context.mixed_rows[layer] = end
-        context.token_rows.pop(layer, None)
-        context.gate_rows.pop(layer, None)
-        return run()
-    context.token_rows[layer] = token_ids  # rows mixed..end, for a later call that adds them in the cache
-    if gate is not None:
-        context.gate_rows[layer] = gate.detach()
-    if mixed or end != value.shape[-2]:
-        # Rows before `mixed` hold their embedding already; rows after `end` (a static cache's free slots) are zeros.
-        rest = value.shape[-2] - end
-        added = torch.add(value.narrow(-2, mixed, end - mixed), embedded, alpha=strength)
-        return run(torch.cat([value.narrow(-2, 0, mixed), added, value.narrow(-2, end, rest)], dim=-2))
-    return run(torch.add(value, embedded, alpha=strength))
 
 
 def _check_context(context, module, layer: int) -> None:
@@ -733,122 +632,6 @@ def _first_values(context, layer: int, value: torch.Tensor) -> torch.Tensor:
             "path needs the same key/value heads, head size and cached length in every layer."
         )
     return first
-
-
-def _value_residual(run, context, layer, query, value, first, coefficient):
-    """Attention over ``(1 − α) V_ℓ + α V_0`` (exactly V_ℓ at α = 0). `coefficient`: α as a number, a learnable scalar,
-    or (a gate) one per token and key/value head of this call's tokens, (batch, kv heads, queries, 1).
-
-    The mix is token-wise, so a KV cache may hold mixed values. `context.mixed_rows[layer]` counts the leading rows of
-    the cache's tensor that do: without gradients, the rows not mixed yet (this call's, and those of a call that ran
-    with gradients or before the model made its cache) are mixed there, in place, so that generation costs O(d) per new
-    token and layer instead of a pass over the whole cache. With gradients nothing is written into the cache."""
-    start, end = context.past, context.past + query.shape[-2]
-    mixed = min(context.mixed_rows.get(layer, 0), start)  # a cropped cache keeps fewer rows
-    alpha = coefficient
-    per_row = isinstance(coefficient, torch.Tensor) and coefficient.dim() > 0
-    if per_row and mixed < start:  # a gate's α of the earlier rows that are not mixed yet, kept beside the cache
-        pending = context.gate_rows.get(layer)
-        if pending is None or pending.shape[-2] < start - mixed:
-            raise RuntimeError(
-                f"Layer {layer}: a gated value residual needs α of the {start - mixed} cached tokens it has not mixed "
-                "yet, which this cache does not carry (a cache made by another model, or one that does not return "
-                "what it stores, such as a quantised one). Generate with a DynamicCache or StaticCache."
-            )
-        alpha = torch.cat([pending.narrow(-2, 0, start - mixed).to(coefficient.dtype), coefficient], dim=-2)
-    if context.mix_in_cache and not torch.is_grad_enabled():
-        value.narrow(-2, mixed, end - mixed).lerp_(first.narrow(-2, mixed, end - mixed), alpha)
-        context.mixed_rows[layer] = end
-        context.gate_rows.pop(layer, None)
-        return run()
-    if per_row:
-        context.gate_rows[layer] = alpha.detach()  # rows mixed..end, for a later call that mixes them in the cache
-    if mixed or (per_row and end != value.shape[-2]):
-        # Rows before `mixed` hold the mix already; rows after `end` (a static cache's free slots) are zeros.
-        rest = value.shape[-2] - end
-        mix = torch.lerp(value.narrow(-2, mixed, end - mixed), first.narrow(-2, mixed, end - mixed), alpha)
-        return run(torch.cat([value.narrow(-2, 0, mixed), mix, value.narrow(-2, end, rest)], dim=-2))
-    if not isinstance(alpha, torch.Tensor):
-        return run(torch.lerp(value, first, alpha))
-    # A learnable α keeps V_ℓ and V_0 for its gradient, beside the backend's copy of the mix: that copy is rebuilt
-    # from them in the backward pass instead.
-    mixed_values = torch.lerp(value, first, alpha) if per_row else _Lerp.apply(value, first, alpha)
-    return _attend_over_mix(run, context, mixed_values, value, first, alpha)
-
-
-def _attend_over_mix(run, context, mixed, value, first, coefficient):
-    """``run(mixed)``, the backend's saved copy of the mix rebuilt from V_ℓ, V_0 and α in the backward pass (where
-    the context allows it) instead of kept."""
-    if not (context.recompute_saved and may_recompute_saved()):
-        return run(mixed)
-    saved = SavedForBackward()
-    with saved.hooks():
-        result = run(mixed)
-    saved.recompute(mixed, _lerp_into, value, first, coefficient)
-    return result
-
-
-def _lerp_into(out, value, first, coefficient):
-    torch.lerp(value, first, coefficient, out=out)
-
-
-class _OneGroup:
-    """An attention module seen with one query head per key/value head: the second attention call of twicing hands
-    over keys and values already repeated per query head, which the backend must not repeat again."""
-
-    num_key_value_groups = 1
-
-    def __init__(self, module):
-        self.__dict__["_module"] = module
-
-    def __getattr__(self, name):
-        return getattr(self.__dict__["_module"], name)
-
-
-def _twicing(run, context, module, query, key, value):
-    """Twicing attention (Abdullaev & Nguyen, ICLR 2025): ``A V + c A (V − A V)`` with the layer's own attention
-    matrix A, computed as a second call of the backend on the same queries and keys, whose values are the residual
-    ``V − A V`` per query head. In generation, A V of the earlier tokens is kept per layer beside the KV cache (the
-    residual needs it at every key), and this call's rows are added to it."""
-    layer = getattr(module, LAYER_ATTRIBUTE)
-    output, *rest = run()  # (batch, q, heads, d)
-    heads, kv_heads = query.shape[1], key.shape[1]
-    attended = output.transpose(1, 2)  # A V at this call's tokens: (batch, heads, q, d)
-    start, length, keys = context.past, query.shape[-2], value.shape[-2]
-    if start == 0 and length == keys:
-        history = attended
-    else:
-        history = context.twicing_history.get(layer)
-        if history is None or history.shape[-2] < keys:  # a dynamic cache grows; a static one holds its buffer
-            grown = attended.new_zeros(*attended.shape[:2], keys, attended.shape[-1])
-            if history is not None:
-                grown[..., : history.shape[-2], :] = history
-            history = grown
-        history[..., start : start + length, :] = attended
-    context.twicing_history[layer] = history
-    group = heads // kv_heads
-    values = value.repeat_interleave(group, dim=1) if group > 1 else value
-    keys_per_head = key.repeat_interleave(group, dim=1) if group > 1 else key
-    second, *_ = run(values - history, _OneGroup(module), keys_per_head)
-    return (torch.add(output, second, alpha=context.coefficient), *rest)
-
-
-class _Lerp(torch.autograd.Function):
-    """``torch.lerp(V_ℓ, V_0, α)`` for a learnable α, with the gradients in fewer kernels than autograd's."""
-
-    @staticmethod
-    def forward(ctx, value, first, coefficient):
-        ctx.save_for_backward(value, first, coefficient)
-        return torch.lerp(value, first, coefficient)
-
-    @staticmethod
-    def backward(ctx, grad):
-        value, first, coefficient = ctx.saved_tensors
-        grad_first = grad * coefficient
-        grad_coefficient = None
-        if ctx.needs_input_grad[2]:
-            grad_coefficient = torch.sum(grad * (first - value), dtype=torch.float32).to(coefficient.dtype)
-        return grad - grad_first, grad_first, grad_coefficient
 
 
 def _begin_forward(model, settings, attention_modules, checkpointing, module, args, kwargs):
