@@ -1,6 +1,7 @@
-"""A value path on this package's own models (their NeuTRENO term off): it trains, saves and loads adapted in a fresh
-process where this package is not installed, as on a transformers model. The adapted class lives in the model's own
-file (``modeling_<x>.ValuePath<Class>``), which a checkpoint carries with `value_path.py` beside it."""
+"""A value path on this package's own models (their NeuTRENO term off; XSA and value embeddings included): it trains,
+saves and loads adapted in a fresh process where this package is not installed, as on a transformers model. The
+adapted class lives in the model's own file (``modeling_<x>.ValuePath<Class>``), which a checkpoint carries with
+`value_path.py` and its siblings beside it."""
 
 import copy
 import json
@@ -40,8 +41,10 @@ MODELS = {
         "torch.linspace(-1, 1, 2 * 3 * 16 * 16).reshape(2, 3, 16, 16)",
     ),
 }
-# (method, learnable): each kind of parameter a value path adds, and none
-PATHS = [("neutreno", True), ("value_residual", "gate"), ("twicing", False)]
+# (method, learnable): each kind of parameter a value path adds, and none; XSA on every model, value embeddings (their
+# tables and nanochat's gate) on the language model
+PATHS = [("neutreno", True), ("value_residual", "gate"), ("twicing", False), ("xsa", True)]
+LANGUAGE_MODEL_PATHS = {"neutreno_gpt": [("value_embedding", "gate")]}
 
 
 def _adapted(name: str, method: str, learnable) -> torch.nn.Module:
@@ -58,7 +61,7 @@ def _adapted(name: str, method: str, learnable) -> torch.nn.Module:
 def test_a_value_path_on_a_package_model_saves_and_loads_adapted_without_the_package(name, tmp_path):
     _, _, _, auto_class, inputs = MODELS[name]
     folders = {}
-    for method, learnable in PATHS:
+    for method, learnable in PATHS + LANGUAGE_MODEL_PATHS.get(name, []):
         model = _adapted(name, method, learnable)
         folder = tmp_path / f"{method}-{learnable}"
         model.save_pretrained(folder)
