@@ -174,3 +174,21 @@ def test_value_embedding_settings_are_checked_and_compare_names_its_variants():
     assert default_coefficient("value-embedding") == 1.0 and default_coefficient("value-embedding-learnable") == 0.0
     assert default_coefficient("value-embedding-gate") == 1.0
     assert default_coefficient("value-embedding-gate", pretrained=True) == 0.01
+
+
+def test_under_bf16_autocast_the_values_keep_their_dtype_and_the_float32_tables_train():
+    model = apply_value_path(tiny_model("llama"), "value_embedding", 1.5, learnable="gate").train()
+    seen = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def recording(query, key, value, *args, **kwargs):
+        seen.append(value.dtype)
+        return sdpa(query, key, value, *args, **kwargs)
+
+    inputs = tiny_inputs("llama")
+    with torch.autocast("cpu", dtype=torch.bfloat16), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(torch.nn.functional, "scaled_dot_product_attention", recording)
+        model(**inputs, labels=inputs["input_ids"]).loss.backward()
+    assert seen == [torch.bfloat16] * 3  # the adapted layers' values too, not promoted to the tables' float32
+    tables = [p for name, p in model.named_parameters() if "value_path_embedding" in name]
+    assert tables and all(p.dtype == torch.float32 and p.grad.abs().max() > 0 for p in tables)

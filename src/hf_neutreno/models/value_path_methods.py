@@ -94,9 +94,10 @@ def value_embedding(run, context, table, layer, value, strength):
             f"Layer {layer}'s value-embedding table is {embedded.shape[-1]} wide, but its values have {kv_heads} "
             f"key/value heads of {head_dim} ({kv_heads * head_dim})."
         )
-    embedded = embedded.view(batch, -1, kv_heads, head_dim)
+    # in the values' dtype (a float32 table under bf16 autocast): no kernel where they agree
+    embedded = embedded.view(batch, -1, kv_heads, head_dim).to(value.dtype)
     if gate is not None:  # g = 2 g₀ σ(W x[..., :12])
-        embedded, strength = embedded * gate.unsqueeze(-1).to(embedded.dtype), 2 * strength
+        embedded, strength = embedded * gate.unsqueeze(-1).to(value.dtype), 2 * strength
     embedded = embedded.transpose(1, 2)  # (batch, kv heads, rows, d)
     if isinstance(strength, torch.Tensor):
         embedded, strength = embedded * strength, 1.0
