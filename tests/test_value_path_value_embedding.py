@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from fresh_process import load_fresh
-from hf_neutreno import apply_value_path, learned_coefficients
+from hf_neutreno import apply_value_path, learned_coefficients, remove_value_path
 from hf_neutreno.engine.variants import VARIANTS, default_coefficient
 from test_value_path_gate import _sharpen
 from tiny_models import (
@@ -192,3 +192,14 @@ def test_under_bf16_autocast_the_values_keep_their_dtype_and_the_float32_tables_
     assert seen == [torch.bfloat16] * 3  # the adapted layers' values too, not promoted to the tables' float32
     tables = [p for name, p in model.named_parameters() if "value_path_embedding" in name]
     assert tables and all(p.dtype == torch.float32 and p.grad.abs().max() > 0 for p in tables)
+
+
+def test_remove_value_path_takes_the_tables_and_gates_away():
+    plain = tiny_model("gpt2")
+    model = apply_value_path(copy.deepcopy(plain), "value_embedding", 1.5, learnable="gate")
+    assert any("value_path_embedding" in name for name, _ in model.named_parameters())
+    remove_value_path(model)
+    assert not any("value_path" in name for name, _ in model.named_parameters())
+    input_ids = tiny_inputs("gpt2")["input_ids"]
+    with torch.no_grad():
+        torch.testing.assert_close(model(input_ids).logits, plain(input_ids).logits, rtol=0, atol=0)
