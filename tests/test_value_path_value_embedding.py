@@ -16,6 +16,7 @@ from hf_neutreno.engine.variants import VARIANTS, default_coefficient
 from test_value_path_gate import _sharpen
 from tiny_models import (
     assert_cached_generation_equals_the_full_forward,
+    assert_checkpointing_keeps_the_gradients,
     tiny_inputs,
     tiny_model,
     train_without_dropout,
@@ -203,3 +204,13 @@ def test_remove_value_path_takes_the_tables_and_gates_away():
     input_ids = tiny_inputs("gpt2")["input_ids"]
     with torch.no_grad():
         torch.testing.assert_close(model(input_ids).logits, plain(input_ids).logits, rtol=0, atol=0)
+
+
+def test_activation_checkpointing_keeps_every_gradient_the_tables_and_gates_included():
+    def make():
+        _, model = _adapted("llama", coefficient=1.5, learnable="gate")
+        return model.train()
+
+    input_ids = tiny_inputs("llama")["input_ids"]
+    checkpointed = assert_checkpointing_keeps_the_gradients(make, input_ids=input_ids, labels=input_ids)
+    assert any("value_path_embedding" in name and p.grad is not None for name, p in checkpointed.named_parameters())
