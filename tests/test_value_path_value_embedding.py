@@ -15,6 +15,7 @@ from hf_neutreno import apply_value_path, learned_coefficients, remove_value_pat
 from hf_neutreno.engine.variants import VARIANTS, default_coefficient
 from test_value_path_gate import _sharpen
 from tiny_models import (
+    assert_backward_matches,
     assert_cached_generation_equals_the_full_forward,
     assert_checkpointing_keeps_the_gradients,
     tiny_inputs,
@@ -66,14 +67,7 @@ def _adapted(name, **settings):
 
 
 def _compare_backward(model, copied, output, expected):
-    output.square().mean().backward()
-    expected.square().mean().backward()
-    references = dict(copied.named_parameters())
-    for key, parameter in model.named_parameters():
-        if parameter.grad is None:
-            continue
-        scale = max(1.0, references[key].grad.abs().max().item())
-        torch.testing.assert_close(parameter.grad, references[key].grad, rtol=1e-8, atol=1e-10 * scale, msg=key)
+    assert_backward_matches(model, copied, output, expected)
     tables = [p.grad for key, p in model.named_parameters() if "value_path_embedding" in key]
     assert tables and all(g is not None and g.abs().max() > 0 for g in tables)  # the tables train
 

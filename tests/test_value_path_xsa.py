@@ -15,6 +15,7 @@ from hf_neutreno import apply_value_path, learned_coefficients
 from hf_neutreno.engine.variants import VARIANTS, default_coefficient
 from test_value_path_gate import _sharpen
 from tiny_models import (
+    assert_backward_matches,
     assert_cached_generation_equals_the_full_forward,
     tiny_inputs,
     tiny_model,
@@ -63,17 +64,6 @@ def _decoder(name, **settings):
     return plain, apply_value_path(copy.deepcopy(plain), "xsa", **settings)
 
 
-def _compare_backward(model, reference, output, expected):
-    output.square().mean().backward()
-    expected.square().mean().backward()
-    references = dict(reference.named_parameters())
-    for key, parameter in model.named_parameters():
-        if parameter.grad is None or key not in references:
-            continue
-        scale = max(1.0, references[key].grad.abs().max().item())
-        torch.testing.assert_close(parameter.grad, references[key].grad, rtol=1e-8, atol=1e-10 * scale, msg=key)
-
-
 @pytest.mark.parametrize("settings, layers", [({}, (0, 1, 2)), ({"layers": [1, 2], "coefficient": 0.5}, (1, 2))])
 @pytest.mark.parametrize("name", ["gpt2", "llama"])
 def test_xsa_equals_the_hand_written_reference_forward_and_backward(name, settings, layers):
@@ -89,7 +79,7 @@ def test_xsa_equals_the_hand_written_reference_forward_and_backward(name, settin
     torch.testing.assert_close(output, expected, rtol=0, atol=1e-10)
     with torch.no_grad():
         assert (expected - decoder_reference(reference, input_ids, (), 0.0)).abs().max() > 1e-2  # XSA matters here
-    _compare_backward(model, reference, output, expected)
+    assert_backward_matches(model, reference, output, expected)
 
 
 def test_xsa_on_vit_equals_the_hand_written_reference_forward_and_backward():
@@ -100,7 +90,7 @@ def test_xsa_on_vit_equals_the_hand_written_reference_forward_and_backward():
     torch.testing.assert_close(output, expected, rtol=0, atol=1e-10)
     with torch.no_grad():
         assert (expected - vit_reference(reference, pixels, (), 0.0)).abs().max() > 1e-3
-    _compare_backward(model, reference, output, expected)
+    assert_backward_matches(model, reference, output, expected)
 
 
 def test_learnable_strength_starts_at_zero_the_models_own_function_and_learns():

@@ -381,6 +381,19 @@ def written_out_decoder(model, input_ids, values=None, attended=None) -> torch.T
     return model.lm_head((base.ln_f if gpt2 else base.norm)(x))
 
 
+def assert_backward_matches(model, reference, output, expected) -> None:
+    """The gradients of ``mean(output²)`` on `model` equal those of ``mean(expected²)`` on `reference` (its copy, run
+    through a written-out forward), parameter by parameter, to float64 rounding."""
+    output.square().mean().backward()
+    expected.square().mean().backward()
+    references = dict(reference.named_parameters())
+    for key, parameter in model.named_parameters():
+        if parameter.grad is None or key not in references:
+            continue
+        scale = max(1.0, references[key].grad.abs().max().item())
+        torch.testing.assert_close(parameter.grad, references[key].grad, rtol=1e-8, atol=1e-10 * scale, msg=key)
+
+
 def count_rebuilds(monkeypatch, module: str) -> list:
     """A list that grows by one for every saved tensor the NeuTRENO term of `module` (the adapter's
     `hf_neutreno.models.neutreno_term`) rebuilds in a backward pass instead of keeping it."""
