@@ -38,8 +38,8 @@ from hf_neutreno.convert import gpt2_to_neutreno
 from hf_neutreno.data.lm_eval import PROTOCOLS, evaluate_lm
 from hf_neutreno.data.text import group_into_blocks, load_wikitext, token_stream, train_word_tokenizer
 from hf_neutreno.engine.model_factories import language_model
+from hf_neutreno.examples import recipes, scripts
 from hf_neutreno.hub import HubTrainer
-from hf_neutreno.training import recipes, scripts
 
 logger = logging.getLogger(__name__)
 

@@ -44,9 +44,8 @@ from hf_neutreno.engine.experiment import Run, pairing_arguments, run_paired
 from hf_neutreno.engine.model_factories import IMAGE_PRESETS, image_classifier
 from hf_neutreno.engine.variants import BASELINE
 from hf_neutreno.engine.variants import VARIANTS as ALL_VARIANTS
-from hf_neutreno.hub import HubTrainer, create_repo
-from hf_neutreno.training import recipes
-from hf_neutreno.training.scripts import (
+from hf_neutreno.examples import recipes
+from hf_neutreno.examples.scripts import (
     LAST_CHECKPOINT,
     has_accelerator,
     refuse_to_overwrite,
@@ -54,6 +53,7 @@ from hf_neutreno.training.scripts import (
     resume_requested,
     run_script,
 )
+from hf_neutreno.hub import HubTrainer, create_repo
 
 # The baseline and the poster's two eigen-parameterised ViTs (`hf_neutreno.engine.variants`): softmax, vit-minus,
 # vit-plus.

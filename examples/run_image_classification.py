@@ -39,9 +39,9 @@ from hf_neutreno.data.image_transforms import collate_images, image_transform
 from hf_neutreno.data.loading import get_split, image_and_label_columns, label_names, load_image_dataset, subset
 from hf_neutreno.data.scores import accuracy_metrics
 from hf_neutreno.engine.model_factories import IMAGE_PRESETS, image_classifier
+from hf_neutreno.examples import scripts
+from hf_neutreno.examples.mixup import MixupCutmix, MixupTrainer, soft_target_cross_entropy
 from hf_neutreno.hub import HubTrainer, ModelCardMixin
-from hf_neutreno.training import scripts
-from hf_neutreno.training.mixup import MixupCutmix, MixupTrainer, soft_target_cross_entropy
 
 logger = logging.getLogger(__name__)
 

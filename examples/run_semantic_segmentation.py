@@ -48,8 +48,8 @@ from hf_neutreno.data.scores import BACKENDS as METRIC_BACKENDS
 from hf_neutreno.data.scores import evaluate_metric
 from hf_neutreno.data.segmentation import MS_SCALES, MeanIoU, make_image_processor, multi_scale_probabilities
 from hf_neutreno.engine.model_factories import segmenter
+from hf_neutreno.examples import scripts
 from hf_neutreno.hub import HubTrainer
-from hf_neutreno.training import scripts
 
 logger = logging.getLogger(__name__)
 

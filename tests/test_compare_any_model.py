@@ -430,7 +430,9 @@ def test_the_kept_cifar10_tables_in_the_docs_are_what_the_committed_results_prin
     root = Path(__file__).resolve().parents[1]
     text = (root / "docs" / "compare.md").read_text(encoding="utf-8")
     for name in ("fixed", "learnable"):
-        results = json.loads((root / "evidence/results/compare-kept-cifar10" / name / "results.json").read_text())
+        results = json.loads(
+            (root / "experiments/evidence/results/compare-kept-cifar10" / name / "results.json").read_text()
+        )
         assert results["complete"] and results["model"]["pretrained"] and results["model"]["head"] == "kept"
         assert results["seeds"] == [0, 1, 2] and all(len(v["per_seed"]) == 3 for v in results["variants"].values())
         shown = text.split(f"<!-- kept-cifar10: {name} -->\n```\n")[1].split("\n```\n<!-- /kept-cifar10")[0]

@@ -13,8 +13,8 @@ from transformers import Trainer
 from cli_process import run_torchrun
 from examples_loader import EXAMPLES, fashion_mnist_flags, load_example, trainer_flags
 from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForImageClassification
-from hf_neutreno.training.mixup import soft_target_cross_entropy
-from hf_neutreno.training.scripts import check_distributed_launch
+from hf_neutreno.examples.mixup import soft_target_cross_entropy
+from hf_neutreno.examples.scripts import check_distributed_launch
 from tiny_models import FASHION_VIT, fashion_mnist, training_args
 
 TESTS = Path(__file__).resolve().parent

@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 from examples_loader import load_example
-from hf_neutreno.training.scripts import whole_run_training_loss
+from hf_neutreno.examples.scripts import whole_run_training_loss
 
 TINY = [
     "--config-overrides",

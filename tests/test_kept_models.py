@@ -1,9 +1,9 @@
-"""The trained ViTs committed with the cpu-long run (evidence/results/reproduce-cpu-long/models/): each loads through
-the Auto classes with `trust_remote_code=True` in a process where `hf_neutreno` cannot be imported, and scores what its
-unit's JSON recorded: the last-layer token cosine similarity on the first 1,000 of CIFAR-10's test images, recomputed
-here with plain tensor math from the model's hidden states, and, for NeuTRENO's seed-0 model, the test accuracy on all
-10,000. The cosine, to 1e-5, is a fingerprint of each model's weights and code; the accuracy checks the whole scoring
-path once (each model's 10,000 images cost about half a minute on one CPU thread)."""
+"""The trained ViTs committed with the cpu-long run (experiments/evidence/results/reproduce-cpu-long/models/): each
+loads through the Auto classes with `trust_remote_code=True` in a process where `hf_neutreno` cannot be imported, and
+scores what its unit's JSON recorded: the last-layer token cosine similarity on the first 1,000 of CIFAR-10's test
+images, recomputed here with plain tensor math from the model's hidden states, and, for NeuTRENO's seed-0 model, the
+test accuracy on all 10,000. The cosine, to 1e-5, is a fingerprint of each model's weights and code; the accuracy checks
+the whole scoring path once (each model's 10,000 images cost about half a minute on one CPU thread)."""
 
 import json
 from pathlib import Path
@@ -12,7 +12,7 @@ import pytest
 
 from fresh_process import run_fresh
 
-RUN = Path(__file__).resolve().parents[1] / "evidence" / "results" / "reproduce-cpu-long"
+RUN = Path(__file__).resolve().parents[1] / "experiments" / "evidence" / "results" / "reproduce-cpu-long"
 KEPT = sorted(path.stem for path in (RUN / "units").glob("parent-*.json"))
 
 # The unit's accuracy came from another process, batch size and (possibly) CPU: a logit within rounding of a tie may

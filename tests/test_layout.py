@@ -27,7 +27,7 @@ LAYERS = {
     "diagnostics": 3,
     "engine": 4,
     "hub": 4,
-    "training": 5,
+    "examples": 5,
     "commands": 6,
     "cli": 7,
     "__main__": 7,
@@ -98,3 +98,33 @@ def test_the_checker_sees_an_upward_import():
     """Guards the test above: the import that ran up before (data.loading importing the engine's names) is caught."""
     assert layer("engine.names") > layer("data.loading")
     assert "names" in imports("data.loading", SRC / "data" / "loading.py")
+
+
+EXPERIMENTS = SRC.parents[1] / "experiments"
+
+
+def test_the_experiments_are_one_package_with_one_command_line():
+    """experiments/ imports its own modules as a package (no sibling loaded as a top-level module or by its path, which
+    would work only from one folder or through a path setting), and each command of `python -m experiments` is a module
+    with `main(argv)`. The one file it loads by path is an example script, which is not a package."""
+    import importlib
+    import inspect
+
+    from experiments import COMMANDS
+
+    siblings = {path.stem for path in EXPERIMENTS.rglob("*.py") if "results" not in path.parts}
+    found = []
+    for path in EXPERIMENTS.rglob("*.py"):
+        if "results" in path.parts:  # the kept checkpoints' code snapshots
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module]
+            found += [f"{path.relative_to(EXPERIMENTS)}: {n}" for n in names if n.split(".")[0] in siblings]
+        if "spec_from_file_location" in path.read_text() and "examples" not in path.read_text():
+            found.append(f"{path.relative_to(EXPERIMENTS)} loads a module by its path")
+    assert not found, found
+    for command, module in COMMANDS.items():
+        main = importlib.import_module(f"experiments.{module}").main
+        assert list(inspect.signature(main).parameters) == ["argv"], command

@@ -1,10 +1,10 @@
-"""Mixup/CutMix (`hf_neutreno.training.mixup`) against the definitions: Mixup blends each image and its soft target with
+"""Mixup/CutMix (`hf_neutreno.examples.mixup`) against the definitions: Mixup blends each image and its soft target with
 the batch reversed by one λ; CutMix pastes a box of the reversed batch and weights the targets by the area kept."""
 
 import pytest
 import torch
 
-from hf_neutreno.training.mixup import MixupCutmix, soft_target_cross_entropy
+from hf_neutreno.examples.mixup import MixupCutmix, soft_target_cross_entropy
 
 CLASSES, SMOOTHING = 5, 0.1
 

@@ -1,16 +1,16 @@
 """Kernel-launching operations per training step and per generated token, held under ceilings so that they cannot
 creep back. On small GPU shapes each kernel's launch sets the step time, and the count is exact on every CPU.
 
-The counter (benchmarks/count_ops.py) is checked first against operations counted by hand, so that a ceiling test
-cannot pass on a counter that counts nothing.
+The counter (experiments/benchmarks/count_ops.py) is checked first against operations counted by hand, so that a ceiling
+test cannot pass on a counter that counts nothing.
 """
 
 import pytest
 import torch
 from torch.nn import functional as F
 
-import count_ops
-from count_ops import (
+from experiments.benchmarks import count_ops
+from experiments.benchmarks.count_ops import (
     GENERATION,
     INFERENCE,
     TRAINING,
@@ -174,9 +174,9 @@ def test_generation_kernels_per_layer(name):
 
 
 def test_the_committed_count_page_is_what_the_code_counts_now():
-    """benchmarks/results/op_counts.json (rendered on docs/benchmarks.md) holds today's exact counts."""
+    """experiments/benchmarks/results/op_counts.json (rendered on docs/benchmarks.md) holds today's exact counts."""
     import json
     from pathlib import Path
 
-    committed = json.loads((Path(__file__).parents[1] / "benchmarks/results/op_counts.json").read_text())
+    committed = json.loads((Path(__file__).parents[1] / "experiments/benchmarks/results/op_counts.json").read_text())
     assert committed["rows"] == count_ops.all_rows()

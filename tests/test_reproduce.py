@@ -1,35 +1,20 @@
-"""evidence/reproduce.py end to end at a microscopic budget, and its statistics against hand computation."""
+"""experiments/evidence/reproduce.py end to end at a microscopic budget, and its statistics against hand computation."""
 
-import importlib.util
 import json
 import math
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
-import reproduce_cifar
-import reproduce_figures as figures
-import reproduce_page as page
-import reproduce_plans as plans
-import reproduce_segment
-import reproduce_tables as tables
-import reproduce_training
+from experiments.evidence import reproduce, reproduce_cifar, reproduce_segment, reproduce_training
+from experiments.evidence import reproduce_figures as figures
+from experiments.evidence import reproduce_page as page
+from experiments.evidence import reproduce_plans as plans
+from experiments.evidence import reproduce_report as report
+from experiments.evidence import reproduce_tables as tables
 from hf_neutreno.engine import experiment
 from results_sections import RESULTS_SECTIONS
-
-EVIDENCE = Path(__file__).resolve().parents[1] / "evidence"
-
-
-def _load_reproduce():
-    spec = importlib.util.spec_from_file_location("reproduce", EVIDENCE / "reproduce.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-reproduce = _load_reproduce()
 
 # Two seeds (a std needs two), 2-layer models (so NeuTRENO's term acts), a few images and tokens, two steps each.
 MICRO = (
@@ -170,7 +155,7 @@ def test_markdown_has_every_table_and_resolvable_figures(micro_run):
     log = " ".join((docs.parent / "results-log.md").read_text().split())  # its commands, lines broken at 120
     for heading in RESULTS_SECTIONS:
         assert heading in text, heading
-    assert "torch 2." in " ".join(text.split()) and "python evidence/reproduce.py --quick" in log
+    assert "torch 2." in " ".join(text.split()) and "python -m experiments reproduce --quick" in log
     figures = re.findall(r"!\[[^]]*\]\(([^)]+)\)", text)
     assert {Path(path).name for path in figures} >= {"cifar10_curves.png", "wikitext2_curves.png"}  # the curves
     for path in figures:
@@ -191,7 +176,7 @@ def test_a_second_run_reuses_the_cached_units(micro_run, data_dir, capsys):
 def test_hand_written_notes_are_kept_with_the_run(micro_run):
     out, _ = micro_run
     (out / "notes.md").write_text("Nothing here is evidence.")
-    text = page.render(out, sys.modules["reproduce_report"].aggregate(out))
+    text = page.render(out, report.aggregate(out))
     assert "## Reading these numbers\n\nNothing here is evidence." in text
 
 

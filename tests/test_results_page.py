@@ -1,6 +1,6 @@
-"""The results page of evidence/reproduce.py from fabricated unit JSON (no training): the claims' verdicts against
-intervals computed by hand, the opening "which remedy" table and its sentences (round 2's units, the value paths and
-segmentation included), the benchmarks' costs, and the recorded commands without this machine's data path."""
+"""The results page of experiments/evidence/reproduce.py from fabricated unit JSON (no training): the claims' verdicts
+against intervals computed by hand, the opening "which remedy" table and its sentences (round 2's units, the value paths
+and segmentation included), the benchmarks' costs, and the recorded commands without this machine's data path."""
 
 import json
 import math
@@ -10,13 +10,12 @@ from pathlib import Path
 
 import pytest
 
-import reproduce
-import reproduce_claims as claims_data
-import reproduce_methods
-import reproduce_page as page
-import reproduce_report as report
-from reproduce_plans import Unit
-from reproduce_results import UnitResult, load_units
+from experiments.evidence import reproduce, reproduce_methods
+from experiments.evidence import reproduce_claims as claims_data
+from experiments.evidence import reproduce_page as page
+from experiments.evidence import reproduce_report as report
+from experiments.evidence.reproduce_plans import Unit
+from experiments.evidence.reproduce_results import UnitResult, load_units
 
 T95_TWO_DEGREES = 4.303  # Student's t, two-sided 95 %, 3 seeds
 BUDGET = {
@@ -355,6 +354,8 @@ def test_recorded_commands_are_in_the_run_log_without_the_data_path(page_for):
     assert "`python evidence/reproduce.py --budget quick --data $HF_NEUTRENO_DATA --out benchmarks/results/x`" in log
     assert page.redact("reproduce.py --data=/d/x --workers 2") == "reproduce.py --data=$HF_NEUTRENO_DATA --workers 2"
     assert page.redact("reproduce.py --out runs/x") == "reproduce.py --out runs/x"  # already relative: as it was
+    today = "python -m experiments reproduce --out /srv/repo/experiments/evidence/results/y"
+    assert page.redact(today) == "python -m experiments reproduce --out experiments/evidence/results/y"
 
 
 def test_the_claims_data_is_consistent():
@@ -409,7 +410,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.mark.parametrize(
     "folder, docs",
-    [("evidence/results/reproduce-cpu-long", "docs/results.md"), ("evidence/results/reproduce", None)],
+    [
+        ("experiments/evidence/results/reproduce-cpu-long", "docs/results.md"),
+        ("experiments/evidence/results/reproduce", None),
+    ],
 )
 def test_the_committed_pages_are_rendered_from_the_committed_unit_json(folder, docs, tmp_path):
     """Every committed unit's JSON parses into a typed unit named as its file, and `--render` on a copy of the run

@@ -9,7 +9,7 @@ from transformers import TrainerCallback
 
 from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForImageClassification
 from hf_neutreno.data.image_transforms import collate_images
-from hf_neutreno.training.mixup import MixupCutmix, MixupTrainer, soft_target_cross_entropy
+from hf_neutreno.examples.mixup import MixupCutmix, MixupTrainer, soft_target_cross_entropy
 from tiny_models import FASHION_VIT, fashion_mnist, training_args
 
 STEPS_PER_EPOCH = 4  # 64 images / batch 16

@@ -1,14 +1,12 @@
-"""benchmarks/run_all.py: the target checks and the page rendered from the benchmarks' JSON."""
+"""experiments/run_all.py: the target checks and the page rendered from the benchmarks' JSON."""
 
 import json
 
 import pytest
 import torch
 
-import common
-import count_ops
-import run_all  # benchmarks/ is on the tests' path (setup.cfg)
-import speed_page
+from experiments import run_all
+from experiments.benchmarks import common, count_ops, speed_page
 from hf_neutreno.markdown import wrap_markdown
 from results_sections import RESULTS_SECTIONS
 
@@ -116,16 +114,18 @@ def test_render_writes_every_table_with_its_machine_and_the_notes(tmp_path):
 
 
 def _run_in_this_process(monkeypatch):
-    """run_all's steps run each script as `__main__` with its arguments in this process, not in a new interpreter:
-    the scripts are the same, and a new interpreter spends 7-9 s importing transformers on some CPUs, most of a toy
-    run's time."""
-    import runpy
+    """run_all's steps (`python -m experiments COMMAND ARGS`) run their command in this process, not in a new
+    interpreter: the code is the same, and a new interpreter spends 7-9 s importing transformers on some CPUs, most of
+    a toy run's time."""
     import sys
 
+    from experiments.__main__ import main
+
     def run(command: list[str]) -> None:
+        assert command[:3] == run_all.EXPERIMENTS
         with monkeypatch.context() as patch:
-            patch.setattr(sys, "argv", command[1:])
-            runpy.run_path(command[1], run_name="__main__")
+            patch.setattr(sys, "argv", [sys.argv[0]])  # the command line's program name, restored after it
+            main(command[3:])
 
     monkeypatch.setattr(run_all, "run", run)
 
@@ -135,7 +135,7 @@ def test_gpu_tier_smoke_writes_both_pages_naming_the_device(tmp_path, data_dir, 
     """`--budget gpu --smoke`: the GPU tier's scripts, bf16 and sdpa at toy sizes on this CPU, end to end."""
     import torch
 
-    from common import machine
+    from experiments.benchmarks.common import machine
 
     _run_in_this_process(monkeypatch)
     out, docs = tmp_path / "gpu", tmp_path / "docs"
@@ -165,7 +165,10 @@ def test_gpu_tier_smoke_writes_both_pages_naming_the_device(tmp_path, data_dir, 
 
 @pytest.mark.parametrize(
     "budget, folder, page",
-    [("full", "benchmarks/results", "benchmarks.md"), ("gpu", "benchmarks/results/gpu", "benchmarks-gpu.md")],
+    [
+        ("full", "experiments/benchmarks/results", "benchmarks.md"),
+        ("gpu", "experiments/benchmarks/results/gpu", "benchmarks-gpu.md"),
+    ],
 )
 def test_the_committed_speed_pages_are_rendered_from_the_committed_json(budget, folder, page, tmp_path, monkeypatch):
     from pathlib import Path
@@ -205,8 +208,7 @@ def test_wrapping_leaves_code_tables_and_headings_and_keeps_every_word():
 def test_the_native_baselines_have_the_compared_models_shape():
     """A speed ratio compares like with like: at λ = 0 the NeuTRENO term adds no parameter, so each native baseline has
     exactly the parameters of the package's model it is timed against."""
-    import bench_eigen_vit
-    import bench_vit
+    from experiments.benchmarks import bench_eigen_vit, bench_vit
 
     cpu = torch.device("cpu")
     for size in (32, 224):

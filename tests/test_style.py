@@ -24,8 +24,8 @@ def test_ruff_check_passes():
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-# Text the repository writes for readers; the kept checkpoints' copies of model code under benchmarks/results are
-# snapshots of the files they were saved with.
+# Text the repository writes for readers; the kept checkpoints' copies of model code under
+# experiments/benchmarks/results are snapshots of the files they were saved with.
 TEXT_SUFFIXES = (".py", ".md", ".toml", ".yaml", ".yml", ".cfg", ".txt")
 
 
@@ -34,13 +34,14 @@ def _tracked_text_files() -> list[Path]:
     return [
         ROOT / name
         for name in names
-        if (name.endswith(TEXT_SUFFIXES) or name == ".ci/run") and not name.startswith("benchmarks/results/")
+        if (name.endswith(TEXT_SUFFIXES) or name == ".ci/run")
+        and not name.startswith("experiments/benchmarks/results/")
     ]
 
 
 # The results pages of the evidence runs keep their tables whole, however wide: a claim's row is read across, from
 # the paper's number to the verdict (the speed pages split theirs into column groups).
-WHOLE_TABLES = ("docs/results.md", "docs/results-gpu.md", "evidence/results/")
+WHOLE_TABLES = ("docs/results.md", "docs/results-gpu.md", "experiments/evidence/results/")
 # transformers' own test files, vendored as they are (tests/contract/refresh.py): upstream's layout, not ours
 VENDORED = "tests/contract/upstream/"
 

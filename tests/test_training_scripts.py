@@ -1,4 +1,4 @@
-"""What the example scripts share (hf_neutreno.training.scripts): what they parse and what the model card names."""
+"""What the example scripts share (hf_neutreno.examples.scripts): what they parse and what the model card names."""
 
 import json
 import sys
@@ -7,7 +7,7 @@ from dataclasses import dataclass, fields
 import pytest
 
 from hf_neutreno import NeuTRENOGPTConfig, NeuTRENOViTConfig
-from hf_neutreno.training.scripts import (
+from hf_neutreno.examples.scripts import (
     hub_base_model,
     neutreno_lambda_field,
     parse_script_arguments,

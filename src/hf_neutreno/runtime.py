@@ -24,8 +24,16 @@ def machine() -> dict:
         "python": platform.python_version(),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
-        "command": "python " + " ".join([os.path.relpath(sys.argv[0])] + sys.argv[1:]),
+        "command": _command(),
     }
+
+
+def _command() -> str:
+    """The command line as typed: `python -m package ...` for a module, a script's path relative to here."""
+    args = sys.orig_argv[1:]
+    if args and args[0].endswith(".py"):
+        args = [os.path.relpath(args[0]), *args[1:]]
+    return " ".join(["python", *args])
 
 
 def _cpu_name() -> str:

@@ -1,7 +1,8 @@
 """The experiment engine: paired runs. The variants of one seed start from the same weights and train on the same
 batches, and their results are summarised over seeds as mean ± sample standard deviation with paired differences.
 
-`hf-neutreno compare`, `examples/run_eigen_vit.py` and `evidence/reproduce.py` all pair their variants this way:
+`hf-neutreno compare`, `examples/run_eigen_vit.py` and `experiments/evidence/reproduce.py` all pair their variants this
+way:
 
     run_paired(runs, build, train, finished=recorded)                      # the one loop over (variant, seed) runs
     model = paired_model(build, "neutreno", seed, reference="softmax")  # softmax's initial weights, λ > 0

@@ -3,7 +3,7 @@
     from hf_neutreno.engine.model_factories import image_classifier
     model = image_classifier("vit-minus", "vit-tiny", labels=names)   # ViT⁻ in the shape of the poster's ViT-Ti
 
-`hf-neutreno compare`, `evidence/reproduce.py` and the example scripts build their models from presets here.
+`hf-neutreno compare`, `experiments/evidence/reproduce.py` and the example scripts build their models from presets here.
 """
 
 import copy
