@@ -243,6 +243,21 @@ def test_cached_generation_equals_uncached(name, method):
             torch.testing.assert_close(a, b, rtol=0, atol=1e-5, msg=f"{kind} cache, step {step}")
 
 
+@pytest.mark.parametrize("name", CAUSAL)
+def test_an_adapted_model_uses_no_deprecated_name(name, monkeypatch):
+    """transformers 5.24 renamed the KV cache `past_key_values` -> `cache` and warns (once per process, so the test
+    watches every call) where the old name is read or passed; an adapted forward and generation use neither."""
+    import logging
+
+    warned = []
+    monkeypatch.setattr(logging.Logger, "warning_once", lambda self, message, *a, **k: warned.append(message))
+    model = apply_value_path(tiny_model(name, pad_token_id=0), "value_residual", 0.5)
+    inputs = tiny_inputs(name, length=6)
+    model(**inputs, labels=inputs["input_ids"])
+    model.generate(**inputs, max_new_tokens=2, do_sample=False, pad_token_id=0)
+    assert not [message for message in warned if "deprecated" in message], warned
+
+
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("name", ["llama", "qwen2", "gpt2", "bert"])
 def test_padded_batch_equals_each_sequence_alone(name, method):

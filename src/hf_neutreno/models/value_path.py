@@ -697,11 +697,11 @@ def _keep_with_cache(module, args, kwargs, output):
     context = kwargs.get(CONTEXT_KWARG)
     if context is None or context.cache_given:
         return None
-    if isinstance(output, dict):
-        cache = output.get("past_key_values")
-    else:
-        cache = next((item for item in output if isinstance(item, Cache)), None) if isinstance(output, tuple) else None
-    if isinstance(cache, Cache):
+    # Found by type, not by field name: transformers 5.24 renamed the field `past_key_values` -> `cache`, and reading
+    # the old name warns there.
+    items = output.values() if isinstance(output, dict) else output if isinstance(output, tuple) else ()
+    cache = next((item for item in items if isinstance(item, Cache)), None)
+    if cache is not None:
         for field, key in _KEPT_WITH_CACHE.items():
             cache.__dict__.setdefault(key, getattr(context, field))
     return None
