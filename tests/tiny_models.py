@@ -397,12 +397,12 @@ def assert_backward_matches(model, reference, output, expected) -> None:
 def count_rebuilds(monkeypatch, module: str) -> list:
     """A list that grows by one for every saved tensor the NeuTRENO term of `module` (the adapter's
     `hf_neutreno.models.neutreno_term`) rebuilds in a backward pass instead of keeping it."""
-    saved_for_backward = importlib.import_module(module).SavedForBackward
-    rebuilt, unpack = [], saved_for_backward._unpack
+    module = importlib.import_module(module)
+    rebuilt, unpack = [], module._rebuilt
 
-    def counting(entry):
-        rebuilt.extend([1] if entry[0] is None else [])
-        return unpack(entry)
+    def counting(rebuild):
+        rebuilt.append(1)
+        return unpack(rebuild)
 
-    monkeypatch.setattr(saved_for_backward, "_unpack", staticmethod(counting))
+    monkeypatch.setattr(module, "_rebuilt", counting)
     return rebuilt

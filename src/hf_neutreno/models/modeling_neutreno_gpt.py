@@ -170,7 +170,7 @@ class NeuTRENOGPTAttention(NeuTRENOLayerLambda, nn.Module):
             self.neutreno_lambda,
             # The term as plain autograd operations, without the backend's output rebuilt in the backward pass: a
             # language model's training memory is its logits', next to which that copy is about 1 %, and on small
-            # shapes the saved-tensor hooks' host time per layer cost more than their GPU time saves.
+            # shapes the rebuild's host time per layer costs more than its GPU time saves.
             recompute_saved=False,
         )
         attn_output = self.o_proj(attn_output.reshape(*input_shape, -1))

@@ -6,7 +6,7 @@ their flat sibling, and it travels with the checkpoints of both. It imports only
 
 Memory: the output with the term is what the next operation (the output projection) keeps for its backward pass, and
 the backend keeps its own output without the term (SDPA's backward reads it). Instead of both, the backend's copy is
-rebuilt from the kept one in the backward pass, as ``output − λ (V_0 − V)`` (`SavedForBackward`): V and V_0 are kept
+rebuilt from the kept one in the backward pass, as ``output − λ (V_0 − V)`` (`rebuild_saved`): V and V_0 are kept
 by the backends anyway. This leaves any output projection as it is (a LoRA or quantised one included).
 """
 
@@ -39,20 +39,15 @@ def attention_with_neutreno_term(
     learnable = isinstance(coefficient, torch.Tensor)
     if first_values is None or (not learnable and coefficient == 0):
         return attention()
-    saved = SavedForBackward() if recompute_saved and may_recompute_saved() else None
-    if saved is None:
-        output, *rest = attention()
-    else:
-        with saved.hooks():
-            output, *rest = attention()
+    output, *rest = attention()
     length, tokens = output.shape[1], 1 if values.dim() == 3 else -2
     if past + length > values.shape[tokens]:
         raise RuntimeError(f"{length} queries after {past} cached tokens, but only {values.shape[tokens]} values.")
     if length != values.shape[tokens]:
         first_values, values = first_values.narrow(tokens, past, length), values.narrow(tokens, past, length)
     combined = add_neutreno_term(output, first_values, values, coefficient)
-    if saved is not None:
-        saved.recompute(output, _without_term_into, combined, first_values, values, coefficient)
+    if recompute_saved and may_recompute_saved():
+        rebuild_saved(output, output, _without_term_into, combined, first_values, values, coefficient)
     return (combined, *rest)
 
 
@@ -112,44 +107,84 @@ def _without_term_into(out, combined, first_values, values, coefficient):
         torch.sub(combined, difference, alpha=coefficient, out=out)
 
 
-class SavedForBackward:
-    """Saved-tensor hooks around a backend's call. They keep what it saves for its backward pass as usual, except a
-    tensor that `recompute` names: that one is rebuilt from tensors the graph keeps anyway when the backward pass
-    needs it, so that its memory is freed after the forward pass."""
+# Autograd nodes of one input that view or copy it: the backend's output reaches its caller through these (a
+# `transpose(1, 2).contiguous()`), and the operation before them is the one that saved what is swapped.
+_PASSED_NODES = frozenset(
+    {
+        "AliasBackward0",
+        "CloneBackward0",
+        "AsStridedBackward0",
+        "PermuteBackward0",
+        "ReshapeAliasBackward0",
+        "SqueezeBackward0",
+        "SqueezeBackward1",
+        "TransposeBackward0",
+        "UnsafeViewBackward0",
+        "UnsqueezeBackward0",
+        "ViewBackward0",
+    }
+)
+# (autograd node class, rebuild function) -> the names of the saved tensors that rebuild swapped there last
+_SWAPPED: dict[tuple, tuple[str, ...]] = {}
 
-    def __init__(self):
-        self.entries = []
 
-    def hooks(self):
-        return torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+def rebuild_saved(result: torch.Tensor, kept: torch.Tensor, function, *arguments) -> int:
+    """Drop every tensor over `kept`'s memory (in any shape and strides of it) that the operation which made `result`
+    (seen through views and copies) saved for its backward pass, and have the backward pass rebuild it with
+    `function(out, *arguments)`, which writes into `out`, laid out as `kept`, what `kept` holds. The arguments are
+    taken as they are now, detached (a learnable coefficient is the forward pass's own copy, which an optimizer step
+    does not change). Returns how many saved tensors were swapped.
 
-    def _pack(self, tensor):
-        entry = [tensor.detach(), None]  # detached: an output saved by its own node would hold itself in a cycle
-        self.entries.append(entry)
-        return entry
+    The swap is a pair of hooks on that one saved tensor (`register_hooks`), called once when it is set and once per
+    backward pass that reads it: Python runs for it alone, not for everything the backend saves. Where the tensor
+    already has hooks (`torch.autograd.graph.saved_tensors_hooks`, such as `save_on_cpu` or activation
+    checkpointing, around the call), those keep it as they decide."""
+    node = result.grad_fn
+    while node is not None and type(node).__name__ in _PASSED_NODES:
+        node = node.next_functions[0][0]
+    if node is None:
+        return 0
+    key = (type(node), function)
+    found = _swap_saved(node, _SWAPPED[key], kept, function, arguments) if key in _SWAPPED else []
+    if not found:  # the first call, or one whose backend saved it elsewhere: every tensor the node saves
+        found = _swap_saved(node, _saved_names(node), kept, function, arguments)
+    if found:  # the next call of this node class and rebuild looks there first
+        _SWAPPED[key] = tuple(found)
+    return len(found)
 
-    @staticmethod
-    def _unpack(entry):
-        tensor, rebuild = entry
-        if tensor is not None:
-            return tensor
-        with torch.no_grad():
-            return rebuild()
 
-    def recompute(self, kept: torch.Tensor, function, *arguments) -> None:
-        """Drop every saved tensor over `kept`'s memory (in any shape and strides of it) and rebuild it with
-        `function(out, *arguments)`, which writes into `out`, laid out as `kept`, what `kept` holds. The arguments are
-        taken as they are now, detached (a learnable coefficient is the forward pass's own copy, which an optimizer
-        step does not change)."""
-        frozen = [a.detach() if torch.is_tensor(a) else a for a in arguments]
-        # The same first element, size and type: `kept` in some shape and strides (this runs once per layer and
-        # step, so it compares plain numbers first)
-        address, numel, dtype = kept.data_ptr(), kept.numel(), kept.dtype
-        for entry in self.entries:
-            tensor = entry[0]
-            if tensor.data_ptr() == address and tensor.numel() == numel and tensor.dtype == dtype:
-                entry[:] = [None, _Rebuild(function, frozen, kept, tensor)]
-        self.entries = []
+def _saved_names(node) -> tuple[str, ...]:
+    """The saved tensors of an autograd node, by name (`_saved_<name>`), or by position for a custom
+    `autograd.Function` (flash-attn's, say), which saves `ctx.saved_tensors`."""
+    names = tuple(name[11:] for name in dir(node) if name.startswith("_raw_saved_"))
+    return tuple(map(str, range(len(node.saved_tensors)))) if names == ("tensors",) else names
+
+
+def _swap_saved(node, names, kept, function, arguments) -> list[str]:
+    """Swap the tensors of `node` named `names` that lie over `kept`'s memory for its rebuild; the names swapped."""
+    address, numel, dtype, frozen, swapped = kept.data_ptr(), kept.numel(), kept.dtype, None, []
+    for name in names:
+        position = int(name) if name.isdigit() else None
+        tensor = getattr(node, "_saved_" + name) if position is None else node.saved_tensors[position]
+        if not isinstance(tensor, torch.Tensor) or tensor.data_ptr() != address:
+            continue
+        if tensor.numel() != numel or tensor.dtype != dtype:
+            continue
+        frozen = frozen or [a.detach() if isinstance(a, torch.Tensor) else a for a in arguments]
+        rebuild = _Rebuild(function, frozen, kept, tensor)
+        raw = getattr(node, "_raw_saved_" + name) if position is None else node._raw_saved_tensors[position]
+        try:
+            raw.register_hooks(lambda _, rebuild=rebuild: rebuild, _rebuilt)
+        except RuntimeError:  # hooks of a surrounding `saved_tensors_hooks` context have it already
+            continue
+        swapped.append(name)
+    return swapped
+
+
+def _rebuilt(rebuild) -> torch.Tensor:
+    """The unpack hook of a swapped saved tensor: rebuilt, without a graph."""
+    with torch.no_grad():
+        return rebuild()
 
 
 class _Rebuild:

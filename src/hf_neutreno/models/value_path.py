@@ -762,11 +762,11 @@ def _forward_coefficients(settings, attention_modules):
 
 
 def _recompute_saved(checkpointing: list[nn.Module]) -> bool:
-    """Whether the layers may swap a tensor the backend saves for a recipe (`SavedForBackward`): only when there is a
-    backward pass, and not under torch.compile (which traces no saved-tensor hooks) or activation checkpointing (whose
-    own hooks must see every saved tensor, or it keeps them). `checkpointing`: the modules that can checkpoint (those
-    with the `gradient_checkpointing` attribute that `gradient_checkpointing_enable` sets), found when the model was
-    adapted rather than by walking every module at every forward pass."""
+    """Whether the layers may swap a tensor the backend saves for a recipe (`neutreno_term.rebuild_saved`): only when
+    there is a backward pass, and not under torch.compile (which traces no saved-tensor hooks) or activation
+    checkpointing (whose own hooks must see every saved tensor, or it keeps them). `checkpointing`: the modules that can
+    checkpoint (those with the `gradient_checkpointing` attribute that `gradient_checkpointing_enable` sets), found when
+    the model was adapted rather than by walking every module at every forward pass."""
     if not torch.is_grad_enabled() or torch.compiler.is_compiling():
         return False
     return not any(module.gradient_checkpointing for module in checkpointing)

@@ -10,7 +10,7 @@ the cache, the gates); a new method is one more function here and one more branc
 
 import torch
 
-from .neutreno_term import SavedForBackward, grouped_heads, may_recompute_saved
+from .neutreno_term import grouped_heads, may_recompute_saved, rebuild_saved
 
 
 def exclusive(run, context, value, strength):
@@ -162,12 +162,9 @@ def value_residual(run, context, layer, query, value, first, coefficient):
 def attend_over_mix(run, context, mixed, value, first, coefficient):
     """``run(mixed)``, the backend's saved copy of the mix rebuilt from V_ℓ, V_0 and α in the backward pass (where
     the context allows it) instead of kept."""
-    if not (context.recompute_saved and may_recompute_saved()):
-        return run(mixed)
-    saved = SavedForBackward()
-    with saved.hooks():
-        result = run(mixed)
-    saved.recompute(mixed, lerp_into, value, first, coefficient)
+    result = run(mixed)
+    if context.recompute_saved and may_recompute_saved():
+        rebuild_saved(result[0], mixed, lerp_into, value, first, coefficient)
     return result
 
 

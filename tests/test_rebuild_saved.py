@@ -1,0 +1,80 @@
+"""`neutreno_term.rebuild_saved`, the swap of one tensor an operation saved for its backward pass for a recipe that
+rebuilds it: on a native autograd node and on a custom `autograd.Function` (as flash-attn's backends are), seen
+through views and copies, with the rebuilt tensor really read by the backward pass, and left to hooks that a
+surrounding `saved_tensors_hooks` context (`save_on_cpu`) set first."""
+
+import pytest
+import torch
+
+from hf_neutreno.models import neutreno_term
+from hf_neutreno.models.neutreno_term import rebuild_saved
+
+
+class SavesItsOutput(torch.autograd.Function):
+    """exp(x), whose backward pass reads its saved output (as attention backends read theirs)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = x.exp()
+        ctx.save_for_backward(x, y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        _, y = ctx.saved_tensors
+        return grad * y
+
+
+def exp_into(out, x, scale):
+    torch.mul(x.exp(), scale, out=out)
+
+
+OPERATIONS = {"native": torch.exp, "autograd.Function": SavesItsOutput.apply}
+
+
+@pytest.mark.parametrize("operation", OPERATIONS)
+@pytest.mark.parametrize("seen_as", ["itself", "a transposed copy"])
+def test_the_backward_pass_reads_the_rebuilt_tensor(operation, seen_as, monkeypatch):
+    """A rebuild that writes 3 exp(x) where exp(x) was saved triples the gradient: the backward pass read the rebuilt
+    tensor, not a kept copy; the recipe written out gives the plain gradient."""
+    rebuilt = []
+    monkeypatch.setattr(neutreno_term, "_rebuilt", lambda rebuild: rebuilt.append(1) or rebuild())
+    x = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    grad = torch.randn(4, 3, dtype=torch.float64)
+    for scale in (1.0, 3.0):
+        x.grad = None
+        saved = OPERATIONS[operation](x)
+        result = saved.transpose(0, 1) if seen_as == "itself" else saved.transpose(0, 1).contiguous()
+        assert rebuild_saved(result, saved, exp_into, x, scale) == 1
+        del saved
+        result.backward(grad)
+        torch.testing.assert_close(x.grad, scale * grad.T * x.detach().exp())
+    assert len(rebuilt) == 2
+
+
+def test_a_tensor_the_operation_did_not_save_is_left_alone():
+    x = torch.randn(5, requires_grad=True)
+    y = x.sin()  # saves its input x, not its output
+    assert rebuild_saved(y, y, exp_into, x, 1.0) == 0
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, x.detach().cos())
+
+
+@pytest.mark.parametrize("operation", OPERATIONS)
+def test_a_surrounding_saved_tensors_hooks_context_keeps_its_own(operation):
+    x = torch.randn(6, requires_grad=True)
+    with torch.autograd.graph.save_on_cpu():
+        y = OPERATIONS[operation](x)
+        assert rebuild_saved(y, y, exp_into, x, 3.0) == 0
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, x.detach().exp())
+
+
+@pytest.mark.parametrize("operation", OPERATIONS)
+def test_a_retained_graph_rebuilds_it_for_each_backward_pass(operation):
+    x = torch.randn(6, dtype=torch.float64, requires_grad=True)
+    y = OPERATIONS[operation](x)
+    assert rebuild_saved(y, y, exp_into, x, 1.0) == 1
+    y.sum().backward(retain_graph=True)
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, 2 * x.detach().exp())
