@@ -221,3 +221,18 @@ def test_the_native_baselines_have_the_compared_models_shape():
 
 def _shapes(model) -> list[tuple[int, ...]]:
     return sorted(tuple(p.shape) for p in model.parameters())
+
+
+def test_the_recorded_command_is_the_one_typed(monkeypatch, tmp_path):
+    """What a results file records as its command: `python -m` and the module for a module, a script by its path
+    from here, each argument quoted as a shell needs it."""
+    import sys
+
+    from hf_neutreno.runtime import machine
+
+    typed = ["/usr/bin/python3", "-m", "experiments", "host-time", "--models", "GPT-2 + NeuTRENO", "--rounds", "8"]
+    monkeypatch.setattr(sys, "orig_argv", typed)
+    assert machine()["command"] == "python -m experiments host-time --models 'GPT-2 + NeuTRENO' --rounds 8"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "orig_argv", ["python3", str(tmp_path / "examples" / "run.py"), "--x"])
+    assert machine()["command"] == "python examples/run.py --x"

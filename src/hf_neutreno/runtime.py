@@ -2,6 +2,7 @@
 
 import os
 import platform
+import shlex
 import sys
 
 import torch
@@ -33,7 +34,7 @@ def _command() -> str:
     args = sys.orig_argv[1:]
     if args and args[0].endswith(".py"):
         args = [os.path.relpath(args[0]), *args[1:]]
-    return " ".join(["python", *args])
+    return shlex.join(["python", *args])
 
 
 def _cpu_name() -> str:
