@@ -11,6 +11,12 @@
 It ships with the repository, not with the `hf_neutreno` wheel: it needs the repository's results and docs.
 """
 
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]  # the repository, from where `python -m experiments` finds the package
+
 # Each command and the module (under `experiments`) whose `main(argv)` runs it.
 COMMANDS = {
     "all": "run_all",
@@ -26,3 +32,10 @@ COMMANDS = {
     "host-time": "benchmarks.bench_host_time",
     "profile-gpu": "benchmarks.profile_gpu",
 }
+
+
+def in_new_process(command: str, *args: str) -> tuple[list[str], dict[str, str]]:
+    """The argument list and environment that run `python -m experiments COMMAND ARGS` in a new process, which finds
+    the package from any working folder."""
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    return [sys.executable, "-m", __name__, command, *args], {**os.environ, "PYTHONPATH": path}

@@ -27,15 +27,13 @@ and page) on a CPU with toy models, steps and batches: a check of the code, not 
 import argparse
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
+from . import in_new_process
 from .benchmarks.speed_page import DEFAULT_PAGES, PAGES, render
 
 EVIDENCE = Path(__file__).resolve().parent / "evidence"  # the reproductions: their harness, page generator and results
-ROOT = Path(__file__).resolve().parents[1]  # the repository, where `python -m experiments` finds the package
-EXPERIMENTS = [sys.executable, "-m", "experiments"]  # each step is one of its commands, in a new process
 
 # Each benchmark's flags per tier, split at spaces. quick: every table at a size 2 CPU cores run in a few minutes.
 # full: bf16 at the scripts' GPU batch sizes. gpu: bf16 at batch sizes that keep an H100 busy (the ViTs' 197 and 577
@@ -132,10 +130,11 @@ REPRODUCE = {
 
 
 def run(command: list[str]) -> None:
-    print("+ " + " ".join(command), flush=True)
+    """Runs `python -m experiments COMMAND ARGS` (`command`: [COMMAND, *ARGS]) in a new process."""
+    arguments, environment = in_new_process(*command)
+    print("+ " + " ".join(arguments), flush=True)
     start = time.perf_counter()
-    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    subprocess.run(command, check=True, env={**os.environ, "PYTHONPATH": path})
+    subprocess.run(arguments, check=True, env=environment)
     print(f"  ({time.perf_counter() - start:.0f} s)", flush=True)
 
 
@@ -160,9 +159,8 @@ def run_everything(args) -> None:
         extra = ["--data-dir", args.data] if name == "diagnostics" and args.data else []
         if args.smoke:  # two layers: the NeuTRENO term (layers 1 on) runs, at a fraction of the models' cost
             extra += ["--num-hidden-layers", "2"]
-        run([*EXPERIMENTS, command, *flags[args.tier].split(), *extra, "--out", str(out / f"{name}.json")])
+        run([command, *flags[args.tier].split(), *extra, "--out", str(out / f"{name}.json")])
     reproduce = [
-        *EXPERIMENTS,
         "reproduce",
         *REPRODUCE[args.tier].split(),
         "--out",

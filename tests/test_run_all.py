@@ -122,10 +122,9 @@ def _run_in_this_process(monkeypatch):
     from experiments.__main__ import main
 
     def run(command: list[str]) -> None:
-        assert command[:3] == run_all.EXPERIMENTS
         with monkeypatch.context() as patch:
             patch.setattr(sys, "argv", [sys.argv[0]])  # the command line's program name, restored after it
-            main(command[3:])
+            main(command)
 
     monkeypatch.setattr(run_all, "run", run)
 

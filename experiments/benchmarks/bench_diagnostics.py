@@ -24,7 +24,6 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -33,6 +32,7 @@ import torch
 from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTModel
 from hf_neutreno.diagnostics import DEFAULT_METRICS, HIDDEN_STATE_METRICS, METRICS, measure_oversmoothing
 
+from .. import in_new_process
 from .common import CLOCKS, DTYPES, machine, report
 
 MODES = ("inference", "hidden", "hidden+erank", "default", "all")
@@ -147,9 +147,8 @@ def peak_memory_worker(args) -> None:
 
 
 def peak_memory(args, mode: str, num_images: int) -> float:
-    command = [
-        sys.executable,
-        __file__,
+    command, environment = in_new_process(
+        "bench-diagnostics",
         "--worker",
         mode,
         "--num-images",
@@ -167,8 +166,8 @@ def peak_memory(args, mode: str, num_images: int) -> float:
         "--dtype",
         args.dtype,
         *(["--num-hidden-layers", str(args.num_hidden_layers)] if args.num_hidden_layers else []),
-    ]
-    result = subprocess.run(command, capture_output=True, text=True, check=True)
+    )
+    result = subprocess.run(command, capture_output=True, text=True, check=True, env=environment)
     return json.loads(result.stdout.strip().splitlines()[-1])["peak_mib"]
 
 
