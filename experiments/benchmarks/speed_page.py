@@ -276,7 +276,8 @@ def render(out: Path, docs: Path, budget: str = "full") -> str:
         "python -m experiments all --budget gpu --docs docs",
         "```",
         "",
-        "Each benchmark script also runs alone; its docstring gives its options.",
+        "Each benchmark also runs alone, as `python -m experiments bench-vit` and the other commands that `python -m "
+        "experiments` lists; `--help` gives its options.",
         "",
     ]
     text = wrap_markdown("\n".join(lines))
