@@ -57,8 +57,10 @@ class Exclusive(torch.autograd.Function):
                 grad_grouped = torch.addcmul(grad, across, own, value=-strength)
         both = along * across
         if ctx.needs_input_grad[1]:  # s (2 (y·v)(g·v)/(v·v) v − (g·v) y − (y·v) g)/(v·v), summed over the group
-            mixed = torch.addcmul(across * grouped, along, grad).sum(3, keepdim=True)
-            grad_own = torch.addcmul(mixed, both.sum(3, keepdim=True), own, value=-2).mul_(-strength)
+            mixed = torch.addcmul(across * grouped, along, grad)
+            if grouped.shape[3] > 1:  # one query head per key/value head has nothing to sum (and no kernel for it)
+                mixed, both = mixed.sum(3, keepdim=True), both.sum(3, keepdim=True)
+            grad_own = torch.addcmul(mixed, both, own, value=-2).mul_(-strength)
         if learned and ctx.needs_input_grad[2]:
             grad_strength = -(both * squared).sum().to(strength.dtype)
         return grad_grouped, grad_own, grad_strength
