@@ -914,8 +914,8 @@ def _gate_hook(module, args, kwargs):
         if context.method == "value_embedding":
             hidden_states = hidden_states[..., :EMBEDDING_GATE_INPUTS]
         gate = getattr(module, GATE_ATTRIBUTE)  # looked up at each call: PEFT may have wrapped it
-        dtype = next(gate.parameters()).dtype
-        context.gates[getattr(module, LAYER_ATTRIBUTE)] = torch.sigmoid(gate(hidden_states.to(dtype)))
+        # `weight`, which PEFT's wrappers also give, not `parameters()`: a walk over modules on every forward
+        context.gates[getattr(module, LAYER_ATTRIBUTE)] = torch.sigmoid(gate(hidden_states.to(gate.weight.dtype)))
     return None
 
 
