@@ -177,6 +177,23 @@ def test_the_committed_speed_pages_are_rendered_from_the_committed_json(budget, 
     assert speed_page.render(Path(folder), tmp_path, budget) == (root / "docs" / page).read_text()
 
 
+def test_host_time_rows_get_the_count_tables_op_ratio_of_the_same_model_before_their_target():
+    host = [
+        {"model": "A", "kind": "fixed", "host time ratio": 1.2, "target": 1.15},
+        {"model": "B", "kind": "twicing", "host time ratio": 1.1},
+        {"model": "C", "kind": "fixed", "host time ratio": 1.0, "target": 1.15},  # not counted: no column
+    ]
+    counts = [
+        {"model": "A", "mode": "inference", "per layer": 99, "native per layer": 1},
+        {"model": "A", "mode": "training", "per layer": 46, "native per layer": 38},
+        {"model": "B", "mode": "training", "per layer": 59, "native per layer": 50},
+    ]
+    rows = speed_page.with_op_ratio(host, counts)
+    assert list(rows[0]) == ["model", "kind", "host time ratio", "op ratio", "target"]
+    assert rows[0]["op ratio"] == 46 / 38 and rows[1]["op ratio"] == 59 / 50 and "op ratio" not in rows[2]
+    assert "op ratio" not in host[0]  # the JSON's rows are left as saved
+
+
 def test_a_table_too_wide_for_the_page_splits_into_column_groups_that_repeat_its_keys():
     rows = [
         {"shape": name, "context": 256, **{f"measure number {i} | ratio": 1000.0 + 100 * k + i for i in range(12)}}

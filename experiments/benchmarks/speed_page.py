@@ -122,6 +122,9 @@ SECTIONS = {  # JSON file -> (heading, what it measures)
         "interleaved, and `host time ratio` is the median of the rounds' own ratios (above 1: more host time), "
         "with its sign-test interval. `kind`: fixed coefficients and the NeuTRENO models are held to 1.15, "
         "learnable coefficients and the gate to 1.30; twicing calls attention twice per layer and is reported. "
+        "`op ratio` is the row's training kernels per layer over native's, from the count table above: a row "
+        "whose host time ratio is at or below it spends no more host time per kernel than native does, so only "
+        "fewer kernels (fused ones: docs/benchmarks-gpu.md's compiled column) would lower it. "
         "`experiments/benchmarks/bench_host_time.py`; a timing, so it differs between CPUs and runs, unlike the counts "
         "above.",
     ),
@@ -161,6 +164,21 @@ SECTIONS = {  # JSON file -> (heading, what it measures)
         "instead of keeping a second copy per layer (docs/value-path.md, Cost).",
     ),
 }
+
+
+def with_op_ratio(host_rows: list[dict], count_rows: list[dict]) -> list[dict]:
+    """The host-time rows with `op ratio` (the count table's training kernels per layer over native's, for the
+    same model) before `target`: recomputed from the counts' JSON at every render."""
+    counts = {row["model"]: row for row in count_rows if row["mode"] == "training"}
+    rows = []
+    for row in host_rows:
+        count = counts.get(row["model"])
+        items = list(row.items())
+        at = next((i for i, (key, _) in enumerate(items) if key == "target"), len(items))
+        if count is not None:
+            items.insert(at, ("op ratio", count["per layer"] / count["native per layer"]))
+        rows.append(dict(items))
+    return rows
 
 
 def _matches(row: dict, where: dict | None) -> bool:
@@ -232,6 +250,8 @@ def render(out: Path, docs: Path, budget: str = "full") -> str:
     """The speed-and-memory page of the tier `budget` (benchmarks.md; the GPU tier's benchmarks-gpu.md) in `docs`."""
     paths = {name: out / f"{name}.json" for name in SECTIONS}
     found = {name: json.loads(path.read_text()) for name, path in paths.items() if path.exists()}
+    if "host_time" in found and "op_counts" in found:
+        found["host_time"]["rows"] = with_op_ratio(found["host_time"]["rows"], found["op_counts"]["rows"])
     title = "# Speed and memory on a GPU" if budget == "gpu" else "# Speed and memory"
     lines = [
         title,
