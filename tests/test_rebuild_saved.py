@@ -78,3 +78,16 @@ def test_a_retained_graph_rebuilds_it_for_each_backward_pass(operation):
     y.sum().backward(retain_graph=True)
     y.sum().backward()
     torch.testing.assert_close(x.grad, 2 * x.detach().exp())
+
+
+@pytest.mark.parametrize("operation", OPERATIONS)
+def test_second_order_gradients_through_a_rebuilt_tensor_keep_its_graph(operation):
+    """With `create_graph=True` the backward pass is differentiated again: the rebuilt tensor is made without a graph,
+    and autograd gives it back the saved tensor's own (its grad_fn), so d/dx of the gradient g·exp(x) is still
+    g·exp(x) (a rebuild that dropped it would give 0)."""
+    x = torch.randn(6, dtype=torch.float64, requires_grad=True)
+    saved = OPERATIONS[operation](x)
+    assert rebuild_saved(saved, saved, exp_into, x, 1.0) == 1
+    (grad,) = torch.autograd.grad(saved.sum(), x, create_graph=True)
+    (second,) = torch.autograd.grad(grad.sum(), x)
+    torch.testing.assert_close(second, x.detach().exp())
