@@ -194,6 +194,19 @@ def test_host_time_rows_get_the_count_tables_op_ratio_of_the_same_model_before_t
     assert "op ratio" not in host[0]  # the JSON's rows are left as saved
 
 
+def test_value_path_targets_hold_every_one_call_method_but_value_embeddings_tables():
+    rows = [
+        {"model": "XSA", "attention calls": 1, "total memory ratio": 1.01},
+        {"model": "twicing", "attention calls": 2, "total memory ratio": 1.2},
+        {"model": "value embeddings", "attention calls": 1, "total memory ratio": 2.9},
+    ]
+    (line,) = speed_page.check_targets("value_path", rows)  # the memory target: the rows have no other column
+    assert line.startswith("- total memory ratio (attention calls 1, model not value embeddings): worst 1.010")
+    assert line.endswith("**met**")
+    rows[0]["total memory ratio"] = 1.05
+    assert "worst 1.050" in speed_page.check_targets("value_path", rows)[0]
+
+
 def test_a_table_too_wide_for_the_page_splits_into_column_groups_that_repeat_its_keys():
     rows = [
         {"shape": name, "context": 256, **{f"measure number {i} | ratio": 1000.0 + 100 * k + i for i in range(12)}}

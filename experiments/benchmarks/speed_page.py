@@ -21,6 +21,16 @@ DEFAULT_PAGES = ("benchmarks.md", "results.md")
 # 0.95, memory within 3 %.
 TRAIN, INFER = "training", 0.97
 TRAINING_TARGET = {"cpu": 0.98, "gpu": 0.97}
+
+
+class Except(tuple):
+    """A target's row filter value that matches any value but these."""
+
+    def __str__(self) -> str:
+        return "not " + ", ".join(map(str, self))
+
+
+HELD_VALUE_PATHS = {"attention calls": 1, "model": Except(("value embeddings",))}
 TARGETS = {
     "vit": [
         ({"mode": "train"}, "throughput ratio", ">=", TRAIN),
@@ -53,10 +63,12 @@ TARGETS = {
         ({"kind": "fixed"}, "host time ratio", "<=", 1.15),
         ({"kind": "learnable"}, "host time ratio", "<=", 1.30),
     ],
-    "value_path": [  # training steps; twicing's second attention call per layer is its method, not an overhead
-        ({"attention calls": 1}, "throughput ratio", ">=", TRAIN),
-        ({"attention calls": 1}, "total memory ratio", "<=", 1.03),
-        ({"attention calls": 1}, "step peak ratio", "<=", 1.03),
+    # Training steps. Twicing's second attention call per layer is its method, and value embeddings' tables (with
+    # their optimizer state) are theirs: reported, not held.
+    "value_path": [
+        (HELD_VALUE_PATHS, "throughput ratio", ">=", TRAIN),
+        (HELD_VALUE_PATHS, "total memory ratio", "<=", 1.03),
+        (HELD_VALUE_PATHS, "step peak ratio", "<=", 1.03),
     ],
 }
 # The paper's GPT shape (dim 128) is too small to keep a GPU busy: its GPU target is 0.90.
@@ -184,7 +196,9 @@ def with_op_ratio(host_rows: list[dict], count_rows: list[dict]) -> list[dict]:
 def _matches(row: dict, where: dict | None) -> bool:
     """Whether `row` is one a target applies to; a row without a filtered column (one recorded before the column
     existed) is not excluded by it."""
-    return where is None or all(row.get(k, v) == v for k, v in where.items())
+    if where is None:
+        return True
+    return all(row.get(k) not in v if isinstance(v, Except) else row.get(k, v) == v for k, v in where.items())
 
 
 def check_targets(name: str, rows: list[dict], budget: str = "full") -> list[str]:
