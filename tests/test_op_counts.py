@@ -65,11 +65,12 @@ PER_LAYER_TRAINING = {
     "GPT-2 + twicing": 9,
     "ViT + twicing": 9,
     # XSA, its autograd Function: v·v, y·v and their ratio, one addcmul; in the backward pass the same projection of
-    # the gradient and the gradient for v (the learnable strength adds its own product, sum and cast)
-    "GPT-2 + XSA": 17,
-    "ViT + XSA": 17,
-    "GPT-2 + XSA, learnable": 23,
-    "ViT + XSA, learnable": 23,
+    # the gradient, the gradient for v, and the backend's saved output rebuilt (one addcmul) instead of kept beside
+    # the result (the learnable strength adds its products, its gradient's sum and cast)
+    "GPT-2 + XSA": 18,
+    "ViT + XSA": 18,
+    "GPT-2 + XSA, learnable": 26,
+    "ViT + XSA, learnable": 26,
     # value embeddings: the table's lookup and the add, and the lookup's backward (a scatter into the table); learnable:
     # the strength's product, forward and backward; the gate: nanochat's Linear(12 → kv heads) on a slice of the input,
     # its sigmoid and the products, with their backward

@@ -152,7 +152,11 @@ def test_the_written_out_backward_passes_gradcheck(learnable):
     own[0, 0, 0] = 0.0
     own.requires_grad_()
     strength = torch.tensor(0.7, dtype=torch.float64, requires_grad=True) if learnable else 0.7
-    assert torch.autograd.gradcheck(lambda y, v: _Exclusive.apply(y, v, strength), (grouped, own))
+    assert torch.autograd.gradcheck(lambda y, v: _Exclusive.apply(y, v, strength)[0], (grouped, own))
     if learnable:
-        assert torch.autograd.gradcheck(lambda s: _Exclusive.apply(grouped.detach(), own.detach(), s), (strength,))
-    torch.testing.assert_close(_Exclusive.apply(grouped, own, strength)[0, 0, 0], grouped[0, 0, 0])
+        assert torch.autograd.gradcheck(lambda s: _Exclusive.apply(grouped.detach(), own.detach(), s)[0], (strength,))
+    result, removed = _Exclusive.apply(grouped, own, strength)
+    torch.testing.assert_close(result[0, 0, 0], grouped[0, 0, 0])
+    # what was removed per unit of v, from which the backend's saved output is rebuilt: y = z + removed · v (· s)
+    scale = 1.0 if learnable else strength
+    torch.testing.assert_close(result + scale * removed * own, grouped)

@@ -23,14 +23,27 @@ def exclusive(run, context, value, strength):
         value = value.narrow(2, context.past, output.shape[1])
     own = value.transpose(1, 2).unsqueeze(3)  # (batch, queries, kv heads, 1, d)
     grouped = grouped_heads(output, own.shape[2])  # (batch, queries, kv heads, group, d)
-    return Exclusive.apply(grouped, own, strength).flatten(2, 3), *rest
+    result, removed = Exclusive.apply(grouped, own, strength)
+    if context.recompute_saved and may_recompute_saved():  # the backend's saved output, from the result
+        scale = 1.0 if isinstance(strength, torch.Tensor) else strength
+        rebuild_saved(output, output, _with_own_component_into, result, removed, own, scale)
+    return result.flatten(2, 3), *rest
+
+
+def _with_own_component_into(out, result, removed, own, scale):
+    """The backend's output y from XSA's z = y − scale · removed · v, written into `out`: one kernel. Equal up to
+    rounding, which is all its use needs (the backend's backward pass reads it in softmax's Σ dO·O)."""
+    torch.addcmul(result, removed, own, value=scale, out=grouped_heads(out, own.shape[2]))
 
 
 class Exclusive(torch.autograd.Function):
-    """``y − s (y·v)/(v·v) v`` per query head, y grouped (batch, queries, kv heads, group, d) and v (batch, queries,
+    """``z = y − s (y·v)/(v·v) v`` per query head, y grouped (batch, queries, kv heads, group, d) and v (batch, queries,
     kv heads, 1, d), with its backward written out: the gradient for y is the same projection of the incoming one,
-    and those for v and s follow from it, in fewer kernels than autograd's graph of the formula. It keeps y and v,
-    which the attention backend keeps anyway, and two (…, 1) tensors."""
+    and those for v and s follow from it, in fewer kernels than autograd's graph of the formula. It keeps z, not y:
+    the output projection keeps z as its input anyway, and the backend's own copy of y is rebuilt from z in the
+    backward pass (`exclusive`). v is the backend's input, and the rest (…, 1) tensors, so training memory is
+    native's. Its second output, not differentiable, is what was removed per unit of v: (y·v)/(v·v), times s when s
+    is learnable."""
 
     @staticmethod
     def forward(ctx, grouped, own, strength):
@@ -38,15 +51,23 @@ class Exclusive(torch.autograd.Function):
         squared = own.square().sum(-1, keepdim=True).clamp_min_(torch.finfo(own.dtype).tiny)  # v·v; v = 0: no change
         along = (grouped * own).sum(-1, keepdim=True).div_(squared)  # (y·v)/(v·v)
         learnable = isinstance(strength, torch.Tensor)
-        ctx.strength = None if learnable else strength
-        ctx.save_for_backward(grouped, own, along, squared, *([strength] if learnable else []))
         if learnable:
-            return torch.addcmul(grouped, along * strength, own, value=-1)
-        return torch.addcmul(grouped, along, own, value=-strength)
+            removed = along * strength
+            exclusive = torch.addcmul(grouped, removed, own, value=-1)
+        else:
+            removed = along
+            exclusive = torch.addcmul(grouped, along, own, value=-strength)
+        ctx.strength = None if learnable else strength
+        ctx.save_for_backward(exclusive, own, along, squared, *([strength] if learnable else []))
+        ctx.mark_non_differentiable(removed)
+        ctx.set_materialize_grads(False)  # no kernel for the zero gradient of `removed`
+        return exclusive, removed
 
     @staticmethod
-    def backward(ctx, grad):
-        grouped, own, along, squared, *learned = ctx.saved_tensors
+    def backward(ctx, grad, _):
+        if grad is None:
+            return None, None, None
+        exclusive, own, along, squared, *learned = ctx.saved_tensors
         strength = learned[0] if learned else ctx.strength
         across = (grad * own).sum(-1, keepdim=True).div_(squared)  # (g·v)/(v·v)
         grad_grouped = grad_own = grad_strength = None
@@ -56,13 +77,19 @@ class Exclusive(torch.autograd.Function):
             else:
                 grad_grouped = torch.addcmul(grad, across, own, value=-strength)
         both = along * across
-        if ctx.needs_input_grad[1]:  # s (2 (y·v)(g·v)/(v·v) v − (g·v) y − (y·v) g)/(v·v), summed over the group
-            mixed = torch.addcmul(across * grouped, along, grad)
-            if grouped.shape[3] > 1:  # one query head per key/value head has nothing to sum (and no kernel for it)
-                mixed, both = mixed.sum(3, keepdim=True), both.sum(3, keepdim=True)
-            grad_own = torch.addcmul(mixed, both, own, value=-2).mul_(-strength)
         if learned and ctx.needs_input_grad[2]:
             grad_strength = -(both * squared).sum().to(strength.dtype)
+        if ctx.needs_input_grad[1]:
+            # −s ((g·v) y + (y·v) g − 2 (y·v)(g·v) v/(v·v))/(v·v), summed over the group, with y = z + s (y·v)/(v·v) v:
+            # −s ((g·v) z + (y·v) g + (s − 2) (y·v)(g·v) v/(v·v))/(v·v)
+            # in place on one new tensor: the backward pass's peak memory holds no more than native's does here
+            mixed = (across * exclusive).addcmul_(along, grad)
+            if exclusive.shape[3] > 1:  # one query head per key/value head has nothing to sum (and no kernel for it)
+                mixed, both = mixed.sum(3, keepdim=True), both.sum(3, keepdim=True)
+            if learned:
+                grad_own = mixed.addcmul_(both * (strength - 2), own).mul_(-strength)
+            else:
+                grad_own = mixed.addcmul_(both, own, value=strength - 2).mul_(-strength)
         return grad_grouped, grad_own, grad_strength
 
 

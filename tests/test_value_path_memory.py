@@ -1,0 +1,79 @@
+"""What a training forward pass leaves for its backward pass, with a value path and without: every method keeps what
+the unmodified model keeps, plus (…, 1) tensors (a ratio or a gate per token and head), not a second (batch, tokens,
+hidden) tensor per layer. Counted from the profiler's record of every CPU allocation and free during the forward pass,
+which is exact and the same on every CPU. Twicing keeps its second attention call's tensors by design (its memory is
+reported in docs/benchmarks.md, not held); a learnable or gated value embedding keeps its looked-up rows for g's
+gradient, as nanochat's and modded-nanogpt's do (docs/value-path.md, Cost), and is held to exactly that."""
+
+import pytest
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from hf_neutreno import apply_value_path
+from tiny_models import tiny_inputs, tiny_model
+
+# wide heads (64), so that a (…, 1) tensor is 1/64 of a full one and a full one stands out
+SHAPES = {
+    "gpt2": dict(n_embd=128, n_head=2, n_inner=256),
+    "vit": dict(hidden_size=128, num_attention_heads=2, intermediate_size=256),
+}
+HELD = [
+    ("neutreno", False),
+    ("neutreno", True),
+    ("value_residual", False),
+    ("value_residual", True),
+    ("value_residual", "gate"),
+    ("xsa", False),
+    ("xsa", True),
+    ("value_embedding", False),
+]
+
+
+def _retained_bytes(model, inputs: dict) -> int:
+    """Bytes allocated and not freed by a training forward pass (the graph, its saved tensors, the loss)."""
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        loss = model(**inputs).loss
+    events = prof.profiler.kineto_results.events()
+    retained = sum(
+        event.nbytes()
+        for event in events
+        if event.name() == "[memory]" and event.device_type() == torch.autograd.DeviceType.CPU
+    )
+    del loss
+    return retained
+
+
+def _setup(name: str):
+    inputs = tiny_inputs(name, batch=4, length=16)
+    if name == "gpt2":
+        inputs["labels"] = inputs["input_ids"]
+        tokens = 16
+    else:
+        inputs["labels"] = torch.zeros(4, dtype=torch.long)
+        tokens = 17  # 16 patches and the class token
+    full = 4 * tokens * 128 * 4  # one float32 (batch, tokens, hidden) tensor
+    native = _retained_bytes(tiny_model(name, **SHAPES[name]).train(), inputs)
+    return inputs, full, native
+
+
+def _extra_per_layer(name: str, method: str, learnable, inputs: dict, full: int, native: int) -> float:
+    model = apply_value_path(tiny_model(name, **SHAPES[name]), method=method, learnable=learnable).train()
+    layers = len(model.config.value_path["layers"])
+    return (_retained_bytes(model, inputs) - native) / full / layers
+
+
+@pytest.mark.parametrize("name", SHAPES)
+def test_every_value_path_keeps_what_the_model_keeps_for_its_backward_pass(name):
+    inputs, full, native = _setup(name)
+    for method, learnable in HELD:
+        if method == "value_embedding" and name != "gpt2":
+            continue
+        extra = _extra_per_layer(name, method, learnable, inputs, full, native)
+        assert extra <= 1 / 8, f"{method}, learnable={learnable}: {extra:.3f} (batch, tokens, hidden) tensors per layer"
+
+
+def test_a_learnable_or_gated_value_embedding_keeps_its_looked_up_rows_and_nothing_more():
+    inputs, full, native = _setup("gpt2")
+    for learnable in (True, "gate"):
+        extra = _extra_per_layer("gpt2", "value_embedding", learnable, inputs, full, native)
+        assert 1 - 1 / 8 <= extra <= 1 + 1 / 8, f"learnable={learnable}: {extra:.3f} per adapted layer"
