@@ -7,8 +7,8 @@ gradient, as nanochat's and modded-nanogpt's do (docs/value-path.md, Cost), and 
 
 import pytest
 import torch
-from torch.profiler import ProfilerActivity, profile
 
+from experiments.benchmarks import common
 from hf_neutreno import apply_value_path
 from tiny_models import tiny_inputs, tiny_model
 
@@ -31,15 +31,9 @@ HELD = [
 
 def _retained_bytes(model, inputs: dict) -> int:
     """Bytes allocated and not freed by a training forward pass (the graph, its saved tensors, the loss)."""
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        loss = model(**inputs).loss
-    events = prof.profiler.kineto_results.events()
-    retained = sum(
-        event.nbytes()
-        for event in events
-        if event.name() == "[memory]" and event.device_type() == torch.autograd.DeviceType.CPU
-    )
-    del loss
+    kept = []
+    retained = sum(common.cpu_allocations(lambda: kept.append(model(**inputs).loss)))
+    kept.clear()
     return retained
 
 

@@ -150,22 +150,28 @@ def peak_bytes(fn: Callable[[], None], device: torch.device) -> int:
         torch.cuda.synchronize(device)
         return torch.cuda.max_memory_allocated(device) - before
 
+    # The running sum of the allocations and frees is the memory allocated above the start, as in torch's memory
+    # timeline, without its per-tensor analysis (seconds per call).
+    allocated = peak = 0
+    for nbytes in cpu_allocations(fn):
+        allocated += nbytes
+        peak = max(peak, allocated)
+    return peak
+
+
+def cpu_allocations(fn: Callable[[], None]) -> list[int]:
+    """Every CPU allocation (+bytes) and free (−bytes) while `fn` runs, in the order they happened, from the
+    profiler's record: exact and deterministic."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
-    # Every CPU allocation (+bytes) and free (-bytes) in the order they happened: the running sum is the memory
-    # allocated above the start, as in torch's memory timeline, without its per-tensor analysis (seconds per call).
     events = [
         event
         for event in prof.profiler.kineto_results.events()
         if event.name() == "[memory]" and event.device_type() == torch.autograd.DeviceType.CPU
     ]
-    allocated = peak = 0
-    for event in sorted(events, key=lambda event: event.start_ns()):
-        allocated += event.nbytes()
-        peak = max(peak, allocated)
-    return peak
+    return [event.nbytes() for event in sorted(events, key=lambda event: event.start_ns())]
 
 
 def adamw_step(

@@ -82,7 +82,7 @@ class Exclusive(torch.autograd.Function):
         if ctx.needs_input_grad[1]:
             # −s ((g·v) y + (y·v) g − 2 (y·v)(g·v) v/(v·v))/(v·v), summed over the group, with y = z + s (y·v)/(v·v) v:
             # −s ((g·v) z + (y·v) g + (s − 2) (y·v)(g·v) v/(v·v))/(v·v)
-            # in place on one new tensor: the backward pass's peak memory holds no more than native's does here
+            # in place on the one new tensor: no second full-size temporary
             mixed = (across * exclusive).addcmul_(along, grad)
             if exclusive.shape[3] > 1:  # one query head per key/value head has nothing to sum (and no kernel for it)
                 mixed, both = mixed.sum(3, keepdim=True), both.sum(3, keepdim=True)
