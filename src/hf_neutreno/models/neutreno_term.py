@@ -63,6 +63,8 @@ def add_neutreno_term(output, first_values, values, coefficient):
     if isinstance(coefficient, torch.Tensor):
         if values.dim() == 3:
             first_values, values = _heads(first_values, output.shape[-1]), _heads(values, output.shape[-1])
+        if values.shape[1] == output.shape[2]:  # one key/value head per query head: no groups to make
+            return _AddScaledDifference.apply(output, first_values, values, coefficient)
         grouped = grouped_heads(output, values.shape[1])
         return _AddScaledDifference.apply(grouped, first_values, values, coefficient).flatten(2, 3)
     grouped, difference = _aligned(output, first_values - values)
@@ -73,16 +75,17 @@ def add_neutreno_term(output, first_values, values, coefficient):
     return combined.flatten(2, 3) if combined.dim() == 5 else combined
 
 
-def _aligned(output: torch.Tensor, difference: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """`output` (batch, queries, heads, d) and V_0 − V laid out to be added to it: both as (batch, queries, heads, d)
-    when V_0 − V is merged or has one key/value head per query head (the usual case, in the fewest view operations),
-    else the output as (batch, queries, kv heads, group, d) and V_0 − V broadcast over each group."""
-    if difference.dim() == 3:
-        return output, difference.unflatten(-1, output.shape[-2:])
-    difference = difference.transpose(1, 2)
-    if difference.shape[2] == output.shape[2]:
-        return output, difference
-    return grouped_heads(output, difference.shape[2]), difference.unsqueeze(3)
+def _aligned(output: torch.Tensor, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """`output` (batch, queries, heads, d) and tensors shaped as V (V_0 − V, say) laid out to be combined with it: all
+    as (batch, queries, heads, d) when V is merged or has one key/value head per query head (the usual case, in the
+    fewest view operations), else the output as (batch, queries, kv heads, group, d) and the others to broadcast over
+    each group."""
+    if tensors[0].dim() == 3:
+        return output, *(tensor.unflatten(-1, output.shape[-2:]) for tensor in tensors)
+    tensors = [tensor.transpose(1, 2) for tensor in tensors]
+    if tensors[0].shape[2] == output.shape[2]:
+        return output, *tensors
+    return grouped_heads(output, tensors[0].shape[2]), *(tensor.unsqueeze(3) for tensor in tensors)
 
 
 def grouped_heads(output: torch.Tensor, kv_heads: int) -> torch.Tensor:
@@ -96,15 +99,15 @@ def _heads(merged: torch.Tensor, head_dim: int) -> torch.Tensor:
 
 
 def _without_term_into(out, combined, first_values, values, coefficient):
-    """The backend's output from the output with the term, written into `out`: the same difference, subtracted.
-    Equal up to rounding, which is all its use needs (the backend's backward pass reads it in softmax's Σ dO·O). Two
-    kernels: the difference, and the subtraction straight into the kept layout."""
-    out, difference = _aligned(out, first_values - values)
+    """The backend's output from the output with the term, written into `out` (laid out as the backend's output):
+    ``combined − λ V_0 + λ V``. Equal up to rounding, which is all its use needs (the backend's backward pass reads it
+    in softmax's Σ dO·O). Two kernels, straight into the kept layout, and no temporary."""
+    out, first_values, values = _aligned(out, first_values, values)
     combined = combined.view_as(out)
     if isinstance(coefficient, torch.Tensor):
-        torch.addcmul(combined, difference, coefficient, value=-1, out=out)
+        torch.addcmul(combined, first_values, coefficient, value=-1, out=out).addcmul_(values, coefficient)
     else:
-        torch.sub(combined, difference, alpha=coefficient, out=out)
+        torch.sub(combined, first_values, alpha=coefficient, out=out).add_(values, alpha=coefficient)
 
 
 # Autograd nodes of one input that view or copy it: the backend's output reaches its caller through these (a
@@ -203,21 +206,23 @@ class _Rebuild:
 
 
 class _AddScaledDifference(torch.autograd.Function):
-    """``output + λ (V_0 − V_ℓ)`` for a learnable λ, output grouped as (batch, queries, kv heads, group, head_dim)
-    and V_0, V_ℓ as (batch, kv heads, queries, head_dim). Autograd would keep V_0 − V_ℓ for λ's gradient; this keeps
-    V_0 and V_ℓ, which attention keeps anyway, and recomputes the difference in the backward pass, in as few kernels
-    as the fixed-λ term plus λ's own gradient."""
+    """``output + λ (V_0 − V_ℓ)`` for a learnable λ, output as (batch, queries, heads, head_dim) or, under
+    grouped-query attention, grouped as (batch, queries, kv heads, group, head_dim), and V_0, V_ℓ as (batch, kv heads,
+    queries, head_dim). Autograd would keep V_0 − V_ℓ for λ's gradient; this keeps V_0 and V_ℓ, which attention keeps
+    anyway, and recomputes the difference in the backward pass, in as few kernels as the fixed-λ term plus λ's own
+    gradient."""
 
     @staticmethod
-    def forward(ctx, grouped, first, value, coefficient):
+    def forward(ctx, output, first, value, coefficient):
         ctx.save_for_backward(first, value, coefficient)
-        return torch.addcmul(grouped, (first - value).transpose(1, 2).unsqueeze(3), coefficient)
+        difference = (first - value).transpose(1, 2)
+        return torch.addcmul(output, difference if output.dim() == 4 else difference.unsqueeze(3), coefficient)
 
     @staticmethod
     def backward(ctx, grad):
         first, value, coefficient = ctx.saved_tensors
-        # (batch, queries, kv heads, head_dim): the query heads of each kv head summed (a view without groups)
-        grad_heads = (grad.squeeze(3) if grad.shape[3] == 1 else grad.sum(3)).transpose(1, 2)
+        # (batch, kv heads, queries, head_dim): grouped, the query heads of each kv head summed
+        grad_heads = (grad if grad.dim() == 4 else grad.sum(3)).transpose(1, 2)
         grad_first = grad_heads * coefficient
         grad_coefficient = None
         if ctx.needs_input_grad[3]:
