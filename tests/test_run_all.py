@@ -189,9 +189,23 @@ def test_host_time_rows_get_the_count_tables_op_ratio_of_the_same_model_before_t
         {"model": "B", "mode": "training", "per layer": 59, "native per layer": 50},
     ]
     rows = speed_page.with_op_ratio(host, counts)
-    assert list(rows[0]) == ["model", "kind", "host time ratio", "op ratio", "target"]
+    assert list(rows[0]) == ["model", "kind", "host time ratio", "op ratio", "target", "meets target"]
     assert rows[0]["op ratio"] == 46 / 38 and rows[1]["op ratio"] == 59 / 50 and "op ratio" not in rows[2]
     assert "op ratio" not in host[0]  # the JSON's rows are left as saved
+    # 1.2 misses 1.15 but is under its op ratio 1.21: native's host time per kernel; twicing has no target
+    assert rows[0]["meets target"] == "at its op ratio" and "meets target" not in rows[1]
+    assert rows[2]["meets target"] == "yes"
+
+
+def test_a_host_time_row_above_its_op_ratio_by_more_than_the_runs_spread_does_not_meet_its_target():
+    counts = [{"model": "A", "mode": "training", "per layer": 61, "native per layer": 50}]  # op ratio 1.22
+    for ratio, verdict in ((1.30, "yes"), (1.27, "yes"), (1.41, "no")):
+        host = [{"model": "A", "kind": "learnable", "host time ratio": ratio, "target": 1.30}]
+        assert speed_page.with_op_ratio(host, counts)[0]["meets target"] == verdict
+    host = [{"model": "A", "kind": "fixed", "host time ratio": 1.25, "target": 1.15}]
+    assert speed_page.with_op_ratio(host, counts)[0]["meets target"] == "at its op ratio"  # 1.25 <= 1.22 + 0.05
+    host[0]["host time ratio"] = 1.28
+    assert speed_page.with_op_ratio(host, counts)[0]["meets target"] == "no"
 
 
 def test_value_path_targets_hold_every_one_call_method_but_value_embeddings_tables():
@@ -265,3 +279,25 @@ def test_the_recorded_command_is_the_one_typed(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "orig_argv", ["python3", str(tmp_path / "examples" / "run.py"), "--x"])
     assert machine()["command"] == "python examples/run.py --x"
+
+
+def test_host_time_reads_callgrinds_dumps_in_the_order_they_were_written(tmp_path):
+    """`--instructions` pairs callgrind's dump files with the models in the order they were counted: dump 10 comes
+    after dump 9, not after dump 1, and each file's count is its `totals:` line."""
+    from experiments.benchmarks import bench_host_time
+
+    for number in range(1, 12):
+        (tmp_path / f"out.4242.{number}").write_text(f"events: Ir\nsummary: {number}\ntotals: {1000 * number}\n")
+    paths = sorted(tmp_path.glob("out.*.*"), key=bench_host_time._dump_number)
+    assert [bench_host_time._callgrind_total(path) for path in paths] == [1000 * n for n in range(1, 12)]
+    (tmp_path / "out.4242.12").write_text("events: Ir\n")
+    with pytest.raises(RuntimeError, match="No totals"):
+        bench_host_time._callgrind_total(tmp_path / "out.4242.12")
+
+
+def test_host_time_instructions_need_valgrind_and_say_so(monkeypatch):
+    from experiments.benchmarks import bench_host_time
+
+    monkeypatch.setattr(bench_host_time.shutil, "which", lambda name: None)
+    with pytest.raises(SystemExit, match="valgrind"):
+        bench_host_time.instructions_per_layer(["GPT-2 + NeuTRENO"])
