@@ -11,10 +11,11 @@ use.
 
 A timing on a shared machine moves by ±0.05 between runs. `--instructions` adds what does not: the instructions the
 process executes per layer, counted by valgrind's callgrind (the count `torch.utils.benchmark` uses for PyTorch's own
-overhead benchmarks), for the same four models of each row in one process under valgrind, and their ratio. It is the
-same from run to run (to about 0.5 %), so a cut of a few Python calls shows in it; it is not time (a cache miss costs
-no instruction), and an instruction ratio under a row's time ratio says that the row's extra work runs at more time
-per instruction than native's.
+overhead benchmarks), for the same four models of each row in one process under valgrind, and their ratio. Two runs of
+one command give the same ratios to about 0.002, so a cut of a few Python calls shows in it (the other rows counted in
+the same process move a ratio by about 0.01: compare counts from one command). It is not time (a cache miss costs no
+instruction), and an instruction ratio under a row's time ratio says that the row's extra work runs at more time per
+instruction than native's.
 
     python -m experiments host-time --out experiments/benchmarks/results/host_time.json   # about 2 minutes on 2 cores
     python -m experiments host-time --instructions --out ...   # needs valgrind; about 15 more minutes
@@ -79,8 +80,6 @@ def row(name: str, rounds: int) -> dict:
         "host time ratio": ratio,
         "host time ratio interval": interval,
     }
-    if result["kind"] in TARGETS:
-        result["target"] = TARGETS[result["kind"]]
     return result
 
 
@@ -115,14 +114,12 @@ def _count_under_callgrind(names: list[str], folder: str) -> None:
         data = inputs()
         for which, builder in (("native", native), ("model", build)):
             for layers in (2, 4):
-                setup, run = count_ops.training_step(builder(layers), data)
+                once = step(builder(layers), data)
                 for _ in range(3):
-                    setup()
-                    run()
+                    once()
                 torch._C._valgrind_toggle()
                 for _ in range(INSTRUCTION_STEPS):
-                    setup()
-                    run()
+                    once()
                 torch._C._valgrind_toggle_and_dump_stats()
                 order.append((name, which, layers))
     (Path(folder) / "order.json").write_text(json.dumps(order))
@@ -151,13 +148,13 @@ def main(argv=None) -> None:
     if args.count_under_callgrind:
         return _count_under_callgrind(args.models, args.count_under_callgrind)
     rows = [row(name, args.rounds) for name in args.models]
-    if args.instructions:
-        counted = instructions_per_layer(args.models)
-        for at, result in enumerate(rows):
+    counted = instructions_per_layer(args.models) if args.instructions else {}
+    for result in rows:
+        if result["model"] in counted:
             native, model = counted[result["model"]]
-            items = list(result.items())
-            items.insert(len(items) - ("target" in result), ("instruction ratio", model / native))
-            rows[at] = dict(items)
+            result["instruction ratio"] = model / native
+        if result["kind"] in TARGETS:
+            result["target"] = TARGETS[result["kind"]]
     meta = {**machine(), "clock": "cpu", "rounds": args.rounds, "batch": 1}
     report("Host time per layer of a training step", rows, meta, args.out)
 

@@ -141,9 +141,10 @@ SECTIONS = {  # JSON file -> (heading, what it measures)
         "fewer kernels (fused ones: docs/benchmarks-gpu.md's compiled column) would lower it. `meets target`: yes; "
         f'"at its op ratio" (no, but within {HOST_TIME_SPREAD}, the spread between two runs, of its op ratio); or no. '
         "`instruction ratio` (where the run counted them, `--instructions`) is the same slope in instructions "
-        "executed, counted by valgrind's callgrind for the four models one after the other: the same from run to "
-        "run, so it resolves a cut of a few Python calls that the timing cannot, but it is work, not time (a cache "
-        "miss or an atomic reference count costs time and few instructions), and the targets are on time. "
+        "executed, counted by valgrind's callgrind for the four models one after the other: the same, to about "
+        "0.002, from one run of the command to the next (not between commands that count other rows), so it "
+        "resolves a cut of a few Python calls that the timing cannot, but it is work, not time (a cache miss or an "
+        "atomic reference count costs time and few instructions), and the targets are on time. "
         "`experiments/benchmarks/bench_host_time.py`; a timing, so it differs between CPUs and runs, unlike the counts "
         "above.",
     ),
