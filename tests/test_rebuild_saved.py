@@ -25,8 +25,8 @@ class SavesItsOutput(torch.autograd.Function):
         return grad * y
 
 
-def exp_into(out, x, scale):
-    torch.mul(x.exp(), scale, out=out)
+def exp_rebuilt(x, scale):
+    return x.exp().mul_(scale)
 
 
 OPERATIONS = {"native": torch.exp, "autograd.Function": SavesItsOutput.apply}
@@ -38,14 +38,15 @@ def test_the_backward_pass_reads_the_rebuilt_tensor(operation, seen_as, monkeypa
     """A rebuild that writes 3 exp(x) where exp(x) was saved triples the gradient: the backward pass read the rebuilt
     tensor, not a kept copy; the recipe written out gives the plain gradient."""
     rebuilt = []
-    monkeypatch.setattr(neutreno_term, "_rebuilt", lambda rebuild: rebuilt.append(1) or rebuild())
+    unpack = neutreno_term._rebuilt
+    monkeypatch.setattr(neutreno_term, "_rebuilt", lambda recipe: rebuilt.append(1) or unpack(recipe))
     x = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
     grad = torch.randn(4, 3, dtype=torch.float64)
     for scale in (1.0, 3.0):
         x.grad = None
         saved = OPERATIONS[operation](x)
         result = saved.transpose(0, 1) if seen_as == "itself" else saved.transpose(0, 1).contiguous()
-        assert rebuild_saved(result, saved, exp_into, x, scale) == 1
+        assert rebuild_saved(result, saved, exp_rebuilt, x, scale) == 1
         del saved
         result.backward(grad)
         torch.testing.assert_close(x.grad, scale * grad.T * x.detach().exp())
@@ -55,7 +56,7 @@ def test_the_backward_pass_reads_the_rebuilt_tensor(operation, seen_as, monkeypa
 def test_a_tensor_the_operation_did_not_save_is_left_alone():
     x = torch.randn(5, requires_grad=True)
     y = x.sin()  # saves its input x, not its output
-    assert rebuild_saved(y, y, exp_into, x, 1.0) == 0
+    assert rebuild_saved(y, y, exp_rebuilt, x, 1.0) == 0
     y.sum().backward()
     torch.testing.assert_close(x.grad, x.detach().cos())
 
@@ -65,7 +66,7 @@ def test_a_surrounding_saved_tensors_hooks_context_keeps_its_own(operation):
     x = torch.randn(6, requires_grad=True)
     with torch.autograd.graph.save_on_cpu():
         y = OPERATIONS[operation](x)
-        assert rebuild_saved(y, y, exp_into, x, 3.0) == 0
+        assert rebuild_saved(y, y, exp_rebuilt, x, 3.0) == 0
     y.sum().backward()
     torch.testing.assert_close(x.grad, x.detach().exp())
 
@@ -74,7 +75,7 @@ def test_a_surrounding_saved_tensors_hooks_context_keeps_its_own(operation):
 def test_a_retained_graph_rebuilds_it_for_each_backward_pass(operation):
     x = torch.randn(6, dtype=torch.float64, requires_grad=True)
     y = OPERATIONS[operation](x)
-    assert rebuild_saved(y, y, exp_into, x, 1.0) == 1
+    assert rebuild_saved(y, y, exp_rebuilt, x, 1.0) == 1
     y.sum().backward(retain_graph=True)
     y.sum().backward()
     torch.testing.assert_close(x.grad, 2 * x.detach().exp())
@@ -87,7 +88,50 @@ def test_second_order_gradients_through_a_rebuilt_tensor_keep_its_graph(operatio
     g·exp(x) (a rebuild that dropped it would give 0)."""
     x = torch.randn(6, dtype=torch.float64, requires_grad=True)
     saved = OPERATIONS[operation](x)
-    assert rebuild_saved(saved, saved, exp_into, x, 1.0) == 1
+    assert rebuild_saved(saved, saved, exp_rebuilt, x, 1.0) == 1
     (grad,) = torch.autograd.grad(saved.sum(), x, create_graph=True)
     (second,) = torch.autograd.grad(grad.sum(), x)
     torch.testing.assert_close(second, x.detach().exp())
+
+
+@pytest.mark.parametrize("operation", OPERATIONS)
+def test_a_rebuild_in_another_layout_is_copied_into_the_kept_one(operation):
+    """The backward pass reads the rebuilt tensor through the saved tensor's own strides, so one returned in other
+    strides is copied into the kept layout first: exp(x) returned column-major still gives the gradient g·exp(x)."""
+    x = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    grad = torch.randn(3, 4, dtype=torch.float64)
+    saved = OPERATIONS[operation](x)
+    assert rebuild_saved(saved, saved, lambda x: x.exp().t().contiguous().t(), x) == 1
+    saved.backward(grad)
+    torch.testing.assert_close(x.grad, grad * x.detach().exp())
+
+
+class ReadsItsOutputsDtype(SavesItsOutput):
+    """exp(x), recording the dtype of the output its backward pass reads."""
+
+    read = []
+
+    @staticmethod
+    def backward(ctx, grad):
+        _, y = ctx.saved_tensors
+        ReadsItsOutputsDtype.read.append(y.dtype)
+        return grad * y
+
+
+def test_a_rebuild_in_another_dtype_is_read_in_the_kept_one():
+    x = torch.randn(5, dtype=torch.float64, requires_grad=True)
+    saved = ReadsItsOutputsDtype.apply(x)
+    assert rebuild_saved(saved, saved, lambda x: x.exp().float(), x) == 1
+    saved.sum().backward()
+    assert ReadsItsOutputsDtype.read == [torch.float64]
+    torch.testing.assert_close(x.grad, x.detach().exp(), rtol=1e-6, atol=1e-6)
+
+
+def test_strides_of_dimensions_of_size_one_do_not_count_as_another_layout():
+    """At batch 1 an operation may give the batch dimension any stride; that is the same memory, and copying it would
+    cost a kernel per layer."""
+    one = torch.empty(1, 4, 3)
+    assert neutreno_term._same_layout(one, (5, 3, 1))
+    assert neutreno_term._same_layout(one, (12, 3, 1))
+    assert not neutreno_term._same_layout(one, (12, 1, 4))
+    assert not neutreno_term._same_layout(torch.empty(2, 4, 3), (5, 3, 1))

@@ -45,10 +45,19 @@ def attention_with_neutreno_term(
         raise RuntimeError(f"{length} queries after {past} cached tokens, but only {values.shape[tokens]} values.")
     if length != values.shape[tokens]:
         first_values, values = first_values.narrow(tokens, past, length), values.narrow(tokens, past, length)
-    combined = add_neutreno_term(output, first_values, values, coefficient)
-    if recompute_saved and may_recompute_saved():
-        rebuild_saved(output, output, _without_term_into, combined, first_values, values, coefficient)
-    return (combined, *rest)
+    rebuild = recompute_saved and may_recompute_saved()
+    if learnable or rebuild:  # these read V_0 and V themselves, laid out as the output (the rebuild in backward)
+        grouped, first_values, values = _aligned(output, first_values, values)
+        if learnable:
+            combined = _AddScaledDifference.apply(grouped, first_values, values, coefficient)
+        else:
+            combined = _add_difference(grouped, first_values - values, coefficient)
+    else:  # only V_0 − V to lay out: one view (generation, and models that do not rebuild)
+        grouped, difference = _aligned(output, first_values - values)
+        combined = _add_difference(grouped, difference, coefficient)
+    if rebuild:
+        rebuild_saved(output, output, _without_term, combined, first_values, values, coefficient)
+    return (combined.flatten(2, 3) if combined.dim() == 5 else combined, *rest)
 
 
 def may_recompute_saved() -> bool:
@@ -56,30 +65,19 @@ def may_recompute_saved() -> bool:
     return torch.is_grad_enabled() and not torch.compiler.is_compiling()
 
 
-def add_neutreno_term(output, first_values, values, coefficient):
-    """``output + λ (V_0 − V)``, output (batch, queries, heads, head_dim), V_0 and V (batch, kv heads, queries,
-    head_dim) or merged (batch, queries, heads * head_dim); in place where no gradient is needed (inference: no new
+def _add_difference(grouped, difference, coefficient):
+    """``output + λ (V_0 − V)``, both laid out by `_aligned`; in place where no gradient is needed (inference: no new
     tensor)."""
-    if isinstance(coefficient, torch.Tensor):
-        if values.dim() == 3:
-            first_values, values = _heads(first_values, output.shape[-1]), _heads(values, output.shape[-1])
-        if values.shape[1] == output.shape[2]:  # one key/value head per query head: no groups to make
-            return _AddScaledDifference.apply(output, first_values, values, coefficient)
-        grouped = grouped_heads(output, values.shape[1])
-        return _AddScaledDifference.apply(grouped, first_values, values, coefficient).flatten(2, 3)
-    grouped, difference = _aligned(output, first_values - values)
-    if torch.is_grad_enabled() and (output.requires_grad or difference.requires_grad):
-        combined = grouped.add(difference, alpha=coefficient)
-    else:
-        combined = grouped.add_(difference, alpha=coefficient)
-    return combined.flatten(2, 3) if combined.dim() == 5 else combined
+    if torch.is_grad_enabled() and (grouped.requires_grad or difference.requires_grad):
+        return grouped.add(difference, alpha=coefficient)
+    return grouped.add_(difference, alpha=coefficient)
 
 
 def _aligned(output: torch.Tensor, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """`output` (batch, queries, heads, d) and tensors shaped as V (V_0 − V, say) laid out to be combined with it: all
-    as (batch, queries, heads, d) when V is merged or has one key/value head per query head (the usual case, in the
-    fewest view operations), else the output as (batch, queries, kv heads, group, d) and the others to broadcast over
-    each group."""
+    """`output` (batch, queries, heads, d) and tensors shaped as V (V_0 and V, say) laid out to be combined with it:
+    all as (batch, queries, heads, d) when V is merged or has one key/value head per query head (the usual case, in
+    the fewest view operations), else the output as (batch, queries, kv heads, group, d) and the others to broadcast
+    over each group."""
     if tensors[0].dim() == 3:
         return output, *(tensor.unflatten(-1, output.shape[-2:]) for tensor in tensors)
     tensors = [tensor.transpose(1, 2) for tensor in tensors]
@@ -93,21 +91,15 @@ def grouped_heads(output: torch.Tensor, kv_heads: int) -> torch.Tensor:
     return output.unflatten(2, (kv_heads, output.shape[2] // kv_heads))
 
 
-def _heads(merged: torch.Tensor, head_dim: int) -> torch.Tensor:
-    """(batch, tokens, heads * head_dim) seen as (batch, heads, tokens, head_dim)."""
-    return merged.unflatten(-1, (-1, head_dim)).transpose(1, 2)
-
-
-def _without_term_into(out, combined, first_values, values, coefficient):
-    """The backend's output from the output with the term, written into `out` (laid out as the backend's output):
-    ``combined − λ V_0 + λ V``. Equal up to rounding, which is all its use needs (the backend's backward pass reads it
-    in softmax's Σ dO·O). Two kernels, straight into the kept layout, and no temporary."""
-    out, first_values, values = _aligned(out, first_values, values)
-    combined = combined.view_as(out)
+def _without_term(combined, first_values, values, coefficient):
+    """The backend's output from the output with the term, ``combined − λ V_0 + λ V``, all laid out by `_aligned` in
+    the forward pass, as the backend's output (batch, queries, heads, d). Equal up to rounding, which is all its use
+    needs (the backend's backward pass reads it in softmax's Σ dO·O). Two kernels and no temporary."""
     if isinstance(coefficient, torch.Tensor):
-        torch.addcmul(combined, first_values, coefficient, value=-1, out=out).addcmul_(values, coefficient)
+        rebuilt = torch.addcmul(combined, first_values, coefficient, value=-1).addcmul_(values, coefficient)
     else:
-        torch.sub(combined, first_values, alpha=coefficient, out=out).add_(values, alpha=coefficient)
+        rebuilt = torch.sub(combined, first_values, alpha=coefficient).add_(values, alpha=coefficient)
+    return rebuilt.flatten(2, 3) if rebuilt.dim() == 5 else rebuilt
 
 
 # Autograd nodes of one input that view or copy it: the backend's output reaches its caller through these (a
@@ -134,9 +126,9 @@ _SWAPPED: dict[tuple, tuple[str, ...]] = {}
 def rebuild_saved(result: torch.Tensor, kept: torch.Tensor, function, *arguments) -> int:
     """Drop every tensor over `kept`'s memory (in any shape and strides of it) that the operation which made `result`
     (seen through views and copies) saved for its backward pass, and have the backward pass rebuild it with
-    `function(out, *arguments)`, which writes into `out`, laid out as `kept`, what `kept` holds. The arguments are
-    taken as they are now, detached (a learnable coefficient is the forward pass's own copy, which an optimizer step
-    does not change). Returns how many saved tensors were swapped.
+    `function(*arguments)`, which returns what `kept` holds, in its shape (best in its layout too, else it is copied
+    into it). The arguments are taken as they are now, detached (a learnable coefficient is the forward pass's own
+    copy, which an optimizer step does not change). Returns how many saved tensors were swapped.
 
     The swap is a pair of hooks on that one saved tensor (`register_hooks`), called once when it is set and once per
     backward pass that reads it: Python runs for it alone, not for everything the backend saves. Where the tensor
@@ -148,11 +140,11 @@ def rebuild_saved(result: torch.Tensor, kept: torch.Tensor, function, *arguments
     if node is None:
         return 0
     key = (type(node), function)
-    found = _swap_saved(node, _SWAPPED[key], kept, function, arguments) if key in _SWAPPED else []
+    found = _swap_saved(node, _SWAPPED.get(key, ()), kept, function, arguments)
     if not found:  # the first call, or one whose backend saved it elsewhere: every tensor the node saves
         found = _swap_saved(node, _saved_names(node), kept, function, arguments)
-    if found:  # the next call of this node class and rebuild looks there first
-        _SWAPPED[key] = tuple(found)
+        if found:  # the next call of this node class and rebuild looks there first
+            _SWAPPED[key] = tuple(found)
     return len(found)
 
 
@@ -165,64 +157,60 @@ def _saved_names(node) -> tuple[str, ...]:
 
 def _swap_saved(node, names, kept, function, arguments) -> list[str]:
     """Swap the tensors of `node` named `names` that lie over `kept`'s memory for its rebuild; the names swapped."""
-    address, numel, dtype, frozen, swapped = kept.data_ptr(), kept.numel(), kept.dtype, None, []
+    address, frozen, swapped = kept.data_ptr(), None, []
     for name in names:
         position = int(name) if name.isdigit() else None
         tensor = getattr(node, "_saved_" + name) if position is None else node.saved_tensors[position]
         if not isinstance(tensor, torch.Tensor) or tensor.data_ptr() != address:
             continue
-        if tensor.numel() != numel or tensor.dtype != dtype:
+        if tensor.numel() != kept.numel() or tensor.dtype != kept.dtype:
             continue
         frozen = frozen or [a.detach() if isinstance(a, torch.Tensor) else a for a in arguments]
-        rebuild = _Rebuild(function, frozen, kept, tensor)
+        # what to call, the kept layout, and the saved tensor's view of it: no reference to either tensor
+        view = (tensor.size(), tensor.stride(), tensor.storage_offset() - kept.storage_offset())
+        recipe = (function, frozen, kept.stride(), kept.dtype, view)
         raw = getattr(node, "_raw_saved_" + name) if position is None else node._raw_saved_tensors[position]
         try:
-            raw.register_hooks(lambda _, rebuild=rebuild: rebuild, _rebuilt)
+            raw.register_hooks(lambda _, recipe=recipe: recipe, _rebuilt)
         except RuntimeError:  # hooks of a surrounding `saved_tensors_hooks` context have it already
             continue
         swapped.append(name)
     return swapped
 
 
-def _rebuilt(rebuild) -> torch.Tensor:
-    """The unpack hook of a swapped saved tensor: rebuilt, without a graph. Its arguments are detached, so that needs
-    no `torch.no_grad()` context (which would cost more Python calls than the rebuild itself)."""
-    return rebuild()
+def _rebuilt(recipe) -> torch.Tensor:
+    """The unpack hook of a swapped saved tensor: rebuilt, without a graph, and seen as it was saved. Its arguments
+    are detached, so that needs no `torch.no_grad()` context (which would cost more Python calls than the rebuild)."""
+    function, arguments, stride, dtype, (size, saved_stride, offset) = recipe
+    rebuilt = function(*arguments)
+    if rebuilt.dtype != dtype or not _same_layout(rebuilt, stride):  # copied into the kept layout
+        rebuilt = torch.empty_strided(rebuilt.shape, stride, dtype=dtype, device=rebuilt.device).copy_(rebuilt)
+    return rebuilt.as_strided(size, saved_stride, rebuilt.storage_offset() + offset)
 
 
-class _Rebuild:
-    """`function(out, *arguments)` written into memory laid out as `kept`, seen as `saved` (a view of it)."""
-
-    def __init__(self, function, arguments, kept, saved):
-        self.function, self.arguments = function, arguments
-        self.layout = (kept.size(), kept.stride(), kept.dtype, kept.device)
-        self.view = (saved.size(), saved.stride(), saved.storage_offset() - kept.storage_offset())
-
-    def __call__(self):
-        size, stride, dtype, device = self.layout
-        fresh = torch.empty_strided(size, stride, dtype=dtype, device=device)
-        self.function(fresh, *self.arguments)
-        return fresh.as_strided(*self.view)
+def _same_layout(tensor: torch.Tensor, stride: tuple[int, ...]) -> bool:
+    """Whether `tensor` lies in memory as a tensor of its shape with strides `stride` (a dimension of size 1 may have
+    any stride)."""
+    own = tensor.stride()
+    return own == stride or all(a == b or size == 1 for a, b, size in zip(own, stride, tensor.shape))
 
 
 class _AddScaledDifference(torch.autograd.Function):
-    """``output + λ (V_0 − V_ℓ)`` for a learnable λ, output as (batch, queries, heads, head_dim) or, under
-    grouped-query attention, grouped as (batch, queries, kv heads, group, head_dim), and V_0, V_ℓ as (batch, kv heads,
-    queries, head_dim). Autograd would keep V_0 − V_ℓ for λ's gradient; this keeps V_0 and V_ℓ, which attention keeps
-    anyway, and recomputes the difference in the backward pass, in as few kernels as the fixed-λ term plus λ's own
-    gradient."""
+    """``output + λ (V_0 − V_ℓ)`` for a learnable λ, all three laid out by `_aligned`: the output as (batch, queries,
+    heads, head_dim) or, under grouped-query attention, grouped as (batch, queries, kv heads, group, head_dim), V_0 and
+    V_ℓ to broadcast over it. Autograd would keep V_0 − V_ℓ for λ's gradient; this keeps V_0 and V_ℓ, which attention
+    keeps anyway, and recomputes the difference in the backward pass, in as few kernels as the fixed-λ term plus λ's
+    own gradient."""
 
     @staticmethod
     def forward(ctx, output, first, value, coefficient):
         ctx.save_for_backward(first, value, coefficient)
-        difference = (first - value).transpose(1, 2)
-        return torch.addcmul(output, difference if output.dim() == 4 else difference.unsqueeze(3), coefficient)
+        return torch.addcmul(output, first - value, coefficient)
 
     @staticmethod
     def backward(ctx, grad):
         first, value, coefficient = ctx.saved_tensors
-        # (batch, kv heads, queries, head_dim): grouped, the query heads of each kv head summed
-        grad_heads = (grad if grad.dim() == 4 else grad.sum(3)).transpose(1, 2)
+        grad_heads = grad if grad.dim() == 4 else grad.sum(3, keepdim=True)  # grouped: each kv head's query heads
         grad_first = grad_heads * coefficient
         grad_coefficient = None
         if ctx.needs_input_grad[3]:

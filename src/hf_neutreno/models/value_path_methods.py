@@ -26,14 +26,14 @@ def exclusive(run, context, value, strength):
     result, removed = Exclusive.apply(grouped, own, strength)
     if context.recompute_saved and may_recompute_saved():  # the backend's saved output, from the result
         scale = 1.0 if isinstance(strength, torch.Tensor) else strength
-        rebuild_saved(output, output, _with_own_component_into, result, removed, own, scale)
+        rebuild_saved(output, output, _with_own_component, result, removed, own, scale)
     return result.flatten(2, 3), *rest
 
 
-def _with_own_component_into(out, result, removed, own, scale):
-    """The backend's output y from XSA's z = y − scale · removed · v, written into `out`: one kernel. Equal up to
-    rounding, which is all its use needs (the backend's backward pass reads it in softmax's Σ dO·O)."""
-    torch.addcmul(result, removed, own, value=scale, out=grouped_heads(out, own.shape[2]))
+def _with_own_component(result, removed, own, scale):
+    """The backend's output y from XSA's z = y − scale · removed · v, as (batch, queries, heads, d): one kernel. Equal
+    up to rounding, which is all its use needs (the backend's backward pass reads it in softmax's Σ dO·O)."""
+    return torch.addcmul(result, removed, own, value=scale).flatten(2, 3)
 
 
 class Exclusive(torch.autograd.Function):
@@ -193,12 +193,8 @@ def attend_over_mix(run, context, mixed, value, first, coefficient):
     the context allows it) instead of kept."""
     result = run(mixed)
     if context.recompute_saved and may_recompute_saved():
-        rebuild_saved(result[0], mixed, lerp_into, value, first, coefficient)
+        rebuild_saved(result[0], mixed, torch.lerp, value, first, coefficient)
     return result
-
-
-def lerp_into(out, value, first, coefficient):
-    torch.lerp(value, first, coefficient, out=out)
 
 
 class OneGroup:
