@@ -4,6 +4,7 @@
     python -m experiments all --docs docs             # the papers' budgets (reproduce.py's `full`), bf16: days
     python -m experiments all --budget gpu --docs docs   # the GPU tier: ~40 min, one H100
     python -m experiments all --budget gpu --smoke      # its code path on a CPU: minutes
+    python -m experiments all --budget gpu --speed-only --time-limit 540 --docs docs   # a GPU for 10 minutes
     python -m experiments all --render --out experiments/benchmarks/results --docs docs   # only re-render the pages
 
 Speed and memory (`bench_vit.py`, `bench_eigen_vit.py`, `bench_gpt.py`, `bench_diagnostics.py`,
@@ -12,7 +13,9 @@ theirs into --out/reproduce (the GPU tier's default: experiments/evidence/result
 `benchmarks.md` (speed and memory, rendered by `speed_page.py` from the JSON, each table with its machine and
 command, each ratio checked against its target) and `results.md` (the reproductions, rendered by `reproduce.py`) are
 written there.
-A hand-written `notes.md` in --out is included in `benchmarks.md` as the reading of those numbers.
+A hand-written `notes.md` in --out is included in `benchmarks.md` as the reading of those numbers. `--time-limit`
+stops a run after so many seconds (a GPU for a few minutes): the benchmarks run most wanted first (`BENCHMARKS`), and
+those not measured in time keep the tables --out held.
 
 The GPU tier (`--budget gpu`) writes into experiments/benchmarks/results/gpu (its reproductions into
 experiments/evidence/results/reproduce-gpu) and, with --docs, the pages `benchmarks-gpu.md` and `results-gpu.md` (the
@@ -25,7 +28,9 @@ and page) on a CPU with toy models, steps and batches: a check of the code, not 
 """
 
 import argparse
+import math
 import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -38,8 +43,12 @@ EVIDENCE = Path(__file__).resolve().parent / "evidence"  # the reproductions: th
 # Each benchmark's flags per tier, split at spaces. quick: every table at a size 2 CPU cores run in a few minutes.
 # full: bf16 at the scripts' GPU batch sizes. gpu: bf16 at batch sizes that keep an H100 busy (the ViTs' 197 and 577
 # tokens fill it at 256 images; the NeuTRENO term is per token, so the ratios need no larger batch). gpu-smoke: the
-# gpu tier's tables on a CPU with toy sizes (`--smoke`).
+# gpu tier's tables on a CPU with toy sizes (`--smoke`). They run in this order, so that a run cut short by
+# `--time-limit` (a GPU for a few minutes) has the GPU tier's most wanted first: the profile, the ViT table (eager and
+# compiled), the value paths (the gate's memory), the GPT tables (eager and compiled), then the rest.
 BENCHMARKS = {
+    # The GPU tier's profile of a training step, eager, compiled and replayed as CUDA graphs (`profile_gpu.py`).
+    "profile": ("profile-gpu", {"gpu": "--rounds 15 --cuda-graphs", "gpu-smoke": "--smoke"}),
     "vit": (
         "bench-vit",
         {
@@ -50,13 +59,14 @@ BENCHMARKS = {
             "gpu-smoke": "--dtype bf16 --image-sizes 32 --batch-size 2 --rounds 1",
         },
     ),
-    "eigen_vit": (
-        "bench-eigen-vit",
+    # The issue's setting is a CPU one (GPT-2-small and ViT-tiny shapes): one thread and the process's CPU time.
+    "value_path": (
+        "bench-value-path",
         {
-            "quick": "--quick --rounds 3",
-            "full": "--dtype bf16",
-            "gpu": "--dtype bf16 --batch-size 256 --rounds 20",
-            "gpu-smoke": "--dtype bf16 --preset vit-tiny --batch-size 2 --rounds 1",
+            "quick": "--quick --threads 1 --clock cpu --context 64 --rounds 3",
+            "full": "--threads 1 --clock cpu",
+            "gpu": "--dtype bf16 --batch-size 32 --rounds 20",
+            "gpu-smoke": "--dtype bf16 --batch-size 1 --context 16 --vocab-size 512 --image-size 32 --rounds 1",
         },
     ),
     "gpt": (
@@ -71,13 +81,22 @@ BENCHMARKS = {
             ),
         },
     ),
-    "diagnostics": (
-        "bench-diagnostics",
+    "generation": (
+        "bench-generation",
         {
-            "quick": "--quick",
-            "full": "",
-            "gpu": "--dtype bf16 --batch-size 125",
-            "gpu-smoke": "--dtype bf16 --sizes 4 8 --batch-size 4 --image-size 32 --repeats 1 --modes inference hidden",
+            "quick": "--quick --threads 1 --clock cpu --num-hidden-layers 4 --rounds 5",
+            "full": "--threads 1 --clock cpu",
+            "gpu": "--dtype bf16 --rounds 30",
+            "gpu-smoke": "--dtype bf16 --contexts 8 16 --vocab-size 512 --rounds 1",
+        },
+    ),
+    "eigen_vit": (
+        "bench-eigen-vit",
+        {
+            "quick": "--quick --rounds 3",
+            "full": "--dtype bf16",
+            "gpu": "--dtype bf16 --batch-size 256 --rounds 20",
+            "gpu-smoke": "--dtype bf16 --preset vit-tiny --batch-size 2 --rounds 1",
         },
     ),
     # The issue's setting is a CPU one (512 px, batch 2): one thread and the process's CPU time at both sizes.
@@ -90,29 +109,19 @@ BENCHMARKS = {
             "gpu-smoke": "--dtype bf16 --quick --batch-size 1 --rounds 1",
         },
     ),
+    "diagnostics": (
+        "bench-diagnostics",
+        {
+            "quick": "--quick",
+            "full": "",
+            "gpu": "--dtype bf16 --batch-size 125",
+            "gpu-smoke": "--dtype bf16 --sizes 4 8 --batch-size 4 --image-size 32 --repeats 1 --modes inference hidden",
+        },
+    ),
     # Exact on every CPU, so one count serves every tier that runs on a CPU.
     "op_counts": ("count-ops", {"quick": "", "full": ""}),
     # Host time at the counts' toy shape, one thread: a CPU measurement in every tier that runs on a CPU.
     "host_time": ("host-time", {"quick": "--rounds 8", "full": "--rounds 200"}),
-    "generation": (
-        "bench-generation",
-        {
-            "quick": "--quick --threads 1 --clock cpu --num-hidden-layers 4 --rounds 5",
-            "full": "--threads 1 --clock cpu",
-            "gpu": "--dtype bf16 --rounds 30",
-            "gpu-smoke": "--dtype bf16 --contexts 8 16 --vocab-size 512 --rounds 1",
-        },
-    ),
-    # The issue's setting is a CPU one (GPT-2-small and ViT-tiny shapes): one thread and the process's CPU time.
-    "value_path": (
-        "bench-value-path",
-        {
-            "quick": "--quick --threads 1 --clock cpu --context 64 --rounds 3",
-            "full": "--threads 1 --clock cpu",
-            "gpu": "--dtype bf16 --batch-size 32 --rounds 20",
-            "gpu-smoke": "--dtype bf16 --batch-size 1 --context 16 --vocab-size 512 --image-size 32 --rounds 1",
-        },
-    ),
 }
 # reproduce.py per tier: its budget and flags (`--workers`: below).
 REPRODUCE = {
@@ -129,13 +138,30 @@ REPRODUCE = {
 }
 
 
-def run(command: list[str]) -> None:
-    """Runs `python -m experiments COMMAND ARGS` (`command`: [COMMAND, *ARGS]) in a new process."""
+MIN_SECONDS_LEFT = 30  # with --time-limit, a step that would find less time left is skipped
+
+
+def run(command: list[str], timeout: float | None = None) -> bool:
+    """Runs `python -m experiments COMMAND ARGS` (`command`: [COMMAND, *ARGS]) in a new process; after `timeout`
+    seconds it is stopped, with every process it started (torch.compile's workers), and False returned."""
     arguments, environment = in_new_process(*command)
     print("+ " + " ".join(arguments), flush=True)
     start = time.perf_counter()
-    subprocess.run(arguments, check=True, env=environment)
+    process = subprocess.Popen(arguments, env=environment, start_new_session=True)
+    try:
+        code = process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        print(f"  stopped at the time limit, after {time.perf_counter() - start:.0f} s", flush=True)
+        return False
+    except BaseException:  # Ctrl-C: the benchmark stops too
+        os.killpg(process.pid, signal.SIGKILL)
+        raise
+    if code:
+        raise subprocess.CalledProcessError(code, arguments)
     print(f"  ({time.perf_counter() - start:.0f} s)", flush=True)
+    return True
 
 
 SMOKE_NOTE = (
@@ -153,13 +179,28 @@ def run_everything(args) -> None:
             folder.mkdir(parents=True, exist_ok=True)
             (folder / "notes.md").write_text(SMOKE_NOTE + "\n")
     start = time.perf_counter()
+    deadline = None if args.time_limit is None else start + args.time_limit
+    missing = []  # the benchmarks that found too little time left, or were stopped at the limit
     for name, (command, flags) in BENCHMARKS.items():
         if args.tier not in flags:
+            continue
+        left = None if deadline is None else deadline - time.perf_counter()
+        if left is not None and left < MIN_SECONDS_LEFT:
+            print(
+                f"- {command}: skipped, {int(max(left, 0))} s of the time limit left (a step needs {MIN_SECONDS_LEFT})",
+                flush=True,
+            )
+            missing.append(command)
             continue
         extra = ["--data-dir", args.data] if name == "diagnostics" and args.data else []
         if args.smoke:  # two layers: the NeuTRENO term (layers 1 on) runs, at a fraction of the models' cost
             extra += ["--num-hidden-layers", "2"]
-        run([command, *flags[args.tier].split(), *extra, "--out", str(out / f"{name}.json")])
+        if not run([command, *flags[args.tier].split(), *extra, "--out", str(out / f"{name}.json")], left):
+            missing.append(command)
+    if missing:
+        print(f"\nNot measured in the time limit: {', '.join(missing)}. Their tables keep what --out held.")
+    if args.speed_only:
+        return
     reproduce = [
         "reproduce",
         *REPRODUCE[args.tier].split(),
@@ -169,7 +210,11 @@ def run_everything(args) -> None:
         str(args.workers),
     ] + (["--data", args.data] if args.data else [])
     page = PAGES.get(args.budget, DEFAULT_PAGES)[1]
-    run(reproduce + (["--docs", str(Path(args.docs) / page)] if args.docs else []))
+    left = None if deadline is None else deadline - time.perf_counter()
+    if left is not None and left < MIN_SECONDS_LEFT:
+        print(f"- reproduce: skipped, {int(max(left, 0))} s of the time limit left (rerun to resume it)", flush=True)
+    elif not run(reproduce + (["--docs", str(Path(args.docs) / page)] if args.docs else []), left):
+        print("  reproduce resumes from its finished units when rerun", flush=True)
     print(f"\nEverything ran in {(time.perf_counter() - start) / 60:.1f} min.")
 
 
@@ -211,7 +256,27 @@ def main(argv=None) -> None:
         help="reproduce.py's parallel training processes (default 2; gpu: 4 on the one GPU; smoke: 1)",
     )
     parser.add_argument("--render", action="store_true", help="only render the speed-and-memory page from --out")
+    parser.add_argument(
+        "--speed-only",
+        action="store_true",
+        help="only the speed-and-memory benchmarks and their page: no reproductions",
+    )
+    parser.add_argument(
+        "--time-limit",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="stop after this many seconds: each step is stopped at the time left (a benchmark's JSON is written when "
+        f"it ends; the profile writes each shape as it ends) and a step that finds under {MIN_SECONDS_LEFT} s left "
+        "is skipped; the log names both",
+    )
     args = parser.parse_args(argv)
+    if args.time_limit is not None and not 0 < args.time_limit < math.inf:
+        parser.error(f"--time-limit must be a finite number of seconds > 0, got {args.time_limit}")
+    if args.render and (args.speed_only or args.time_limit is not None):
+        parser.error(
+            "--render only renders the page from --out: it runs nothing, so --speed-only and --time-limit do not apply"
+        )
     if args.smoke and args.budget != "gpu":
         parser.error(f"--smoke scales down the GPU tier: use it with --budget gpu, not --budget {args.budget}")
     args.tier = f"{args.budget}-smoke" if args.smoke else args.budget

@@ -121,12 +121,117 @@ def _run_in_this_process(monkeypatch):
 
     from experiments.__main__ import main
 
-    def run(command: list[str]) -> None:
+    def run(command: list[str], timeout=None) -> bool:
         with monkeypatch.context() as patch:
             patch.setattr(sys, "argv", [sys.argv[0]])  # the command line's program name, restored after it
             main(command)
+        return True
 
     monkeypatch.setattr(run_all, "run", run)
+
+
+def test_the_profile_section_names_the_added_kernels_or_says_why_there_are_none(tmp_path):
+    shape = {"shape": "deit-tiny", "native kernels per step": 500.0, "neutreno kernels per step": 588.0}
+    added = [{"kernel": "add_kernel", "calls": 66.0, "µs": 700.0}]
+    data = {"machine": MACHINE, "shapes": [shape | {"added kernels": added}]}
+    (tmp_path / "profile.json").write_text(json.dumps(data))
+    text = "\n".join(speed_page.profile_section(tmp_path / "profile.json"))
+    assert "| add_kernel | 66.000 | 700.0 |" in text and "device CPU: test" in text
+    for native, line in (
+        (500.0, "NeuTRENO launches the native model's kernels (deit-tiny)."),
+        (0, "No CUDA kernels were profiled (deit-tiny): the run had no GPU."),
+    ):
+        data["shapes"] = [shape | {"native kernels per step": native, "added kernels": []}]
+        (tmp_path / "profile.json").write_text(json.dumps(data))
+        assert line in speed_page.profile_section(tmp_path / "profile.json")
+
+
+def test_time_limit_runs_the_benchmarks_most_wanted_first_and_skips_what_no_longer_fits(monkeypatch, capsys, tmp_path):
+    """`--time-limit`: each step gets the time left, a step that would find too little is skipped, and the log names
+    it; `--speed-only` runs no reproduction. Time is simulated: each step takes 40 s."""
+    clock, calls = [1000.0], []
+
+    def run(command, timeout=None):
+        calls.append((command[0], timeout))
+        clock[0] += 40
+        return command[0] != "bench-vit"  # the ViT table is stopped at its limit
+
+    monkeypatch.setattr(run_all, "run", run)
+    monkeypatch.setattr(run_all.time, "perf_counter", lambda: clock[0])
+    run_all.main(["--budget", "gpu", "--speed-only", "--time-limit", "140", "--out", str(tmp_path)])
+    assert calls == [("profile-gpu", 140.0), ("bench-vit", 100.0), ("bench-value-path", 60.0)]
+    log = capsys.readouterr().out
+    assert "- bench-gpt: skipped, 20 s of the time limit left (a step needs 30)" in log
+    assert "- bench-generation: skipped, 20 s of the time limit left (a step needs 30)" in log
+    assert "Not measured in the time limit: bench-vit, bench-gpt, bench-generation, bench-eigen-vit" in log
+    assert "reproduce" not in log
+
+
+def test_time_limit_gives_the_reproductions_the_time_the_benchmarks_left(monkeypatch, tmp_path):
+    clock, calls = [0.0], []
+
+    def run(command, timeout=None):
+        calls.append((command[0], timeout))
+        clock[0] += 40
+        return True
+
+    monkeypatch.setattr(run_all, "run", run)
+    monkeypatch.setattr(run_all.time, "perf_counter", lambda: clock[0])
+    run_all.main(["--budget", "gpu", "--time-limit", "1000", "--out", str(tmp_path)])
+    benchmarks = [command for command, flags in run_all.BENCHMARKS.values() if "gpu" in flags]
+    assert [command for command, _ in calls] == [*benchmarks, "reproduce"]
+    assert calls[-1] == ("reproduce", 1000.0 - 40 * len(benchmarks))
+
+
+def test_time_limit_needs_a_positive_number_of_seconds_and_a_run(capsys, tmp_path):
+    for argv, message in (
+        (["--time-limit", "0"], "--time-limit must be a finite number of seconds > 0, got 0.0"),
+        (["--time-limit", "nan"], "--time-limit must be a finite number of seconds > 0, got nan"),
+        (["--time-limit", "inf"], "--time-limit must be a finite number of seconds > 0, got inf"),
+        (["--render", "--time-limit", "60"], "--render only renders the page from --out"),
+    ):
+        with pytest.raises(SystemExit):
+            run_all.main(["--out", str(tmp_path / "out"), *argv])
+        assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()  # nothing written before the arguments are checked
+
+
+def test_a_step_stopped_at_its_time_limit_takes_the_processes_it_started_with_it(monkeypatch, tmp_path):
+    import os
+    import sys
+    import time
+
+    pid_file = tmp_path / "child"
+    # the step starts a process of its own (as torch.compile's workers are) and both would sleep for a minute
+    script = (
+        "import subprocess, sys, time; "
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+        f"open({str(pid_file)!r}, 'w').write(str(child.pid)); time.sleep(60)"
+    )
+    monkeypatch.setattr(run_all, "in_new_process", lambda *command: ([sys.executable, "-c", script], dict(os.environ)))
+    start = time.perf_counter()
+    assert run_all.run(["a-step"], timeout=3) is False
+    assert time.perf_counter() - start < 30
+    child = int(pid_file.read_text())
+    for _ in range(50):  # killed; its parent is gone, so init reaps it soon
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"process {child}, started by the stopped step, still runs")
+
+
+def test_a_step_that_fails_fails_the_run(monkeypatch):
+    import os
+    import subprocess
+    import sys
+
+    failing = [sys.executable, "-c", "raise SystemExit(3)"]
+    monkeypatch.setattr(run_all, "in_new_process", lambda *command: (failing, dict(os.environ)))
+    with pytest.raises(subprocess.CalledProcessError):
+        run_all.run(["a-step"], timeout=60)
 
 
 @pytest.mark.slow
@@ -150,6 +255,7 @@ def test_gpu_tier_smoke_writes_both_pages_naming_the_device(tmp_path, data_dir, 
             continue  # a CPU-only table (the exact kernel counts)
         section = speed.split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
         assert "|---|" in section and f"device {device}" in section, heading
+    assert "## Where the time goes: a profiled training step (`profile_gpu.py`, profile.json)" in speed
     results = " ".join((docs / "results-gpu.md").read_text().split())  # prose lines are broken at 120 characters
     assert (docs / "results-gpu-log.md").is_file()  # its commands
     assert results.startswith("# Reproductions on a GPU") and "Training in bf16 autocast".lower() in results.lower()

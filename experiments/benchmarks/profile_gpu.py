@@ -30,11 +30,11 @@ from .common import adamw_step, interleaved_times, machine, medians
 def models_and_inputs(shape: str, args, device):
     if shape == "deit-tiny":
         names = ("native", "neutreno")
-        models = {name: build_vit(name, args.image_size, "sdpa", device, args.layers) for name in names}
+        models = {name: build_vit(name, args.image_size, "sdpa", device, args.num_hidden_layers) for name in names}
         pixels = torch.randn(args.vit_batch, 3, args.image_size, args.image_size, device=device)
         labels = torch.randint(0, 1000, (args.vit_batch,), device=device)
         return models, {"pixel_values": pixels, "labels": labels}, args.vit_batch
-    models = build_pair("paper", 0.4, "sdpa", device, args.context, args.layers)
+    models = build_pair("paper", 0.4, "sdpa", device, args.context, args.num_hidden_layers)
     ids = zipf_ids(models["native"].config.vocab_size, (args.gpt_batch, args.context), device)
     return models, {"input_ids": ids, "labels": ids, "use_cache": False}, args.gpt_batch * args.context
 
@@ -155,7 +155,7 @@ def main(argv=None) -> None:
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--gpt-batch", type=int, default=32)
     parser.add_argument("--context", type=int, default=256)
-    parser.add_argument("--layers", type=int, default=None, help="depth (default: the shape's)")
+    parser.add_argument("--num-hidden-layers", type=int, default=None, help="depth (default: the shape's)")
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--profile-steps", type=int, default=5)
     parser.add_argument("--no-compile", dest="compile", action="store_false")
@@ -170,7 +170,7 @@ def main(argv=None) -> None:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dtype = torch.bfloat16
     if args.smoke:
-        args.vit_batch, args.image_size, args.gpt_batch, args.context, args.layers = 2, 32, 1, 16, 2
+        args.vit_batch, args.image_size, args.gpt_batch, args.context, args.num_hidden_layers = 2, 32, 1, 16, 2
         args.rounds, args.profile_steps, args.compile = 2, 1, False
     torch.manual_seed(0)
     results = {"machine": machine(), "dtype": "bf16", "attn": "sdpa", "shapes": []}

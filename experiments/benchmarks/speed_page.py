@@ -328,6 +328,8 @@ def render(out: Path, docs: Path, budget: str = "full") -> str:
         "python -m experiments all --docs docs   # the full size (GPU, bf16) and these pages",
         "# the GPU tier (~40 min on one H100): benchmarks-gpu.md and results-gpu.md",
         "python -m experiments all --budget gpu --docs docs",
+        "# its speed page alone, most wanted first, stopped after 9 minutes (a GPU for a few minutes)",
+        "python -m experiments all --budget gpu --speed-only --time-limit 540 --docs docs",
         "```",
         "",
         "Each benchmark also runs alone, as `python -m experiments bench-vit` and the other commands that `python -m "
@@ -381,5 +383,10 @@ def profile_section(path: Path) -> list[str]:
             {"kernel": row["kernel"][:90], "calls per step": row["calls"], "µs per step": row["µs"]}
             for row in shape["added kernels"][:6]
         ]
-        lines += [f"The kernels that change most, NeuTRENO − native ({shape['shape']}):", "", *table(added), ""]
+        if added:
+            lines += [f"The kernels that change most, NeuTRENO − native ({shape['shape']}):", "", *table(added), ""]
+        elif shape.get("native kernels per step"):
+            lines += [f"NeuTRENO launches the native model's kernels ({shape['shape']}).", ""]
+        else:  # a run on a CPU profiles no CUDA kernels
+            lines += [f"No CUDA kernels were profiled ({shape['shape']}): the run had no GPU.", ""]
     return lines
