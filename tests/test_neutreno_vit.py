@@ -140,6 +140,25 @@ def test_sdpa_training_rebuilds_the_backends_output_and_keeps_the_gradients(chec
         torch.testing.assert_close(ours[name], param.grad, atol=1e-5, rtol=1e-4, msg=name)
 
 
+def test_an_output_projection_input_changed_in_place_is_an_error_not_a_wrong_gradient():
+    """With a frozen output projection nothing saves its input, so autograd lets activation patching edit it in place;
+    the rebuild of SDPA's output reads that input, so the edit must stop the backward pass rather than change the
+    gradients. Without the edit the same step runs."""
+    model = tiny_model(neutreno_lambda=0.6).train()
+    model.set_attn_implementation("sdpa")
+    for layer in model.vit.layers:
+        layer.attention.o_proj.requires_grad_(False)
+    model(pixels()).logits.square().sum().backward()
+
+    def patch(module, args):
+        args[0].add_(1.0)
+
+    handle = model.vit.layers[1].attention.o_proj.register_forward_pre_hook(patch)
+    with pytest.raises(RuntimeError, match="modified in place after the forward pass"):
+        model(pixels()).logits.square().sum().backward()
+    handle.remove()
+
+
 def test_bf16_autocast_training_step_matches_fp32():
     model = tiny_model(neutreno_lambda=0.6).train()
     x = pixels()

@@ -82,6 +82,19 @@ def test_a_retained_graph_rebuilds_it_for_each_backward_pass(operation):
 
 
 @pytest.mark.parametrize("operation", OPERATIONS)
+def test_an_argument_changed_in_place_after_the_forward_pass_is_an_error_not_a_wrong_gradient(operation):
+    """The recipe's argument doubled in place before the backward pass would rebuild 2 exp(x) and double the gradient
+    silently; it is an error instead, as autograd's own for a saved tensor changed in place."""
+    x = torch.randn(6, dtype=torch.float64, requires_grad=True)
+    saved = OPERATIONS[operation](x)
+    kept = saved.detach().clone()  # what the rebuild reads: a tensor that nothing else saved
+    assert rebuild_saved(saved, saved, torch.clone, kept) == 1
+    kept.mul_(2)
+    with pytest.raises(RuntimeError, match=r"modified in place after the forward pass: it is at version 1, saved at 0"):
+        saved.sum().backward()
+
+
+@pytest.mark.parametrize("operation", OPERATIONS)
 def test_second_order_gradients_through_a_rebuilt_tensor_keep_its_graph(operation):
     """With `create_graph=True` the backward pass is differentiated again: the rebuilt tensor is made without a graph,
     and autograd gives it back the saved tensor's own (its grad_fn), so d/dx of the gradient g·exp(x) is still

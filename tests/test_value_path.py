@@ -287,6 +287,47 @@ def _grads(model) -> dict[str, torch.Tensor]:
     return {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
 
 
+@pytest.mark.parametrize(
+    "method, learnable",
+    [("neutreno", False), ("neutreno", True), ("value_residual", False), ("value_residual", True), ("xsa", False)],
+)
+@pytest.mark.parametrize("name", ["llama", "gpt2"])
+def test_an_output_projection_input_changed_in_place_gives_an_error_or_the_right_gradients(name, method, learnable):
+    """Activation patching edits a layer's tensors in place, which autograd allows where nothing saved them, as with a
+    frozen output projection's input. Where the adapter rebuilds the backend's saved output from that input, the
+    rebuild would read the edited tensor: that must be an error, never gradients other than those of the same step
+    with the backend keeping its own copies (an identity `saved_tensors_hooks` context, which leaves saved tensors
+    alone)."""
+    model = tiny_model(name).train()
+    _sharpen(model)
+    apply_value_path(model, method, 0.3, learnable=learnable)
+    projections = [layer.attn.c_proj if name == "gpt2" else layer.self_attn.o_proj for layer in _layers(model)]
+    for projection in projections:
+        projection.requires_grad_(False)
+
+    def patch(module, args):
+        args[0].mul_(1.5)
+
+    for projection in projections[1:]:  # layer 0's input is the backend's own output, which autograd guards itself
+        projection.register_forward_pre_hook(patch)
+    input_ids = tiny_inputs(name)["input_ids"]
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+        model(input_ids).logits.square().mean().backward()
+    expected = _grads(model)
+    model.zero_grad()
+    try:
+        model(input_ids).logits.square().mean().backward()
+    except RuntimeError as error:
+        assert "modified in place" in str(error) or "modified by an inplace operation" in str(error)
+        return
+    for key, grad in _grads(model).items():
+        torch.testing.assert_close(grad, expected[key], rtol=1e-5, atol=1e-7, msg=key)
+
+
+def _layers(model):
+    return model.transformer.h if hasattr(model, "transformer") else model.model.layers
+
+
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("name", ["llama", "gpt2", "bert", "vit"])
 def test_gradient_checkpointing_gives_the_same_gradients(name, method):

@@ -128,7 +128,8 @@ def rebuild_saved(result: torch.Tensor, kept: torch.Tensor, function, *arguments
     (seen through views and copies) saved for its backward pass, and have the backward pass rebuild it with
     `function(*arguments)`, which returns what `kept` holds, in its shape (best in its layout too, else it is copied
     into it). The arguments are taken as they are now, detached (a learnable coefficient is the forward pass's own
-    copy, which an optimizer step does not change). Returns how many saved tensors were swapped.
+    copy, which an optimizer step does not change); one changed in place before the backward pass reads it is an
+    error there. Returns how many saved tensors were swapped.
 
     The swap is a pair of hooks on that one saved tensor (`register_hooks`), called once when it is set and once per
     backward pass that reads it: Python runs for it alone, not for everything the backend saves. Where the tensor
@@ -157,7 +158,7 @@ def _saved_names(node) -> tuple[str, ...]:
 
 def _swap_saved(node, names, kept, function, arguments) -> list[str]:
     """Swap the tensors of `node` named `names` that lie over `kept`'s memory for its rebuild; the names swapped."""
-    address, frozen, swapped = kept.data_ptr(), None, []
+    address, frozen, versions, swapped = kept.data_ptr(), None, None, []
     for name in names:
         position = int(name) if name.isdigit() else None
         tensor = getattr(node, "_saved_" + name) if position is None else node.saved_tensors[position]
@@ -165,10 +166,12 @@ def _swap_saved(node, names, kept, function, arguments) -> list[str]:
             continue
         if tensor.numel() != kept.numel() or tensor.dtype != kept.dtype:
             continue
-        frozen = frozen or [a.detach() if isinstance(a, torch.Tensor) else a for a in arguments]
+        if frozen is None:
+            frozen = [a.detach() if isinstance(a, torch.Tensor) else a for a in arguments]
+            versions = [a._version if isinstance(a, torch.Tensor) else None for a in frozen]
         # what to call, the kept layout, and the saved tensor's view of it: no reference to either tensor
         view = (tensor.size(), tensor.stride(), tensor.storage_offset() - kept.storage_offset())
-        recipe = (function, frozen, kept.stride(), kept.dtype, view)
+        recipe = (function, frozen, versions, kept.stride(), kept.dtype, view)
         raw = getattr(node, "_raw_saved_" + name) if position is None else node._raw_saved_tensors[position]
         try:
             raw.register_hooks(lambda _, recipe=recipe: recipe, _rebuilt)
@@ -180,8 +183,21 @@ def _swap_saved(node, names, kept, function, arguments) -> list[str]:
 
 def _rebuilt(recipe) -> torch.Tensor:
     """The unpack hook of a swapped saved tensor: rebuilt, without a graph, and seen as it was saved. Its arguments
-    are detached, so that needs no `torch.no_grad()` context (which would cost more Python calls than the rebuild)."""
-    function, arguments, stride, dtype, (size, saved_stride, offset) = recipe
+    are detached, so that needs no `torch.no_grad()` context (which would cost more Python calls than the rebuild).
+    One of them changed in place since the forward pass (a detached tensor shares its version counter) would rebuild
+    another tensor and give wrong gradients, so that is an error, as autograd's own for a saved tensor changed in
+    place; the backend's own copy, where nothing else saves the argument, would have been right."""
+    function, arguments, versions, stride, dtype, (size, saved_stride, offset) = recipe
+    for argument, version in zip(arguments, versions):
+        if version is not None and argument._version != version:
+            raise RuntimeError(
+                f"A tensor of shape {list(argument.shape)} that the backward pass rebuilds an attention backend's "
+                f"saved output from (by {function.__name__}: the attention output as a value path changed it, V_ℓ, "
+                f"V_0 or a coefficient) was modified in place after the forward pass: it is at version "
+                f"{argument._version}, saved at {version}, so the gradients would be wrong. Modify a copy "
+                "(`.clone()`), or have the backend keep its own output: run the forward pass inside "
+                "`torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t)`."
+            )
     rebuilt = function(*arguments)
     if rebuilt.dtype != dtype or not _same_layout(rebuilt, stride):  # copied into the kept layout
         rebuilt = torch.empty_strided(rebuilt.shape, stride, dtype=dtype, device=rebuilt.device).copy_(rebuilt)
