@@ -32,7 +32,7 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, slice_logits_to_keep
 from transformers.processing_utils import Unpack
-from transformers.utils import TransformersKwargs, is_torchdynamo_compiling
+from transformers.utils import TransformersKwargs
 from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
@@ -45,6 +45,7 @@ from .neutreno_common import (
     check_built_fields,
     eager_attention_forward,
     neutreno_attention,
+    values_checkable,
 )
 
 # transformers 5.24 renamed the KV cache `past_key_values` -> `cache` (forward arguments, output fields, masks; the
@@ -339,9 +340,9 @@ def adaptive_causal_lm_loss(
 
 def check_input_ids(input_ids: torch.Tensor, vocab_size: int) -> None:
     """Token ids must lie in [0, vocab_size - 1]; the error names them (the embedding's own is "index out of range
-    in self"). Checked only on the CPU: reading a device tensor's values into Python would wait for the device at
-    every step (on a GPU the embedding kernel still stops at a bad id)."""
-    if input_ids.device.type != "cpu" or is_torchdynamo_compiling() or input_ids.numel() == 0:
+    in self"). Checked where `values_checkable`: on the CPU, not under torch.compile or torch.func (elsewhere the
+    embedding kernel still stops at a bad id)."""
+    if not values_checkable(input_ids) or input_ids.numel() == 0:
         return
     if input_ids.min() < 0 or input_ids.max() >= vocab_size:
         bad = torch.unique(input_ids[(input_ids < 0) | (input_ids >= vocab_size)]).tolist()
@@ -353,14 +354,14 @@ def check_input_ids(input_ids: torch.Tensor, vocab_size: int) -> None:
 
 def check_labels(labels: torch.Tensor, inputs: torch.Tensor, vocab_size: int) -> None:
     """Labels are next-token targets for every input position: (batch, tokens) like `input_ids` (shapes are metadata,
-    checked always), ids in the vocabulary or -100 (values, checked on the CPU only, as `check_input_ids`)."""
+    checked always), ids in the vocabulary or -100 (values, checked where `values_checkable`, as `check_input_ids`)."""
     expected = tuple(inputs.shape[:2])
     if tuple(labels.shape) != expected:
         raise ValueError(
             f"`labels` must have the shape of `input_ids`, (batch, tokens) = {expected}; got {tuple(labels.shape)}. "
             "They are shifted inside the model: pass `labels=input_ids` (or a copy with -100 where no loss is wanted)."
         )
-    if labels.device.type != "cpu" or is_torchdynamo_compiling() or labels.numel() == 0:
+    if not values_checkable(labels) or labels.numel() == 0:
         return
     outside = (labels != -100) & ((labels < 0) | (labels >= vocab_size))
     if outside.any():

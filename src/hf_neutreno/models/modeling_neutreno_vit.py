@@ -25,7 +25,7 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPooling, ImageClassifierOutput, SemanticSegmenterOutput
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.processing_utils import Unpack
-from transformers.utils import TransformersKwargs, is_torchdynamo_compiling
+from transformers.utils import TransformersKwargs
 from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
@@ -37,6 +37,7 @@ from .neutreno_common import (
     check_built_fields,
     eager_attention_forward,
     neutreno_attention,
+    values_checkable,
 )
 
 
@@ -743,7 +744,7 @@ def check_segmentation_labels(labels: torch.Tensor, pixel_values: torch.Tensor, 
         )
     if labels.dtype.is_floating_point or labels.dtype.is_complex or labels.dtype == torch.bool:
         raise ValueError(f"`labels` must hold integer class indices, got dtype {labels.dtype}.")
-    if labels.device.type != "cpu" or is_torchdynamo_compiling():
+    if not values_checkable(labels):
         return
     ignore_index, num_labels = config.semantic_loss_ignore_index, config.num_labels
     outside = (labels != ignore_index) & ((labels < 0) | (labels >= num_labels))

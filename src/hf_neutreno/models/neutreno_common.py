@@ -16,6 +16,7 @@ import torch
 from huggingface_hub.dataclasses import validated_field
 from torch import nn
 from transformers.activations import ACT2FN
+from transformers.utils import is_torchdynamo_compiling
 
 from .neutreno_term import attention_with_neutreno_term
 
@@ -39,6 +40,18 @@ class NeuTRENOLayerLambda:
         if self.layer_idx == 0 or (layers is not None and self.layer_idx not in layers):
             return 0.0
         return float(self.config.neutreno_lambda)
+
+
+def values_checkable(tensor: torch.Tensor) -> bool:
+    """Whether an input check may read `tensor`'s values into Python: only on the CPU (on a device it would wait for
+    the device at every step), not while torch.compile traces, and not under torch.func's transforms (a `vmap`ped
+    tensor has no values to read: per-sample gradients). Elsewhere the operation that uses the values still fails on
+    a bad one, with its own message."""
+    return (
+        tensor.device.type == "cpu"
+        and not is_torchdynamo_compiling()
+        and not torch._C._are_functorch_transforms_active()
+    )
 
 
 def neutreno_attention(

@@ -61,8 +61,13 @@ def attention_with_neutreno_term(
 
 
 def may_recompute_saved() -> bool:
-    """Whether a saved tensor may be swapped for a recipe: only with a backward pass, and not under torch.compile."""
-    return torch.is_grad_enabled() and not torch.compiler.is_compiling()
+    """Whether a saved tensor may be swapped for a recipe: only with a backward pass, and not under torch.compile or
+    torch.func's transforms (`grad`, `vmap`: per-sample gradients), whose tensors are wrappers without storage."""
+    return (
+        torch.is_grad_enabled()
+        and not torch.compiler.is_compiling()
+        and not torch._C._are_functorch_transforms_active()
+    )
 
 
 def _add_difference(grouped, difference, coefficient):
@@ -216,12 +221,19 @@ class _AddScaledDifference(torch.autograd.Function):
     heads, head_dim) or, under grouped-query attention, grouped as (batch, queries, kv heads, group, head_dim), V_0 and
     V_ℓ to broadcast over it. Autograd would keep V_0 − V_ℓ for λ's gradient; this keeps V_0 and V_ℓ, which attention
     keeps anyway, and recomputes the difference in the backward pass, in as few kernels as the fixed-λ term plus λ's
-    own gradient."""
+    own gradient. Written in torch.func's form (`setup_context`, a generated vmap rule), so that `torch.func.grad`
+    and `vmap` (per-sample gradients) run it as they run native operations."""
+
+    generate_vmap_rule = True
 
     @staticmethod
-    def forward(ctx, output, first, value, coefficient):
-        ctx.save_for_backward(first, value, coefficient)
+    def forward(output, first, value, coefficient):
         return torch.addcmul(output, first - value, coefficient)
+
+    @staticmethod
+    def setup_context(ctx, inputs, result):
+        _, first, value, coefficient = inputs
+        ctx.save_for_backward(first, value, coefficient)
 
     @staticmethod
     def backward(ctx, grad):

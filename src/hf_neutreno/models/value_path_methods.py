@@ -23,7 +23,7 @@ def exclusive(run, context, value, strength):
         value = value.narrow(2, context.past, output.shape[1])
     own = value.transpose(1, 2).unsqueeze(3)  # (batch, queries, kv heads, 1, d)
     grouped = grouped_heads(output, own.shape[2])  # (batch, queries, kv heads, group, d)
-    result, removed = Exclusive.apply(grouped, own, strength)
+    result, removed, *_ = Exclusive.apply(grouped, own, strength)
     if context.recompute_saved and may_recompute_saved():  # the backend's saved output, from the result
         scale = 1.0 if isinstance(strength, torch.Tensor) else strength
         rebuild_saved(output, output, _with_own_component, result, removed, own, scale)
@@ -42,29 +42,35 @@ class Exclusive(torch.autograd.Function):
     and those for v and s follow from it, in fewer kernels than autograd's graph of the formula. It keeps z, not y:
     the output projection keeps z as its input anyway, and the backend's own copy of y is rebuilt from z in the
     backward pass (`exclusive`). v is the backend's input, and the rest (…, 1) tensors, so training memory is
-    native's. Its second output, not differentiable, is what was removed per unit of v: (y·v)/(v·v), times s when s
-    is learnable."""
+    native's. Its other outputs, not differentiable, are what was removed per unit of v, (y·v)/(v·v) times s (only
+    when s is learnable: else it is the next), then (y·v)/(v·v) and v·v, which its backward pass reads. Written in
+    torch.func's form (`setup_context`, a generated vmap rule), so that `torch.func.grad` and `vmap` (per-sample
+    gradients) run it as they run native operations."""
+
+    generate_vmap_rule = True
 
     @staticmethod
-    def forward(ctx, grouped, own, strength):
+    def forward(grouped, own, strength):
         # `strength`: a number (fixed) or a learnable scalar tensor
         squared = own.square().sum(-1, keepdim=True).clamp_min_(torch.finfo(own.dtype).tiny)  # v·v; v = 0: no change
         along = (grouped * own).sum(-1, keepdim=True).div_(squared)  # (y·v)/(v·v)
-        learnable = isinstance(strength, torch.Tensor)
-        if learnable:
+        if isinstance(strength, torch.Tensor):
             removed = along * strength
-            exclusive = torch.addcmul(grouped, removed, own, value=-1)
-        else:
-            removed = along
-            exclusive = torch.addcmul(grouped, along, own, value=-strength)
-        ctx.strength = None if learnable else strength
-        ctx.save_for_backward(exclusive, own, along, squared, *([strength] if learnable else []))
-        ctx.mark_non_differentiable(removed)
-        ctx.set_materialize_grads(False)  # no kernel for the zero gradient of `removed`
-        return exclusive, removed
+            return torch.addcmul(grouped, removed, own, value=-1), removed, along, squared
+        return torch.addcmul(grouped, along, own, value=-strength), along, squared
 
     @staticmethod
-    def backward(ctx, grad, _):
+    def setup_context(ctx, inputs, outputs):
+        _, own, strength = inputs
+        exclusive, *_, along, squared = outputs
+        learnable = isinstance(strength, torch.Tensor)
+        ctx.strength = None if learnable else strength
+        ctx.save_for_backward(exclusive, own, along, squared, *([strength] if learnable else []))
+        ctx.mark_non_differentiable(*outputs[1:])
+        ctx.set_materialize_grads(False)  # no kernels for the zero gradients of the other outputs
+
+    @staticmethod
+    def backward(ctx, grad, *_):
         if grad is None:
             return None, None, None
         exclusive, own, along, squared, *learned = ctx.saved_tensors
@@ -83,14 +89,22 @@ class Exclusive(torch.autograd.Function):
             # −s ((g·v) y + (y·v) g − 2 (y·v)(g·v) v/(v·v))/(v·v), summed over the group, with y = z + s (y·v)/(v·v) v:
             # −s ((g·v) z + (y·v) g + (s − 2) (y·v)(g·v) v/(v·v))/(v·v)
             # in place on the one new tensor: no second full-size temporary
-            mixed = (across * exclusive).addcmul_(along, grad)
+            mixed = _addcmul_(across * exclusive, along, grad)
             if exclusive.shape[3] > 1:  # one query head per key/value head has nothing to sum (and no kernel for it)
                 mixed, both = mixed.sum(3, keepdim=True), both.sum(3, keepdim=True)
             if learned:
-                grad_own = mixed.addcmul_(both * (strength - 2), own).mul_(-strength)
+                grad_own = _addcmul_(mixed, both * (strength - 2), own).mul_(-strength)
             else:
-                grad_own = mixed.addcmul_(both, own, value=strength - 2).mul_(-strength)
+                grad_own = _addcmul_(mixed, both, own, strength - 2).mul_(-strength)
         return grad_grouped, grad_own, grad_strength
+
+
+def _addcmul_(tensor, first, second, value=1.0):
+    """``tensor + value · first · second``, in place on `tensor` (a new one, not a second full-size temporary), except
+    under torch.func's transforms: vmap has no batching rule for `addcmul_` and would loop over the batch."""
+    if torch._C._are_functorch_transforms_active():
+        return torch.addcmul(tensor, first, second, value=value)
+    return tensor.addcmul_(first, second, value=value)
 
 
 def value_embedding(run, context, table, layer, value, strength):
@@ -238,12 +252,18 @@ def twicing(run, context, module, layer, query, key, value):
 
 
 class Lerp(torch.autograd.Function):
-    """``torch.lerp(V_ℓ, V_0, α)`` for a learnable α, with the gradients in fewer kernels than autograd's."""
+    """``torch.lerp(V_ℓ, V_0, α)`` for a learnable α, with the gradients in fewer kernels than autograd's; in
+    torch.func's form, as `Exclusive`."""
+
+    generate_vmap_rule = True
 
     @staticmethod
-    def forward(ctx, value, first, coefficient):
-        ctx.save_for_backward(value, first, coefficient)
+    def forward(value, first, coefficient):
         return torch.lerp(value, first, coefficient)
+
+    @staticmethod
+    def setup_context(ctx, inputs, result):
+        ctx.save_for_backward(*inputs)
 
     @staticmethod
     def backward(ctx, grad):
