@@ -324,6 +324,30 @@ def test_an_output_projection_input_changed_in_place_gives_an_error_or_the_right
         torch.testing.assert_close(grad, expected[key], rtol=1e-5, atol=1e-7, msg=key)
 
 
+@pytest.mark.parametrize(
+    "function, grouped", [("the learnable λ", False), ("the learnable λ", True), ("the learnable α", False)]
+)
+def test_the_learnable_coefficients_written_out_backward_passes_gradcheck_twice(function, grouped):
+    """The autograd Functions of a learnable λ (grouped-query shapes too) and α against finite differences, to the
+    first and second order, in float64 (whose coefficient gradient is summed in float64, not float32)."""
+    from hf_neutreno.models.neutreno_term import _AddScaledDifference
+    from hf_neutreno.models.value_path_methods import Lerp
+
+    generator = torch.Generator().manual_seed(0)
+
+    def tensor(*shape):
+        return torch.randn(*shape, dtype=torch.float64, generator=generator, requires_grad=True)
+
+    coefficient = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
+    if function == "the learnable λ":  # output (batch, queries, heads[, group], d), V_0 and V to broadcast over it
+        output, values = (tensor(2, 3, 2, 2, 4), (2, 3, 2, 1, 4)) if grouped else (tensor(2, 3, 4, 4), (2, 3, 4, 4))
+        inputs, apply = (output, tensor(*values), tensor(*values), coefficient), _AddScaledDifference.apply
+    else:  # V_ℓ and V_0, mixed before attention: no grouped shape
+        inputs, apply = (tensor(2, 2, 3, 4), tensor(2, 2, 3, 4), coefficient), Lerp.apply
+    assert torch.autograd.gradcheck(apply, inputs)
+    assert torch.autograd.gradgradcheck(apply, inputs)
+
+
 def _layers(model):
     return model.transformer.h if hasattr(model, "transformer") else model.model.layers
 

@@ -160,3 +160,27 @@ def test_the_written_out_backward_passes_gradcheck(learnable):
     # what was removed per unit of v, from which the backend's saved output is rebuilt: y = z + removed · v (· s)
     scale = 1.0 if learnable else strength
     torch.testing.assert_close(result + scale * removed * own, grouped)
+
+
+@pytest.mark.parametrize("group", [1, 2])
+@pytest.mark.parametrize("learnable", [False, True])
+def test_the_written_out_backward_passes_gradgradcheck(learnable, group):
+    """Second-order gradients (`create_graph=True`: gradient penalties, Hessian-vector products) against finite
+    differences of the first-order ones: the ratios the backward pass reads are outputs, followed back to y and v.
+    At v = 0, where the output jumps (the projection has no direction there), they are finite."""
+    from hf_neutreno.models.value_path_methods import Exclusive as _Exclusive
+
+    generator = torch.Generator().manual_seed(0)
+    grouped = torch.randn(2, 3, 2, group, 4, dtype=torch.float64, generator=generator, requires_grad=True)
+    own = torch.randn(2, 3, 2, 1, 4, dtype=torch.float64, generator=generator, requires_grad=True)
+    strength = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
+    if learnable:
+        assert torch.autograd.gradgradcheck(lambda y, v, s: _Exclusive.apply(y, v, s)[0], (grouped, own, strength))
+    else:
+        assert torch.autograd.gradgradcheck(lambda y, v: _Exclusive.apply(y, v, 0.7)[0], (grouped, own))
+    with torch.no_grad():
+        own[0, 0, 0] = 0.0
+    result = _Exclusive.apply(grouped, own, strength if learnable else 0.7)[0]
+    first = torch.autograd.grad(result.square().sum(), (grouped, own), create_graph=True)
+    second = torch.autograd.grad(sum(g.square().sum() for g in first), (grouped, own))
+    assert all(torch.isfinite(g).all() for g in second)

@@ -49,7 +49,9 @@ def attention_with_neutreno_term(
     if learnable or rebuild:  # these read V_0 and V themselves, laid out as the output (the rebuild in backward)
         grouped, first_values, values = _aligned(output, first_values, values)
         if learnable:
-            combined = _AddScaledDifference.apply(grouped, first_values, values, coefficient)
+            combined = run_function(
+                _AddScaledDifference, _AddScaledDifferenceForTransforms, grouped, first_values, values, coefficient
+            )
         else:
             combined = _add_difference(grouped, first_values - values, coefficient)
     else:  # only V_0 − V to lay out: one view (generation, and models that do not rebuild)
@@ -221,17 +223,21 @@ class _AddScaledDifference(torch.autograd.Function):
     heads, head_dim) or, under grouped-query attention, grouped as (batch, queries, kv heads, group, head_dim), V_0 and
     V_ℓ to broadcast over it. Autograd would keep V_0 − V_ℓ for λ's gradient; this keeps V_0 and V_ℓ, which attention
     keeps anyway, and recomputes the difference in the backward pass, in as few kernels as the fixed-λ term plus λ's
-    own gradient. Written in torch.func's form (`setup_context`, a generated vmap rule), so that `torch.func.grad`
-    and `vmap` (per-sample gradients) run it as they run native operations."""
-
-    generate_vmap_rule = True
+    own gradient. Called through `run_function`, which takes `_AddScaledDifferenceForTransforms` under torch.func."""
 
     @staticmethod
-    def forward(output, first, value, coefficient):
+    def forward(ctx, output, first, value, coefficient):
+        inputs = (output, first, value, coefficient)
+        result = _AddScaledDifference.compute(*inputs)
+        _AddScaledDifference.keep(ctx, inputs, result)
+        return result
+
+    @staticmethod
+    def compute(output, first, value, coefficient):
         return torch.addcmul(output, first - value, coefficient)
 
     @staticmethod
-    def setup_context(ctx, inputs, result):
+    def keep(ctx, inputs, result):
         _, first, value, coefficient = inputs
         ctx.save_for_backward(first, value, coefficient)
 
@@ -242,5 +248,25 @@ class _AddScaledDifference(torch.autograd.Function):
         grad_first = grad_heads * coefficient
         grad_coefficient = None
         if ctx.needs_input_grad[3]:
-            grad_coefficient = torch.sum(grad_heads * (first - value), dtype=torch.float32).to(coefficient.dtype)
+            summed = torch.float64 if grad_heads.dtype == torch.float64 else torch.float32  # bf16 and fp16 in fp32
+            grad_coefficient = torch.sum(grad_heads * (first - value), dtype=summed).to(coefficient.dtype)
         return grad, grad_first, grad_first.neg(), grad_coefficient
+
+
+class _AddScaledDifferenceForTransforms(_AddScaledDifference):
+    """`_AddScaledDifference` in torch.func's form (`run_function`)."""
+
+    generate_vmap_rule = True
+    forward = staticmethod(_AddScaledDifference.compute)
+    setup_context = staticmethod(_AddScaledDifference.keep)
+
+
+def run_function(function, for_transforms, *inputs):
+    """``function.apply(*inputs)`` for an autograd Function whose forward is ``compute`` then ``keep(ctx, inputs,
+    outputs)``; under torch.func's transforms (`grad`, `vmap`: per-sample gradients) ``for_transforms.apply``, the
+    same Function in their form (`forward` without ctx, `setup_context` = keep, a generated vmap rule), which they
+    need. Both forms exist because `apply` binds the arguments of that form by their signature, about 30 µs a call
+    on a CPU: host time per layer in a training step."""
+    if torch._C._are_functorch_transforms_active():
+        return for_transforms.apply(*inputs)
+    return function.apply(*inputs)

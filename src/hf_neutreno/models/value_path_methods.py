@@ -10,7 +10,7 @@ the cache, the gates); a new method is one more function here and one more branc
 
 import torch
 
-from .neutreno_term import grouped_heads, may_recompute_saved, rebuild_saved
+from .neutreno_term import grouped_heads, may_recompute_saved, rebuild_saved, run_function
 
 
 def exclusive(run, context, value, strength):
@@ -23,7 +23,7 @@ def exclusive(run, context, value, strength):
         value = value.narrow(2, context.past, output.shape[1])
     own = value.transpose(1, 2).unsqueeze(3)  # (batch, queries, kv heads, 1, d)
     grouped = grouped_heads(output, own.shape[2])  # (batch, queries, kv heads, group, d)
-    result, removed, *_ = Exclusive.apply(grouped, own, strength)
+    result, removed, *_ = run_function(Exclusive, ExclusiveForTransforms, grouped, own, strength)
     if context.recompute_saved and may_recompute_saved():  # the backend's saved output, from the result
         scale = 1.0 if isinstance(strength, torch.Tensor) else strength
         rebuild_saved(output, output, _with_own_component, result, removed, own, scale)
@@ -42,15 +42,19 @@ class Exclusive(torch.autograd.Function):
     and those for v and s follow from it, in fewer kernels than autograd's graph of the formula. It keeps z, not y:
     the output projection keeps z as its input anyway, and the backend's own copy of y is rebuilt from z in the
     backward pass (`exclusive`). v is the backend's input, and the rest (…, 1) tensors, so training memory is
-    native's. Its other outputs, not differentiable, are what was removed per unit of v, (y·v)/(v·v) times s (only
-    when s is learnable: else it is the next), then (y·v)/(v·v) and v·v, which its backward pass reads. Written in
-    torch.func's form (`setup_context`, a generated vmap rule), so that `torch.func.grad` and `vmap` (per-sample
-    gradients) run it as they run native operations."""
-
-    generate_vmap_rule = True
+    native's. Its other outputs are what was removed per unit of v, (y·v)/(v·v) times s (only when s is learnable,
+    and not differentiable: else it is the next), then (y·v)/(v·v) and v·v, which its backward pass reads: outputs,
+    so that a gradient differentiated again (`create_graph=True`: gradient penalties, Hessian-vector products) follows
+    them back to y and v. Called through `run_function`, which takes `ExclusiveForTransforms` under torch.func."""
 
     @staticmethod
-    def forward(grouped, own, strength):
+    def forward(ctx, grouped, own, strength):
+        outputs = Exclusive.compute(grouped, own, strength)
+        Exclusive.keep(ctx, (grouped, own, strength), outputs)
+        return outputs
+
+    @staticmethod
+    def compute(grouped, own, strength):
         # `strength`: a number (fixed) or a learnable scalar tensor
         squared = own.square().sum(-1, keepdim=True).clamp_min_(torch.finfo(own.dtype).tiny)  # v·v; v = 0: no change
         along = (grouped * own).sum(-1, keepdim=True).div_(squared)  # (y·v)/(v·v)
@@ -60,51 +64,78 @@ class Exclusive(torch.autograd.Function):
         return torch.addcmul(grouped, along, own, value=-strength), along, squared
 
     @staticmethod
-    def setup_context(ctx, inputs, outputs):
+    def keep(ctx, inputs, outputs):
         _, own, strength = inputs
         exclusive, *_, along, squared = outputs
         learnable = isinstance(strength, torch.Tensor)
         ctx.strength = None if learnable else strength
         ctx.save_for_backward(exclusive, own, along, squared, *([strength] if learnable else []))
-        ctx.mark_non_differentiable(*outputs[1:])
-        ctx.set_materialize_grads(False)  # no kernels for the zero gradients of the other outputs
+        if learnable:
+            ctx.mark_non_differentiable(outputs[1])
+        # the other outputs' gradients stay None (no kernels for zeros) unless a gradient is differentiated again
+        ctx.set_materialize_grads(False)
 
     @staticmethod
-    def backward(ctx, grad, *_):
-        if grad is None:
-            return None, None, None
+    def backward(ctx, grad, *others):
         exclusive, own, along, squared, *learned = ctx.saved_tensors
         strength = learned[0] if learned else ctx.strength
-        across = (grad * own).sum(-1, keepdim=True).div_(squared)  # (g·v)/(v·v)
         grad_grouped = grad_own = grad_strength = None
-        if ctx.needs_input_grad[0]:  # the same projection of the incoming gradient
-            if learned:
-                grad_grouped = torch.addcmul(grad, across * strength, own, value=-1)
-            else:
-                grad_grouped = torch.addcmul(grad, across, own, value=-strength)
-        both = along * across
-        if learned and ctx.needs_input_grad[2]:
-            grad_strength = -(both * squared).sum().to(strength.dtype)
-        if ctx.needs_input_grad[1]:
-            # −s ((g·v) y + (y·v) g − 2 (y·v)(g·v) v/(v·v))/(v·v), summed over the group, with y = z + s (y·v)/(v·v) v:
-            # −s ((g·v) z + (y·v) g + (s − 2) (y·v)(g·v) v/(v·v))/(v·v)
-            # in place on the one new tensor: no second full-size temporary
-            mixed = _addcmul_(across * exclusive, along, grad)
-            if exclusive.shape[3] > 1:  # one query head per key/value head has nothing to sum (and no kernel for it)
-                mixed, both = mixed.sum(3, keepdim=True), both.sum(3, keepdim=True)
-            if learned:
-                grad_own = _addcmul_(mixed, both * (strength - 2), own).mul_(-strength)
-            else:
-                grad_own = _addcmul_(mixed, both, own, strength - 2).mul_(-strength)
+        if grad is not None:
+            across = (grad * own).sum(-1, keepdim=True).div_(squared)  # (g·v)/(v·v)
+            if ctx.needs_input_grad[0]:  # the same projection of the incoming gradient
+                if learned:
+                    grad_grouped = torch.addcmul(grad, across * strength, own, value=-1)
+                else:
+                    grad_grouped = torch.addcmul(grad, across, own, value=-strength)
+            both = along * across
+            if learned and ctx.needs_input_grad[2]:
+                grad_strength = -(both * squared).sum().to(strength.dtype)
+            if ctx.needs_input_grad[1]:
+                # −s ((g·v) y + (y·v) g − 2 (y·v)(g·v) v/(v·v))/(v·v), over the group, with y = z + s (y·v)/(v·v) v:
+                # −s ((g·v) z + (y·v) g + (s − 2) (y·v)(g·v) v/(v·v))/(v·v)
+                # in place on the one new tensor (no second full-size temporary), except under torch.func's
+                # transforms: vmap has no batching rule for addcmul_ and would loop over the batch
+                add = torch.addcmul if torch._C._are_functorch_transforms_active() else torch.Tensor.addcmul_
+                mixed = add(across * exclusive, along, grad)
+                if exclusive.shape[3] > 1:  # one query head per key/value head has nothing to sum (nor a kernel)
+                    mixed, both = mixed.sum(3, keepdim=True), both.sum(3, keepdim=True)
+                if learned:
+                    grad_own = add(mixed, both * (strength - 2), own).mul_(-strength)
+                else:
+                    grad_own = add(mixed, both, own, value=strength - 2).mul_(-strength)
+        grad_along, grad_squared = others[-2:]
+        if grad_along is not None or grad_squared is not None:  # a gradient differentiated again
+            extra_grouped, extra_own = _ratio_gradients(
+                exclusive, own, along, squared, strength, grad_along, grad_squared
+            )
+            if ctx.needs_input_grad[0] and extra_grouped is not None:
+                grad_grouped = extra_grouped if grad_grouped is None else grad_grouped + extra_grouped
+            if ctx.needs_input_grad[1]:
+                grad_own = extra_own if grad_own is None else grad_own + extra_own
         return grad_grouped, grad_own, grad_strength
 
 
-def _addcmul_(tensor, first, second, value=1.0):
-    """``tensor + value · first · second``, in place on `tensor` (a new one, not a second full-size temporary), except
-    under torch.func's transforms: vmap has no batching rule for `addcmul_` and would loop over the batch."""
-    if torch._C._are_functorch_transforms_active():
-        return torch.addcmul(tensor, first, second, value=value)
-    return tensor.addcmul_(first, second, value=value)
+class ExclusiveForTransforms(Exclusive):
+    """`Exclusive` in torch.func's form (`run_function`)."""
+
+    generate_vmap_rule = True
+    forward = staticmethod(Exclusive.compute)
+    setup_context = staticmethod(Exclusive.keep)
+
+
+def _ratio_gradients(exclusive, own, along, squared, strength, grad_along, grad_squared):
+    """The gradients for y and v of XSA's outputs a = (y·v)/(v·v) and q = v·v (`Exclusive`), which only a gradient
+    differentiated again reaches: ∂a/∂y = v/q, ∂a/∂v = (y − 2 a v)/q, ∂q/∂v = 2 v, y = z + s a v. Where v = 0 (q is
+    clamped), a is 0 and takes no gradient."""
+    extra_grouped, extra_own = None, 0
+    if grad_along is not None:
+        scale = grad_along / squared * (squared > torch.finfo(squared.dtype).tiny)
+        extra_grouped = scale * own
+        grouped = torch.addcmul(exclusive, along * strength, own)
+        extra_own = (scale * (grouped - 2 * along * own)).sum(3, keepdim=True)
+    if grad_squared is not None:
+        extra_own = extra_own + 2 * grad_squared * own
+    return extra_grouped, extra_own
 
 
 def value_embedding(run, context, table, layer, value, strength):
@@ -198,7 +229,9 @@ def value_residual(run, context, layer, query, value, first, coefficient):
         return run(torch.lerp(value, first, alpha))
     # A learnable α keeps V_ℓ and V_0 for its gradient, beside the backend's copy of the mix: that copy is rebuilt
     # from them in the backward pass instead.
-    mixed_values = torch.lerp(value, first, alpha) if per_row else Lerp.apply(value, first, alpha)
+    mixed_values = (
+        torch.lerp(value, first, alpha) if per_row else run_function(Lerp, LerpForTransforms, value, first, alpha)
+    )
     return attend_over_mix(run, context, mixed_values, value, first, alpha)
 
 
@@ -252,17 +285,21 @@ def twicing(run, context, module, layer, query, key, value):
 
 
 class Lerp(torch.autograd.Function):
-    """``torch.lerp(V_ℓ, V_0, α)`` for a learnable α, with the gradients in fewer kernels than autograd's; in
-    torch.func's form, as `Exclusive`."""
-
-    generate_vmap_rule = True
+    """``torch.lerp(V_ℓ, V_0, α)`` for a learnable α, with the gradients in fewer kernels than autograd's; called
+    through `run_function`, as `Exclusive`."""
 
     @staticmethod
-    def forward(value, first, coefficient):
+    def forward(ctx, value, first, coefficient):
+        result = Lerp.compute(value, first, coefficient)
+        Lerp.keep(ctx, (value, first, coefficient), result)
+        return result
+
+    @staticmethod
+    def compute(value, first, coefficient):
         return torch.lerp(value, first, coefficient)
 
     @staticmethod
-    def setup_context(ctx, inputs, result):
+    def keep(ctx, inputs, result):
         ctx.save_for_backward(*inputs)
 
     @staticmethod
@@ -271,5 +308,14 @@ class Lerp(torch.autograd.Function):
         grad_first = grad * coefficient
         grad_coefficient = None
         if ctx.needs_input_grad[2]:
-            grad_coefficient = torch.sum(grad * (first - value), dtype=torch.float32).to(coefficient.dtype)
+            summed = torch.float64 if grad.dtype == torch.float64 else torch.float32  # bf16 and fp16 in fp32
+            grad_coefficient = torch.sum(grad * (first - value), dtype=summed).to(coefficient.dtype)
         return grad - grad_first, grad_first, grad_coefficient
+
+
+class LerpForTransforms(Lerp):
+    """`Lerp` in torch.func's form (`run_function`)."""
+
+    generate_vmap_rule = True
+    forward = staticmethod(Lerp.compute)
+    setup_context = staticmethod(Lerp.keep)
