@@ -2,9 +2,12 @@
 
 For each causal value-path method on a GPT-2, a grouped-query Llama and Qwen2, and for the NeuTRENO GPT: the last
 logits of the full forward equal a prefill followed by a step of 1 or of k tokens, with the cache the model made itself,
-with gradients on or off in each call, on a left-padded batch; and greedy `generate` equals the argmax of full forwards.
+with gradients on or off in each call, on a left-padded batch; a step after the cache's rows are reordered, selected or
+repeated (as decoding strategies do) equals the full forward of those rows; greedy `generate` equals the argmax of full
+forwards, and beam search equals beam search without a cache.
 """
 
+import copy
 import itertools
 
 import pytest
@@ -116,3 +119,54 @@ def test_greedy_generate_equals_the_argmax_of_full_forwards(architecture, method
         clear = alive & (top[:, 0] - top[:, 1] > 2 * ATOL)
         token = generated.sequences[:, 6 + step]
         assert torch.equal(token[clear], logits.argmax(-1)[clear]), f"step {step}"
+
+
+# A cache's batch operations: the argument, and which rows of the batch the cache holds after it.
+REARRANGEMENTS = {
+    "reorder_cache": (torch.tensor([2, 2, 0]), [2, 2, 0]),  # beam search, at every step
+    "batch_select_indices": (torch.tensor([0, 2]), [0, 2]),
+    "batch_repeat_interleave": (2, [0, 0, 1, 1, 2, 2]),
+}
+
+
+@pytest.mark.parametrize("operation", REARRANGEMENTS)
+@pytest.mark.parametrize("architecture, method", CASES)
+def test_a_cache_whose_rows_are_rearranged_keeps_each_rows_value_path(architecture, method, operation):
+    """What the value path keeps beside the cache (twicing's A V of the earlier tokens; the rows a prefill with
+    gradients left unmixed, with their gates and token ids) follows the cache's rows when a decoding strategy
+    rearranges them, so that a step after it equals the full forward of the rearranged rows."""
+    model = build(architecture, method)
+    inputs = tiny_inputs("llama", batch=3, length=9, padding="left")
+    argument, rows = REARRANGEMENTS[operation]
+    ids, mask = inputs["input_ids"][rows], inputs["attention_mask"][rows]
+    with torch.no_grad():
+        full = model(input_ids=ids, attention_mask=mask).logits[:, -1]
+    for prefill_grad in (False, True):
+        _, cache = last_logits(model, inputs["input_ids"][:, :-1], inputs["attention_mask"][:, :-1], prefill_grad)
+        getattr(cache, operation)(argument)
+        stepped, _ = last_logits(model, ids[:, -1:], mask, False, past_key_values=cache)
+        torch.testing.assert_close(stepped, full, rtol=0, atol=ATOL, msg=f"prefill grad {prefill_grad}")
+
+
+@pytest.mark.parametrize("architecture, method", CASES)
+def test_beam_search_equals_beam_search_without_a_cache(architecture, method):
+    model = build(architecture, method)
+    inputs = tiny_inputs("llama", batch=2, length=6, padding="left")
+    settings = dict(max_new_tokens=5, num_beams=3, do_sample=False, pad_token_id=0)
+    assert torch.equal(model.generate(**inputs, **settings), model.generate(**inputs, use_cache=False, **settings))
+
+
+def test_a_copied_cache_is_rearranged_apart_from_the_original():
+    """`copy.deepcopy` of a cache (as assisted decoding makes) copies what the value path keeps beside it: reordering
+    the copy leaves the original's rows, and each steps to the full forward of its own rows."""
+    model = build("llama", "twicing")  # which keeps A V of the earlier tokens beside the cache
+    inputs = tiny_inputs("llama", batch=3, length=9, padding="left")
+    ids, mask = inputs["input_ids"], inputs["attention_mask"]
+    _, cache = last_logits(model, ids[:, :-1], mask[:, :-1], False)
+    copied = copy.deepcopy(cache)
+    copied.reorder_cache(torch.tensor([2, 0, 1]))
+    for held, rows in ((cache, [0, 1, 2]), (copied, [2, 0, 1])):
+        with torch.no_grad():
+            full = model(input_ids=ids[rows], attention_mask=mask[rows]).logits[:, -1]
+        stepped, _ = last_logits(model, ids[rows, -1:], mask[rows], False, past_key_values=held)
+        torch.testing.assert_close(stepped, full, rtol=0, atol=ATOL)

@@ -45,6 +45,7 @@ import math
 import numbers
 import operator
 import sys
+import weakref
 
 import torch
 import transformers
@@ -677,18 +678,59 @@ def _begin_forward(model, settings, attention_modules, checkpointing, module, ar
         recompute_saved=_recompute_saved(checkpointing),
         # twicing keeps A V of the earlier tokens with the KV cache that holds their keys and values
         cache_given=cache is not None,
-        **{field: cache.__dict__.setdefault(key, {}) for field, key in _KEPT_WITH_CACHE.items() if cache is not None},
+        **(_kept_beside(cache) if cache is not None else {}),
     )
     return args, kwargs
 
 
-# What a value path keeps beside a KV cache, between the calls that step it: context field -> attribute of the cache.
-_KEPT_WITH_CACHE = {
-    "mixed_rows": "_value_path_mixed_rows",
-    "gate_rows": "_value_path_gate_rows",
-    "twicing_history": "_value_path_twicing",
-    "token_rows": "_value_path_token_rows",
+# What a value path keeps beside a KV cache, between the calls that step it (`_ForwardContext`'s fields of that name).
+_KEPT_FIELDS = ("mixed_rows", "gate_rows", "twicing_history", "token_rows")
+_KEPT_ATTRIBUTE = "_value_path_kept"  # on the cache
+# A cache's batch operations (beam search reorders the rows at every step; other decoding strategies select or repeat
+# them), applied to the batch-first tensors kept beside it too: method -> (tensor, its argument) -> the tensor.
+_BATCH_OPERATIONS = {
+    "reorder_cache": lambda tensor, beam_idx: tensor.index_select(0, beam_idx.to(tensor.device)),
+    "batch_select_indices": lambda tensor, indices: tensor[indices],
+    "batch_repeat_interleave": lambda tensor, repeats: tensor.repeat_interleave(repeats, dim=0),
 }
+
+
+def _kept_beside(cache: Cache, made: "_ForwardContext | None" = None) -> dict:
+    """What the value path keeps beside `cache`: per field of `_KEPT_FIELDS`, a dict per layer. Made on first use
+    (from the forward pass that made the cache, `made`, if any), and carried through the cache's batch operations:
+    without them, beam search would pair twicing's A V of the earlier tokens with another beam's."""
+    kept = cache.__dict__.get(_KEPT_ATTRIBUTE)
+    if kept is None:
+        kept = {field: getattr(made, field) if made is not None else {} for field in _KEPT_FIELDS}
+        cache.__dict__[_KEPT_ATTRIBUTE] = kept
+        for name in _BATCH_OPERATIONS:
+            if hasattr(cache, name):  # on this instance only
+                setattr(cache, name, _Rearranging(cache, name))
+    return kept
+
+
+class _Rearranging:
+    """A cache's batch operation `name`, then the same on the tensors kept beside the cache. It holds the cache
+    weakly: a strong reference from the cache's own attribute would be a cycle, which keeps the cache (and the values
+    it holds) alive after a training step until the garbage collector runs. A copy of the cache (`copy.deepcopy`)
+    gets one of its own."""
+
+    def __init__(self, cache: Cache, name: str):
+        self.cache, self.name = weakref.ref(cache), name
+
+    def __call__(self, argument):
+        cache = self.cache()
+        result = getattr(type(cache), self.name)(cache, argument)
+        rearrange = _BATCH_OPERATIONS[self.name]
+        for per_layer in cache.__dict__[_KEPT_ATTRIBUTE].values():
+            for layer, value in per_layer.items():
+                if isinstance(value, torch.Tensor):
+                    per_layer[layer] = rearrange(value, argument)
+        return result
+
+    def __deepcopy__(self, memo):
+        cache = self.cache()
+        return _Rearranging(memo.get(id(cache), cache), self.name)  # the cache's copy, made before its attributes
 
 
 def _keep_with_cache(module, args, kwargs, output):
@@ -702,8 +744,7 @@ def _keep_with_cache(module, args, kwargs, output):
     items = output.values() if isinstance(output, dict) else output if isinstance(output, tuple) else ()
     cache = next((item for item in items if isinstance(item, Cache)), None)
     if cache is not None:
-        for field, key in _KEPT_WITH_CACHE.items():
-            cache.__dict__.setdefault(key, getattr(context, field))
+        _kept_beside(cache, context)
     return None
 
 
@@ -723,7 +764,7 @@ class _ForwardContext:
     first_values: torch.Tensor | None = None  # V_0, left by layer 0 for the later layers
     # learnable="gate": layer -> α (value residual) or σ(W x[..., :12]) (value embeddings), (batch, tokens, kv heads)
     gates: dict = dataclasses.field(default_factory=dict)
-    # Kept beside the KV cache (`_KEPT_WITH_CACHE`), per layer: how many rows of the cache's own tensor hold the value
+    # Kept beside the KV cache (`_kept_beside`), per layer: how many rows of the cache's own tensor hold the value
     # residual's mix or the value embeddings; a gate's values of the rows after those, and their token ids; twicing's
     # A V of every cached token.
     mixed_rows: dict = dataclasses.field(default_factory=dict)
