@@ -3,8 +3,8 @@
 For each causal value-path method on a GPT-2, a grouped-query Llama and Qwen2, and for the NeuTRENO GPT: the last
 logits of the full forward equal a prefill followed by a step of 1 or of k tokens, with the cache the model made itself,
 with gradients on or off in each call, on a left-padded batch; a step after the cache's rows are reordered, selected or
-repeated (as decoding strategies do) equals the full forward of those rows; greedy `generate` equals the argmax of full
-forwards, and beam search equals beam search without a cache.
+repeated (as decoding strategies do), or cropped, equals the full forward of those rows; greedy `generate` equals the
+argmax of full forwards, beam search equals beam search without a cache, and prompt-lookup decoding equals greedy.
 """
 
 import copy
@@ -170,3 +170,28 @@ def test_a_copied_cache_is_rearranged_apart_from_the_original():
             full = model(input_ids=ids[rows], attention_mask=mask[rows]).logits[:, -1]
         stepped, _ = last_logits(model, ids[rows, -1:], mask[rows], False, past_key_values=held)
         torch.testing.assert_close(stepped, full, rtol=0, atol=ATOL)
+
+
+@pytest.mark.parametrize("architecture, method", CASES)
+def test_a_step_after_a_cropped_cache_equals_the_full_forward(architecture, method):
+    """Assisted and prompt-lookup decoding crop the cache back to the accepted tokens: a step after it equals the full
+    forward, whatever the value path kept of the cropped tokens."""
+    model = build(architecture, method)
+    inputs = tiny_inputs("llama", batch=3, length=9, padding="left")
+    ids, mask = inputs["input_ids"], inputs["attention_mask"]
+    with torch.no_grad():
+        full = model(input_ids=ids[:, :7], attention_mask=mask[:, :7]).logits[:, -1]
+    for prefill_grad in (False, True):
+        _, cache = last_logits(model, ids, mask, prefill_grad)
+        cache.crop(-3)
+        stepped, _ = last_logits(model, ids[:, 6:7], mask[:, :7], False, past_key_values=cache)
+        torch.testing.assert_close(stepped, full, rtol=0, atol=ATOL, msg=f"prefill grad {prefill_grad}")
+
+
+@pytest.mark.parametrize("architecture, method", CASES)
+def test_prompt_lookup_decoding_equals_greedy_decoding(architecture, method):
+    """Prompt-lookup decoding proposes tokens from the prompt and crops the cache where the model disagrees."""
+    model = build(architecture, method)
+    ids = torch.tensor([[5, 6, 7, 8, 5, 6, 7, 8, 5, 6]])
+    settings = dict(max_new_tokens=8, do_sample=False, pad_token_id=0)
+    assert torch.equal(model.generate(ids, **settings), model.generate(ids, prompt_lookup_num_tokens=3, **settings))

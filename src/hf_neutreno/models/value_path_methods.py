@@ -275,6 +275,8 @@ def twicing(run, context, module, layer, query, key, value):
             if history is not None:
                 grown[..., : history.shape[-2], :] = history
             history = grown
+        elif history.shape[-2] > keys:  # a cropped cache (assisted generation): the rows after it are stale
+            history = history[..., :keys, :]
         history[..., start : start + length, :] = attended
     context.twicing_history[layer] = history
     group = heads // kv_heads
