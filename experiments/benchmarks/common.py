@@ -5,6 +5,7 @@ that a change of machine load hits all of them alike; results are medians over r
 to the baseline: a throughput ratio is the median of the rounds' own ratios, with its interval (`paired_ratio`).
 """
 
+import gc
 import json
 import math
 import statistics
@@ -161,11 +162,19 @@ def peak_bytes(fn: Callable[[], None], device: torch.device) -> int:
 
 def cpu_allocations(fn: Callable[[], None]) -> list[int]:
     """Every CPU allocation (+bytes) and free (−bytes) while `fn` runs, in the order they happened, from the
-    profiler's record: exact and deterministic."""
+    profiler's record: exact and deterministic. Python's garbage collector runs before and not during it: collecting
+    earlier garbage (a dropped model's reference cycles) inside the record would count its frees against `fn`."""
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        fn()
+    collecting = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            fn()
+    finally:
+        if collecting:
+            gc.enable()
     events = [
         event
         for event in prof.profiler.kineto_results.events()
