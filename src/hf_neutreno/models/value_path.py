@@ -59,7 +59,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.auto import modeling_auto
 from transformers.utils import logging
 
-from .neutreno_term import attention_with_neutreno_term
+from .neutreno_term import attention_with_neutreno_term, may_recompute_saved
 from .value_path_defaults import DEFAULT_COEFFICIENTS, LEARNABLE_STARTS
 from .value_path_methods import exclusive, twicing, value_embedding, value_residual
 
@@ -803,14 +803,12 @@ def _forward_coefficients(settings, attention_modules):
 
 
 def _recompute_saved(checkpointing: list[nn.Module]) -> bool:
-    """Whether the layers may swap a tensor the backend saves for a recipe (`neutreno_term.rebuild_saved`): only when
-    there is a backward pass, and not under torch.compile (which traces no saved-tensor hooks) or activation
+    """Whether the layers may swap a tensor the backend saves for a recipe (`neutreno_term.rebuild_saved`): where
+    `may_recompute_saved` allows it (a backward pass, not under torch.compile or torch.func), and not under activation
     checkpointing (whose own hooks must see every saved tensor, or it keeps them). `checkpointing`: the modules that can
     checkpoint (those with the `gradient_checkpointing` attribute that `gradient_checkpointing_enable` sets), found when
     the model was adapted rather than by walking every module at every forward pass."""
-    if not torch.is_grad_enabled() or torch.compiler.is_compiling():
-        return False
-    return not any(module.gradient_checkpointing for module in checkpointing)
+    return may_recompute_saved() and not any(module.gradient_checkpointing for module in checkpointing)
 
 
 # --- adapting a model -----------------------------------------------------------------------------------------------
