@@ -59,6 +59,62 @@ def test_twicing_equals_the_hand_written_reference_forward_and_backward(name, se
         torch.testing.assert_close(parameter.grad, references[key].grad, rtol=1e-4, atol=2e-6 * scale, msg=key)
 
 
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+@pytest.mark.parametrize("name", REFERENCES)
+def test_under_attention_dropout_both_products_use_the_same_dropped_matrix(name, implementation):
+    """Training with attention dropout: ``A_d V + A_d (V − A_d V)`` with one dropped matrix A_d per layer, as the
+    authors' code computes it, not a second mask in the second call. The reference draws each layer's mask from the
+    same random state, as the backends do on a CPU (one dropout over the (batch, heads, queries, keys) weights)."""
+    probability = 0.5
+    dropout = {"llama": {"attention_dropout": probability}, "gpt2": {"attn_pdrop": probability}}[name]
+    model = apply_value_path(tiny_model(name, attn_implementation=implementation, **dropout), "twicing").train()
+    _sharpen(model)
+    input_ids = tiny_inputs(name)["input_ids"]
+
+    def attended(index, probs, v, out):
+        dropped = torch.nn.functional.dropout(probs, probability, training=True)
+        once = dropped @ v
+        return once + dropped @ (v - once)
+
+    torch.manual_seed(5)
+    output = model(input_ids).logits
+    torch.manual_seed(5)
+    expected = written_out_decoder(model, input_ids, attended=attended)
+    torch.testing.assert_close(output, expected, rtol=0, atol=1e-5)
+    torch.manual_seed(5)
+    undropped = written_out_decoder(model, input_ids, attended=lambda index, probs, v, out: out + probs @ (v - out))
+    assert (expected - undropped).abs().max() > 1e-2  # the masks matter here
+    parameters = [parameter for parameter in model.parameters() if parameter.requires_grad]
+    grads = torch.autograd.grad(output.square().mean(), parameters, allow_unused=True)
+    expected_grads = torch.autograd.grad(expected.square().mean(), parameters, allow_unused=True)
+    for grad, expected_grad in zip(grads, expected_grads):
+        if expected_grad is not None:  # float32 rounding of two products scaled by 1 / (1 − p): measured up to 2e-5
+            scale = max(1.0, expected_grad.abs().max().item())
+            torch.testing.assert_close(grad, expected_grad, rtol=1e-4, atol=1e-4 * scale)
+
+
+@pytest.mark.slow  # compiling takes ~30 s on a CPU
+def test_under_torch_compile_attention_dropout_keeps_one_dropped_matrix_per_layer():
+    """A compiled graph cannot restore the random state between the two calls, so the layer's twicing runs after a
+    graph break (fullgraph=True refuses it). The check: each layer's input to its output projection against
+    ``A_d V + A_d (V − A_d V)`` from the dropped matrix the eager backend returns (`output_attentions`)."""
+    model = apply_value_path(tiny_model("llama", "eager", attention_dropout=0.5), "twicing").train()
+    caught = {}
+    for index, layer in enumerate(model.model.layers):
+        attention = layer.self_attn
+        attention.v_proj.register_forward_hook(lambda m, a, out, i=index: caught.__setitem__(("v", i), out))
+        attention.o_proj.register_forward_pre_hook(lambda m, a, i=index: caught.__setitem__(("u", i), a[0]))
+    output = torch.compile(model)(tiny_inputs("llama")["input_ids"], output_attentions=True)
+    for index, dropped in enumerate(output.attentions):
+        batch, heads, length, _ = dropped.shape
+        v = caught["v", index].view(batch, length, -1, model.config.head_dim).transpose(1, 2)
+        v = v.repeat_interleave(heads // v.shape[1], 1)
+        once = dropped @ v
+        expected = (once + dropped @ (v - once)).transpose(1, 2).reshape(batch, length, -1)
+        torch.testing.assert_close(caught["u", index], expected, rtol=0, atol=1e-5)
+        assert (dropped == 0).any()  # dropout acted
+
+
 @pytest.mark.parametrize("name", REFERENCES)
 def test_twicing_cached_generation_equals_the_full_forward(name):
     """A V of the earlier tokens is kept beside the cache: each new token's second attention call sees V − A V at

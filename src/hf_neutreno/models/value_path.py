@@ -572,7 +572,9 @@ class _ValuePathAttention:
             return run()
         _check_context(context, module, layer)
         if context.method == "twicing":
-            return twicing(run, context, module, layer, query, key, value) if layer in context.layers else run()
+            if layer not in context.layers:
+                return run()
+            return twicing(run, context, module, layer, query, key, value, kwargs.get("dropout", 0.0))
         if context.method == "xsa":
             if layer not in context.layers:
                 return run()

@@ -257,13 +257,26 @@ class OneGroup:
         return getattr(self.__dict__["_module"], name)
 
 
-def twicing(run, context, module, layer, query, key, value):
+def twicing(run, context, module, layer, query, key, value, dropout=0.0):
     """Twicing attention (Abdullaev & Nguyen, ICLR 2025): ``A V + c A (V − A V)`` with the layer's own attention
     matrix A, computed as a second call of the backend on the same queries and keys, whose values are the residual
     ``V − A V`` per query head. In generation, A V of the earlier tokens is kept per layer beside the KV cache (the
-    residual needs it at every key), and this call's rows are added to it."""
-    output, *rest = run()  # (batch, q, heads, d)
+    residual needs it at every key), and this call's rows are added to it.
+
+    Under attention dropout (`dropout`, the probability the layer hands its backend) A is the dropped matrix, the same
+    in both products, as in the authors' code: the random state is restored after the first call, so that the second
+    draws the same mask, and both calls hand over keys and values per query head, so that the backend takes the same
+    path (and the same random numbers) for both."""
     heads, kv_heads = query.shape[1], key.shape[1]
+    group = heads // kv_heads
+    values = value.repeat_interleave(group, dim=1) if group > 1 else value
+    keys_per_head = key.repeat_interleave(group, dim=1) if group > 1 else key
+    if dropout:
+        device = query.device
+        with torch.random.fork_rng(devices=[] if device.type == "cpu" else [device], device_type=device.type):
+            output, *rest = run(values, OneGroup(module), keys_per_head)
+    else:
+        output, *rest = run()  # (batch, q, heads, d)
     attended = output.transpose(1, 2)  # A V at this call's tokens: (batch, heads, q, d)
     start, length, keys = context.past, query.shape[-2], value.shape[-2]
     if start == 0 and length == keys:
@@ -279,9 +292,6 @@ def twicing(run, context, module, layer, query, key, value):
             history = history[..., :keys, :]
         history[..., start : start + length, :] = attended
     context.twicing_history[layer] = history
-    group = heads // kv_heads
-    values = value.repeat_interleave(group, dim=1) if group > 1 else value
-    keys_per_head = key.repeat_interleave(group, dim=1) if group > 1 else key
     second, *_ = run(values - history, OneGroup(module), keys_per_head)
     return (torch.add(output, second, alpha=context.coefficient), *rest)
 
