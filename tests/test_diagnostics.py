@@ -12,15 +12,23 @@ from torch import nn
 from transformers import (
     ConvNextConfig,
     ConvNextModel,
+    DeepseekV32Config,
+    DeepseekV32ForCausalLM,
+    Gemma2Config,
+    Gemma2ForCausalLM,
     GPT2Config,
     GPT2Model,
+    GptOssConfig,
+    GptOssForCausalLM,
     ResNetConfig,
     ResNetModel,
+    T5Config,
+    T5EncoderModel,
     ViTImageProcessorPil,
 )
 
 from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTModel, apply_value_path
-from hf_neutreno.diagnostics import ATTENTION_METRICS, DEFAULT_METRICS, METRICS, measure_oversmoothing
+from hf_neutreno.diagnostics import ATTENTION_METRICS, DEFAULT_METRICS, METRICS, attention_maps, measure_oversmoothing
 from hf_neutreno.diagnostics.metrics import hidden_state_metrics
 from hf_neutreno.diagnostics.probe import OBSERVER_ATTRIBUTE, ProbeUnavailable, attention_probe
 from tiny_models import TINY_VIT, tiny_model
@@ -333,3 +341,88 @@ def test_the_probe_keeps_the_models_own_backend_and_leaves_nothing_behind():
     assert len(calls) == 3 and calls[0].attention_mask.dtype == torch.float32  # eager's additive mask
     assert model.config._attn_implementation == "eager"
     assert not any(hasattr(module, OBSERVER_ATTRIBUTE) for module in model.modules())
+
+
+# --- attention scores beyond softmax(q kᵀ · scaling + mask) ----------------------------------------------------------
+
+_DECODER = dict(
+    vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, head_dim=8
+)
+SCORED = {  # name -> (model with eager attention, what its scores carry)
+    "gemma2-softcap": lambda: Gemma2ForCausalLM(
+        Gemma2Config(
+            **_DECODER, num_key_value_heads=2, attn_logit_softcapping=2.0, sliding_window=4, query_pre_attn_scalar=8
+        )
+    ),
+    "gpt-oss-sinks": lambda: GptOssForCausalLM(
+        GptOssConfig(**_DECODER, num_key_value_heads=2, num_local_experts=2, num_experts_per_tok=1, sliding_window=4)
+    ),
+    "t5-position-bias": lambda: T5EncoderModel(
+        T5Config(vocab_size=64, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4)
+    ),
+}
+
+
+@pytest.mark.parametrize("name", SCORED)
+def test_maps_and_metrics_follow_soft_capping_sinks_and_position_bias(name):
+    """The maps every attention metric reads, against the probabilities the model itself returns with eager attention
+    (`output_attentions`): soft-capped scores (Gemma 2), attention sinks that take probability from every row
+    (gpt-oss) and T5's relative position bias, on a batch with left padding."""
+    torch.manual_seed(0)
+    model = SCORED[name]().eval()
+    model.config._attn_implementation = "eager"
+    with torch.no_grad():  # larger weights: the cap, the sinks and the bias all matter
+        for parameter in model.parameters():
+            if parameter.dim() == 2:
+                parameter.mul_(8)
+            elif parameter.dim() == 1 and parameter.shape[0] == 4:  # gpt-oss: one sink logit per head
+                parameter.normal_(0, 2)
+    input_ids = torch.randint(3, 60, (2, 9), generator=torch.Generator().manual_seed(1))
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[1, :3] = 0
+    with torch.no_grad():
+        expected = model(input_ids=input_ids, attention_mask=attention_mask, output_attentions=True).attentions
+    for sample, keep in ((0, slice(None)), (1, slice(3, None))):
+        maps = attention_maps(model, {"input_ids": input_ids, "attention_mask": attention_mask}, sample=sample)
+        for layer, probabilities in enumerate(expected, start=1):
+            torch.testing.assert_close(maps[layer], probabilities[sample][:, keep, keep], rtol=1e-5, atol=1e-6)
+    plain = attention_maps(model, {"input_ids": input_ids[:1]})
+    report = measure_oversmoothing(
+        model, [{"input_ids": input_ids[:1]}], metrics=["attention_map_similarity"], progress=False
+    )
+    first, second = (plain[layer].flatten().double() for layer in (1, 2))
+    cosine = float(first @ second / (first.norm() * second.norm()))
+    assert report.per_layer("attention_map_similarity") == pytest.approx([cosine], rel=1e-5)
+    if name == "gpt-oss-sinks":
+        assert plain[1].sum(-1).min() < 0.9  # the sinks took probability
+
+
+def test_a_sparse_selection_of_keys_gives_no_maps_and_says_why():
+    """DeepSeek V3.2's sparse attention attends to the keys its indexer selects (`indices`): maps recomputed over
+    every key would be wrong, so there are none, and the report says why."""
+    model = DeepseekV32ForCausalLM(
+        DeepseekV32Config(
+            **{key: value for key, value in _DECODER.items() if key != "head_dim"},
+            num_key_value_heads=4,
+            moe_intermediate_size=16,
+            n_routed_experts=2,
+            num_experts_per_tok=1,
+            n_shared_experts=1,
+            first_k_dense_replace=2,
+            kv_lora_rank=16,
+            q_lora_rank=16,
+            qk_rope_head_dim=4,
+            qk_nope_head_dim=4,
+            v_head_dim=8,
+            index_head_dim=8,
+            index_n_heads=2,
+            index_topk=4,
+            n_group=1,
+            topk_group=1,
+        )
+    ).eval()
+    batch = {"input_ids": torch.randint(3, 60, (1, 9))}
+    with pytest.raises(ValueError, match=r"DeepseekV32Attention's attention scores take \['indices'\]"):
+        attention_maps(model, batch)
+    with pytest.raises(ValueError, match=r"functional_j.*\['indices'\]"):
+        measure_oversmoothing(model, [batch], metrics=["functional_j"], progress=False)

@@ -151,10 +151,22 @@ def attention_probabilities(
     attention_mask: torch.Tensor | None,
     scaling: float,
     is_causal: bool,
+    *,
+    softcap: float | None = None,
+    position_bias: torch.Tensor | None = None,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """softmax(q kᵀ · scaling + mask) in float32, (batch, heads, queries, keys); fully masked rows are 0."""
+    """softmax(q kᵀ · scaling + mask) in float32, (batch, heads, queries, keys); fully masked rows are 0. As the
+    backends compute it, before the mask: `softcap` caps the scores at ± softcap through tanh (Gemma 2), and
+    `position_bias` is added to them (T5's relative position bias). `sinks` (logits broadcastable to (batch, heads,
+    queries, 1)) join the softmax as one more key that takes probability and is then dropped (gpt-oss's attention
+    sinks), so a row sums to less than 1."""
     key = _repeat_heads(key, query.shape[1])
     scores = torch.matmul(query.float(), key.float().transpose(-1, -2)) * scaling
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
+    if position_bias is not None:
+        scores = scores + position_bias.to(device=scores.device, dtype=scores.dtype)
     if attention_mask is not None:
         if attention_mask.dtype == torch.bool:
             scores = scores.masked_fill(~attention_mask.to(scores.device), float("-inf"))
@@ -164,6 +176,9 @@ def attention_probabilities(
         q_len, k_len = query.shape[-2], key.shape[-2]
         allowed = torch.ones(q_len, k_len, dtype=torch.bool, device=scores.device).tril(k_len - q_len)
         scores = scores.masked_fill(~allowed, float("-inf"))
+    if sinks is not None:
+        sinks = sinks.to(device=scores.device, dtype=scores.dtype).expand(*scores.shape[:-1], 1)
+        return torch.softmax(torch.cat([scores, sinks], dim=-1), dim=-1)[..., :-1].nan_to_num(0.0)
     return torch.softmax(scores, dim=-1).nan_to_num(0.0)
 
 
@@ -219,6 +234,7 @@ def gradient_alignment(
     is_causal: bool,
     query_mask: torch.Tensor | None = None,
     probs: torch.Tensor | None = None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     r"""Cosine between the symmetric and asymmetric estimates of ∇J(u) (NeuTRENO App. E.1, Table 4).
 
@@ -228,13 +244,15 @@ def gradient_alignment(
     the kernel normalised over j ≠ i (no overflow) as v_i − Σ_{j≠i} Â_ij v_j: the j = i term is zero, and leaving it
     out of the normalisation avoids cancellation and underflow when a token attends mostly to itself. The cosine is
     averaged over heads and real query tokens; positions where an estimate is zero (a causal model's first token,
-    which attends only to itself) are left out.
+    which attends only to itself) are left out. A model's logit soft-capping (`softcap`) shapes both kernels; a
+    position bias enters its own kernel (`probs`) only; attention sinks would only scale them, which the normalisation
+    removes.
     """
     heads = query.shape[1]
     key, value = _repeat_heads(key, heads), _repeat_heads(value, heads).float()
     if probs is None:
-        probs = attention_probabilities(query, key, attention_mask, scaling, is_causal)
-    symmetric = attention_probabilities(key, key, attention_mask, scaling, is_causal)
+        probs = attention_probabilities(query, key, attention_mask, scaling, is_causal, softcap=softcap)
+    symmetric = attention_probabilities(key, key, attention_mask, scaling, is_causal, softcap=softcap)
     defined = _query_mask(query_mask, probs)[:, None, :] > 0
     estimates = []
     for kernel in (probs, symmetric):

@@ -90,12 +90,24 @@ class _AttentionObserver:
         query_mask = self.token_mask
         if query_mask is not None and query_mask.shape[-1] != call.query.shape[-2]:
             query_mask = None  # the hidden-state check reports a length mismatch
-        probs = call.probabilities()
+        try:
+            probs = call.probabilities()
+        except ProbeUnavailable as error:
+            self.error = f"block {layer}: {error}"
+            return
         if "functional_j" in self.metrics:
             self.pending.append(("functional_j", layer, functional_j(probs, call.value, query_mask)))
         if "gradient_alignment" in self.metrics:
             values = gradient_alignment(
-                call.query, call.key, call.value, call.attention_mask, call.scaling, call.is_causal, query_mask, probs
+                call.query,
+                call.key,
+                call.value,
+                call.attention_mask,
+                call.scaling,
+                call.is_causal,
+                query_mask,
+                probs,
+                call.softcap,
             )
             self.pending.append(("gradient_alignment", layer, values))
         if "attention_map_similarity" in self.metrics:

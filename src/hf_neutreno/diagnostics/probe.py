@@ -41,6 +41,11 @@ PROBE_PREFIX = "hf_neutreno_probe-"
 OBSERVER_ATTRIBUTE = "hf_neutreno_observer"  # on each attention module, inside an `attention_probe` block
 
 
+# Keywords of an attention call that change its scores in ways the maps here do not model (a sparse selection of keys):
+# a map recomputed without them would be silently wrong, so calls with them have none.
+UNMODELLED_KEYWORDS = ("indices", "block_indices")
+
+
 class ProbeUnavailable(RuntimeError):
     """The model's attention cannot be observed (the message says why)."""
 
@@ -56,14 +61,33 @@ class AttentionCall:
     attention_mask: torch.Tensor | None
     scaling: float
     is_causal: bool
+    softcap: float | None = None  # Gemma 2's logit soft-capping: scores -> softcap · tanh(scores / softcap)
+    position_bias: torch.Tensor | None = None  # added to the scores (T5's relative position bias, and others)
+    sinks: torch.Tensor | None = None  # attention sinks (gpt-oss): logits in the softmax that take mass but no value
+    unmodelled: tuple[str, ...] = ()  # the call's `UNMODELLED_KEYWORDS`
 
     @property
     def is_self_attention(self) -> bool:
         return self.query.shape[-2] == self.key.shape[-2]
 
     def probabilities(self) -> torch.Tensor:
-        """The attention maps softmax(q kᵀ · scaling + mask), float32, (batch, heads, queries, keys)."""
-        return attention_probabilities(self.query, self.key, self.attention_mask, self.scaling, self.is_causal)
+        """The attention maps softmax(q kᵀ · scaling + mask), with the model's soft-capping, position bias and sinks
+        where it has them, float32, (batch, heads, queries, keys)."""
+        if self.unmodelled:
+            raise ProbeUnavailable(
+                f"{type(self.module).__name__}'s attention scores take {list(self.unmodelled)}, which the attention "
+                "maps and metrics here do not model."
+            )
+        return attention_probabilities(
+            self.query,
+            self.key,
+            self.attention_mask,
+            self.scaling,
+            self.is_causal,
+            softcap=self.softcap,
+            position_bias=self.position_bias,
+            sinks=self.sinks,
+        )
 
 
 class _ProbeAttention:
@@ -86,9 +110,21 @@ class _ProbeAttention:
                     scaling=scaling if scaling is not None else query.shape[-1] ** -0.5,
                     # as SDPA decides when the mask is None; with a mask, the mask already holds the causality
                     is_causal=bool(is_causal if is_causal is not None else getattr(module, "is_causal", True)),
+                    softcap=kwargs.get("softcap"),
+                    position_bias=kwargs.get("position_bias"),
+                    sinks=_sinks(kwargs),
+                    unmodelled=tuple(name for name in UNMODELLED_KEYWORDS if kwargs.get(name) is not None),
                 )
             )
         return attention_function(module, self.inner)(module, query, key, value, attention_mask, *args, **kwargs)
+
+
+def _sinks(kwargs: dict) -> torch.Tensor | None:
+    """The sink logits of a call, broadcastable to (batch, heads, queries, 1): gpt-oss hands one per head as `s_aux`,
+    others one per head and query as `sinks`."""
+    if kwargs.get("s_aux") is not None:
+        return kwargs["s_aux"].reshape(1, -1, 1, 1)
+    return kwargs.get("sinks")
 
 
 def _register_probe(implementation: str, attention_modules) -> str:
