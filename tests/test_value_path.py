@@ -18,6 +18,8 @@ from transformers import (
     AutoModelForCausalLM,
     BloomConfig,
     BloomModel,
+    DiffLlamaConfig,
+    DiffLlamaForCausalLM,
     LlamaForCausalLM,
     Qwen2Config,
     Qwen2ForCausalLM,
@@ -814,6 +816,18 @@ def test_sliding_window_flash_and_foreign_classes_are_refused():
     neutreno_vit = NeuTRENOViTModel(NeuTRENOViTConfig(**dict(TINY_VIT, num_hidden_layers=2), neutreno_lambda=0.6))
     with pytest.raises(ValueError, match=r"its own NeuTRENO term on \(config.neutreno_lambda = 0.6\)"):
         apply_value_path(neutreno_vit, "value_residual")
+
+
+@pytest.mark.parametrize("method", ["neutreno", "value_residual", "twicing", "xsa", "value_embedding"])
+def test_a_layer_that_calls_attention_twice_is_refused_at_its_first_forward(method):
+    """Differential attention calls the interface twice per layer, on two halves of V: layer 0 would leave the second
+    half as V_0, and each rule would act on both outputs, which the layer then subtracts. Refused, with a clear
+    error, rather than a silently different model; activation checkpointing's recomputation of a layer is not a
+    second call (test_gradient_checkpointing_gives_the_same_gradients)."""
+    model = DiffLlamaForCausalLM(DiffLlamaConfig(**DECODER))
+    model = apply_value_path(model, method)
+    with pytest.raises(ValueError, match="called the attention interface twice in one forward pass"):
+        model(tiny_inputs("llama")["input_ids"])
 
 
 def test_classes_from_outside_transformers_adapt_and_save_with_a_warning_that_they_load_plain(tmp_path):

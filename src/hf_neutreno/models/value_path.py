@@ -609,13 +609,20 @@ def _layer_coefficient(context, layer: int, value: torch.Tensor):
 
 
 def _check_context(context, module, layer: int) -> None:
-    """An adapted layer runs inside its model's forward, with gradients as that forward had them."""
+    """An adapted layer runs inside its model's forward, once, with gradients as that forward had them."""
     if context is None:
         raise RuntimeError(
             f"{type(module).__name__} (value-path layer {layer}) was called without `{CONTEXT_KWARG}`: the "
             "model did not hand its keyword arguments down to its attention, or the layer was called outside "
             "the adapted model's forward."
         )
+    if layer in context.called and not context.finished:
+        raise ValueError(
+            f"{type(module).__name__} (value-path layer {layer}) called the attention interface twice in one forward "
+            "pass (differential attention, say). A value path is defined for one attention call per layer (V_0 is "
+            "layer 0's values, each layer's rule acts on its one output), so this model cannot take one."
+        )
+    context.called.add(layer)
     if context.grad_enabled and not torch.is_grad_enabled():
         raise RuntimeError(
             "Gradient checkpointing with use_reentrant=True runs layer 0 without gradients, so V_0 would lose "
@@ -735,11 +742,15 @@ class _Rearranging:
         return _Rearranging(memo.get(id(cache), cache), self.name)  # the cache's copy, made before its attributes
 
 
-def _keep_with_cache(module, args, kwargs, output):
-    """Forward hook of every PreTrainedModel level: a cache that the model made itself in this call (none was handed
-    in) takes what the value path keeps beside it, so that a later call with that cache continues from it."""
+def _end_forward(module, args, kwargs, output):
+    """Forward hook of every PreTrainedModel level: the forward pass's layers have run (a later call of one with this
+    context is activation checkpointing's recomputation), and a cache that the model made itself in this call (none
+    was handed in) takes what the value path keeps beside it, so that a later call with that cache continues from it."""
     context = kwargs.get(CONTEXT_KWARG)
-    if context is None or context.cache_given:
+    if context is None:
+        return None
+    context.finished = True
+    if context.cache_given:
         return None
     # Found by type, not by field name: transformers 5.24 renamed the field `past_key_values` -> `cache`, and reading
     # the old name warns there.
@@ -761,8 +772,10 @@ class _ForwardContext:
     mix_in_cache: bool  # the cache returns its own storage: generation mixes the new values there
     grad_enabled: bool  # at the call (gradient checkpointing's recompute must match it)
     recompute_saved: bool  # may swap the backend's saved tensors for a recipe (`_recompute_saved`)
-    cache_given: bool  # a KV cache came with the call (else the model may make one: `_keep_with_cache`)
+    cache_given: bool  # a KV cache came with the call (else the model may make one: `_end_forward`)
     token_ids: torch.Tensor | None = None  # value embeddings: this call's tokens, (batch, tokens)
+    called: set = dataclasses.field(default_factory=set)  # the layers that have run (`_check_context`)
+    finished: bool = False  # the forward pass has returned (`_end_forward`)
     first_values: torch.Tensor | None = None  # V_0, left by layer 0 for the later layers
     # learnable="gate": layer -> α (value residual) or σ(W x[..., :12]) (value embeddings), (batch, tokens, kv heads)
     gates: dict = dataclasses.field(default_factory=dict)
@@ -875,7 +888,7 @@ def _adapt(model: PreTrainedModel) -> None:
     levels = [level for level in model.modules() if isinstance(level, PreTrainedModel)]
     model._value_path_hooks = [
         level.register_forward_pre_hook(_Hook(model, hook_settings, adapted), with_kwargs=True) for level in levels
-    ] + [level.register_forward_hook(_keep_with_cache, with_kwargs=True) for level in levels]
+    ] + [level.register_forward_hook(_end_forward, with_kwargs=True) for level in levels]
     # `load_state_dict` of a state dict in the earlier layout (Trainer resuming an earlier checkpoint)
     model._value_path_hooks.append(model.register_load_state_dict_pre_hook(_convert_old_state_dict))
     if settings["learnable"] == GATE:  # each gated layer reads its attention input x
