@@ -20,6 +20,8 @@ from transformers import (
     BloomModel,
     DiffLlamaConfig,
     DiffLlamaForCausalLM,
+    JetMoeConfig,
+    JetMoeForCausalLM,
     LlamaForCausalLM,
     Qwen2Config,
     Qwen2ForCausalLM,
@@ -51,6 +53,8 @@ from tiny_models import (
     CAUSAL,
     DECODER,
     TINY_VIT,
+    VOCAB,
+    assert_cached_generation_equals_the_full_forward,
     count_rebuilds,
     output_of,
     tiny_inputs,
@@ -1072,6 +1076,24 @@ def test_the_value_residual_mixes_in_the_cache_only_where_the_cache_returns_what
         assert torch.equal(cached.sequences, uncached.sequences), layer_class.__name__
         for a, b in zip(cached.scores, uncached.scores):
             torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("learnable", [False, True])
+def test_a_model_that_copies_its_values_after_the_cache_update_generates_as_without_a_cache(learnable):
+    """JetMoe repeats its values per expert after the cache update, so its attention gets a copy of what the cache
+    holds: a mix made in that copy was lost before the next token (cached greedy scores off by 0.06). Only a layer
+    handed the cache's own tensor mixes in place; this one gets the whole mix at every token."""
+    config = JetMoeConfig(
+        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=3, num_key_value_heads=2, kv_channels=8, num_local_experts=2
+    )
+    torch.manual_seed(0)
+    model = apply_value_path(JetMoeForCausalLM(config).eval(), "value_residual", learnable=learnable, layers=[1, 2])
+    _sharpen(model)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "kv_proj" in name or "experts.input_linear" in name:
+                parameter.normal_(0, 0.5)
+    assert_cached_generation_equals_the_full_forward(model, tiny_inputs("llama", length=6), atol=1e-5)
 
 
 # --- coefficients as the forward uses them, and never NaN ----------------------------------------------------------

@@ -583,7 +583,8 @@ class _ValuePathAttention:
             if layer not in context.layers:
                 return run()
             table = getattr(module, EMBEDDING_ATTRIBUTE)  # looked up at each call: PEFT may have wrapped it
-            return value_embedding(run, context, table, layer, value, _layer_coefficient(context, layer, value))
+            strength = _layer_coefficient(context, layer, value)
+            return value_embedding(run, context, table, layer, value, strength, _in_cache(context, module, value))
         if layer == 0:
             context.first_values = value
             return run()
@@ -597,7 +598,27 @@ class _ValuePathAttention:
             )
         if layer in context.gates:  # α per token and key/value head, for this call's tokens
             coefficient = context.gates[layer].transpose(1, 2).unsqueeze(-1).to(value.dtype)  # (batch, kv, q, 1)
-        return value_residual(run, context, layer, query, value, first, coefficient)
+        in_cache = _in_cache(context, module, value)
+        return value_residual(run, context, layer, query, value, first, coefficient, in_cache)
+
+
+def _in_cache(context, module, value: torch.Tensor) -> bool:
+    """Whether this call mixes its rows into the KV cache's own tensor, in place (generation at O(d) per new token and
+    layer): without gradients, with a cache that returns what it stores, and only where `value` is the tensor that
+    cache holds for this layer. A model that copies its values after the cache update (JetMoe repeats them per
+    expert) hands over a copy, whose mix would be lost before the next token: it gets the whole mix at every token."""
+    if not context.mix_in_cache or torch.is_grad_enabled():
+        return False
+    layers, index = getattr(context.cache, "layers", None), getattr(module, "layer_idx", None)
+    if not layers or not isinstance(index, int) or not 0 <= index < len(layers):
+        return False
+    stored = getattr(layers[index], "values", None)
+    return (
+        isinstance(stored, torch.Tensor)
+        and value.data_ptr() == stored.data_ptr()
+        and value.shape == stored.shape
+        and value.stride() == stored.stride()
+    )
 
 
 def _layer_coefficient(context, layer: int, value: torch.Tensor):
@@ -683,6 +704,7 @@ def _begin_forward(model, settings, attention_modules, checkpointing, module, ar
         layers={layer: position for position, layer in enumerate(settings["layers"])},
         past=int(cache.get_seq_length()) if cache is not None else 0,
         mix_in_cache=_returns_its_storage(cache),
+        cache=cache,
         grad_enabled=torch.is_grad_enabled(),
         recompute_saved=_recompute_saved(checkpointing),
         # twicing keeps A V of the earlier tokens with the KV cache that holds their keys and values
@@ -769,10 +791,11 @@ class _ForwardContext:
     coefficient: float | tuple  # the fixed one, or one tensor per adapted layer (`_forward_coefficients`)
     layers: dict  # adapted layer -> its position among the coefficients
     past: int  # tokens in the KV cache before this call's
-    mix_in_cache: bool  # the cache returns its own storage: generation mixes the new values there
+    mix_in_cache: bool  # the cache returns its own storage: generation may mix the new values there (`_in_cache`)
     grad_enabled: bool  # at the call (gradient checkpointing's recompute must match it)
     recompute_saved: bool  # may swap the backend's saved tensors for a recipe (`_recompute_saved`)
     cache_given: bool  # a KV cache came with the call (else the model may make one: `_end_forward`)
+    cache: Cache | None = None  # the KV cache that came with the call
     token_ids: torch.Tensor | None = None  # value embeddings: this call's tokens, (batch, tokens)
     called: set = dataclasses.field(default_factory=set)  # the layers that have run (`_check_context`)
     finished: bool = False  # the forward pass has returned (`_end_forward`)

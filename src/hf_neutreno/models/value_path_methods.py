@@ -138,12 +138,13 @@ def _ratio_gradients(exclusive, own, along, squared, strength, grad_along, grad_
     return extra_grouped, extra_own
 
 
-def value_embedding(run, context, table, layer, value, strength):
+def value_embedding(run, context, table, layer, value, strength, in_cache=False):
     """Attention over ``V + g E[token]``: `value` (batch, kv heads, tokens, d), E the layer's `table` (kv heads · d
     wide; the module looked up at each call, which PEFT may have wrapped), g `strength` (a number or a learnable
     scalar) or, gated, ``2 g₀ σ(W x[..., :12])`` per token and key/value head. Token-wise, as the value residual's mix:
-    a KV cache may hold the rows with their embedding added already (`context.mixed_rows[layer]` of them). Without
-    gradients the rows not added yet are added there, in place, so that generation costs O(d) per new token and layer;
+    a KV cache may hold the rows with their embedding added already (`context.mixed_rows[layer]` of them). Where
+    `value` is the cache's own tensor and there are no gradients (`in_cache`), the rows not added yet are added there,
+    in place, so that generation costs O(d) per new token and layer;
     the token ids (and gate values) of rows not added yet are kept beside the cache, and their rows rebuilt from the
     table when a later call needs them."""
     start, end = context.past, context.past + context.token_ids.shape[-1]
@@ -175,7 +176,7 @@ def value_embedding(run, context, table, layer, value, strength):
     embedded = embedded.transpose(1, 2)  # (batch, kv heads, rows, d)
     if isinstance(strength, torch.Tensor):
         embedded, strength = embedded * strength, 1.0
-    if context.mix_in_cache and not torch.is_grad_enabled():
+    if in_cache:
         value.narrow(-2, mixed, end - mixed).add_(embedded, alpha=strength)
         context.mixed_rows[layer] = end
         context.token_rows.pop(layer, None)
@@ -192,14 +193,15 @@ def value_embedding(run, context, table, layer, value, strength):
     return run(torch.add(value, embedded, alpha=strength))
 
 
-def value_residual(run, context, layer, query, value, first, coefficient):
+def value_residual(run, context, layer, query, value, first, coefficient, in_cache=False):
     """Attention over ``(1 − α) V_ℓ + α V_0`` (exactly V_ℓ at α = 0). `coefficient`: α as a number, a learnable scalar,
     or (a gate) one per token and key/value head of this call's tokens, (batch, kv heads, queries, 1).
 
     The mix is token-wise, so a KV cache may hold mixed values. `context.mixed_rows[layer]` counts the leading rows of
-    the cache's tensor that do: without gradients, the rows not mixed yet (this call's, and those of a call that ran
-    with gradients or before the model made its cache) are mixed there, in place, so that generation costs O(d) per new
-    token and layer instead of a pass over the whole cache. With gradients nothing is written into the cache."""
+    the cache's tensor that do: where `value` is that tensor and there are no gradients (`in_cache`), the rows not
+    mixed yet (this call's, and those of a call that ran with gradients or before the model made its cache) are mixed
+    there, in place, so that generation costs O(d) per new token and layer instead of a pass over the whole cache.
+    Otherwise nothing is written into the cache."""
     start, end = context.past, context.past + query.shape[-2]
     mixed = min(context.mixed_rows.get(layer, 0), start)  # a cropped cache keeps fewer rows
     alpha = coefficient
@@ -213,7 +215,7 @@ def value_residual(run, context, layer, query, value, first, coefficient):
                 "what it stores, such as a quantised one). Generate with a DynamicCache or StaticCache."
             )
         alpha = torch.cat([pending.narrow(-2, 0, start - mixed).to(coefficient.dtype), coefficient], dim=-2)
-    if context.mix_in_cache and not torch.is_grad_enabled():
+    if in_cache:
         value.narrow(-2, mixed, end - mixed).lerp_(first.narrow(-2, mixed, end - mixed), alpha)
         context.mixed_rows[layer] = end
         context.gate_rows.pop(layer, None)
