@@ -286,10 +286,12 @@ def test_linear_attention_has_no_attention_metrics():
 # --- models adapted with a value path, and models without tokens ---------------------------------------------------
 
 
-@pytest.mark.parametrize("method", ["neutreno", "value_residual"])
+@pytest.mark.parametrize("method", ["neutreno", "value_residual", "twicing", "xsa"])
 def test_a_value_path_model_is_measured_with_its_value_path(method):
     """The hidden-state metrics are the adapted model's, and the attention metrics use the values its attention
-    averages: (1 − α) V_ℓ + α V_0 for the value residual, V_ℓ for NeuTRENO (whose term is added after attention)."""
+    averages: (1 − α) V_ℓ + α V_0 for the value residual, V_ℓ for NeuTRENO, twicing and XSA (whose rules act on the
+    attention output). Twicing's second attention call applies the same matrix again and is not a layer of its own
+    (it was counted as one, and the attention metrics were refused)."""
     model = GPT2Model(GPT2Config(vocab_size=50, n_embd=32, n_layer=3, n_head=4, attn_implementation="eager"))
     _sharpen(model)
     plain = measure_oversmoothing(model, [_text_batch()], metrics=METRICS, progress=False)

@@ -97,7 +97,9 @@ class _ProbeAttention:
         self.inner = inner
 
     def __call__(self, module, query, key, value, attention_mask, *args, **kwargs):
-        observer = getattr(module, OBSERVER_ATTRIBUTE, None)
+        # The module's own attribute, not one found through a view of it: twicing's second call (on a view of the
+        # module with one query head per key/value head) applies the same attention matrix again.
+        observer = vars(module).get(OBSERVER_ATTRIBUTE)
         if observer is not None:
             scaling, is_causal = kwargs.get("scaling"), kwargs.get("is_causal")
             observer(

@@ -61,7 +61,7 @@ from transformers.utils import logging
 
 from .neutreno_term import attention_with_neutreno_term, may_recompute_saved
 from .value_path_defaults import DEFAULT_COEFFICIENTS, LEARNABLE_STARTS
-from .value_path_methods import exclusive, twicing, value_embedding, value_residual
+from .value_path_methods import OneGroup, exclusive, twicing, value_embedding, value_residual
 
 try:  # transformers 5 records `output_hidden_states` per model class, registered in PreTrainedModel.__init__
     from transformers.utils.output_capturing import _CAN_RECORD_REGISTRY
@@ -531,8 +531,11 @@ def _attention_modules_by_source(model: nn.Module) -> list[tuple[str, nn.Module]
 
 
 def attention_function(module: nn.Module, implementation: str):
-    """The attention function a module calls for `implementation`; "eager" is the one in the module's own file."""
+    """The attention function a module calls for `implementation`; "eager" is the one in the module's own file (for
+    twicing's view of a module, `OneGroup`, the file of the module it views)."""
     if implementation == "eager":
+        if isinstance(module, OneGroup):
+            module = module.viewed
         return _defining_module(module, "eager_attention_forward").eager_attention_forward
     return ALL_ATTENTION_FUNCTIONS[implementation]
 

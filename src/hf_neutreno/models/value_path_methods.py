@@ -255,6 +255,11 @@ class OneGroup:
     def __init__(self, module):
         self.__dict__["_module"] = module
 
+    @property
+    def viewed(self):
+        """The module this view is of."""
+        return self.__dict__["_module"]
+
     def __getattr__(self, name):
         return getattr(self.__dict__["_module"], name)
 
