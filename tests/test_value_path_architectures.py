@@ -1,0 +1,160 @@
+"""`apply_value_path` beyond the reference architectures (Llama, Qwen2, GPT-2, BERT, ViT, DeiT): one tiny model each
+of architectures whose attention differs in the ways that have mattered to a value path (query/key norms, partial
+rotary embeddings, parallel residuals, scaled queries, logit scaling, mixture-of-experts blocks, values copied after
+the cache update, layer scale, relative position bias), held to the properties every value path has:
+
+- at coefficient 0 the adapted model is the native model, exactly;
+- the rule changes the output at its default coefficient;
+- the gradients with the memory-saving rebuild equal those with the backend keeping its own saved tensors;
+- causal models: a KV cache stepped token by token gives the full forward's logits.
+
+The references of each method's rule are in the method's own tests; these hold the adapter's plumbing across
+architectures. Each model is in eval mode without dropout or other randomness, with weights larger than their
+initialisation so that attention is far from uniform.
+"""
+
+import copy
+
+import pytest
+import torch
+from transformers import (
+    BeitConfig,
+    BeitModel,
+    CLIPVisionConfig,
+    CLIPVisionModel,
+    CohereConfig,
+    CohereForCausalLM,
+    Dinov2Config,
+    Dinov2Model,
+    GemmaConfig,
+    GemmaForCausalLM,
+    GPTNeoXConfig,
+    GPTNeoXForCausalLM,
+    JetMoeConfig,
+    JetMoeForCausalLM,
+    MixtralConfig,
+    MixtralForCausalLM,
+    Olmo2Config,
+    Olmo2ForCausalLM,
+    OPTConfig,
+    OPTForCausalLM,
+    PhiConfig,
+    PhiForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+    Starcoder2Config,
+    Starcoder2ForCausalLM,
+)
+
+from hf_neutreno import apply_value_path
+from tiny_models import VOCAB
+
+DECODER = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4)
+VISION = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4, image_size=16)
+CAUSAL = {  # name -> the tiny model
+    "olmo2": lambda: Olmo2ForCausalLM(Olmo2Config(**DECODER, num_key_value_heads=2)),  # query/key norms
+    "phi": lambda: PhiForCausalLM(PhiConfig(**DECODER, partial_rotary_factor=0.5, resid_pdrop=0.0, embd_pdrop=0.0)),
+    "gpt_neox": lambda: GPTNeoXForCausalLM(GPTNeoXConfig(**DECODER, use_parallel_residual=True, rotary_pct=0.5)),
+    "opt": lambda: OPTForCausalLM(  # queries scaled before the backend
+        OPTConfig(vocab_size=VOCAB, hidden_size=32, ffn_dim=64, num_hidden_layers=3, num_attention_heads=4, dropout=0.0)
+    ),
+    "cohere": lambda: CohereForCausalLM(CohereConfig(**DECODER, num_key_value_heads=2, use_qk_norm=True)),
+    "qwen3": lambda: Qwen3ForCausalLM(Qwen3Config(**DECODER, num_key_value_heads=2, head_dim=8)),
+    "gemma": lambda: GemmaForCausalLM(GemmaConfig(**DECODER, num_key_value_heads=1, head_dim=8)),
+    "starcoder2": lambda: Starcoder2ForCausalLM(
+        Starcoder2Config(**DECODER, num_key_value_heads=2, sliding_window=None, residual_dropout=0.0)
+    ),
+    "mixtral": lambda: MixtralForCausalLM(
+        MixtralConfig(**DECODER, num_key_value_heads=2, num_local_experts=2, sliding_window=None)
+    ),
+    "jetmoe": lambda: JetMoeForCausalLM(  # its values are repeated per expert after the cache update
+        JetMoeConfig(
+            vocab_size=VOCAB,
+            hidden_size=32,
+            num_hidden_layers=3,
+            num_key_value_heads=2,
+            kv_channels=8,
+            num_local_experts=2,
+        )
+    ),
+}
+ENCODERS = {
+    "dinov2": lambda: Dinov2Model(Dinov2Config(**VISION, patch_size=4)),  # layer scale
+    "clip_vision": lambda: CLIPVisionModel(CLIPVisionConfig(**VISION, patch_size=4)),
+    "beit": lambda: BeitModel(  # relative position bias
+        BeitConfig(**VISION, patch_size=4, use_relative_position_bias=True, use_mask_token=False)
+    ),
+}
+METHODS = ("neutreno", "value_residual", "twicing", "xsa")
+
+
+def _tiny(name: str) -> torch.nn.Module:
+    torch.manual_seed(0)
+    model = {**CAUSAL, **ENCODERS}[name]().eval()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.dim() == 2 and max(parameter.shape) <= 128:  # projections, not embedding tables
+                parameter.mul_(4)
+    return model
+
+
+def _inputs(name: str) -> dict:
+    generator = torch.Generator().manual_seed(1)
+    if name in ENCODERS:
+        return {"pixel_values": torch.randn(2, 3, 16, 16, generator=generator)}
+    return {"input_ids": torch.randint(3, VOCAB, (2, 8), generator=generator)}
+
+
+def _output(model, inputs: dict) -> torch.Tensor:
+    outputs = model(**inputs)
+    return outputs.logits if hasattr(outputs, "logits") else outputs.last_hidden_state
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("name", [*CAUSAL, *ENCODERS])
+def test_the_adapter_keeps_the_native_model_at_zero_and_its_gradients_through_the_rebuild(name, method):
+    native, inputs = _tiny(name), _inputs(name)
+    with torch.no_grad():
+        expected = _output(native, inputs)
+        unchanged = _output(apply_value_path(copy.deepcopy(native), method, coefficient=0.0), inputs)
+        model = apply_value_path(copy.deepcopy(native), method)
+        changed = _output(model, inputs)
+    assert torch.equal(unchanged, expected)
+    assert (changed - expected).abs().max() > 1e-3
+
+    model.train()  # no dropout in these configurations: the two passes see the same function
+    gradients = []
+    for keep_saved in (False, True):
+        model.zero_grad(set_to_none=True)
+        if keep_saved:  # the backend keeps its own saved tensors: nothing is rebuilt
+            with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+                loss = _output(model, inputs).square().mean()
+        else:
+            loss = _output(model, inputs).square().mean()
+        loss.backward()
+        gradients.append({key: p.grad.clone() for key, p in model.named_parameters() if p.grad is not None})
+    rebuilt, kept = gradients
+    scale = max(grad.abs().max() for grad in kept.values())
+    assert rebuilt.keys() == kept.keys()
+    for key, grad in kept.items():
+        torch.testing.assert_close(rebuilt[key], grad, rtol=0, atol=1e-5 * scale, msg=key)
+
+
+@pytest.mark.parametrize("method", [*METHODS, "value_embedding"])
+@pytest.mark.parametrize("name", CAUSAL)
+def test_a_cache_stepped_token_by_token_gives_the_full_forward(name, method):
+    model = apply_value_path(_tiny(name), method)
+    input_ids = _inputs(name)["input_ids"]
+    if name == "jetmoe" and method == "value_embedding":  # its attention gets each key/value head once per expert
+        with pytest.raises(ValueError, match="value-embedding table is 16 wide, but its values have 4 key/value"):
+            model(input_ids)
+        return
+    with torch.no_grad():
+        full = model(input_ids).logits
+        prefill = model(input_ids[:, :5], use_cache=True)
+        cache, steps = prefill.cache, [prefill.logits]
+        for position in range(5, input_ids.shape[1]):
+            step = model(input_ids[:, position : position + 1], cache=cache, use_cache=True)
+            cache = step.cache
+            steps.append(step.logits)
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=0, atol=1e-5)
