@@ -27,6 +27,10 @@ from transformers import (
     Qwen2ForCausalLM,
     ResNetConfig,
     ResNetModel,
+    SiglipVisionConfig,
+    SiglipVisionModel,
+    StableLmConfig,
+    StableLmForCausalLM,
     T5Config,
     T5EncoderModel,
     T5Model,
@@ -806,6 +810,31 @@ def test_models_a_value_path_cannot_reach_are_refused_by_name():
     t5 = T5Model(T5Config(d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, vocab_size=50))
     with pytest.raises(ValueError, match="T5Model is an encoder-decoder"):
         apply_value_path(t5, "neutreno")
+
+
+def test_attention_that_drops_its_keyword_arguments_is_refused_before_the_model_changes():
+    """SigLIP's attention calls the interface without the keyword arguments it is given, so the forward pass's
+    context never reaches it: it adapted, then failed at its first forward (and saved as an adapted model that could
+    not run). Now refused when adapting, the model left as it was. StableLM's decoder layer drops them before its
+    attention, which no reading of the attention's source can see: its first forward says so."""
+    siglip = SiglipVisionModel(
+        SiglipVisionConfig(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=3,
+            num_attention_heads=4,
+            image_size=16,
+            patch_size=4,
+        )
+    )
+    with pytest.raises(ValueError, match="SiglipAttention calls the attention interface without the keyword"):
+        apply_value_path(siglip, "neutreno")
+    assert siglip.config._attn_implementation == "sdpa" and not hasattr(siglip.config, "value_path")
+    assert not is_value_path_model(siglip)
+    stablelm = StableLmForCausalLM(StableLmConfig(**{k: v for k, v in DECODER.items() if k != "num_key_value_heads"}))
+    stablelm = apply_value_path(stablelm, "neutreno")
+    with pytest.raises(RuntimeError, match="did not hand its keyword arguments down to its attention"):
+        stablelm(tiny_inputs("llama")["input_ids"])
 
 
 def test_sliding_window_flash_and_foreign_classes_are_refused():

@@ -38,6 +38,7 @@ where this package is not installed. This file imports only torch, transformers 
 models) and `value_path_defaults.py`, copied with it.
 """
 
+import ast
 import copy
 import dataclasses
 import inspect
@@ -45,6 +46,7 @@ import math
 import numbers
 import operator
 import sys
+import textwrap
 import weakref
 
 import torch
@@ -1045,6 +1047,7 @@ def _check_adaptable(model: PreTrainedModel) -> tuple[list[nn.Module], str]:
     """The self-attention layers and the backend to wrap, or `ValueError` for what a value path cannot do exactly."""
     layers = self_attention_layers(model)
     _refuse_sliding_windows(model, len(layers))
+    _refuse_dropped_keywords(layers)
     # An attention of its own that bypasses the interface (the NeuTRENO ViT's kernel attention) would run unchanged.
     own = sorted({type(module).__name__ for module in layers if getattr(module, "attention_function", None)})
     if own:
@@ -1092,6 +1095,40 @@ def _refuse_sliding_windows(model: PreTrainedModel, num_layers: int) -> None:
             f"{type(model).__name__} has {others} layers: their KV cache keeps a window, not every token, so V_0 and "
             "a layer's values stop lining up during generation. Only full-attention models can be adapted."
         )
+
+
+def _refuse_dropped_keywords(layers: list[nn.Module]) -> None:
+    """The forward pass hands its context to each layer's attention function as a keyword argument. A layer whose
+    forward calls the interface without the keyword arguments it is given (transformers' SigLIP and AIMv2 attention,
+    among others) would never see it, and would fail at its first forward: refused here instead, before the model is
+    changed. Judged from the forward's source (calls of a name taken from `ALL_ATTENTION_FUNCTIONS`, none with
+    ``**``); a forward without readable source, or a layer in between that drops them, is left to that first forward
+    (`_check_context`)."""
+    for kind in {type(module) for module in layers}:
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(kind.forward)))
+        except (OSError, TypeError, SyntaxError):
+            continue
+        names = {
+            target.id
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.Assign, ast.AnnAssign))
+            and node.value is not None
+            and "ALL_ATTENTION_FUNCTIONS" in ast.unparse(node.value)
+            for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+            if isinstance(target, ast.Name)
+        }
+        calls = [
+            node
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Call)
+            and (getattr(node.func, "id", None) in names or "ALL_ATTENTION_FUNCTIONS" in ast.unparse(node.func))
+        ]
+        if calls and not any(keyword.arg is None for call in calls for keyword in call.keywords):
+            raise ValueError(
+                f"{kind.__name__} calls the attention interface without the keyword arguments its forward is given, "
+                "so a value path cannot hand its attention the forward pass's context; this model cannot take one."
+            )
 
 
 def _refuse_built_in_term(model) -> None:
