@@ -31,7 +31,7 @@ from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTModel, apply_value_path
 from hf_neutreno.diagnostics import ATTENTION_METRICS, DEFAULT_METRICS, METRICS, attention_maps, measure_oversmoothing
 from hf_neutreno.diagnostics.metrics import hidden_state_metrics
 from hf_neutreno.diagnostics.probe import OBSERVER_ATTRIBUTE, ProbeUnavailable, attention_probe
-from tiny_models import TINY_VIT, tiny_model
+from tiny_models import TINY_VIT, tiny_inputs, tiny_model
 
 
 def cifar10_images(data_dir, count: int) -> list[Image.Image]:
@@ -428,3 +428,24 @@ def test_a_sparse_selection_of_keys_gives_no_maps_and_says_why():
         attention_maps(model, batch)
     with pytest.raises(ValueError, match=r"functional_j.*\['indices'\]"):
         measure_oversmoothing(model, [batch], metrics=["functional_j"], progress=False)
+
+
+@pytest.mark.parametrize("adapted", [False, True])
+def test_a_flex_attention_model_is_measured_through_sdpa(adapted):
+    """Flex attention hands its backend a block mask, not a tensor the maps can be recomputed with (the probe raised
+    an AttributeError on it): it is measured through SDPA, as flash attention is, and its backend is restored."""
+    model = tiny_model("llama", attn_implementation="flex_attention")
+    if adapted:
+        apply_value_path(model, "value_residual", 0.5)
+    implementation = model.config._attn_implementation
+    inputs = tiny_inputs("llama", padding="left")
+    reference = tiny_model("llama", attn_implementation="eager")
+    if adapted:
+        apply_value_path(reference, "value_residual", 0.5)
+    with torch.no_grad():
+        expected = reference(**inputs, output_attentions=True).attentions
+    keep = inputs["attention_mask"][1].bool()
+    maps = attention_maps(model, inputs, sample=1)
+    for layer, probabilities in enumerate(expected, start=1):
+        torch.testing.assert_close(maps[layer], probabilities[1][:, keep][:, :, keep], rtol=1e-5, atol=1e-6)
+    assert model.config._attn_implementation == implementation

@@ -12,7 +12,8 @@ without asking the model for `output_attentions` (which needs eager attention an
 A model adapted with `hf_neutreno.apply_value_path` keeps its value path: the probe goes inside it
 (``"value_path-hf_neutreno_probe-<impl>"``), so it sees the values the attention averages (for the value residual,
 the mixed values; for NeuTRENO, V_ℓ, to which λ (V_0 − V_ℓ) is added afterwards). Flash and paged backends, which
-look their kernels up by the implementation's own name, are measured through SDPA instead.
+look their kernels up by the implementation's own name, and flex attention, whose mask is a block mask rather than a
+tensor, are measured through SDPA instead.
 
 The observer is kept on the attention modules themselves for the length of the block. Models whose attention does
 not go through the interface (for example NeuTRENO's linear kernel, or remote code that calls
@@ -130,9 +131,10 @@ def _sinks(kwargs: dict) -> torch.Tensor | None:
 
 
 def _register_probe(implementation: str, attention_modules) -> str:
-    """Register the probe around `implementation` (SDPA where that cannot be wrapped) and return its name."""
+    """Register the probe around `implementation` (SDPA where that cannot be wrapped, or where its mask is not a
+    tensor: flex attention's is a block mask, from which the maps cannot be recomputed) and return its name."""
     inner = implementation
-    if "flash" in inner or inner.startswith("paged"):
+    if "flash" in inner or inner.startswith("paged") or inner == "flex_attention":
         inner = "sdpa"
     elif inner == "eager" and not all(
         hasattr(sys.modules[type(module).__module__], "eager_attention_forward") for _, module in attention_modules
