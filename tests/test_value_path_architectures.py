@@ -148,6 +148,9 @@ def test_a_cache_stepped_token_by_token_gives_the_full_forward(name, method):
     if name == "jetmoe" and method == "value_embedding":  # its attention gets each key/value head once per expert
         with pytest.raises(ValueError, match="value-embedding table is 16 wide, but its values have 4 key/value"):
             model(input_ids)
+        gated = apply_value_path(_tiny(name), "value_residual", learnable="gate")
+        with pytest.raises(ValueError, match="gate gives α for 2 key/value heads .* values of 4 heads"):
+            gated(input_ids)
         return
     with torch.no_grad():
         full = model(input_ids).logits

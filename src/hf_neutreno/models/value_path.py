@@ -603,6 +603,12 @@ class _ValuePathAttention:
             )
         if layer in context.gates:  # α per token and key/value head, for this call's tokens
             coefficient = context.gates[layer].transpose(1, 2).unsqueeze(-1).to(value.dtype)  # (batch, kv, q, 1)
+            if coefficient.shape[1] != value.shape[1]:
+                raise ValueError(
+                    f"Layer {layer}'s gate gives α for {coefficient.shape[1]} key/value heads (the config's), but its "
+                    f"attention gets values of {value.shape[1]} heads (JetMoe repeats them per expert): use a fixed "
+                    "or learnable α."
+                )
         in_cache = _in_cache(context, module, value)
         return value_residual(run, context, layer, query, value, first, coefficient, in_cache)
 
