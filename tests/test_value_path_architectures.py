@@ -1,7 +1,8 @@
 """`apply_value_path` beyond the reference architectures (Llama, Qwen2, GPT-2, BERT, ViT, DeiT): one tiny model each
 of architectures whose attention differs in the ways that have mattered to a value path (query/key norms, partial
 rotary embeddings, parallel residuals, scaled queries, logit scaling, mixture-of-experts blocks, values copied after
-the cache update, layer scale, relative position bias), held to the properties every value path has:
+the cache update, layer scale, relative position bias, an encoder's sliding windows), held to the properties every
+value path has:
 
 - at coefficient 0 the adapted model is the native model, exactly;
 - the rule changes the output at its default coefficient;
@@ -34,6 +35,8 @@ from transformers import (
     JetMoeForCausalLM,
     MixtralConfig,
     MixtralForCausalLM,
+    ModernBertConfig,
+    ModernBertModel,
     Olmo2Config,
     Olmo2ForCausalLM,
     OPTConfig,
@@ -84,6 +87,17 @@ ENCODERS = {
     "beit": lambda: BeitModel(  # relative position bias
         BeitConfig(**VISION, patch_size=4, use_relative_position_bias=True, use_mask_token=False)
     ),
+    "modernbert": lambda: ModernBertModel(  # sliding-window layers without a KV cache (refused before)
+        ModernBertConfig(
+            **DECODER,
+            pad_token_id=0,
+            global_attn_every_n_layers=2,
+            local_attention=4,
+            embedding_dropout=0.0,
+            attention_dropout=0.0,
+            mlp_dropout=0.0,
+        )
+    ),
 }
 METHODS = ("neutreno", "value_residual", "twicing", "xsa")
 
@@ -100,9 +114,9 @@ def _tiny(name: str) -> torch.nn.Module:
 
 def _inputs(name: str) -> dict:
     generator = torch.Generator().manual_seed(1)
-    if name in ENCODERS:
+    if name in ENCODERS and name != "modernbert":
         return {"pixel_values": torch.randn(2, 3, 16, 16, generator=generator)}
-    return {"input_ids": torch.randint(3, VOCAB, (2, 8), generator=generator)}
+    return {"input_ids": torch.randint(3, VOCAB, (2, 9), generator=generator)}
 
 
 def _output(model, inputs: dict) -> torch.Tensor:

@@ -1052,7 +1052,8 @@ def _split_old_coefficients(model, old: torch.Tensor) -> dict[str, torch.Tensor]
 def _check_adaptable(model: PreTrainedModel) -> tuple[list[nn.Module], str]:
     """The self-attention layers and the backend to wrap, or `ValueError` for what a value path cannot do exactly."""
     layers = self_attention_layers(model)
-    _refuse_sliding_windows(model, len(layers))
+    if any(getattr(module, "is_causal", True) for module in layers):  # bidirectional layers never run with a cache
+        _refuse_sliding_windows(model, len(layers))
     _refuse_dropped_keywords(layers)
     # An attention of its own that bypasses the interface (the NeuTRENO ViT's kernel attention) would run unchanged.
     own = sorted({type(module).__name__ for module in layers if getattr(module, "attention_function", None)})
