@@ -1,8 +1,8 @@
 """`apply_value_path` beyond the reference architectures (Llama, Qwen2, GPT-2, BERT, ViT, DeiT): one tiny model each
 of architectures whose attention differs in the ways that have mattered to a value path (query/key norms, partial
 rotary embeddings, parallel residuals, scaled queries, logit scaling, mixture-of-experts blocks, values copied after
-the cache update, layer scale, relative position bias, an encoder's sliding windows), held to the properties every
-value path has:
+the cache update, values of their own head size, layer scale, relative position bias, an encoder's sliding windows),
+held to the properties every value path has:
 
 - at coefficient 0 the adapted model is the native model, exactly;
 - the rule changes the output at its default coefficient;
@@ -25,6 +25,8 @@ from transformers import (
     CLIPVisionModel,
     CohereConfig,
     CohereForCausalLM,
+    DeepseekV3Config,
+    DeepseekV3ForCausalLM,
     Dinov2Config,
     Dinov2Model,
     GemmaConfig,
@@ -69,6 +71,24 @@ CAUSAL = {  # name -> the tiny model
     ),
     "mixtral": lambda: MixtralForCausalLM(
         MixtralConfig(**DECODER, num_key_value_heads=2, num_local_experts=2, sliding_window=None)
+    ),
+    "deepseek_v3": lambda: DeepseekV3ForCausalLM(  # multi-head latent attention: values of their own head size
+        DeepseekV3Config(
+            **DECODER,
+            num_key_value_heads=4,
+            moe_intermediate_size=16,
+            n_routed_experts=2,
+            num_experts_per_tok=1,
+            n_shared_experts=1,
+            first_k_dense_replace=1,
+            kv_lora_rank=16,
+            q_lora_rank=16,
+            qk_rope_head_dim=4,
+            qk_nope_head_dim=4,
+            v_head_dim=8,
+            n_group=1,
+            topk_group=1,
+        )
     ),
     "jetmoe": lambda: JetMoeForCausalLM(  # its values are repeated per expert after the cache update
         JetMoeConfig(

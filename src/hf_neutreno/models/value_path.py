@@ -964,9 +964,10 @@ def _initialise_table(table: nn.Embedding, hidden_size: int) -> None:
 
 
 def _value_heads(config) -> tuple[int, int]:
-    """(key/value heads, head size) of a text config."""
+    """(key/value heads, value head size) of a text config: multi-head latent attention (DeepSeek V2/V3) has values
+    of their own size, `v_head_dim`, unlike its queries and keys (`head_dim`)."""
     heads = config.num_attention_heads
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    head_dim = getattr(config, "v_head_dim", None) or getattr(config, "head_dim", None) or config.hidden_size // heads
     return getattr(config, "num_key_value_heads", None) or heads, head_dim
 
 
