@@ -20,8 +20,6 @@ from transformers import (
     BloomModel,
     DiffLlamaConfig,
     DiffLlamaForCausalLM,
-    JetMoeConfig,
-    JetMoeForCausalLM,
     LlamaForCausalLM,
     Qwen2Config,
     Qwen2ForCausalLM,
@@ -52,12 +50,12 @@ from hf_neutreno.value_path import (
     value_path_class,
     value_path_parameters,
 )
+from test_value_path_architectures import tiny_architecture
 from tiny_models import (
     ARCHITECTURES,
     CAUSAL,
     DECODER,
     TINY_VIT,
-    VOCAB,
     assert_cached_generation_equals_the_full_forward,
     count_rebuilds,
     output_of,
@@ -1112,16 +1110,7 @@ def test_a_model_that_copies_its_values_after_the_cache_update_generates_as_with
     """JetMoe repeats its values per expert after the cache update, so its attention gets a copy of what the cache
     holds: a mix made in that copy was lost before the next token (cached greedy scores off by 0.06). Only a layer
     handed the cache's own tensor mixes in place; this one gets the whole mix at every token."""
-    config = JetMoeConfig(
-        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=3, num_key_value_heads=2, kv_channels=8, num_local_experts=2
-    )
-    torch.manual_seed(0)
-    model = apply_value_path(JetMoeForCausalLM(config).eval(), "value_residual", learnable=learnable, layers=[1, 2])
-    _sharpen(model)
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if "kv_proj" in name or "experts.input_linear" in name:
-                parameter.normal_(0, 0.5)
+    model = apply_value_path(tiny_architecture("jetmoe"), "value_residual", learnable=learnable, layers=[1, 2])
     assert_cached_generation_equals_the_full_forward(model, tiny_inputs("llama", length=6), atol=1e-5)
 
 

@@ -122,7 +122,8 @@ ENCODERS = {
 METHODS = ("neutreno", "value_residual", "twicing", "xsa")
 
 
-def _tiny(name: str) -> torch.nn.Module:
+def tiny_architecture(name: str) -> torch.nn.Module:
+    """The tiny model `name` of `CAUSAL` or `ENCODERS`, in eval mode, its projections scaled up."""
     torch.manual_seed(0)
     model = {**CAUSAL, **ENCODERS}[name]().eval()
     with torch.no_grad():
@@ -147,7 +148,7 @@ def _output(model, inputs: dict) -> torch.Tensor:
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("name", [*CAUSAL, *ENCODERS])
 def test_the_adapter_keeps_the_native_model_at_zero_and_its_gradients_through_the_rebuild(name, method):
-    native, inputs = _tiny(name), _inputs(name)
+    native, inputs = tiny_architecture(name), _inputs(name)
     with torch.no_grad():
         expected = _output(native, inputs)
         unchanged = _output(apply_value_path(copy.deepcopy(native), method, coefficient=0.0), inputs)
@@ -177,12 +178,12 @@ def test_the_adapter_keeps_the_native_model_at_zero_and_its_gradients_through_th
 @pytest.mark.parametrize("method", [*METHODS, "value_embedding"])
 @pytest.mark.parametrize("name", CAUSAL)
 def test_a_cache_stepped_token_by_token_gives_the_full_forward(name, method):
-    model = apply_value_path(_tiny(name), method)
+    model = apply_value_path(tiny_architecture(name), method)
     input_ids = _inputs(name)["input_ids"]
     if name == "jetmoe" and method == "value_embedding":  # its attention gets each key/value head once per expert
         with pytest.raises(ValueError, match="value-embedding table is 16 wide, but its values have 4 key/value"):
             model(input_ids)
-        gated = apply_value_path(_tiny(name), "value_residual", learnable="gate")
+        gated = apply_value_path(tiny_architecture(name), "value_residual", learnable="gate")
         with pytest.raises(ValueError, match="gate gives α for 2 key/value heads .* values of 4 heads"):
             gated(input_ids)
         return
