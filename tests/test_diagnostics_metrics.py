@@ -122,7 +122,7 @@ def test_functional_j_and_gradient_alignment_equal_their_sums(causal):
     scaling = q.shape[-1] ** -0.5
     probs = attention_probabilities(q, k, keep, scaling, is_causal=False)
     j = functional_j(probs, v, token_mask)
-    alignment = gradient_alignment(q, k, v, keep, scaling, False, token_mask, probs)
+    alignment = gradient_alignment(q, k, v, keep, scaling, False, token_mask)
     for b in range(2):
         n = int(token_mask[b].sum())
         j_direct, cosines = 0.0, []
@@ -142,6 +142,54 @@ def test_functional_j_and_gradient_alignment_equal_their_sums(causal):
         assert alignment[b].item() == pytest.approx(float(sum(cosines) / len(cosines)), rel=1e-4)
         if causal:  # the first token attends only to itself: both estimates are zero and it is left out
             assert len(cosines) == q.shape[1] * (n - 1)
+
+
+def _gradient_alignment_by_definition(q, k, v, allowed, scaling):
+    """App. E.1's estimates with the unnormalised kernels exp(score) in float64, per sample: the mean cosine over heads
+    and the queries whose estimates are both nonzero, and how many those are."""
+    means, counts = [], []
+    for b in range(q.shape[0]):
+        cosines = []
+        for head in range(q.shape[1]):
+            qh, kh, vh = q[b, head].double(), k[b, head].double(), v[b, head].double()
+            for i in range(q.shape[2]):
+                keys = [j for j in range(q.shape[2]) if allowed[b, i, j]]
+                if not keys:  # a padded query
+                    continue
+                g_sym = sum((vh[i] - vh[j]) * torch.exp(kh[i] @ kh[j] * scaling) for j in keys)
+                g_asym = sum((vh[i] - vh[j]) * torch.exp(qh[i] @ kh[j] * scaling) for j in keys)
+                if g_sym.norm() > 0 and g_asym.norm() > 0:
+                    g_sym, g_asym = g_sym / g_sym.abs().max(), g_asym / g_asym.abs().max()  # ‖g‖² may overflow
+                    cosines.append(float(g_sym @ g_asym / (g_sym.norm() * g_asym.norm())))
+        means.append(sum(cosines) / len(cosines))
+        counts.append(len(cosines))
+    return means, counts
+
+
+@pytest.mark.parametrize("mask", ["boolean", "additive-causal"])
+def test_gradient_alignment_of_tokens_that_attend_mostly_to_themselves(mask):
+    """Keys of norm 40 with head_dim 8: each token's self-score k_i·k_i·s (about 570) exceeds its other scores by 100
+    to 1000, so a softmax over every key underflows to 0 off the diagonal in float32 and the direction is lost (the
+    sample read NaN, or the query was dropped). The reference is the definition with exp(score) in float64 (finite
+    below 709); the eager attention's additive mask (the dtype's minimum, not −inf) must leave a causal
+    model's first token out, as a boolean mask does."""
+    torch.manual_seed(3)
+    b, h, n, d = 2, 2, 6, 8
+    scaling = d**-0.5
+    k = torch.nn.functional.normalize(torch.randn(b, h, n, d), dim=-1) * 40
+    q, v = k + torch.randn(b, h, n, d), torch.randn(b, h, n, d)  # queries near their own key, as in trained models
+    token_mask = torch.ones(b, n)
+    token_mask[1, 4:] = 0  # sample 1: tokens 4, 5 are padding
+    allowed = token_mask[:, None, :].bool().expand(b, n, n)
+    if mask == "boolean":
+        attention_mask = allowed[:, None]
+    else:
+        allowed = allowed & torch.ones(n, n, dtype=torch.bool).tril()
+        attention_mask = torch.zeros(b, 1, n, n).masked_fill(~allowed[:, None], torch.finfo(torch.float32).min)
+    expected, counts = _gradient_alignment_by_definition(q, k, v, allowed & token_mask[:, :, None].bool(), scaling)
+    assert counts == ([h * 6, h * 4] if mask == "boolean" else [h * 5, h * 3])  # every real query, bar first tokens
+    got = gradient_alignment(q, k, v, attention_mask, scaling, False, token_mask)
+    assert got.tolist() == pytest.approx(expected, rel=1e-4)
 
 
 def test_symmetric_attention_has_perfect_gradient_alignment():

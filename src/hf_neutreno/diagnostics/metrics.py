@@ -145,7 +145,7 @@ def _repeat_heads(states: torch.Tensor, heads: int) -> torch.Tensor:
     return states.repeat_interleave(heads // states.shape[1], dim=1)
 
 
-def attention_probabilities(
+def attention_scores(
     query: torch.Tensor,
     key: torch.Tensor,
     attention_mask: torch.Tensor | None,
@@ -154,13 +154,11 @@ def attention_probabilities(
     *,
     softcap: float | None = None,
     position_bias: torch.Tensor | None = None,
-    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """softmax(q kᵀ · scaling + mask) in float32, (batch, heads, queries, keys); fully masked rows are 0. As the
-    backends compute it, before the mask: `softcap` caps the scores at ± softcap through tanh (Gemma 2), and
-    `position_bias` is added to them (T5's relative position bias). `sinks` (logits broadcastable to (batch, heads,
-    queries, 1)) join the softmax as one more key that takes probability and is then dropped (gpt-oss's attention
-    sinks), so a row sums to less than 1."""
+    """The scores the softmax takes, q kᵀ · scaling + mask, in float32, (batch, heads, queries, keys). As the backends
+    compute them, before the mask: `softcap` caps the scores at ± softcap through tanh (Gemma 2), and `position_bias`
+    is added to them (T5's relative position bias). Masked keys get −inf (a boolean mask, or a causal model without
+    one) or the additive mask's large negative value."""
     key = _repeat_heads(key, query.shape[1])
     scores = torch.matmul(query.float(), key.float().transpose(-1, -2)) * scaling
     if softcap is not None:
@@ -176,6 +174,29 @@ def attention_probabilities(
         q_len, k_len = query.shape[-2], key.shape[-2]
         allowed = torch.ones(q_len, k_len, dtype=torch.bool, device=scores.device).tril(k_len - q_len)
         scores = scores.masked_fill(~allowed, float("-inf"))
+    return scores
+
+
+def attention_probabilities(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    is_causal: bool,
+    *,
+    softcap: float | None = None,
+    position_bias: torch.Tensor | None = None,
+    sinks: torch.Tensor | None = None,
+    scores: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """softmax(q kᵀ · scaling + mask) in float32, (batch, heads, queries, keys); fully masked rows are 0. The scores
+    are `attention_scores` (soft-capping, position bias, mask), or `scores` where the caller has them already.
+    `sinks` (logits broadcastable to (batch, heads, queries, 1)) join the softmax as one more key that takes
+    probability and is then dropped (gpt-oss's attention sinks), so a row sums to less than 1."""
+    if scores is None:
+        scores = attention_scores(
+            query, key, attention_mask, scaling, is_causal, softcap=softcap, position_bias=position_bias
+        )
     if sinks is not None:
         sinks = sinks.to(device=scores.device, dtype=scores.dtype).expand(*scores.shape[:-1], 1)
         return torch.softmax(torch.cat([scores, sinks], dim=-1), dim=-1)[..., :-1].nan_to_num(0.0)
@@ -225,6 +246,19 @@ def functional_j(probs: torch.Tensor, value: torch.Tensor, query_mask: torch.Ten
     return _nan_where(n >= 1, 0.5 * (per_query * qm).sum(dim=1) / n.clamp_min(1))
 
 
+def _kernel_without_self(scores: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """softmax over j ≠ i of the scores (batch, heads, tokens, tokens): the diagonal is set to −inf before the
+    softmax, so that each row's maximum, and hence its scale, is taken over the other keys. A row with no other key
+    (a causal model's first token) is 0. An additive mask blocks a key with a large negative value rather than −inf:
+    such keys (at most half the mask dtype's minimum) are set to −inf as well, or such a row would spread its weight
+    evenly over the blocked keys."""
+    blocked = torch.eye(scores.shape[-2], scores.shape[-1], dtype=torch.bool, device=scores.device)
+    if attention_mask is not None and attention_mask.dtype != torch.bool:
+        floor = torch.finfo(attention_mask.dtype).min / 2
+        blocked = blocked | (attention_mask.to(scores.device) <= floor)
+    return torch.softmax(scores.masked_fill(blocked, float("-inf")), dim=-1).nan_to_num(0.0)
+
+
 def gradient_alignment(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -233,34 +267,38 @@ def gradient_alignment(
     scaling: float,
     is_causal: bool,
     query_mask: torch.Tensor | None = None,
-    probs: torch.Tensor | None = None,
+    *,
+    scores: torch.Tensor | None = None,
     softcap: float | None = None,
+    position_bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
     r"""Cosine between the symmetric and asymmetric estimates of ∇J(u) (NeuTRENO App. E.1, Table 4).
 
     Per head h and query i: g_sym = Σ_j (v_i − v_j) exp(k_iᵀk_j · s) and g_asym = Σ_j (v_i − v_j) exp(q_iᵀk_j · s),
     with s the model's own attention scaling (1/√d_head) and j over the keys that i may attend to (padding and, in a
-    causal model, later tokens excluded). The cosine ignores a positive factor per estimate, so each is computed from
-    the kernel normalised over j ≠ i (no overflow) as v_i − Σ_{j≠i} Â_ij v_j: the j = i term is zero, and leaving it
-    out of the normalisation avoids cancellation and underflow when a token attends mostly to itself. The cosine is
+    causal model, later tokens excluded). The j = i term is zero, and the cosine ignores a positive factor per
+    estimate, so each is computed as v_i − Σ_{j≠i} Â_ij v_j with Â the kernel's softmax over j ≠ i: the diagonal is
+    set to −inf in the scores before the softmax, so a token that attends mostly to itself (a self-score above the
+    others' by more than about 90) keeps its other weights in float32 instead of losing them to underflow. The cosine is
     averaged over heads and real query tokens; positions where an estimate is zero (a causal model's first token,
-    which attends only to itself) are left out. A model's logit soft-capping (`softcap`) shapes both kernels; a
-    position bias enters its own kernel (`probs`) only; attention sinks would only scale them, which the normalisation
-    removes.
+    which has no other key) are left out. A model's logit soft-capping (`softcap`) shapes both kernels; a position
+    bias (`position_bias`) enters the asymmetric kernel only; attention sinks would only scale them, which the
+    normalisation removes. `scores`: the asymmetric kernel's `attention_scores` (soft-capping, position bias and
+    mask included), where the caller has them already.
     """
     heads = query.shape[1]
     key, value = _repeat_heads(key, heads), _repeat_heads(value, heads).float()
-    if probs is None:
-        probs = attention_probabilities(query, key, attention_mask, scaling, is_causal, softcap=softcap)
-    symmetric = attention_probabilities(key, key, attention_mask, scaling, is_causal, softcap=softcap)
-    defined = _query_mask(query_mask, probs)[:, None, :] > 0
+    if scores is None:
+        scores = attention_scores(
+            query, key, attention_mask, scaling, is_causal, softcap=softcap, position_bias=position_bias
+        )
+    symmetric = attention_scores(key, key, attention_mask, scaling, is_causal, softcap=softcap)
+    defined = _query_mask(query_mask, scores)[:, None, :] > 0
     estimates = []
-    for kernel in (probs, symmetric):
-        # Renormalised over j ≠ i, so that sharp rows (off-diagonal mass 1e-20) keep their direction in float32.
-        others = _without_self(kernel)
-        mass = others.sum(dim=-1, keepdim=True)
-        defined = defined & (mass.squeeze(-1) > 0)
-        estimates.append(value - (others / mass.clamp_min(torch.finfo(torch.float32).tiny)) @ value)
+    for kernel in (scores, symmetric):
+        others = _kernel_without_self(kernel, attention_mask)
+        defined = defined & (others.sum(dim=-1) > 0)
+        estimates.append(value - others @ value)
     g_asym, g_sym = estimates
     n_asym, n_sym = g_asym.norm(dim=-1), g_sym.norm(dim=-1)
     defined = defined & (n_asym > 0) & (n_sym > 0)

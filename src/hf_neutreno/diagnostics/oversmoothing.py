@@ -91,10 +91,11 @@ class _AttentionObserver:
         if query_mask is not None and query_mask.shape[-1] != call.query.shape[-2]:
             query_mask = None  # the hidden-state check reports a length mismatch
         try:
-            probs = call.probabilities()
+            scores = call.scores()
         except ProbeUnavailable as error:
             self.error = f"block {layer}: {error}"
             return
+        probs = call.probabilities(scores)
         if "functional_j" in self.metrics:
             self.pending.append(("functional_j", layer, functional_j(probs, call.value, query_mask)))
         if "gradient_alignment" in self.metrics:
@@ -106,8 +107,8 @@ class _AttentionObserver:
                 call.scaling,
                 call.is_causal,
                 query_mask,
-                probs,
-                call.softcap,
+                scores=scores,
+                softcap=call.softcap,
             )
             self.pending.append(("gradient_alignment", layer, values))
         if "attention_map_similarity" in self.metrics:

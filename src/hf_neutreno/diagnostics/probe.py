@@ -36,7 +36,7 @@ from ..models.value_path import (
     interface_attention_modules,
     register_value_path_attention,
 )
-from .metrics import attention_probabilities
+from .metrics import attention_probabilities, attention_scores
 
 PROBE_PREFIX = "hf_neutreno_probe-"
 OBSERVER_ATTRIBUTE = "hf_neutreno_observer"  # on each attention module, inside an `attention_probe` block
@@ -71,15 +71,15 @@ class AttentionCall:
     def is_self_attention(self) -> bool:
         return self.query.shape[-2] == self.key.shape[-2]
 
-    def probabilities(self) -> torch.Tensor:
-        """The attention maps softmax(q kᵀ · scaling + mask), with the model's soft-capping, position bias and sinks
-        where it has them, float32, (batch, heads, queries, keys)."""
+    def scores(self) -> torch.Tensor:
+        """The scores q kᵀ · scaling + mask, with the model's soft-capping and position bias where it has them,
+        float32, (batch, heads, queries, keys)."""
         if self.unmodelled:
             raise ProbeUnavailable(
                 f"{type(self.module).__name__}'s attention scores take {list(self.unmodelled)}, which the attention "
                 "maps and metrics here do not model."
             )
-        return attention_probabilities(
+        return attention_scores(
             self.query,
             self.key,
             self.attention_mask,
@@ -87,7 +87,20 @@ class AttentionCall:
             self.is_causal,
             softcap=self.softcap,
             position_bias=self.position_bias,
+        )
+
+    def probabilities(self, scores: torch.Tensor | None = None) -> torch.Tensor:
+        """The attention maps softmax(q kᵀ · scaling + mask), with the model's soft-capping, position bias and sinks
+        where it has them, float32, (batch, heads, queries, keys); `scores`: this call's `scores()`, where the caller
+        has them already."""
+        return attention_probabilities(
+            self.query,
+            self.key,
+            self.attention_mask,
+            self.scaling,
+            self.is_causal,
             sinks=self.sinks,
+            scores=self.scores() if scores is None else scores,
         )
 
 
