@@ -327,12 +327,11 @@ class SegmenterTrainer(HubTrainer):
             label = torch.as_tensor(reduce_labels(label.numpy())) if self.reduce else label
             pixels = eval_pixels(self.processing_class, row["image"], short_side).to(self.args.device)
             for name, (ms_scales, flip) in scales.items():
-                with self.autocast_smart_context_manager():
-                    probabilities = multi_scale_probabilities(model, pixels, ms_scales, flip, batch_size=batch_size)
-                probabilities = nn.functional.interpolate(
-                    probabilities.float(), size=label.shape, mode="bilinear", align_corners=False
-                )
-                prediction = probabilities.argmax(1)[0].cpu()
+                with self.autocast_smart_context_manager():  # logits resized to the label map, then softmax
+                    probabilities = multi_scale_probabilities(
+                        model, pixels, ms_scales, flip, batch_size=batch_size, output_size=tuple(label.shape)
+                    )
+                prediction = probabilities.float().argmax(1)[0].cpu()
                 if name in modules:
                     modules[name].add(predictions=prediction.numpy(), references=label.numpy())
                 else:

@@ -212,3 +212,58 @@ def test_evaluate_backend_scores_the_same_predictions_as_the_direct_one(data_dir
     }
     assert "eval_mean_iou" in evaluated and "eval_mean_iou_ms" in evaluated
     assert evaluated == pytest.approx({k: metrics["evaluate"][k] for k in evaluated}, nan_ok=True)
+
+
+def test_evaluation_resizes_the_logits_to_the_label_map_before_the_softmax(tmp_path):
+    """Images evaluated at a short side of 16 (16 × 23) against label maps of their original 37 × 53: every copy's
+    logits are resized to 37 × 53, then soft-maxed and averaged (Segmenter's `inference`, segm/model/utils.py); the
+    prediction is their argmax, single-scale and multi-scale."""
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    model = NeuTRENOViTForSemanticSegmentation(
+        NeuTRENOViTConfig(**{**MICRO_VIT, "image_size": 16}, num_hidden_layers=2, num_labels=4)
+    ).eval()
+    processor = SegformerImageProcessorPil(size={"height": 16, "width": 16})
+    rng = np.random.default_rng(0)
+    rows = [
+        {
+            "image": Image.fromarray(rng.integers(0, 256, (37, 53, 3), dtype=np.uint8)),
+            "annotation": Image.fromarray(rng.integers(0, 4, (37, 53), dtype=np.uint8)),
+        }
+        for _ in range(2)
+    ]
+    _EvaluateModule.made.clear()
+    trainer = example.SegmenterTrainer(
+        model=model,
+        args=TrainingArguments(str(tmp_path), report_to=[], use_cpu=True, per_device_eval_batch_size=2),
+        processing_class=processor,
+        data_args=example.DataArguments(crop_size=16),
+        reduce=False,
+        mean_iou_factory=lambda name: _EvaluateModule("mean_iou"),
+    )
+    trainer.evaluate(rows, multi_scale=True)
+    ss, ms = _EvaluateModule.made
+
+    def resized(logits):
+        return F.interpolate(logits, size=(37, 53), mode="bilinear", align_corners=False)
+
+    old_order_differs = 0
+    with torch.no_grad():
+        for index, row in enumerate(rows):
+            pixels = example.eval_pixels(processor, row["image"], 16)
+            assert pixels.shape[-2:] == (16, 23)
+            logits = model.sliding_window_logits(pixels)
+            np.testing.assert_array_equal(ss.predictions[index], resized(logits).argmax(1)[0].numpy())
+            old_order = resized(logits.softmax(1)).argmax(1)[0].numpy()  # softmax first, probabilities resized
+            old_order_differs += int((old_order != ss.predictions[index]).sum())
+            total = 0
+            for scale in example.MS_SCALES:
+                size = (int(16 * scale + 0.5), int(23 * scale + 0.5))
+                scaled = F.interpolate(pixels, size=size, mode="bilinear", align_corners=False)
+                for flip in (False, True):
+                    copy = model.sliding_window_logits(scaled.flip(-1) if flip else scaled)
+                    total = total + resized(copy.flip(-1) if flip else copy).softmax(1)
+            np.testing.assert_array_equal(ms.predictions[index], total.argmax(1)[0].numpy())
+            np.testing.assert_array_equal(ss.references[index], np.asarray(row["annotation"]))
+    assert old_order_differs > 0  # the two orders give other predictions here: the test tells them apart

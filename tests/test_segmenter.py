@@ -481,6 +481,39 @@ def test_multi_scale_with_flips_averages_the_softmax_of_each_copy():
         multi_scale_probabilities(model, x, scales=(1.0, 0.0))
 
 
+def test_multi_scale_at_the_label_size_resizes_the_logits_before_the_softmax():
+    """Segmenter's `inference` (segm/model/utils.py): each copy's merged logits are resized (bilinear) to the original
+    size and mirrored back, then soft-maxed, then averaged. Resizing the probabilities afterwards is not the same."""
+    model = tiny_model()
+    x = pixels(2, height=16, width=24)
+    label_size = (37, 53)  # the original image, larger than the evaluation size and of another aspect ratio
+    with torch.no_grad():
+        copies, probabilities_first = [], []
+        for size in ((16, 24), (24, 36)):
+            scaled = F.interpolate(x, size=size, mode="bilinear", align_corners=False) if size != (16, 24) else x
+            for flip in (False, True):
+                logits = model.sliding_window_logits(scaled.flip(-1) if flip else scaled)
+                logits = logits.flip(-1) if flip else logits
+                copies.append(F.interpolate(logits, size=label_size, mode="bilinear", align_corners=False).softmax(1))
+                at_input = F.interpolate(logits, size=(16, 24), mode="bilinear", align_corners=False).softmax(1)
+                probabilities_first.append(
+                    F.interpolate(at_input, size=label_size, mode="bilinear", align_corners=False)
+                )
+        expected = torch.stack(copies).mean(0)
+        resized_after = torch.stack(probabilities_first).mean(0)
+    probabilities = multi_scale_probabilities(model, x, scales=(1.0, 1.5), output_size=label_size)
+    assert probabilities.shape == (2, 5, *label_size)
+    assert (probabilities - expected).abs().max().item() <= 1e-6
+    assert (resized_after - expected).abs().max().item() > 1e-3  # the order matters: this would tell them apart
+    assert torch.allclose(probabilities.sum(1), torch.ones(2, *label_size), atol=1e-6)
+    single = multi_scale_probabilities(model, x, scales=(1.0,), flip=False, output_size=label_size)
+    with torch.no_grad():
+        logits = F.interpolate(model.sliding_window_logits(x), size=label_size, mode="bilinear", align_corners=False)
+    assert (single - logits.softmax(1)).abs().max().item() <= 1e-6
+    with pytest.raises(ValueError, match="`output_size`"):
+        multi_scale_probabilities(model, x, output_size=(0, 5))
+
+
 # --- a checkpoint without the package ---------------------------------------------------------------------------------
 
 

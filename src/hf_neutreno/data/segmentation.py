@@ -40,19 +40,27 @@ def multi_scale_probabilities(
     window_size: int | tuple[int, int] | None = None,
     window_stride: int | tuple[int, int] | None = None,
     batch_size: int = 8,
+    output_size: tuple[int, int] | None = None,
 ) -> torch.Tensor:
-    """Class probabilities at the images' size, (batch, num_labels, height, width), averaged over scales and flips
-    (Segmenter's multi-scale evaluation, the paper's MS).
+    """Class probabilities at `output_size` (default: the images' size), (batch, num_labels, height, width), averaged
+    over scales and flips (Segmenter's multi-scale evaluation, the paper's MS).
 
     For each scale the images are resized by it (bilinear; `pixel_values` at the evaluation size, e.g. a short side of
     512 on ADE20K), and, with `flip`, also mirrored left-right; each copy goes through the model's
-    `sliding_window_logits`, is resized back (and mirrored back), and its softmax is averaged with the others. With
-    `scales=(1.0,)` and `flip=False` this is the softmax of the single-scale logits. The argmax over classes is the
-    prediction. Runs under `torch.inference_mode()`, in eval mode (the model's mode is restored).
+    `sliding_window_logits`, its logits are resized (bilinear) to `output_size` and mirrored back, then its softmax is
+    averaged with the others': the order of Segmenter's `inference` and `merge_windows` (segm/model/utils.py), which
+    resize the merged logits to the original image size before the softmax. Pass the label map's size as
+    `output_size` to score at the original size: resizing the probabilities afterwards instead is not the same (the
+    softmax does not commute with interpolation). With `scales=(1.0,)` and `flip=False` this is the softmax of the
+    single-scale logits (resized). The argmax over classes is the prediction. Runs under `torch.inference_mode()`, in
+    eval mode (the model's mode is restored).
     """
     if not scales or any(not scale > 0 for scale in scales):
         raise ValueError(f"`scales` must be a non-empty list of positive numbers, got {list(scales)}.")
     height, width = pixel_values.shape[-2:]
+    output_size = (height, width) if output_size is None else tuple(int(side) for side in output_size)
+    if len(output_size) != 2 or min(output_size) < 1:
+        raise ValueError(f"`output_size` must be (height, width) of positive sizes, got {output_size}.")
     was_training = model.training
     model.eval()
     total = None
@@ -70,9 +78,9 @@ def multi_scale_probabilities(
                     logits = model.sliding_window_logits(images, window_size, window_stride, batch_size)
                     if mirrored:
                         logits = logits.flip(-1)
-                    if size != (height, width):
+                    if size != output_size:
                         logits = nn.functional.interpolate(
-                            logits, size=(height, width), mode="bilinear", align_corners=False
+                            logits, size=output_size, mode="bilinear", align_corners=False
                         )
                     probabilities = logits.softmax(dim=1)
                     total = probabilities if total is None else total + probabilities
