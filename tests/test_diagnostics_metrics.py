@@ -100,6 +100,24 @@ def test_effective_rank_of_nearly_identical_tokens_is_accurate():
         assert effective_rank(x[b : b + 1]).item() == pytest.approx(expected, rel=1e-4)
 
 
+@pytest.mark.parametrize("tokens, dim", [(197, 192), (18, 32)])  # DeiT-tiny's size; the N × N Gram matrix
+def test_effective_rank_of_rank_one_states_is_one(tokens, dim):
+    # Tokens that are multiples of one vector, x_i = a_i b: X is rank one, and so is its centred part, whose float32
+    # products added rounding noise as spurious singular values (1.027 at DeiT-tiny's size, 1.003 at 18 × 32).
+    torch.manual_seed(4)
+    x = (1 + 0.5 * torch.randn(2, tokens, 1)) * (3 * torch.randn(2, 1, dim))
+    mask = torch.ones(2, tokens)
+    mask[1, tokens - 5 :] = 0
+    x[1, tokens - 5 :] = 1e3 * torch.randn(5, dim)  # padding: left out
+    got = effective_rank(x, mask)
+    for b in range(2):
+        s = torch.linalg.svdvals(x[b][mask[b].bool()].double())
+        p = s / s.sum()
+        expected = float(torch.exp(-(torch.special.xlogy(p, p)).sum()))  # 1 up to x's own float32 rounding
+        assert expected == pytest.approx(1.0, abs=1e-5)
+        assert got[b].item() == pytest.approx(expected, rel=2e-6)
+
+
 # --- attention metrics ------------------------------------------------------------------------------------------
 
 
