@@ -459,6 +459,45 @@ def test_cli_text_that_gives_no_tokens_is_one_line_naming_the_sample(tmp_path):
     assert one_line_error(proc, "diagnose") == "`--max-length` must be at least 1, got 0."
 
 
+def test_cli_pads_text_on_the_right_whatever_the_tokenizers_side(tmp_path):
+    """A GPT-2 (absolute positions) whose tokenizer pads on the left: left-padded batches shift the real tokens'
+    positions, so the measurements changed with --batch-size. The reference: each text alone, unpadded, through the
+    model, and the token cosine from its definition (explicit pairs, float64), averaged over the texts."""
+    import pyarrow as pa
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    texts = ["a b c d e f a b", "c d", "e f a", "b c d e f a b c d e", "f e", "d c b a"]
+    tokenizer = Tokenizer(models.WordLevel(unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer.train_from_iterator(texts, trainers.WordLevelTrainer(special_tokens=["<pad>", "<unk>"]))
+    hf_tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, unk_token="<unk>", pad_token="<pad>", padding_side="left"
+    )
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(hf_tokenizer), n_embd=16, n_layer=2, n_head=2)).eval()
+    model.save_pretrained(tmp_path / "gpt2")
+    hf_tokenizer.save_pretrained(tmp_path / "gpt2")
+    (tmp_path / "text").mkdir()
+    pq.write_table(pa.table({"text": texts}), tmp_path / "text" / "test-00000-of-00001.parquet")
+
+    expected = torch.zeros(3, dtype=torch.float64)  # embeddings + 2 blocks
+    for text in texts:
+        with torch.no_grad():
+            states = model(torch.tensor([hf_tokenizer(text)["input_ids"]]), output_hidden_states=True).hidden_states
+        for layer, state in enumerate(states):
+            x = state[0].double()
+            n = x.shape[0]
+            pairs = [x[i] @ x[j] / (x[i].norm() * x[j].norm()) for i in range(n) for j in range(n) if i != j]
+            expected[layer] += sum(pairs) / len(pairs) / len(texts)
+    for batch_size in (1, 6):
+        out = tmp_path / f"batch-{batch_size}.json"
+        argv = ["diagnose", str(tmp_path / "gpt2"), "--dataset", str(tmp_path / "text"), "--no-progress"]
+        argv += ["--metrics", "cosine_similarity", "--batch-size", str(batch_size), "--out", str(out)]
+        assert main(argv) == 0
+        got = OversmoothingReport.from_json(out).per_layer("cosine_similarity")
+        assert got == pytest.approx(expected.tolist(), rel=1e-5), batch_size
+
+
 def test_cli_a_folder_without_an_image_processor_says_what_is_missing(cifar_dir, tmp_path):
     torch.manual_seed(0)
     NeuTRENOViTForImageClassification(NeuTRENOViTConfig(**TINY, num_labels=10)).save_pretrained(tmp_path / "bare")

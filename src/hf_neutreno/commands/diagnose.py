@@ -128,7 +128,17 @@ def _text_encoder(args):
         tokenizer.pad_token = tokenizer.eos_token
 
     def encode(rows):
-        batch = tokenizer(rows["text"], padding=True, truncation=True, max_length=args.max_length, return_tensors="pt")
+        # Padding on the right, whatever the tokenizer's own side: a real token's state is then the same as without
+        # padding for causal and bidirectional models alike, while left padding shifts the positions a model with
+        # absolute positions (GPT-2, BERT) gives the real tokens, so the result would depend on --batch-size.
+        batch = tokenizer(
+            rows["text"],
+            padding=True,
+            padding_side="right",
+            truncation=True,
+            max_length=args.max_length,
+            return_tensors="pt",
+        )
         mask = batch.get("attention_mask", batch["input_ids"].new_ones(batch["input_ids"].shape))
         lengths = mask.sum(-1).tolist()
         empty = [text for text, length in zip(rows["text"], lengths) if length == 0]

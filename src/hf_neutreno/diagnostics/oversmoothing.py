@@ -250,7 +250,11 @@ def measure_oversmoothing(
             `torch.no_grad()`; its training mode and attention implementation are restored afterwards.
         batches: a DataLoader or any iterable of dicts of tensors that the model takes as keyword arguments
             (`pixel_values`; `input_ids`, `attention_mask`, ...). Tensors are moved to the model's device. A 2-D
-            `attention_mask` marks padding, which every metric leaves out.
+            `attention_mask` marks padding, which every metric leaves out. Pad on the right: a model with absolute
+            positions (GPT-2, BERT) that is not handed `position_ids` numbers left-padded tokens from the first
+            pad, so its real tokens' states, and every metric, change with the amount of padding (and with the
+            batch size); right padding leaves the real tokens' states as they are without padding, for causal and
+            bidirectional models alike. `hf-neutreno diagnose` pads on the right.
         metrics: names from `METRICS` (default: `DEFAULT_METRICS`, all but `effective_rank`). Hidden-state metrics,
             on every hidden state:
             `cosine_similarity` (mean pairwise token cosine, NeuTRENO App. E.3), `hfc_lfc_ratio` (‖HFC‖_F/‖LFC‖_F,
