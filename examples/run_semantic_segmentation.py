@@ -205,31 +205,38 @@ def random_crop(image: np.ndarray, label: np.ndarray, crop: int, cat_max_ratio: 
     return image[window], label[window]
 
 
+def _convert(image: np.ndarray, alpha: float = 1.0, beta: float = 0.0) -> np.ndarray:
+    """mmseg's `PhotoMetricDistortion.convert`: `image · alpha + beta`, clipped to [0, 255] and cast to uint8 (which
+    truncates), after every step."""
+    return np.clip(image.astype(np.float32) * alpha + beta, 0, 255).astype(np.uint8)
+
+
 def photometric_distortion(image: np.ndarray) -> np.ndarray:
     """mmseg's `PhotoMetricDistortion` on an RGB uint8 array, each step with probability 1/2: brightness (± 32),
     contrast (× 0.5-1.5) before or after saturation (× 0.5-1.5) and hue (± 18° of 180, i.e. ± 25.6 on PIL's 0-255
-    hue circle); HSV through PIL."""
-    image = image.astype(np.float32)
+    hue circle); HSV through PIL. As in mmseg, every step clips to [0, 255] and casts to uint8 (`_convert`), so a
+    brightness shift that saturates a pixel is not undone by a contrast below 1."""
+    image = np.ascontiguousarray(image, dtype=np.uint8)
     if random.random() < 0.5:
-        image = image + random.uniform(-32, 32)
+        image = _convert(image, beta=random.uniform(-32, 32))
     contrast_first = random.random() < 0.5
 
     def contrast(x):
-        return x * random.uniform(0.5, 1.5) if random.random() < 0.5 else x
+        return _convert(x, alpha=random.uniform(0.5, 1.5)) if random.random() < 0.5 else x
 
     if contrast_first:
         image = contrast(image)
     saturate, shift_hue = random.random() < 0.5, random.random() < 0.5
     if saturate or shift_hue:
-        hsv = np.asarray(Image.fromarray(image.clip(0, 255).astype(np.uint8)).convert("HSV")).astype(np.float32)
+        hsv = np.asarray(Image.fromarray(image).convert("HSV")).copy()
         if saturate:
-            hsv[..., 1] = (hsv[..., 1] * random.uniform(0.5, 1.5)).clip(0, 255)
+            hsv[..., 1] = _convert(hsv[..., 1], alpha=random.uniform(0.5, 1.5))
         if shift_hue:
-            hsv[..., 0] = (hsv[..., 0] + random.uniform(-18, 18) * 256 / 180) % 256
-        image = np.asarray(Image.fromarray(hsv.astype(np.uint8), mode="HSV").convert("RGB")).astype(np.float32)
+            hsv[..., 0] = ((hsv[..., 0] + random.uniform(-18, 18) * 256 / 180) % 256).astype(np.uint8)
+        image = np.asarray(Image.fromarray(hsv, mode="HSV").convert("RGB"))
     if not contrast_first:
         image = contrast(image)
-    return image.clip(0, 255).astype(np.uint8)
+    return image
 
 
 def train_transform(processor, data_args: DataArguments, reduce: bool, ignore_index: int):

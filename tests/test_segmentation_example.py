@@ -100,6 +100,44 @@ def test_photometric_distortion_changes_colours_only():
     assert sum(not np.array_equal(o, image) for o in outputs) >= 15  # each step has probability 1/2; 4 steps
 
 
+def _mmseg_convert(image, alpha=1.0, beta=0.0):
+    """mmseg's PhotoMetricDistortion.convert (mmseg/datasets/pipelines/transforms.py), written out."""
+    image = image.astype(np.float32) * alpha + beta
+    image = np.clip(image, 0, 255)
+    return image.astype(np.uint8)
+
+
+@pytest.mark.parametrize(
+    "draws, steps",
+    [
+        # brightness on (+30), contrast first and on (× 0.6), saturation and hue off
+        ([0.1, 30.0, 0.1, 0.1, 0.6, 0.9, 0.9], [dict(beta=30.0), dict(alpha=0.6)]),
+        # brightness on (−20.7), contrast last and on (× 1.45), saturation and hue off
+        ([0.2, -20.7, 0.8, 0.9, 0.9, 0.3, 1.45], [dict(beta=-20.7), dict(alpha=1.45)]),
+        # brightness off, contrast first and on (× 1.3), saturation and hue off
+        ([0.7, 0.2, 0.4, 1.3, 0.6, 0.6], [dict(alpha=1.3)]),
+    ],
+)
+def test_photometric_distortion_clips_and_casts_after_every_step_as_mmseg(monkeypatch, draws, steps):
+    """Scripted draws (probabilities from `random.random`, amounts from `random.uniform`): the result is mmseg's
+    `convert` (clip to [0, 255], cast to uint8) applied after each step, not once at the end. A pixel pushed past 255
+    by the brightness stays at 255 before the contrast scales it."""
+    import types
+
+    script = iter(draws)
+    monkeypatch.setattr(
+        example, "random", types.SimpleNamespace(random=lambda: next(script), uniform=lambda a, b: next(script))
+    )
+    image = np.stack([np.arange(256, dtype=np.uint8).reshape(16, 16)] * 3, axis=-1)
+    expected = image
+    for step in steps:
+        expected = _mmseg_convert(expected, **step)
+    out = example.photometric_distortion(image)
+    assert out.dtype == np.uint8
+    np.testing.assert_array_equal(out, expected)
+    assert next(script, None) is None  # every scripted draw was used, in this order
+
+
 def test_bad_arguments_are_refused_naming_the_flag(tmp_path):
     with pytest.raises(ValueError, match=r"--min_scale \(2.0\) and --max_scale \(0.5\)"):
         example.main(["--output-dir", str(tmp_path), "--min-scale", "2.0", "--max-scale", "0.5"])
