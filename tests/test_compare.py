@@ -487,6 +487,19 @@ def test_segmenter_compare_on_fashion_scenes_scores_the_saved_models_by_mean_iou
         assert entry["per_seed"][0]["mean_iou"] == pytest.approx(expected, abs=1e-9), variant
 
 
+def test_diverged_runs_are_recorded_and_read_instead_of_stopping_the_command(tmp_path):
+    """At a learning rate of 1e9 every run's weights become NaN (their accuracy, by argmax, is still a number). Each
+    run is recorded as diverged with no score, no diverged model is saved, results.json stays valid JSON, and the
+    verdict says the baseline diverged. Before, the NaN cosine stopped the command at its first JSON write."""
+    out = tmp_path / "diverged"
+    assert cli.main(["compare", "--output-dir", str(out), "--seeds", "2", "--learning-rate", "1e9", *TINY]) == 0
+    results = json.loads((out / "results.json").read_text())
+    runs = [run for entry in results["variants"].values() for run in entry["per_seed"]]
+    assert len(runs) == 4 and all(run["diverged"] and run["accuracy"] is None for run in runs)
+    assert results["best_variant"] is None and results["verdict"]["text"].startswith("The baseline diverged")
+    assert not any((out / name).exists() for name in results["variants"])
+
+
 def test_library_entry_point_returns_what_it_writes_and_the_cli_shares_its_defaults(tmp_path):
     """`run_comparison` (what `hf-neutreno compare` calls) returns results.json's content; the command's defaults are
     `CompareSettings()`'s; the caller's settings and torch's thread count are left as they were."""

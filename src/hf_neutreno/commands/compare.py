@@ -41,7 +41,8 @@ training time per seed. Writes to --output-dir: `results.json` (every number of 
 summaries), `comparison.png` (training loss of every seed; cosine per layer, mean and seed range, and before
 training) and one folder per saved variant with the model of the FIRST seed and its image processor or tokenizer,
 which `AutoModelFor<Task>.from_pretrained(folder, trust_remote_code=True)` loads without this package;
-`best_variant` in results.json names the one with the best mean score.
+`best_variant` in results.json names the verdict's best variant (its paired interval over seeds beyond the tie
+tolerance) where its model was saved.
 
 Nothing finished is lost. The run in progress is written to `<output-dir>.incomplete` (results.json rewritten after
 each finished run, each model folder complete or absent) and replaces --output-dir only when it is complete, so an
@@ -285,7 +286,7 @@ def _print_usage(output_dir: Path, results: dict) -> None:
     if not saved:
         print(f"\nWritten to {output_dir}/: {RESULTS_FILE}, {PLOT_FILE}.")
         return
-    best = results.get("best_variant")
+    best, named = results.get("best_variant"), results.get("verdict", {}).get("best")
     folder = str(output_dir / (best or saved[0]))
     auto_class, processing_auto_class, _ = TASK_SPECS[results["task"]]
     name = "tokenizer" if processing_auto_class == "AutoTokenizer" else "processor"
@@ -293,7 +294,13 @@ def _print_usage(output_dir: Path, results: dict) -> None:
     print(
         f"\nWritten to {output_dir}/: {RESULTS_FILE}, {PLOT_FILE} and the models of seed {results['models_from_seed']} "
         f"{', '.join(folder + '/' for folder in saved)}. "
-        + (f"The best {results['metric']}: {best}." if best else "No variant is best beyond the seeds' spread.")
+        + (
+            f"The best {results['metric']}: {best}."
+            if best
+            else f"The best {results['metric']}, {named}, could not be saved."
+            if named
+            else "No variant is best beyond the seeds' spread."
+        )
         + "\nLoad one anywhere, with or without hf_neutreno installed:\n"
         f"    from transformers import {auto_class}, {processing_auto_class}\n"
         f"    model = {auto_class}.from_pretrained({folder!r}, trust_remote_code=True)\n"

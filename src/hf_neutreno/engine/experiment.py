@@ -112,9 +112,10 @@ def weights_fingerprint(model: torch.nn.Module, exclude: Iterable[str] = ()) -> 
 
 
 def mean_std(values: Iterable[float]) -> tuple[float, float]:
-    """Mean and sample standard deviation (n − 1 in the denominator; NaN for fewer than two values)."""
+    """Mean and sample standard deviation (n − 1 in the denominator; NaN for fewer than two values, and the mean NaN
+    for none)."""
     values = [float(v) for v in values]
-    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else math.nan
+    return statistics.fmean(values) if values else math.nan, statistics.stdev(values) if len(values) > 1 else math.nan
 
 
 def summary(per_seed: Mapping) -> dict:

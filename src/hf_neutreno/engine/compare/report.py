@@ -1,6 +1,7 @@
 """What `hf-neutreno compare` shows of a results.json: the side-by-side table (`format_table`) and the figure
 (`plot`: the training loss of every seed, and the token cosine similarity per layer)."""
 
+import math
 import textwrap
 from pathlib import Path
 
@@ -28,13 +29,15 @@ def plot(path: Path, results: dict, title: str) -> None:
             curve = run["learning_curve"]
             loss_axes.plot(
                 [p["step"] for p in curve],
-                [p["loss"] for p in curve],
+                [math.nan if p["loss"] is None else p["loss"] for p in curve],  # a diverged run's: a gap
                 color=color,
                 linewidth=0.8,
                 alpha=0.8,
                 label=variant if number == 0 else None,
             )
-        cosine = entry["cosine_similarity"]
+        cosine = {
+            key: [math.nan if v is None else v for v in values] for key, values in entry["cosine_similarity"].items()
+        }
         cosine_axes.plot(layers, cosine["mean"], color=color, marker="o", markersize=3, label=variant)
         cosine_axes.fill_between(layers, cosine["min"], cosine["max"], color=color, alpha=0.2, linewidth=0)
         if "cosine_similarity_before" in entry:  # before training, dashed
@@ -60,6 +63,8 @@ def plot(path: Path, results: dict, title: str) -> None:
 
 
 def _spread(stats: dict, metric: str, signed: bool = False) -> str:
+    if stats["mean"] is None:  # every seed diverged
+        return "diverged"
     text = format_number(stats["mean"], metric, signed)
     return text if stats["std"] is None else f"{text} ± {format_number(stats['std'], metric)}"
 

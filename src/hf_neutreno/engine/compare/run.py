@@ -12,6 +12,7 @@ settings and their defaults are `hf_neutreno.engine.compare.settings` (importabl
 """
 
 import dataclasses
+import math
 import statistics
 import tempfile
 import time
@@ -296,13 +297,15 @@ def _summarise(results: dict) -> None:
     metric, variants = results["metric"], results["variants"]
     for name, entry in variants.items():
         runs = entry["per_seed"]
-        for key in (metric, "last_layer_cosine"):
-            entry[key] = no_nan(summary({run["seed"]: run[key] for run in runs}))
-        layers = list(zip(*(run["cosine_similarity"] for run in runs)))
+        for key in (metric, "last_layer_cosine"):  # a diverged run's numbers are None: left out
+            entry[key] = no_nan(summary({run["seed"]: run[key] for run in runs if run[key] is not None}))
+        layers = [
+            [value for value in layer if value is not None] for layer in zip(*(r["cosine_similarity"] for r in runs))
+        ]
         entry["cosine_similarity"] = {
-            "mean": [statistics.fmean(layer) for layer in layers],
-            "min": [min(layer) for layer in layers],
-            "max": [max(layer) for layer in layers],
+            "mean": [statistics.fmean(layer) if layer else None for layer in layers],
+            "min": [min(layer, default=None) for layer in layers],
+            "max": [max(layer, default=None) for layer in layers],
         }
         before = [run["cosine_similarity_before"] for run in runs if "cosine_similarity_before" in run]
         if before:  # the same probe before training: what fine-tuning (or training from scratch) changed
@@ -353,7 +356,7 @@ def _cosine(report) -> tuple[list[int], list[float], int, list[int]]:
 
 
 def _best(results: dict) -> str | None:
-    """The verdict's best variant (`verdict.py`: its paired interval over seeds excludes 0), where its model is
+    """The verdict's best variant (`verdict.py`: its paired interval over seeds beyond the tie tolerance), where its model is
     saved; None otherwise."""
     best = results.get("verdict", {}).get("best")
     return best if best and results["variants"][best].get("model_dir") else None
@@ -458,12 +461,20 @@ class _Comparison:
             start = time.perf_counter()
             train_output = trainer.train()
             seconds = time.perf_counter() - start
-            score = task.score(trainer)
+            try:
+                score = task.score(trainer)
+            except OverflowError:  # exp of a diverged loss: a perplexity beyond a float's range
+                score = math.inf
         model = trainer.model
         report = measure_oversmoothing(
             model, self.probe, metrics=["cosine_similarity"], progress=progress, model_name=variant
         )
-        saved = is_saveable(model)
+        # A run diverged where its score or weights are not finite (NaN weights still give an accuracy, by argmax; and
+        # Trainer leaves NaN losses out of its training loss).
+        diverged = not math.isfinite(score) or not all(bool(p.isfinite().all()) for p in model.parameters())
+        if diverged:
+            self.say(f"[{variant}, seed {run.seed}] diverged: its weights or score are not finite.")
+        saved = is_saveable(model) and not (diverged and run.seed == self.seeds[0])
         if run.seed == self.seeds[0] and saved and self.main:
 
             def save(folder: Path, model=model) -> None:
@@ -472,9 +483,8 @@ class _Comparison:
 
             write_complete(self.folders.work / variant, save)
         entry = self.results["variants"].setdefault(variant, _variant_entry(model, variant, description, saved))
-        entry["per_seed"].append(
-            self._run_record(run, model, initial_weights, score, report, before, seconds, train_output, trainer)
-        )
+        record = self._run_record(run, model, initial_weights, score, report, before, seconds, train_output, trainer)
+        entry["per_seed"].append(_diverged_record(record, self.task.metric) if diverged else _finite_record(record))
         _summarise(self.results)
         if self.main:
             write_json(self.folders.work / RESULTS_FILE, self.results)  # after the model: a recorded run has its model
@@ -520,6 +530,28 @@ class _Comparison:
             # and as parameters: past a bound, where training pushed them (the forward uses the bound)
             record["learned_coefficient_parameters"] = [float(p.item()) for p in coefficient_parameters(model)]
         return record
+
+
+def _finite_record(record: dict) -> dict:
+    """A run's record with every number that is not finite as None (JSON has no NaN): a layer's cosine, a learning
+    curve's loss or a learned coefficient of a run whose training went wrong somewhere."""
+
+    def finite(value):
+        if isinstance(value, float) and not math.isfinite(value):
+            return None
+        if isinstance(value, list):
+            return [finite(item) for item in value]
+        if isinstance(value, dict):
+            return {key: finite(item) for key, item in value.items()}
+        return value
+
+    return finite(record)
+
+
+def _diverged_record(record: dict, metric: str) -> dict:
+    """The record of a diverged run: marked, its score None (the accuracy of a model with NaN weights means nothing),
+    left out of its variant's reading (`verdict.py`)."""
+    return {**_finite_record(record), metric: None, "diverged": True}
 
 
 def _variant_entry(model: torch.nn.Module, variant: str, description: str, saved: bool) -> dict:
