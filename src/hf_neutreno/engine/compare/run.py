@@ -356,8 +356,8 @@ def _cosine(report) -> tuple[list[int], list[float], int, list[int]]:
 
 
 def _best(results: dict) -> str | None:
-    """The verdict's best variant (`verdict.py`: its paired interval over seeds beyond the tie tolerance), where its model is
-    saved; None otherwise."""
+    """The verdict's best variant (`verdict.py`: its paired interval over seeds beyond the tie tolerance), where its
+    model is saved; None otherwise."""
     best = results.get("verdict", {}).get("best")
     return best if best and results["variants"][best].get("model_dir") else None
 
