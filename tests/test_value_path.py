@@ -56,6 +56,7 @@ from tiny_models import (
     CAUSAL,
     DECODER,
     TINY_VIT,
+    VOCAB,
     assert_cached_generation_equals_the_full_forward,
     count_rebuilds,
     output_of,
@@ -859,6 +860,25 @@ def test_a_layer_that_calls_attention_twice_is_refused_at_its_first_forward(meth
     model = apply_value_path(model, method)
     with pytest.raises(ValueError, match="called the attention interface twice in one forward pass"):
         model(tiny_inputs("llama")["input_ids"])
+
+
+@pytest.mark.parametrize("method", ["twicing", "xsa"])
+def test_a_layer_shared_across_depths_is_refused_at_its_first_forward_and_the_error_says_so(method):
+    """ALBERT runs one layer at every depth: the methods that need no V_0 adapt its one attention module, which is
+    then called once per depth in a forward pass, as differential attention calls it twice."""
+    from transformers import AlbertConfig, AlbertModel
+
+    config = AlbertConfig(
+        vocab_size=VOCAB,
+        embedding_size=16,
+        hidden_size=32,
+        num_attention_heads=4,
+        intermediate_size=64,
+        num_hidden_layers=3,
+    )
+    model = apply_value_path(AlbertModel(config, add_pooling_layer=False), method)
+    with pytest.raises(ValueError, match="one layer run at several depths, as ALBERT's shared layers"):
+        model(tiny_inputs("bert")["input_ids"])
 
 
 def test_classes_from_outside_transformers_adapt_and_save_with_a_warning_that_they_load_plain(tmp_path):
