@@ -1,9 +1,17 @@
 """Deterministic image corruptions at severities 1-5, with PIL and numpy (for robustness evaluations).
 
-The parameters are those of CIFAR-10-C (Hendrycks & Dietterich, ICLR 2019, `make_cifar_c.py`), tuned for 32×32
-images; blur radius scales with the image side (side / 32). Severity 0 returns the image unchanged. Random
-corruptions draw from `numpy.random.default_rng(seed)`, so the same (image, name, severity, seed) always gives the
-same pixels; pass e.g. ``seed=(base_seed, index)`` to give every image of a dataset its own stream.
+The parameters and formulas are those of CIFAR-10-C (Hendrycks & Dietterich, ICLR 2019, `make_cifar_c.py`), tuned
+for 32×32 images; the blur's σ scales with the image side (side / 32). Gaussian blur is a true Gaussian, as
+`skimage.filters.gaussian` computes it there (separable kernel truncated at 4σ, edges replicated: mode 'nearest');
+brightness adds to the value of a float HSV round trip (`skimage.color.rgb2hsv` / `hsv2rgb`); both are written here in
+numpy. JPEG compression and pixelation use PIL, as there. Severity 0 returns the image unchanged. Random corruptions
+draw from `numpy.random.default_rng(seed)`, so the same (image, name, severity, seed) always gives the same pixels;
+pass e.g. ``seed=(base_seed, index)`` to give every image of a dataset its own stream (CIFAR-10-C draws from numpy's
+global generator, so its noise differs from ours draw by draw, not in distribution).
+
+One deliberate deviation: the float result is rounded to the nearest uint8 level, where `make_cifar_c.py` casts with
+`np.uint8(...)`, which truncates; CIFAR-10-C's own images are therefore half a level darker on average, and ours differ
+from them by at most one level per value.
 
     >>> from hf_neutreno.data.corruptions import corrupt
     >>> noisy = corrupt(image, "gaussian_noise", severity=3, seed=(0, 17))
@@ -15,7 +23,7 @@ import io
 from collections.abc import Callable, Sequence
 
 import numpy as np
-from PIL import Image, ImageFilter
+from PIL import Image
 
 SEVERITIES = (1, 2, 3, 4, 5)
 
@@ -58,8 +66,30 @@ def _impulse_noise(image, c, rng):
     return _to_image(x, image.mode)
 
 
+def _gaussian_filter(x: np.ndarray, sigma: float, truncate: float = 4.0) -> np.ndarray:
+    """`x` (height, width[, channels]) convolved with a Gaussian of std `sigma` pixels along height and width, not
+    across channels: `skimage.filters.gaussian(x, sigma, mode="nearest", truncate=4.0)` (`scipy.ndimage.gaussian_filter`
+    with σ 0 on the channel axis). Separable: one 1-D kernel exp(−t²/2σ²) over t = −r..r, r = int(truncate·σ + 0.5),
+    normalised to sum 1, along each axis in turn; outside the image the edge pixel repeats."""
+    radius = int(truncate * sigma + 0.5)
+    offsets = np.arange(-radius, radius + 1, dtype=np.float64)
+    kernel = np.exp(-0.5 * (offsets / sigma) ** 2)
+    kernel /= kernel.sum()
+    out = np.asarray(x, dtype=np.float64)
+    for axis in (0, 1):
+        width = [(0, 0)] * out.ndim
+        width[axis] = (radius, radius)
+        padded = np.pad(out, width, mode="edge")
+        length = out.shape[axis]
+        blurred = np.zeros_like(out)
+        for shift, weight in enumerate(kernel):
+            blurred += weight * np.take(padded, np.arange(shift, shift + length), axis=axis)
+        out = blurred
+    return out
+
+
 def _gaussian_blur(image, c, rng):
-    return image.filter(ImageFilter.GaussianBlur(radius=c * min(image.size) / 32))
+    return _to_image(_gaussian_filter(_to_array(image), c * min(image.size) / 32), image.mode)
 
 
 def _contrast(image, c, rng):
@@ -68,12 +98,50 @@ def _contrast(image, c, rng):
     return _to_image((x - mean) * c + mean, image.mode)
 
 
+def _rgb_to_hsv(rgb: np.ndarray) -> np.ndarray:
+    """RGB in [0, 1], (..., 3), to HSV in [0, 1]: `skimage.color.rgb2hsv`, vectorised. Value is the largest channel,
+    saturation the range over the value (0 for grey), hue the sector of the largest channel (blue over green over red
+    where they tie, as skimage assigns them) plus the offset within it, in turns (0 for grey)."""
+    rgb = np.asarray(rgb, dtype=np.float64)
+    red, green, blue = rgb[..., 0], rgb[..., 1], rgb[..., 2]
+    value = rgb.max(axis=-1)
+    delta = value - rgb.min(axis=-1)
+    grey = delta == 0
+    safe = np.where(grey, 1.0, delta)
+    hue = np.where(
+        blue == value,
+        4.0 + (red - green) / safe,
+        np.where(green == value, 2.0 + (blue - red) / safe, (green - blue) / safe),
+    )
+    hue = np.where(grey, 0.0, (hue / 6.0) % 1.0)
+    saturation = np.where(grey, 0.0, delta / np.where(value == 0, 1.0, value))
+    return np.stack([hue, saturation, value], axis=-1)
+
+
+def _hsv_to_rgb(hsv: np.ndarray) -> np.ndarray:
+    """HSV in [0, 1], (..., 3), to RGB: `skimage.color.hsv2rgb`, vectorised (the hexcone's six sectors)."""
+    hsv = np.asarray(hsv, dtype=np.float64)
+    hue, saturation, value = hsv[..., 0], hsv[..., 1], hsv[..., 2]
+    sector = np.floor(hue * 6.0)
+    fraction = hue * 6.0 - sector
+    p = value * (1.0 - saturation)
+    q = value * (1.0 - fraction * saturation)
+    t = value * (1.0 - (1.0 - fraction) * saturation)
+    sector = sector.astype(np.int64) % 6
+    choices = [(value, t, p), (q, value, p), (p, value, t), (p, q, value), (t, p, value), (value, p, q)]
+    return np.stack(
+        [np.choose(sector, [channels[k] for channels in choices]) for k in range(3)],
+        axis=-1,
+    )
+
+
 def _brightness(image, c, rng):
-    if image.mode != "RGB":
-        return _to_image(_to_array(image) + c, image.mode)
-    hsv = _to_array(image.convert("HSV"))
+    x = _to_array(image)
+    if image.mode != "RGB":  # grey: its value is the intensity itself
+        return _to_image(x + c, image.mode)
+    hsv = _rgb_to_hsv(x)
     hsv[..., 2] = np.clip(hsv[..., 2] + c, 0.0, 1.0)
-    return _to_image(hsv, "HSV").convert("RGB")
+    return _to_image(_hsv_to_rgb(hsv), image.mode)
 
 
 def _jpeg_compression(image, c, rng):
