@@ -487,6 +487,33 @@ def test_segmenter_compare_on_fashion_scenes_scores_the_saved_models_by_mean_iou
         assert entry["per_seed"][0]["mean_iou"] == pytest.approx(expected, abs=1e-9), variant
 
 
+@pytest.mark.parametrize("coefficient_learning_rate", [None, 1e-2])
+def test_value_path_parameters_train_without_weight_decay_at_their_own_learning_rate(
+    tmp_path, coefficient_learning_rate
+):
+    """From scratch (no --coefficient-learning-rate: the model's rate) as when fine-tuning: the learnable coefficients
+    and gates are in one optimizer group without weight decay, which would pull them towards 0 (the remedy off), and
+    in no other group. One AdamW step with a zero gradient leaves them where they are."""
+    from hf_neutreno import apply_value_path
+    from hf_neutreno.engine.compare.run import _CompareTrainer
+    from hf_neutreno.value_path import value_path_parameters
+    from tiny_models import tiny_model, training_args
+
+    model = apply_value_path(tiny_model("llama"), "value_residual", 0.3, learnable=True)
+    args = training_args(tmp_path, learning_rate=1e-3, weight_decay=0.05)
+    trainer = _CompareTrainer(model=model, args=args, coefficient_learning_rate=coefficient_learning_rate)
+    optimizer = trainer.create_optimizer()
+    own = list(value_path_parameters(model).values())
+    groups = [g for g in optimizer.param_groups if any(p is q for p in g["params"] for q in own)]
+    assert len(groups) == 1 and len(groups[0]["params"]) == len(own)
+    assert groups[0]["weight_decay"] == 0.0 and groups[0]["lr"] == (coefficient_learning_rate or 1e-3)
+    for parameter in model.parameters():
+        parameter.grad = torch.zeros_like(parameter)
+    before = [p.detach().clone() for p in own]
+    optimizer.step()
+    assert all(torch.equal(p, b) for p, b in zip(own, before))
+
+
 def test_diverged_runs_are_recorded_and_read_instead_of_stopping_the_command(tmp_path):
     """At a learning rate of 1e9 every run's weights become NaN (their accuracy, by argmax, is still a number). Each
     run is recorded as diverged with no score, no diverged model is saved, results.json stays valid JSON, and the

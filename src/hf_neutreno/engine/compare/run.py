@@ -229,8 +229,9 @@ def _training_arguments(settings, output_dir: str, seed: int, remove_unused_colu
 
 class _CompareTrainer(Trainer):
     """`Trainer` whose optimizer gives a value path's own parameters (learnable coefficients, gates, value-embedding
-    tables) a learning rate of their own and no weight decay: one scalar per layer that starts at 0, or a new table,
-    would barely move at a fine-tuning learning rate."""
+    tables) a learning rate of their own (`coefficient_learning_rate`, else the model's) and no weight decay: one
+    scalar per layer that starts at 0, or a new table, would barely move at a fine-tuning learning rate, and weight
+    decay would pull every coefficient towards 0, the remedy off, whatever the loss wants."""
 
     def __init__(self, *args, coefficient_learning_rate: float | None = None, **kwargs):
         self.coefficient_learning_rate = coefficient_learning_rate
@@ -239,11 +240,12 @@ class _CompareTrainer(Trainer):
     def create_optimizer(self, model=None):
         optimizer = super().create_optimizer(model)
         own = [p for p in value_path_parameters(self.model).values() if p.requires_grad]
-        if self.coefficient_learning_rate is None or not own:
+        if not own:
             return optimizer
         for group in optimizer.param_groups:
             group["params"] = [p for p in group["params"] if all(p is not q for q in own)]
-        optimizer.add_param_group({"params": own, "lr": self.coefficient_learning_rate, "weight_decay": 0.0})
+        rate = self.args.learning_rate if self.coefficient_learning_rate is None else self.coefficient_learning_rate
+        optimizer.add_param_group({"params": own, "lr": rate, "weight_decay": 0.0})
         return optimizer
 
 
