@@ -6,6 +6,7 @@ compute what the plain transformers model with the same weights and the value pa
 """
 
 import json
+import math
 import re
 import statistics
 
@@ -611,3 +612,42 @@ def test_compare_on_a_pretrained_classifier_with_its_defaults_reads_what_the_rem
     assert max(moved) > 0.01, moved
     assert "Verdict: On this model and data" in out
     assert " ".join(results["verdict"]["text"].split()) in " ".join(out.split())
+
+
+def test_masked_lm_perplexity_weighs_every_masked_token_once(tmp_path):
+    """The masked-LM score is exp(summed NLL / masked tokens) over the evaluation blocks, written out here with
+    log_softmax; blocks with 1 and 12 masked tokens in one set, where a mean of per-batch means would differ."""
+    from types import SimpleNamespace
+
+    from hf_neutreno.engine.tasks import MaskedLM
+
+    torch.manual_seed(0)
+    config = transformers.BertConfig(
+        vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32
+    )
+    model = transformers.BertForMaskedLM(config).train()
+    blocks = []
+    for masked in (1, 1, 1, 12, 12):
+        input_ids = torch.randint(5, 50, (16,))
+        labels = torch.full((16,), -100)
+        labels[:masked] = input_ids[:masked]
+        blocks.append({"input_ids": input_ids, "labels": labels})
+    task = MaskedLM.__new__(MaskedLM)
+    task.eval, task.eval_split, task.settings = blocks, "test", SimpleNamespace(batch_size=2)
+    args = transformers.TrainingArguments(str(tmp_path), per_device_eval_batch_size=1, report_to=[], use_cpu=True)
+    perplexity = task.score(transformers.Trainer(model=model, args=args))
+    restored = model.training  # scored in eval mode (no dropout), its mode restored after
+
+    model.eval()
+    nll, count, block_means = 0.0, 0, []
+    with torch.no_grad():
+        for block in blocks:
+            log_probs = model(input_ids=block["input_ids"][None]).logits[0].double().log_softmax(-1)
+            terms = [-log_probs[i, t].item() for i, t in enumerate(block["labels"].tolist()) if t != -100]
+            nll, count = nll + sum(terms), count + len(terms)
+            block_means.append(sum(terms) / len(terms))
+    assert count == 27
+    assert perplexity == pytest.approx(math.exp(nll / count), rel=1e-5)
+    per_block = statistics.fmean(block_means)  # what exp(eval_loss) gave, at an evaluation batch of one block
+    assert abs(math.exp(per_block) - perplexity) / perplexity > 1e-3  # the weighting matters for these blocks
+    assert restored

@@ -184,7 +184,32 @@ class MaskedLM(Task):
         )
 
     def score(self, trainer: Trainer) -> float:
-        return math.exp(trainer.evaluate(self.eval)["eval_loss"])
+        """Perplexity of the masked tokens: exp(summed negative log-likelihood / number of masked tokens) over every
+        evaluation block, each masked token weighted once, as `block_eval` weights the tokens of a stream.
+        (`trainer.evaluate`'s `eval_loss` is a mean of per-batch means: a batch with few masked tokens would weigh as
+        much as one with many.)"""
+        model = trainer.model
+        device = next(model.parameters()).device
+        was_training = model.training
+        model.eval()
+        nll, masked = 0.0, 0
+        size = self.settings.batch_size
+        try:
+            with torch.no_grad():
+                for start in range(0, len(self.eval), size):
+                    rows = self.eval[start : start + size]
+                    input_ids = torch.stack([row["input_ids"] for row in rows]).to(device)
+                    labels = torch.stack([row["labels"] for row in rows]).to(device)
+                    logits = model(input_ids=input_ids).logits.float()
+                    nll += torch.nn.functional.cross_entropy(
+                        logits.flatten(0, 1), labels.flatten(), ignore_index=-100, reduction="sum"
+                    ).item()
+                    masked += int((labels != -100).sum())
+        finally:
+            model.train(was_training)
+        if not masked:
+            raise ValueError(f"The {self.eval_split} blocks have no masked token to score.")
+        return math.exp(nll / masked)
 
     def probe_batches(self) -> list[dict]:
         rows = self.eval[: self.settings.probe_samples]
