@@ -123,20 +123,20 @@ def earlier_save_and_empty_folder(model_class, config, tmp_path):
         ("neutreno_vit", lambda config: config.neutreno_layers.append(0), "`neutreno_layers` cannot contain 0"),
         (
             "neutreno_vit",
-            lambda config: setattr(config, "neutreno_layers", [1, 3]),
-            r"`neutreno_layers` entries must be integers in \[0, 2\] \(num_hidden_layers=3\), got \[3\]",
+            lambda config: config.neutreno_layers.append(3),
+            r"`neutreno_layers` entries must be integers in \[1, 2\] \(num_hidden_layers=3, 0-based\), got \[3\]",
         ),
         ("eigen_vit", lambda config: config.neutreno_layers.append(0), "`neutreno_layers` cannot contain 0"),
         (
             "eigen_vit",
-            lambda config: setattr(config, "neutreno_layers", [1, 3]),
-            r"`neutreno_layers` entries must be integers in \[0, 2\] \(num_hidden_layers=3\), got \[3\]",
+            lambda config: config.neutreno_layers.append(3),
+            r"`neutreno_layers` entries must be integers in \[1, 2\] \(num_hidden_layers=3, 0-based\), got \[3\]",
         ),
         ("neutreno_gpt", lambda config: config.neutreno_layers.append(0), "`neutreno_layers` cannot contain 0"),
         (
             "neutreno_gpt",
-            lambda config: setattr(config, "neutreno_layers", [1, 3]),
-            r"`neutreno_layers` entries must be integers in \[0, 2\] \(num_hidden_layers=3\), got \[3\]",
+            lambda config: config.neutreno_layers.append(3),
+            r"`neutreno_layers` entries must be integers in \[1, 2\] \(num_hidden_layers=3, 0-based\), got \[3\]",
         ),
     ],
     ids=[
@@ -171,6 +171,32 @@ def test_an_edit_breaking_a_rule_across_fields_is_refused_by_validate_build_and_
             model.config.save_pretrained(folder)
     assert files(earlier) == before
     assert files(empty) == {}
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_a_layer_past_the_last_is_refused_on_assignment_and_an_in_place_one_at_the_next_forward(name):
+    """`neutreno_layers = [3]` on a built 3-layer model (layers 0-2) was accepted, and the model ran as the plain
+    transformer (λ = 0 in every layer) until a save refused it. The assignment is refused, naming the field and the
+    allowed range, and leaves the model as it was: its outputs are a model's built with `neutreno_layers=[2]`. An
+    in-place edit of the list, which no assignment sees, is refused at the next forward."""
+    _, model_class, _ = MODELS[name]
+    torch.manual_seed(0)
+    model = model_class(small(name, neutreno_lambda=0.6, neutreno_layers=[2])).eval()
+    torch.manual_seed(0)
+    reference = model_class(small(name, neutreno_lambda=0.6, neutreno_layers=[2])).eval()
+    inputs = torch.randn(2, 3, 16, 16) if "vit" in name else token_ids(2, 5)
+    message = r"`neutreno_layers` entries must be integers in \[1, 2\] \(num_hidden_layers=3, 0-based\), got \[3\]"
+    with pytest.raises(StrictDataclassError, match=message):
+        model.config.neutreno_layers = [3]
+    assert model.config.neutreno_layers == [2]
+    with torch.no_grad():
+        torch.testing.assert_close(model(inputs).logits, reference(inputs).logits, atol=0, rtol=0)
+    model.config.neutreno_layers.append(3)
+    with pytest.raises(ValueError, match=message):
+        model(inputs)
+    if name == "eigen_vit":  # the other layer list: fixed when the model is built, range-checked on assignment
+        with pytest.raises(StrictDataclassError, match=r"`eigen_layers` entries must be integers in \[0, 2\]"):
+            model.config.eigen_layers = [0, 3]
 
 
 @pytest.mark.parametrize("value", NON_FINITE, ids=str)

@@ -54,6 +54,7 @@ class EigenViTConfig(NeuTRENOViTConfig):
 
     model_type = "eigen_vit"
     architecture_fields = (*NeuTRENOViTConfig.architecture_fields, "eigen_layers")
+    layer_list_fields = {**NeuTRENOViTConfig.layer_list_fields, "eigen_layers": 0}
     presets = EIGEN_VIT_PRESETS
 
     neutreno_lambda: float | int = neutreno_lambda_field(0.0)

@@ -29,7 +29,8 @@ class NeuTRENOGPTConfig(NeuTRENOConfigMixin, PreTrainedConfig):
     NeuTRENO fields:
         neutreno_lambda (`float`, defaults to 0.4): λ in ``U = A V + λ (V_0 − V)``; 0 gives the plain transformer.
         neutreno_layers (`list[int]`, *optional*): 0-based layers that add the term (default: all but layer 0,
-            which provides V_0).
+            which provides V_0), each in [1, num_hidden_layers - 1]: checked when the list is set, and by a built
+            model at every forward (an in-place edit of the list).
 
     Architecture fields:
         norm_position (`str`, defaults to `"post"`): `"post"` (LayerNorm after each residual sum, as the paper's

@@ -41,7 +41,8 @@ class NeuTRENOViTConfig(NeuTRENOConfigMixin, PreTrainedConfig):
     NeuTRENO fields:
         neutreno_lambda (`float`, defaults to 0.6): λ in ``U = A V + λ (V_0 − V)``; 0 gives exactly the plain ViT.
         neutreno_layers (`list[int]`, *optional*): 0-based layers that add the term (default: all but layer 0,
-            which provides V_0).
+            which provides V_0), each in [1, num_hidden_layers - 1]: checked when the list is set, and by a built
+            model at every forward (an in-place edit of the list).
         symmetric_attention (`bool`, defaults to `False`): W_Q = W_K (the paper's Sym-DeiT); the model has no `q_proj`.
         featscale (`bool`, defaults to `False`): add FeatScale (Wang et al., 2022) after each attention output
             projection, ``x + s_d ⊙ mean_tokens(x) + s_h ⊙ (x − mean_tokens(x))`` with zero-initialised s_d, s_h.

@@ -485,6 +485,7 @@ class NeuTRENOGPTModel(NeuTRENOGPTPreTrainedModel):
             `past_key_values`, its name before transformers 5.24.
         """
         check_built_fields(self.config, self.built_fields)
+        self.config.validate_neutreno_layers()  # read below; an in-place edit of the list passed no check
         if (input_ids is None) ^ (inputs_embeds is not None):
             raise ValueError("Pass exactly one of `input_ids` and `inputs_embeds`.")
         if inputs_embeds is None:

@@ -413,6 +413,7 @@ class NeuTRENOViTModel(NeuTRENOViTPreTrainedModel):
         attention_mask (`torch.Tensor` of shape `(batch, tokens)`, *optional*): 1 for tokens to attend to.
         """
         check_built_fields(self.config, self.built_fields)
+        self.config.validate_neutreno_layers()  # read below; an in-place edit of the list passed no check
         if pixel_values is None:
             raise ValueError("`pixel_values` is required.")
         hidden_states = self.embeddings(pixel_values, interpolate_pos_encoding=bool(interpolate_pos_encoding))

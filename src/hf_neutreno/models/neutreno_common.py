@@ -3,7 +3,7 @@
 
 This file travels with every checkpoint (``trust_remote_code``): it imports only torch, transformers, its sibling
 `neutreno_term.py` and huggingface_hub (a dependency of transformers, whose own configs take their validated fields
-from it too).
+and validation errors from it too).
 """
 
 import copy
@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 import torch
 from huggingface_hub.dataclasses import validated_field
+from huggingface_hub.errors import StrictDataclassFieldValidationError
 from torch import nn
 from transformers.activations import ACT2FN
 from transformers.utils import is_torchdynamo_compiling
@@ -157,7 +158,8 @@ def neutreno_lambda_field(default: float, name: str = "neutreno_lambda", none_me
 
 
 def neutreno_layers_field():
-    """0-based layers that add the term: unique, >= 1 (the upper bound is the configs' `validate_neutreno_layers`)."""
+    """0-based layers that add the term: unique, >= 1 (the upper bound, `num_hidden_layers` - 1, is checked by the
+    configs' `__setattr__` and `validate_neutreno_layers`)."""
 
     def rule(layers):
         if layers is not None and 0 in layers:
@@ -170,16 +172,18 @@ def neutreno_layers_field():
     return _field(rule, None)
 
 
-def check_layer_indices(name: str, indices: Iterable[int] | None, num_hidden_layers: int | None = None) -> None:
-    """Layer lists are 0-based, unique, and inside ``[0, num_hidden_layers - 1]`` (when the count is given)."""
+def check_layer_indices(
+    name: str, indices: Iterable[int] | None, num_hidden_layers: int | None = None, low: int = 0
+) -> None:
+    """Layer lists are 0-based, unique, and inside ``[low, num_hidden_layers - 1]`` (when the count is given)."""
     if indices is None:
         return
     indices = list(indices)
     high = num_hidden_layers - 1 if num_hidden_layers is not None else math.inf
-    bad = [i for i in indices if not 0 <= i <= high]
+    bad = [i for i in indices if not low <= i <= high]
     if bad:
-        within = f" (num_hidden_layers={num_hidden_layers})" if num_hidden_layers is not None else ""
-        raise ValueError(f"`{name}` entries must be integers in [0, {high}]{within}, got {bad}.")
+        within = f" (num_hidden_layers={num_hidden_layers}, 0-based)" if num_hidden_layers is not None else ""
+        raise ValueError(f"`{name}` entries must be integers in [{low}, {high}]{within}, got {bad}.")
     if len(set(indices)) != len(indices):
         raise ValueError(f"`{name}` has repeated layer indices: {indices}.")
 
@@ -228,6 +232,23 @@ class NeuTRENOConfigMixin:
     """
 
     presets: ClassVar[dict[str, dict[str, Any]]] = {}
+    # Layer lists a built model reads at each forward, with their lowest allowed index: on assignment they are checked
+    # against `num_hidden_layers` as well (a rule across fields, which a field rule cannot run), so that an index past
+    # the last layer is refused where it is written rather than leaving the term off in every layer.
+    layer_list_fields: ClassVar[dict[str, int]] = {"neutreno_layers": 1}
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # The field's own rules have run (type, unique, no 0); `num_hidden_layers` is set before the layer lists at
+        # construction (field order), so a config being built checks them too. When changing both on a config, set
+        # `num_hidden_layers` first.
+        low = self.layer_list_fields.get(name)
+        layers = self.__dict__.get("num_hidden_layers")
+        if low is not None and value is not None and isinstance(layers, int):
+            try:
+                check_layer_indices(name, value, layers, low)
+            except (TypeError, ValueError) as error:
+                raise StrictDataclassFieldValidationError(field=name, cause=error) from error
+        super().__setattr__(name, value)
 
     @classmethod
     def from_preset(cls, name: str, **overrides):
@@ -253,9 +274,12 @@ class NeuTRENOConfigMixin:
                     raise ValueError(str(error)) from error
 
     def validate_neutreno_layers(self) -> None:
-        check_layer_indices("neutreno_layers", self.neutreno_layers, self.num_hidden_layers)
+        """`neutreno_layers` against `num_hidden_layers`: run by `validate()`, and by the models at every forward (plain
+        Python on a short list), where an in-place edit of the list (`config.neutreno_layers.append(3)`), which no
+        assignment check sees, would otherwise leave the term off in the layers it meant."""
         if self.neutreno_layers is not None and 0 in self.neutreno_layers:  # an in-place edit skips the field rule
             raise ValueError("`neutreno_layers` cannot contain 0: layer 0 provides the first-layer values V_0.")
+        check_layer_indices("neutreno_layers", self.neutreno_layers, self.num_hidden_layers, low=1)
 
     def save_pretrained(self, save_directory: str | os.PathLike, push_to_hub: bool = False, **kwargs):
         # transformers validates only after copying the code files: check first, so that a refused save writes nothing.
