@@ -539,6 +539,34 @@ def test_word_tokenizer_reproduces_the_standard_wikitext_preprocessing(wikitext2
     assert reloaded(line)["input_ids"] == tokenizer(line)["input_ids"]
 
 
+@pytest.mark.parametrize("writes_unk", [True, False])
+@pytest.mark.parametrize("cap", [4, 6, 9])
+def test_a_capped_word_vocabulary_holds_exactly_max_vocab_size_tokens(writes_unk, cap):
+    """`max_vocab_size=N`: N tokens, <pad>, <eos> and <unk> among them, the rest the most frequent words. Where the
+    corpus writes `<unk>` often (WikiText), it is one of those words; where it never does, it takes the last id.
+    Reference: the words counted with a Counter (distinct counts, so the ranking has no ties)."""
+    import collections
+
+    counts = {"the": 9, "<unk>": 8, "cat": 7, "sat": 6, "on": 5, "a": 4, "mat": 3, "dog": 2, "ran": 1}
+    if not writes_unk:
+        counts.pop("<unk>")
+    words = [word for word, count in counts.items() for _ in range(count)]
+    lines = [" ".join(words[i : i + 5]) for i in range(0, len(words), 5)]
+    tokenizer = train_word_tokenizer(lines, max_vocab_size=cap)
+    assert len(tokenizer) == cap
+    ranked = [word for word, _ in collections.Counter(" ".join(lines).split()).most_common()]
+    vocab = tokenizer.get_vocab()
+    assert sorted(vocab.values()) == list(range(cap))
+    assert (vocab["<pad>"], vocab["<eos>"]) == (0, 1)
+    if writes_unk:  # ranked with the words: by frequency, second here
+        expected = ["<pad>", "<eos>", *ranked[: cap - 2]]
+    else:  # the cap's last place
+        expected = ["<pad>", "<eos>", *ranked[: cap - 3], "<unk>"]
+    assert sorted(vocab, key=vocab.get) == expected
+    assert tokenizer.unk_token_id == vocab["<unk>"]
+    assert tokenizer("ran")["input_ids"] == [vocab["<unk>"], vocab["<eos>"]]  # the rarest word, beyond every cap here
+
+
 _FRESH_LOAD = """
 import json, torch
 from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer

@@ -53,8 +53,9 @@ def train_word_tokenizer(
     Whitespace split (punctuation stays as the corpus wrote it), `<eos>` appended to every encoded line, `<unk>`
     for unknown words, `<pad>` for batching. Ids are `<pad>`=0, `<eos>`=1, then words by decreasing
     training frequency (`<unk>` among them, as the corpus writes it), which is the order an adaptive softmax's
-    cutoffs assume. Use `max_vocab_size` or `min_frequency` to cap the vocabulary (WikiText-103 has about 267k
-    word types and needs neither).
+    cutoffs assume. Use `max_vocab_size` (the number of tokens, `<pad>`, `<eos>` and `<unk>` included: `<unk>` takes
+    the last place where the corpus does not rank it among the words kept) or `min_frequency` to cap the vocabulary
+    (WikiText-103 has about 267k word types and needs neither).
 
     Prompts for generation should be encoded with `add_special_tokens=False`, or they end with `<eos>` (a line
     break in WikiText).
@@ -69,13 +70,14 @@ def train_word_tokenizer(
     counter = Tokenizer(models.WordLevel(unk_token=UNK_TOKEN))
     counter.pre_tokenizer = pre_tokenizers.WhitespaceSplit()  # not Whitespace(): it would split "@-@" and "U.S."
     trainer = trainers.WordLevelTrainer(
-        vocab_size=(max_vocab_size - 1) if max_vocab_size else 2**31 - 1,
-        min_frequency=min_frequency,
-        special_tokens=[PAD_TOKEN, EOS_TOKEN],
+        vocab_size=max_vocab_size or 2**31 - 1, min_frequency=min_frequency, special_tokens=[PAD_TOKEN, EOS_TOKEN]
     )
     counter.train_from_iterator(_lines(texts, text_column), trainer=trainer)
     vocab = counter.get_vocab()
-    vocab.setdefault(UNK_TOKEN, len(vocab))  # the trainer kept one place free for it
+    if UNK_TOKEN not in vocab:  # a corpus that never writes it (or ranks it below the cap): `<unk>` takes the last id
+        if max_vocab_size is not None and len(vocab) >= max_vocab_size:
+            del vocab[max(vocab, key=vocab.get)]  # the least frequent word kept, to stay within the cap
+        vocab[UNK_TOKEN] = len(vocab)
 
     tokenizer = Tokenizer(models.WordLevel(vocab, unk_token=UNK_TOKEN))
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
