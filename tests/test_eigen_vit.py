@@ -137,6 +137,45 @@ def test_config_edited_after_construction_is_rejected():
         EigenViTModel(config)
 
 
+@pytest.mark.parametrize(
+    "built, edit, message",
+    [
+        (  # ViT⁻ clipped to [-1, 0] made "positive": Λ = +ψ² clipped to [-1, 0] is 0, the attention branch off
+            dict(eigenvalue_range=[-1.0, 0.0]),
+            dict(spectrum_sign="positive"),
+            r"`eigenvalue_range` crosses 0 against the sign: it must have low >= 0 for spectrum_sign='positive'",
+        ),
+        (  # ViT⁻ given a positive range: Λ = −ψ² clipped to [0.05, 1] is +0.05, a smoothing "negative" model
+            dict(),
+            dict(eigenvalue_range=[0.05, 1.0]),
+            r"`eigenvalue_range` crosses 0 against the sign: it must have high <= 0 for spectrum_sign='negative'",
+        ),
+        (
+            dict(),
+            dict(eigenvalue_range=[-1.0, -0.5]),
+            r"`eigenvalue_init` \(0.1\) puts the initial eigenvalues at -0.1, outside `eigenvalue_range`",
+        ),
+    ],
+    ids=["sign against the range", "range against the sign", "init outside the range"],
+)
+def test_spectrum_edits_on_a_built_model_are_held_to_the_rule_across_fields(built, edit, message):
+    """Each assignment passed its own field's rule, and the model ran with a spectrum against its sign; the rule
+    across the fields is checked where they are read, at the forward. Editing both, one after the other, to a
+    consistent pair works: the model then computes what a model built with them and the same weights computes."""
+    torch.manual_seed(0)
+    model = EigenViTForImageClassification(tiny_config(**built)).eval()
+    pixel_values = torch.randn(2, 3, 16, 16)
+    for name, value in edit.items():
+        setattr(model.config, name, value)
+    with pytest.raises(ValueError, match=message):
+        model(pixel_values)
+    model.config.eigenvalue_range, model.config.spectrum_sign = None, "positive"
+    reference = EigenViTForImageClassification(tiny_config(spectrum_sign="positive")).eval()
+    reference.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        torch.testing.assert_close(model(pixel_values).logits, reference(pixel_values).logits, atol=0, rtol=0)
+
+
 def test_config_round_trips_through_json(tmp_path):
     config = tiny_config(spectrum_sign="positive", eigenvalue_range=(0.0, 2.0), eigen_layers=[1])
     config.save_pretrained(tmp_path)

@@ -46,7 +46,9 @@ class EigenViTConfig(NeuTRENOViTConfig):
         neutreno_lambda (`float`, defaults to 0): the NeuTRENO term ``λ (V_0 − V)`` can be combined; off by default.
 
     A built model reads `spectrum_sign` and `eigenvalue_range` (with the NeuTRENO ViT's settings) at each forward,
-    so editing them on `model.config` takes effect at once; `eigenvalue_init` only sets the initial weights.
+    so editing them on `model.config` takes effect at once; `eigenvalue_init` only sets the initial weights. The rule
+    across the three (the range on the sign's side, the initial value inside it) is checked where they are read, at
+    each forward, so that both may be edited one after the other; a model whose fields break it refuses to run.
 
     Presets: `vit-tiny` (the poster's ViT-Ti for CIFAR: 32×32 images, patch 4), `vit-tiny-224` (patch 16, 224 px),
     and the NeuTRENO ViT's `deit-tiny`, `deit-small`, `deit-base`.
@@ -79,6 +81,12 @@ class EigenViTConfig(NeuTRENOViTConfig):
                 f"EigenViT does not take the NeuTRENO ViT's attention ablations: set {ablations} to their defaults "
                 "(symmetric_attention=False, featscale=False, attention_kernel='softmax'), or use NeuTRENOViTConfig."
             )
+
+    def validate_spectrum(self) -> None:
+        """`eigenvalue_range` on `spectrum_sign`'s side of 0, `eigenvalue_init` inside it. Run by `validate()`, and by
+        the models wherever they read the two fields (at every forward; plain Python on two floats), since they are
+        edited one at a time on a built model: each assignment alone cannot be held to the rule, and a model run with
+        a range against its sign would smooth where it should sharpen, or have its eigenvalues clipped to 0."""
         if self.eigenvalue_range is None:
             return
         low, high = self.eigenvalue_range
@@ -86,13 +94,15 @@ class EigenViTConfig(NeuTRENOViTConfig):
             side = "high <= 0" if self.spectrum_sign == "negative" else "low >= 0"
             raise ValueError(
                 f"`eigenvalue_range` crosses 0 against the sign: it must have {side} for "
-                f"spectrum_sign={self.spectrum_sign!r}, got {list(self.eigenvalue_range)!r}."
+                f"spectrum_sign={self.spectrum_sign!r}, got {list(self.eigenvalue_range)!r} (to change the sign, set "
+                "`eigenvalue_range` to None or to a range on the new side as well)."
             )
         signed_init = self.eigenvalue_init if self.spectrum_sign == "positive" else -self.eigenvalue_init
         if not low <= signed_init <= high:
             raise ValueError(
                 f"`eigenvalue_init` ({self.eigenvalue_init}) puts the initial eigenvalues at {signed_init}, outside "
-                f"`eigenvalue_range` {list(self.eigenvalue_range)}; choose |Λ| inside the range."
+                f"`eigenvalue_range` {list(self.eigenvalue_range)} (spectrum_sign={self.spectrum_sign!r}); choose "
+                "|Λ| inside the range."
             )
 
     def is_eigen_layer(self, layer_idx: int) -> bool:

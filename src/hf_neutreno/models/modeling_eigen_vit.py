@@ -52,7 +52,9 @@ def orthonormal_basis(theta: torch.Tensor) -> torch.Tensor:
 
 
 def eigenvalues(psi: torch.Tensor, config: EigenViTConfig) -> torch.Tensor:
-    """Λ = ``±ψ²`` (the sign from `config.spectrum_sign`), clipped to `config.eigenvalue_range` when set."""
+    """Λ = ``±ψ²`` (the sign from `config.spectrum_sign`), clipped to `config.eigenvalue_range` when set. The two
+    fields are read here at every forward, so the rule across them is checked here too (`validate_spectrum`)."""
+    config.validate_spectrum()
     values = psi.square() if config.spectrum_sign == "positive" else psi.square().neg()
     if config.eigenvalue_range is not None:
         values = values.clamp(*config.eigenvalue_range)
