@@ -651,3 +651,45 @@ def test_masked_lm_perplexity_weighs_every_masked_token_once(tmp_path):
     per_block = statistics.fmean(block_means)  # what exp(eval_loss) gave, at an evaluation batch of one block
     assert abs(math.exp(per_block) - perplexity) / perplexity > 1e-3  # the weighting matters for these blocks
     assert restored
+
+
+def test_causal_lm_rows_keep_their_special_tokens_as_run_clm_tokenizes_them(tmp_path):
+    """A transformers causal LM's text is tokenised row by row with the tokenizer's special tokens, then concatenated
+    (transformers' run_clm.py: `tokenizer(texts)`, then `group_texts`): with a Llama-style tokenizer that adds a BOS,
+    every row starts with it, an empty row is that BOS alone. Reference: the ids written out from the vocabulary."""
+    from datasets import Dataset, DatasetDict
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+
+    from hf_neutreno.engine.compare.settings import CompareSettings
+    from hf_neutreno.engine.model_tasks import CheckedModel
+
+    vocab = {"<pad>": 0, "<s>": 1, "<unk>": 2, "hello": 3, "world": 4, "foo": 5, "bar": 6}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    backend.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    tokenizer = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=backend, bos_token="<s>", unk_token="<unk>", pad_token="<pad>"
+    )
+    config = transformers.LlamaConfig(
+        **{**DECODER, "vocab_size": len(vocab), "pad_token_id": 0, "bos_token_id": 1}, max_position_embeddings=64
+    )
+    folder = tmp_path / "llama"
+    transformers.LlamaForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+
+    rows = {
+        "train": [" hello world \n", "", " foo bar foo \n", "", " bar \n", " world hello \n"] * 2,
+        "test": [" hello world \n", "", " foo \n", "", " bar bar \n"],
+    }
+    expected = {
+        split: [i for row in texts for i in [1] + [vocab[word] for word in row.split()]]
+        for split, texts in rows.items()
+    }
+    assert expected["test"] == [1, 3, 4, 1, 1, 5, 1, 1, 6, 6]
+    settings = CompareSettings(model=str(folder), dataset="rows", max_length=4, variants=("softmax", "neutreno"))
+    task = CheckedModel(settings).prepare(
+        DatasetDict({split: Dataset.from_dict({"text": t}) for split, t in rows.items()})
+    )
+    assert task.stream.tolist() == expected["test"]
+    train = [i for block in task.train["input_ids"] for i in block]
+    assert train == expected["train"][: len(expected["train"]) // 4 * 4]

@@ -491,8 +491,11 @@ class ModelTextClassification(ModelTask, TextClassification):
 class ModelCausalLM(ModelTask, CausalLM):
     def _inputs(self) -> None:
         column, length = self._lm_text(), self.length
-        # Rows are concatenated into one stream and cut into blocks: an empty row adds no tokens (as WikiText's
-        # paragraph breaks), so nothing is dropped.
+        # Rows are tokenised as they are, each with the tokenizer's special tokens, then concatenated into one stream
+        # and cut into blocks, as transformers' run_clm.py does (`tokenizer(texts)`, then `group_texts`): a tokenizer
+        # that adds a BOS (Llama, Gemma) starts every row with it, and an empty row adds that BOS alone; one that adds
+        # nothing (GPT-2) adds nothing for an empty row; this package's word tokenizer ends every row, empty ones
+        # included, with `<eos>` (WikiText's standard counts). Rows are not joined by any other separator.
         train = group_into_blocks(self.train, self.processing, length, text_column=column)
         stream = token_stream(self.eval, self.processing, text_column=column)
         if stream.numel() < length:
