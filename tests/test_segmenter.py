@@ -67,22 +67,25 @@ def _lin(x, p, name):
     return x @ p[name + ".weight"].T + p[name + ".bias"]
 
 
-def _block(x, p, prefix, heads, lam, v0, eps):
+def _block(x, p, prefix, heads, lam, v0, eps, keep=1.0):
     """A pre-LN block; heads h: softmax(Q_h K_hᵀ/√d) V_h + λ (V0_h − V_h) when v0 is given, before o_proj.
-    Returns (output, this block's values)."""
+    `keep`: the factor dropout's expectation (1 − p) puts at Segmenter's four sites (segm/model/blocks.py: the
+    attention probabilities, after the projection, after the MLP's GELU, after fc2). Returns (output, this block's
+    values)."""
     a = _ln(x, p, prefix + "layernorm_before", eps)
     q, k, v = (_lin(a, p, prefix + f"attention.{n}_proj") for n in "qkv")
     d_head = q.shape[-1] // heads
     outs = []
     for h in range(heads):
         sl = slice(h * d_head, (h + 1) * d_head)
-        u = torch.softmax(q[..., sl] @ k[..., sl].transpose(1, 2) / math.sqrt(d_head), dim=-1) @ v[..., sl]
+        probs = torch.softmax(q[..., sl] @ k[..., sl].transpose(1, 2) / math.sqrt(d_head), dim=-1)
+        u = keep * probs @ v[..., sl]
         if v0 is not None:
             u = u + lam * (v0[..., sl] - v[..., sl])
         outs.append(u)
-    x = x + _lin(torch.cat(outs, dim=-1), p, prefix + "attention.o_proj")
-    mlp = _lin(F.gelu(_lin(_ln(x, p, prefix + "layernorm_after", eps), p, prefix + "mlp.fc1")), p, prefix + "mlp.fc2")
-    return x + mlp, v
+    x = x + keep * _lin(torch.cat(outs, dim=-1), p, prefix + "attention.o_proj")
+    hidden = keep * F.gelu(_lin(_ln(x, p, prefix + "layernorm_after", eps), p, prefix + "mlp.fc1"))
+    return x + keep * _lin(hidden, p, prefix + "mlp.fc2"), v
 
 
 def reference_encoder(model, x):
@@ -100,10 +103,11 @@ def reference_encoder(model, x):
     return _ln(h, p, "vit.layernorm", cfg.layer_norm_eps)
 
 
-def reference_mask_transformer(model, encoder_output, grid):
+def reference_mask_transformer(model, encoder_output, grid, keep=1.0):
     """Segmenter's MaskTransformer (decoder.py) from the model's raw parameters: CLS dropped, proj_dec, class
     embeddings after the patches, the blocks with the decoder's own V_0 (its block 0's values), decoder_norm,
-    L2-normalised patches @ proj_patch and classes @ proj_classes, masks = patches · classesᵀ, LayerNorm over K."""
+    L2-normalised patches @ proj_patch and classes @ proj_classes, masks = patches · classesᵀ, LayerNorm over K.
+    `keep`: see `_block`."""
     cfg = model.config
     p = {n[len("decoder.") :]: t for n, t in model.named_parameters() if n.startswith("decoder.")}
     lam = cfg.decoder_neutreno_lambda if cfg.decoder_neutreno_lambda is not None else cfg.neutreno_lambda
@@ -113,7 +117,7 @@ def reference_mask_transformer(model, encoder_output, grid):
     x = torch.cat([_lin(patches, p, "proj_dec"), p["class_embeddings"].expand(len(patches), -1, -1)], 1)
     v0 = None
     for i in range(cfg.decoder_num_layers):
-        x, v = _block(x, p, f"layers.{i}.", heads, lam, v0, cfg.layer_norm_eps)
+        x, v = _block(x, p, f"layers.{i}.", heads, lam, v0, cfg.layer_norm_eps, keep)
         v0 = v if i == 0 else v0
     x = _ln(x, p, "decoder_norm", cfg.layer_norm_eps)
     pat, cls = x[:, :n] @ p["proj_patch"], x[:, n:] @ p["proj_classes"]
@@ -156,6 +160,25 @@ def test_neutreno_segmenter_equals_the_reference_with_the_decoders_own_v0(decode
     with torch.no_grad():
         expected = reference_mask_transformer(model, reference_encoder(model, x), (4, 4))
         assert (model(x).logits - expected).abs().max().item() <= FP32_TOL
+
+
+def test_decoder_dropout_is_at_segmenters_four_sites_and_the_encoder_keeps_vits(monkeypatch):
+    """Segmenter's FeedForward is fc1 → GELU → Dropout → fc2 → Dropout: the decoder's MLP had no dropout after the
+    GELU, so `decoder_dropout` regularised less than the paper's model. Dropout is made its expectation here
+    (x ↦ (1 − p) x), so that the decoder in train mode can be compared with the reference written out with a factor
+    1 − p at each of Segmenter's sites. The encoder stays ViT/DeiT's, whose MLP has no dropout inside."""
+
+    def expectation(x, p=0.5, training=True, inplace=False):
+        return x * (1 - p) if training and p > 0 else x
+
+    monkeypatch.setattr(F, "dropout", expectation)  # what nn.Dropout and the eager attention call
+    model = tiny_model(neutreno_lambda=0.6, decoder_neutreno_lambda=0.4, decoder_dropout=0.3).train()
+    encoder_output = torch.randn(2, 17, model.config.hidden_size, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        got = model.decoder(encoder_output[:, 1:], (4, 4)).logits
+        expected = reference_mask_transformer(model, encoder_output, (4, 4), keep=0.7)
+    assert (got - expected).abs().max().item() <= FP32_TOL
+    assert not any(isinstance(module, torch.nn.Dropout) for module in model.vit.layers[0].mlp.modules())
 
 
 def test_gradients_equal_the_reference():

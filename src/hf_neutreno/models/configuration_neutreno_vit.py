@@ -64,7 +64,7 @@ class NeuTRENOViTConfig(NeuTRENOConfigMixin, PreTrainedConfig):
         decoder_neutreno_lambda (`float`, *optional*): λ of its blocks after the first, whose values are the
             decoder's own V_0 (default: `neutreno_lambda`).
         decoder_dropout (`float`, defaults to 0.1): dropout of the mask transformer (Segmenter's), on its attention
-            probabilities and on both residual branches of each block.
+            probabilities, on both residual branches of each block and inside its MLP, after the GELU.
         semantic_loss_ignore_index (`int`, defaults to 255): the label value the loss and the metrics ignore; it
             must lie outside the classes [0, num_labels - 1] (the segmentation model checks it).
 
@@ -183,8 +183,10 @@ class NeuTRENOViTConfig(NeuTRENOConfigMixin, PreTrainedConfig):
     def decoder_config(self) -> "NeuTRENOViTConfig":
         """The config of the mask transformer's blocks, which are this model's blocks at the decoder's shape.
 
-        Segmenter's decoder blocks: pre-LN, MLP ratio 4, softmax attention with qkv bias, dropout `decoder_dropout`,
-        no drop path. The attention implementation, activation and LayerNorm eps are the encoder's. Its
+        Segmenter's decoder blocks: pre-LN, MLP ratio 4, softmax attention with qkv bias, dropout `decoder_dropout`
+        (as `hidden_dropout_prob` and `attention_probs_dropout_prob`; the mask transformer adds it inside the MLP),
+        no drop path. The attention implementation and activation are the encoder's, and so is the LayerNorm eps
+        (`layer_norm_eps`, 1e-6 by default), where Segmenter's decoder uses PyTorch's default 1e-5: a choice. Its
         `neutreno_lambda` is `decoder_lambda` at construction; the blocks read the segmentation model's `decoder_lambda`
         at each forward, so an edit of the decoder's λ applies at once.
         """

@@ -259,14 +259,22 @@ class NeuTRENOViTAttention(NeuTRENOViTSelfAttention):
 
 
 class NeuTRENOViTMLP(nn.Module):
-    def __init__(self, config: NeuTRENOViTConfig):
+    """fc1 → activation → fc2, as ViT/DeiT's MLP. `dropout` > 0 adds dropout after the activation, as Segmenter's
+    FeedForward (fc1 → GELU → Dropout → fc2 → Dropout; the last dropout is the block's on the branch): its mask
+    transformer's blocks have it, the ViT/DeiT encoder's do not."""
+
+    def __init__(self, config: NeuTRENOViTConfig, dropout: float = 0.0):
         super().__init__()
         self.activation_fn = ACT2FN[config.hidden_act]
         self.fc1 = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.dropout = nn.Dropout(dropout) if dropout > 0 else None
         self.fc2 = nn.Linear(config.intermediate_size, config.hidden_size)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self.fc2(self.activation_fn(self.fc1(hidden_states)))
+        hidden_states = self.activation_fn(self.fc1(hidden_states))
+        if self.dropout is not None:
+            hidden_states = self.dropout(hidden_states)
+        return self.fc2(hidden_states)
 
 
 class NeuTRENOViTDropPath(nn.Module):
@@ -292,15 +300,18 @@ class NeuTRENOViTLayer(GradientCheckpointingLayer):
     (None from the other layers).
 
     `attention` is the block's attention module, called as [`NeuTRENOViTAttention`] is (EigenViT passes its own);
-    by default [`NeuTRENOViTAttention`].
+    by default [`NeuTRENOViTAttention`]. `mlp_dropout`: dropout inside the MLP, after its activation (Segmenter's
+    mask transformer; none in the ViT/DeiT encoder).
     """
 
-    def __init__(self, config: NeuTRENOViTConfig, layer_idx: int, attention: nn.Module | None = None):
+    def __init__(
+        self, config: NeuTRENOViTConfig, layer_idx: int, attention: nn.Module | None = None, mlp_dropout: float = 0.0
+    ):
         super().__init__()
         self.attention = NeuTRENOViTAttention(config, layer_idx) if attention is None else attention
         self.layernorm_before = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.layernorm_after = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.mlp = NeuTRENOViTMLP(config)
+        self.mlp = NeuTRENOViTMLP(config, dropout=mlp_dropout)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         rate = config.drop_path_rate * layer_idx / max(config.num_hidden_layers - 1, 1)
         self.drop_path = NeuTRENOViTDropPath(rate) if rate > 0 else nn.Identity()
@@ -506,6 +517,11 @@ class NeuTRENOViTMaskTransformer(NeuTRENOViTPreTrainedModel):
     `decoder_norm`, ``patches @ proj_patch`` and ``classes @ proj_classes``, both L2-normalised, masks = patches ·
     classesᵀ, and `mask_norm` (a LayerNorm over the K classes) give one logit per patch and class.
 
+    Dropout at `decoder_dropout` where Segmenter's blocks have it (segm/model/blocks.py): the attention
+    probabilities, the attention's output projection, inside the MLP after the GELU, and the MLP's output. Every
+    LayerNorm (the blocks', `decoder_norm`, `mask_norm`) takes the encoder's `layer_norm_eps` (1e-6 by default, as
+    DeiT's), where Segmenter's decoder keeps PyTorch's default 1e-5: a choice, one eps for the whole model.
+
     A `PreTrainedModel` of its own (of the decoder's shape), so that `set_attn_implementation`, `output_hidden_states`
     and `output_attentions` reach its blocks as they reach the encoder's.
     """
@@ -518,7 +534,11 @@ class NeuTRENOViTMaskTransformer(NeuTRENOViTPreTrainedModel):
         super().__init__(config)
         self.proj_dec = nn.Linear(encoder_hidden_size, config.hidden_size)
         self.class_embeddings = nn.Parameter(torch.zeros(1, config.num_labels, config.hidden_size))
-        self.layers = nn.ModuleList(NeuTRENOViTLayer(config, i) for i in range(config.num_hidden_layers))
+        # Segmenter's blocks drop out after the MLP's GELU too, at the decoder's rate (`hidden_dropout_prob` of the
+        # decoder's config is `decoder_dropout`)
+        self.layers = nn.ModuleList(
+            NeuTRENOViTLayer(config, i, mlp_dropout=config.hidden_dropout_prob) for i in range(config.num_hidden_layers)
+        )
         for layer in self.layers:  # λ: the segmentation model's `decoder_lambda`, read at each forward
             layer.attention.segmentation_config = segmentation_config
         self.decoder_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
