@@ -9,6 +9,7 @@ import torch
 from hf_neutreno.diagnostics.metrics import (
     attention_map_similarity,
     attention_probabilities,
+    attention_scores,
     effective_rank,
     functional_j,
     gradient_alignment,
@@ -138,7 +139,7 @@ def _attention_inputs(causal: bool):
 def test_functional_j_and_gradient_alignment_equal_their_sums(causal):
     q, k, v, keep, token_mask = _attention_inputs(causal)
     scaling = q.shape[-1] ** -0.5
-    probs = attention_probabilities(q, k, keep, scaling, is_causal=False)
+    probs = attention_probabilities(attention_scores(q, k, keep, scaling, is_causal=False))
     j = functional_j(probs, v, token_mask)
     alignment = gradient_alignment(q, k, v, keep, scaling, False, token_mask)
     for b in range(2):
@@ -232,8 +233,8 @@ def test_grouped_query_heads_are_repeated():
     torch.manual_seed(2)
     q, v = torch.randn(1, 4, 5, 3), torch.randn(1, 2, 5, 3)
     k = torch.randn(1, 2, 5, 3)
-    probs = attention_probabilities(q, k, None, 0.5, is_causal=True)
-    expanded = attention_probabilities(q, k.repeat_interleave(2, 1), None, 0.5, is_causal=True)
+    probs = attention_probabilities(attention_scores(q, k, None, 0.5, is_causal=True))
+    expanded = attention_probabilities(attention_scores(q, k.repeat_interleave(2, 1), None, 0.5, is_causal=True))
     assert torch.equal(probs, expanded)
     assert torch.allclose(probs.sum(-1), torch.ones(1, 4, 5))
     assert torch.equal(probs.triu(1), torch.zeros_like(probs))  # causal: nothing above the diagonal

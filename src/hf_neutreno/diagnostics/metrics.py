@@ -177,26 +177,11 @@ def attention_scores(
     return scores
 
 
-def attention_probabilities(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    scaling: float,
-    is_causal: bool,
-    *,
-    softcap: float | None = None,
-    position_bias: torch.Tensor | None = None,
-    sinks: torch.Tensor | None = None,
-    scores: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """softmax(q kᵀ · scaling + mask) in float32, (batch, heads, queries, keys); fully masked rows are 0. The scores
-    are `attention_scores` (soft-capping, position bias, mask), or `scores` where the caller has them already.
-    `sinks` (logits broadcastable to (batch, heads, queries, 1)) join the softmax as one more key that takes
-    probability and is then dropped (gpt-oss's attention sinks), so a row sums to less than 1."""
-    if scores is None:
-        scores = attention_scores(
-            query, key, attention_mask, scaling, is_causal, softcap=softcap, position_bias=position_bias
-        )
+def attention_probabilities(scores: torch.Tensor, sinks: torch.Tensor | None = None) -> torch.Tensor:
+    """The softmax of `attention_scores` (soft-capping, position bias, mask) in float32, (batch, heads, queries,
+    keys); fully masked rows are 0. `sinks` (logits broadcastable to (batch, heads, queries, 1)) join the softmax as
+    one more key that takes probability and is then dropped (gpt-oss's attention sinks), so a row sums to
+    less than 1."""
     if sinks is not None:
         sinks = sinks.to(device=scores.device, dtype=scores.dtype).expand(*scores.shape[:-1], 1)
         return torch.softmax(torch.cat([scores, sinks], dim=-1), dim=-1)[..., :-1].nan_to_num(0.0)

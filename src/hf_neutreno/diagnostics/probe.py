@@ -93,15 +93,7 @@ class AttentionCall:
         """The attention maps softmax(q kᵀ · scaling + mask), with the model's soft-capping, position bias and sinks
         where it has them, float32, (batch, heads, queries, keys); `scores`: this call's `scores()`, where the caller
         has them already."""
-        return attention_probabilities(
-            self.query,
-            self.key,
-            self.attention_mask,
-            self.scaling,
-            self.is_causal,
-            sinks=self.sinks,
-            scores=self.scores() if scores is None else scores,
-        )
+        return attention_probabilities(self.scores() if scores is None else scores, sinks=self.sinks)
 
 
 class _ProbeAttention:
