@@ -102,15 +102,16 @@ def test_compare_on_a_saved_model_pairs_the_seeds_prints_what_it_saved_and_saves
         # the over-smoothing profile before and after training, one value per hidden state
         assert len(runs[variant][0]["cosine_similarity_before"]) == len(runs[variant][0]["cosine_similarity"])
 
-    # a best variant is named only where its paired 95 % t-interval over the 2 seeds excludes 0 (t = 12.706)
+    # a best variant is named only where its paired 95 % t-interval over the 2 seeds (t = 12.706) lies beyond the tie
+    # tolerance (0.002, or 0.2 % of the baseline's mean perplexity), the best by its paired mean
     sign = -1 if metric == "perplexity" else 1
-    means = {v: statistics.fmean(runs[v][s][metric] for s in (0, 1)) for v in VARIANTS}
-    clear = []
+    tolerance = 0.002 * (statistics.fmean(runs["softmax"][s][metric] for s in (0, 1)) if metric == "perplexity" else 1)
+    clear = {}
     for variant in VARIANTS[1:]:
         differences = [sign * (runs[variant][s][metric] - runs["softmax"][s][metric]) for s in (0, 1)]
-        if statistics.fmean(differences) - 12.706 * statistics.stdev(differences) / 2**0.5 > 0:
-            clear.append(variant)
-    best = max(clear, key=lambda v: sign * means[v]) if clear else None
+        if statistics.fmean(differences) - 12.706 * statistics.stdev(differences) / 2**0.5 >= tolerance:
+            clear[variant] = statistics.fmean(differences)
+    best = max(clear, key=clear.get) if clear else None
     assert results["best_variant"] == best
     assert (f"The best {metric}: {best}." if best else "No variant is best beyond the seeds' spread.") in proc.stdout
     shown = best or "neutreno"  # every variant's model is saved; the load below checks a value path's
@@ -607,8 +608,9 @@ def test_compare_on_a_pretrained_classifier_with_its_defaults_reads_what_the_rem
             moved += [abs(value) for value in run["learned_coefficient_parameters"]]  # from 0
         reading = results["verdict"]["variants"][name]
         assert f"{name}: learned" in " ".join(out.split())  # the table's line of learned coefficients
-        if reading["coefficients"]["switched_off"]:
-            assert f"{name}: learned from 0, its" in out and "switched itself off" in out
+        if reading["switched_off"]:
+            said = " ".join(out.split())
+            assert "learned from 0, ended at 0 in every layer and seed" in said and "switched itself off" in said
     assert max(moved) > 0.01, moved
     assert "Verdict: On this model and data" in out
     assert " ".join(results["verdict"]["text"].split()) in " ".join(out.split())
