@@ -324,6 +324,35 @@ def test_push_uploads_the_prepared_folder_in_one_commit_and_cleans_up(fake_hub, 
     assert list(private_tmp.iterdir()) == []
 
 
+BAD_CARD_INPUTS = [
+    dict(results={"accuracy": 0.5}),  # no dataset
+    dict(template="nope.md"),
+    dict(oversmoothing=0.3),
+    dict(card="a ready card", dataset="uoft-cs/cifar10"),  # both a card and the arguments to render one
+]
+
+
+@pytest.mark.parametrize("bad", BAD_CARD_INPUTS, ids=["results-without-dataset", "template", "oversmoothing", "card"])
+def test_push_checks_the_card_inputs_before_creating_the_repository(bad, fake_hub, private_tmp):
+    """A card input that is refused raised only after `create_repo` had made the (public, by default) repository: now
+    nothing is created or written. The reference is the error `save_for_hub` raises for the same inputs, offline."""
+    model = tiny_model()
+    with pytest.raises(ValueError) as reference:
+        hub.save_for_hub(private_tmp / "reference", model, **bad)
+    with pytest.raises(ValueError) as error:
+        hub.push_to_hub(model, REPO_ID, **bad)
+    assert str(error.value) == str(reference.value)
+    assert fake_hub.calls == [] and list(private_tmp.iterdir()) == []
+
+
+def test_cli_push_checks_the_template_before_creating_the_repository(fake_hub, tmp_path, capsys):
+    model_dir = tmp_path / "model"
+    tiny_model().save_pretrained(model_dir)
+    assert cli_main(["push", str(model_dir), REPO_ID, "--template", "nope.md"]) == 2
+    assert "Unknown model card template 'nope.md'" in capsys.readouterr().err
+    assert fake_hub.calls == []
+
+
 def uploaded_card(files: dict[str, bytes], tmp_path: Path) -> ModelCard:
     """The model card of an uploaded folder, parsed the way the Hub does."""
     (tmp_path / "README.md").write_bytes(files["README.md"])

@@ -4,8 +4,9 @@
     push_to_hub(model, "me/neutreno-deit-tiny", processor=processor, dataset="uoft-cs/cifar10",
                 results={"accuracy": 0.81}, oversmoothing=report)
 
-`push_to_hub` is `create_repo` plus ONE `upload_folder` of the folder `save_for_hub` writes. In Trainer scripts,
-`HubTrainer` (or `ModelCardMixin`) makes `Trainer.push_to_hub` publish the same card. The card is rendered by
+`push_to_hub` checks the card's inputs (nothing is created before), then `create_repo` plus ONE `upload_folder` of the
+folder `save_for_hub` writes. In Trainer scripts, `HubTrainer` (or `ModelCardMixin`) makes `Trainer.push_to_hub`
+publish the same card. The card is rendered by
 `huggingface_hub.ModelCard.from_template` from the model type's template in `model_cards/` (shipped in the package):
 the `custom_code` tag, datasets and `eval_results`, the over-smoothing table and plot of an `OversmoothingReport`, how
 to load with `trust_remote_code`, the papers' own numbers marked as such, and both papers' BibTeX.
@@ -303,9 +304,15 @@ def push_to_hub(
     commit_message: str = "Upload model with hf-neutreno",
     **card_kwargs,
 ):
-    """Push `model` (weights, config, code), its processor and/or tokenizer and its model card to `repo_id`:
-    `create_repo` (which fails fast), `save_for_hub` into a temporary folder (always removed), then ONE `upload_folder`
-    commit, so readers see the old repository or the complete new one. `card_kwargs` go to `model_card`."""
+    """Push `model` (weights, config, code), its processor and/or tokenizer and its model card to `repo_id`: the card
+    rendered once to check its inputs (a bad one raises before anything is created or written), `create_repo` (the
+    first Hub request, which fails fast), `save_for_hub` into a temporary folder (always removed), then ONE
+    `upload_folder` commit, so readers see the old repository or the complete new one. `card_kwargs` go to
+    `model_card`."""
+    if card is not None and card_kwargs:
+        raise ValueError(f"Pass either `card` or the arguments to render one ({sorted(card_kwargs)}), not both.")
+    if card is None:  # the card names the full id `create_repo` returns, so it is rendered again after it
+        model_card(model, **{"repo_id": repo_id, **card_kwargs})
     repo_id = create_repo(repo_id, token=token, private=private)
     if card is None:
         card_kwargs.setdefault("repo_id", repo_id)

@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         check_new_folder(args.save_to, "--save-to")
     # transformers and torch are imported here and in the helpers it calls, not at the top: `--help` and the checks
     # above need neither.
-    from ..hub import create_repo, push_to_hub, save_for_hub
+    from ..hub import create_repo, push_to_hub, save_for_hub, template_text
 
     results_path = args.results or next(
         (str(p) for p in (model_dir / "all_results.json", model_dir / "eval_results.json") if p.is_file()), None
@@ -71,6 +71,8 @@ def run(args: argparse.Namespace) -> int:
     )
     if card_kwargs["results"] and not args.dataset:
         raise ValueError(f"--dataset is needed to record the results in {results_path}.")
+    if args.template:
+        template_text(args.template)  # an unknown template raises here, before the repository is created
     if not args.save_to:  # offline mode, no token, no Hub: fail before loading the model (push_to_hub finds it made)
         create_repo(args.repo_id, token=args.token, private=args.private or None)
     model, processor, tokenizer = load_saved(model_dir)
