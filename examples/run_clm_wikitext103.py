@@ -44,6 +44,9 @@ from hf_neutreno.hub import HubTrainer
 logger = logging.getLogger(__name__)
 
 
+BUILT = "a preset or a converted GPT-2"  # where the model flags' defaults apply; a NeuTRENO GPT keeps its own
+
+
 @dataclass
 class ModelArguments:
     model_name_or_path: str = field(
@@ -53,8 +56,8 @@ class ModelArguments:
             "or GPT-2 checkpoint (folder or Hub id) to continue from."
         },
     )
-    neutreno_lambda: float = scripts.neutreno_lambda_field(NeuTRENOGPTConfig)
-    neutreno_layers: list[int] | None = scripts.neutreno_layers_field()
+    neutreno_lambda: float | None = scripts.neutreno_lambda_field(NeuTRENOGPTConfig, built=BUILT)
+    neutreno_layers: list[int] | None = scripts.neutreno_layers_field(BUILT)
     adaptive_softmax_cutoffs: list[int] | None = field(
         default=None, metadata={"help": "Cutoffs of a model trained from scratch (default: the preset's)."}
     )
@@ -108,9 +111,8 @@ def build_tokenizer(model_args: ModelArguments, train_split):
 
 def build_model(model_args: ModelArguments, tokenizer, block_size: int | None) -> NeuTRENOGPTForCausalLM:
     name = model_args.model_name_or_path
-    neutreno = dict(neutreno_lambda=model_args.neutreno_lambda)
-    if model_args.neutreno_layers is not None:
-        neutreno["neutreno_layers"] = model_args.neutreno_layers
+    # Only the flags given: a preset or a converted GPT-2 gets the registry's λ, a NeuTRENO GPT keeps its own.
+    neutreno = scripts.given(neutreno_lambda=model_args.neutreno_lambda, neutreno_layers=model_args.neutreno_layers)
     if name in NeuTRENOGPTConfig.presets:
         overrides = dict(**neutreno, **scripts.parse_config_overrides(model_args.config_overrides, NeuTRENOGPTConfig))
         if model_args.adaptive_softmax_cutoffs is not None:

@@ -50,6 +50,9 @@ class MixupHubTrainer(ModelCardMixin, MixupTrainer):
     """MixupTrainer whose `push_to_hub` publishes hf-neutreno's model card."""
 
 
+BUILT = "a preset or a converted ViT/DeiT"  # where the model flags' defaults apply; a NeuTRENO checkpoint keeps its own
+
+
 @dataclass
 class ModelArguments:
     model_name_or_path: str = field(
@@ -59,11 +62,14 @@ class ModelArguments:
             "ViT or DeiT checkpoint (folder or Hub id) to fine-tune."
         },
     )
-    neutreno_lambda: float = scripts.neutreno_lambda_field(NeuTRENOViTConfig)
-    neutreno_layers: list[int] | None = scripts.neutreno_layers_field()
+    neutreno_lambda: float | None = scripts.neutreno_lambda_field(NeuTRENOViTConfig, built=BUILT)
+    neutreno_layers: list[int] | None = scripts.neutreno_layers_field(BUILT)
     image_size: int | None = field(default=None, metadata={"help": "Image size of a model trained from scratch."})
     patch_size: int | None = field(default=None, metadata={"help": "Patch size of a model trained from scratch."})
-    drop_path_rate: float = field(default=0.0, metadata={"help": "Stochastic depth (DeiT: 0.1)."})
+    drop_path_rate: float | None = field(
+        default=None,
+        metadata={"help": f"Stochastic depth (DeiT: 0.1). Default: 0 for {BUILT}; a NeuTRENO checkpoint's own."},
+    )
     config_overrides: str | None = scripts.config_overrides_field()
     trust_remote_code: bool = scripts.trust_remote_code_field()
 
@@ -86,20 +92,17 @@ class DataArguments:
 
 
 def build_model(args: ModelArguments, labels: list[str]) -> tuple[torch.nn.Module, object]:
-    """The model to train and its image processor."""
+    """The model to train and its image processor. λ, the NeuTRENO layers and drop path are set only where given
+    (`scripts.given`): a preset or a converted ViT/DeiT then gets the registry's defaults, a NeuTRENO checkpoint
+    keeps its own."""
     id2label = dict(enumerate(labels))
+    model_flags = scripts.given(
+        neutreno_lambda=args.neutreno_lambda, neutreno_layers=args.neutreno_layers, drop_path_rate=args.drop_path_rate
+    )
     if args.model_name_or_path in IMAGE_PRESETS:
         overrides = {k: v for k, v in (("image_size", args.image_size), ("patch_size", args.patch_size)) if v}
         overrides.update(scripts.parse_config_overrides(args.config_overrides, NeuTRENOViTConfig))
-        model = image_classifier(
-            "neutreno",
-            args.model_name_or_path,
-            labels,
-            neutreno_lambda=args.neutreno_lambda,
-            neutreno_layers=args.neutreno_layers,
-            drop_path_rate=args.drop_path_rate,
-            **overrides,
-        )
+        model = image_classifier("neutreno", args.model_name_or_path, labels, **{**model_flags, **overrides})
         size = model.config.image_size_2d
         processor = ViTImageProcessorPil(
             size={"height": size[0], "width": size[1]}, image_mean=IMAGENET_DEFAULT_MEAN, image_std=IMAGENET_DEFAULT_STD
@@ -109,19 +112,9 @@ def build_model(args: ModelArguments, labels: list[str]) -> tuple[torch.nn.Modul
     source_config = AutoConfig.from_pretrained(args.model_name_or_path, trust_remote_code=args.trust_remote_code)
     processor = AutoImageProcessor.from_pretrained(args.model_name_or_path, trust_remote_code=args.trust_remote_code)
     if source_config.model_type in ("vit", "deit"):
-        model = vit_to_neutreno(
-            args.model_name_or_path,
-            neutreno_lambda=args.neutreno_lambda,
-            neutreno_layers=args.neutreno_layers,
-            drop_path_rate=args.drop_path_rate,
-        )
+        model = vit_to_neutreno(args.model_name_or_path, **model_flags)
     elif source_config.model_type == NeuTRENOViTConfig.model_type:
-        model = NeuTRENOViTForImageClassification.from_pretrained(
-            args.model_name_or_path,
-            neutreno_lambda=args.neutreno_lambda,
-            neutreno_layers=args.neutreno_layers,
-            drop_path_rate=args.drop_path_rate,
-        )
+        model = NeuTRENOViTForImageClassification.from_pretrained(args.model_name_or_path, **model_flags)
     else:
         raise ValueError(
             f"--model_name_or_path {args.model_name_or_path!r} has model_type {source_config.model_type!r}; "

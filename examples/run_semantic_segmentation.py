@@ -96,11 +96,17 @@ class ModelArguments:
             "scratch; with --model-name-or-path only its decoder fields and drop path apply."
         },
     )
-    neutreno_lambda: float = scripts.neutreno_lambda_field(
-        NeuTRENOViTConfig, "λ of the encoder; 0 = the softmax Segmenter."
+    neutreno_lambda: float | None = scripts.neutreno_lambda_field(
+        NeuTRENOViTConfig,
+        "λ of the encoder; 0 = the softmax Segmenter.",
+        "a preset or a converted ViT/DeiT (a NeuTRENO classifier or Segmenter keeps its own)",
     )
     decoder_neutreno_lambda: float | None = field(
-        default=None, metadata={"help": "λ of the mask transformer (its own V_0). Default: --neutreno-lambda."}
+        default=None,
+        metadata={
+            "help": "λ of the mask transformer (its own V_0). Default: --neutreno-lambda's value; a Segmenter "
+            "checkpoint continued keeps its own."
+        },
     )
     config_overrides: str | None = scripts.config_overrides_field(
         "Other NeuTRENOViTConfig fields: 'num_hidden_layers=4,hidden_size=64,decoder_num_layers=1'."
@@ -380,7 +386,8 @@ def build_model(args: ModelArguments, id2label: dict[int, str], crop_size: int):
     """The Segmenter to train and the image-processor settings of its source (mean and std)."""
     labels = dict(num_labels=len(id2label), id2label=id2label, label2id={v: k for k, v in id2label.items()})
     overrides = scripts.parse_config_overrides(args.config_overrides, NeuTRENOViTConfig)
-    lambdas = dict(neutreno_lambda=args.neutreno_lambda, decoder_neutreno_lambda=args.decoder_neutreno_lambda)
+    # Only the λs given: a preset or a converted ViT/DeiT gets the registry's, a NeuTRENO checkpoint keeps its own.
+    lambdas = scripts.given(neutreno_lambda=args.neutreno_lambda, decoder_neutreno_lambda=args.decoder_neutreno_lambda)
     if args.preset not in NeuTRENOViTConfig.presets:
         raise ValueError(f"--preset {args.preset!r} is not one of {sorted(NeuTRENOViTConfig.presets)}.")
     preset = NeuTRENOViTConfig.from_preset(args.preset)

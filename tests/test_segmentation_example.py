@@ -39,9 +39,10 @@ def test_defaults_are_segmenters_ade20k_recipe(tmp_path):
     ) == (512, 0.5, 2.0, True, True, 0.75)
     assert (model_args.preset, model_args.neutreno_lambda, model_args.model_name_or_path) == (
         "segmenter-deit-tiny",
-        0.6,
+        None,  # not given: the preset's λ
         None,
     )
+    assert NeuTRENOViTConfig.from_preset("segmenter-deit-tiny").neutreno_lambda == 0.6
     assert args.do_train and data_args.eval_multi_scale
     model = NeuTRENOViTForSemanticSegmentation(NeuTRENOViTConfig(**MICRO_VIT, num_hidden_layers=2, num_labels=3))
     trainer = Trainer(model=model, args=args)

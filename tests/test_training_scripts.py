@@ -36,16 +36,17 @@ def test_a_json_file_as_the_only_argument_parses_as_its_command_line(tmp_path, m
         parse_script_arguments(script_parser(_ModelArguments), None, json_file=False)
     # an explicit argument list is parsed as given, whatever the process's command line
     model_args, _, _ = parse_script_arguments(script_parser(_ModelArguments), ["--output-dir", str(tmp_path)])
-    assert model_args.neutreno_lambda == NeuTRENOViTConfig().neutreno_lambda
+    assert model_args.neutreno_lambda is None  # not given: a checkpoint's own, else the registry's
 
 
-def test_the_lambda_option_defaults_to_each_configs_own():
+def test_the_lambda_option_is_unset_by_default_and_its_help_names_each_configs_default():
     @dataclass
     class LanguageModel:
-        neutreno_lambda: float = neutreno_lambda_field(NeuTRENOGPTConfig, "λ")
+        neutreno_lambda: float | None = neutreno_lambda_field(NeuTRENOGPTConfig, "λ.", "a preset")
 
     (field,) = fields(LanguageModel)
-    assert LanguageModel().neutreno_lambda == NeuTRENOGPTConfig().neutreno_lambda and field.metadata["help"] == "λ"
+    assert LanguageModel().neutreno_lambda is None
+    assert field.metadata["help"] == "λ. Default: 0.4 (the registry's) for a preset; a NeuTRENO checkpoint's own."
 
 
 def test_the_card_names_only_a_hub_checkpoint_as_base_model(tmp_path):

@@ -44,14 +44,34 @@ class ScriptArguments:
     )
 
 
-def neutreno_lambda_field(config_class, help: str = "λ of the NeuTRENO term; 0 = softmax baseline."):
-    """A script's `--neutreno-lambda`: the default is `config_class`'s (the registry's), written nowhere else."""
-    return field(default=config_class().neutreno_lambda, metadata={"help": help})
+def neutreno_lambda_field(
+    config_class,
+    help: str = "λ of the NeuTRENO term; 0 = softmax baseline.",
+    built: str = "a preset or a converted native checkpoint",
+):
+    """A script's `--neutreno-lambda`, None unless given: a NeuTRENO checkpoint keeps its own λ, and a model `built`
+    (from a preset, by conversion) gets `config_class`'s (the registry's, written nowhere else), which the help
+    names."""
+    default = config_class().neutreno_lambda
+    return field(
+        default=None,
+        metadata={"help": f"{help} Default: {default} (the registry's) for {built}; a NeuTRENO checkpoint's own."},
+    )
 
 
-def neutreno_layers_field():
-    """A script's `--neutreno-layers`: None leaves the model's default, every layer but the first."""
-    return field(default=None, metadata={"help": "Layers with the term (default: all but 0)."})
+def neutreno_layers_field(built: str = "a preset or a converted native checkpoint"):
+    """A script's `--neutreno-layers`, None unless given: a NeuTRENO checkpoint keeps its own, a model `built` (from a
+    preset, by conversion) gets the model's default, every layer but the first."""
+    return field(
+        default=None,
+        metadata={"help": f"Layers with the term. Default: all but 0 for {built}; a NeuTRENO checkpoint's own."},
+    )
+
+
+def given(**flags) -> dict:
+    """The flags the user set (not None), as keyword arguments: a checkpoint's own fields stay where a flag is not
+    given."""
+    return {name: value for name, value in flags.items() if value is not None}
 
 
 def config_overrides_field(
@@ -295,6 +315,7 @@ __all__ = [
     "check_distributed_launch",
     "checkpoint_to_resume",
     "config_overrides_field",
+    "given",
     "hub_base_model",
     "neutreno_lambda_field",
     "neutreno_layers_field",
