@@ -114,7 +114,7 @@ def build_model(model_args: ModelArguments, tokenizer, block_size: int | None) -
     # Only the flags given: a preset or a converted GPT-2 gets the registry's λ, a NeuTRENO GPT keeps its own.
     neutreno = scripts.given(neutreno_lambda=model_args.neutreno_lambda, neutreno_layers=model_args.neutreno_layers)
     if name in NeuTRENOGPTConfig.presets:
-        overrides = dict(**neutreno, **scripts.parse_config_overrides(model_args.config_overrides, NeuTRENOGPTConfig))
+        overrides = {**neutreno, **scripts.parse_config_overrides(model_args.config_overrides, NeuTRENOGPTConfig)}
         if model_args.adaptive_softmax_cutoffs is not None:
             overrides["adaptive_softmax_cutoffs"] = model_args.adaptive_softmax_cutoffs or None
         return language_model(name, tokenizer, block_size=block_size, **overrides)

@@ -69,6 +69,14 @@ UNCOMPARED_ARGS = (
 )
 
 
+# Flags whose default depends on --quick: name -> (the full run's default, --quick's).
+UNSET_DEFAULTS = {
+    "batch_size": (recipes.POSTER_CIFAR_TRAINING["per_device_train_batch_size"], 32),
+    "spectral_samples": (32, 8),
+    "severities": ([0, 1, 2, 3, 4, 5], [0, 3, 5]),
+}
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
@@ -79,7 +87,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="CPU smoke run: 2 layers, 512 training / 64 test images, 10 steps, severities 0, 3, 5.",
+        help="CPU smoke run: 2 layers, 512 training / 64 test images, 10 steps, batch 32, 8 spectral samples, "
+        "severities 0, 3, 5; each where the flag is not given.",
     )
     args = parser.parse_args(argv)
     if args.quick:
@@ -87,8 +96,10 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.max_train_samples = args.max_train_samples or 512
         args.max_eval_samples = args.max_eval_samples or 64
         args.max_steps = args.max_steps if args.max_steps > 0 else 10
-        args.batch_size, args.spectral_samples = 32, 8
-        args.severities = [0, 3, 5]
+    # Flags the user did not give (None): --quick's smoke-run values, else the full run's.
+    for name, (full, quick) in UNSET_DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, quick if args.quick else full)
     for severity in args.severities:
         check_corruption(args.corruptions[0], severity)
     if not all(0 < f <= 1 for f in args.fractions):
@@ -107,7 +118,7 @@ def add_experiment_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
     p.add_argument("--fractions", nargs="+", type=float, default=[1.0, 0.5, 0.1])
     p.add_argument("--corruptions", nargs="+", default=list(CORRUPTIONS), choices=CORRUPTIONS)
-    p.add_argument("--severities", nargs="+", type=int, default=[0, 1, 2, 3, 4, 5])
+    p.add_argument("--severities", nargs="+", type=int, default=None, help="Default: 0-5 (--quick: 0 3 5).")
 
 
 def add_training_arguments(p: argparse.ArgumentParser) -> None:
@@ -125,7 +136,12 @@ def add_training_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--epochs", type=float, default=recipe["num_train_epochs"])
     p.add_argument("--max-steps", type=int, default=-1, help="Overrides --epochs when > 0.")
-    p.add_argument("--batch-size", type=int, default=recipe["per_device_train_batch_size"])
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help=f"Default: {recipe['per_device_train_batch_size']}, the recipe's (--quick: 32).",
+    )
     p.add_argument("--learning-rate", type=float, default=recipe["learning_rate"])
     p.add_argument("--weight-decay", type=float, default=recipe["weight_decay"])
     p.add_argument(
@@ -136,7 +152,12 @@ def add_training_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-augment", action="store_true", help="No random crop (4 px padding) / horizontal flip.")
     p.add_argument("--max-train-samples", type=int, default=None, help="Cap the training set before taking fractions.")
     p.add_argument("--max-eval-samples", type=int, default=None)
-    p.add_argument("--spectral-samples", type=int, default=32, help="Test images for the spectral analysis.")
+    p.add_argument(
+        "--spectral-samples",
+        type=int,
+        default=None,
+        help="Test images for the spectral analysis. Default: 32 (--quick: 8).",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--bf16", action="store_true")
     p.add_argument("--num-workers", type=int, default=0)

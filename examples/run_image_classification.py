@@ -86,7 +86,9 @@ class DataArguments:
     max_train_samples: int | None = field(default=None, metadata={"help": "Train on a seeded subset."})
     max_eval_samples: int | None = field(default=None, metadata={"help": "Evaluate on a seeded subset."})
     augment: bool = field(default=False, metadata={"help": "Random horizontal flips (and crops, see crop_padding)."})
-    crop_padding: int = field(default=0, metadata={"help": "Random crops from a zero-padded image (CIFAR: 4)."})
+    crop_padding: int = field(
+        default=0, metadata={"help": "Random crops from a zero-padded image (CIFAR: 4); needs --augment."}
+    )
     mixup_alpha: float = field(default=0.0, metadata={"help": "Mixup Beta(α, α); DeiT: 0.8. 0 disables."})
     cutmix_alpha: float = field(default=0.0, metadata={"help": "CutMix Beta(α, α); DeiT: 1.0. 0 disables."})
 
@@ -109,6 +111,8 @@ def build_model(args: ModelArguments, labels: list[str]) -> tuple[torch.nn.Modul
         )
         return model, processor
 
+    if args.config_overrides:
+        raise ValueError("`--config_overrides` applies to a preset, not to a checkpoint.")
     source_config = AutoConfig.from_pretrained(args.model_name_or_path, trust_remote_code=args.trust_remote_code)
     processor = AutoImageProcessor.from_pretrained(args.model_name_or_path, trust_remote_code=args.trust_remote_code)
     if source_config.model_type in ("vit", "deit"):
@@ -125,10 +129,21 @@ def build_model(args: ModelArguments, labels: list[str]) -> tuple[torch.nn.Modul
     return model, processor
 
 
+def check_data_arguments(data_args: DataArguments) -> None:
+    """Refuse flags that would do nothing: random crops (`--crop_padding`) are part of the augmentation, so they are
+    refused without `--augment` rather than silently left out."""
+    if data_args.crop_padding and not data_args.augment:
+        raise ValueError(
+            f"--crop_padding {data_args.crop_padding} takes effect only with --augment (random crops are part of the "
+            "augmentation): add --augment, or drop --crop_padding."
+        )
+
+
 def main(argv: list[str] | None = None) -> tuple[dict, Trainer]:
     parser = scripts.script_parser(ModelArguments, DataArguments)
     parser.set_defaults(do_train=True)  # the script trains unless told `--do-train false`
     model_args, data_args, script_args, training_args = scripts.parse_script_arguments(parser, argv)
+    check_data_arguments(data_args)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     training_args.remove_unused_columns = False  # the transform needs the raw image column
     scripts.check_distributed_launch(training_args)

@@ -272,18 +272,44 @@ def hub_base_model(model_name_or_path: str | None, presets=()) -> str | None:
     return model_name_or_path
 
 
+TRUE_WORDS = ("1", "true", "t", "yes", "y", "on")
+FALSE_WORDS = ("0", "false", "f", "no", "n", "off")
+
+
+def _split_outside_brackets(text: str) -> list[str]:
+    """`text` split at the commas outside brackets: 'a=1,b=[2,3]' -> ['a=1', 'b=[2,3]']; empty items dropped."""
+    items, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        if char in "[({":
+            depth += 1
+        elif char in "])}":
+            depth = max(depth - 1, 0)
+        elif char == "," and depth == 0:
+            items.append(text[start:i])
+            start = i + 1
+    items.append(text[start:])
+    return [item for item in items if item.strip()]
+
+
 def parse_config_overrides(text: str | None, config_class) -> dict:
     """'num_hidden_layers=6,hidden_act=relu' -> {'num_hidden_layers': 6, 'hidden_act': 'relu'}: each value typed like
-    the `config_class` field it sets (the `--config_overrides` flag of the examples)."""
+    the `config_class` field it sets (the `--config_overrides` flag of the examples). Items are split at the commas
+    outside brackets, so a list value stays whole ('adaptive_softmax_cutoffs=[2000,10000]'); a boolean field takes
+    the usual words (`TRUE_WORDS`, `FALSE_WORDS`, any case) and refuses any other, naming the field."""
     overrides, defaults = {}, config_class()
-    for item in filter(None, (text or "").split(",")):
+    for item in _split_outside_brackets(text or ""):
         key, sep, value = item.partition("=")
         key, value = key.strip(), value.strip()
         if not sep or not hasattr(defaults, key):
             raise ValueError(f"--config_overrides: {item!r} is not `field=value` for a {config_class.__name__} field.")
         current = getattr(defaults, key)
         if isinstance(current, bool):
-            overrides[key] = value.lower() in ("1", "true", "yes")
+            if value.lower() not in TRUE_WORDS + FALSE_WORDS:
+                raise ValueError(
+                    f"--config_overrides: {key}={value!r} is not a boolean; write one of {', '.join(TRUE_WORDS)} "
+                    f"or {', '.join(FALSE_WORDS)}."
+                )
+            overrides[key] = value.lower() in TRUE_WORDS
         elif isinstance(current, (int, float)):
             overrides[key] = type(current)(value)
         else:  # lists and None as JSON ('[2000, 10000]', 'null'), anything else as the string
