@@ -484,6 +484,96 @@ def test_cli_push_save_to_writes_the_folder_with_the_run_results(data_dir, tmp_p
     assert (tmp_path / "out" / hub.OVERSMOOTHING_PLOT).is_file()
 
 
+def card_row(card: str, label: str) -> str:
+    (row,) = [line for line in card.splitlines() if line.startswith(f"| {label} |")]
+    return row.split("|")[2].strip()
+
+
+def listed_layers(text: str, num_layers: int) -> list[int] | None:
+    """The 0-based layers a card's row lists: "all" (None), "none ...", "in no layer ...", "... layers 1 to 3 ..." or
+    "... layer(s) 1, 3 (0-based)"."""
+    if text == "all":
+        return None
+    if text.startswith(("none", "in no layer")) or text.split(", ", 1)[-1].startswith("in no layer"):
+        return []
+    numbers = text.removesuffix(" (0-based)").split("layer")[-1].lstrip("s ")
+    if " to " in numbers:
+        first, last = map(int, numbers.split(" to "))
+        return list(range(first, last + 1))
+    return [int(n) for n in numbers.split(", ")]
+
+
+def layers_with_the_term(model) -> list[int]:
+    """The layers whose attention adds λ (V₀ − V_ℓ), as the built model reads its λ at each forward."""
+    from hf_neutreno.models.neutreno_common import NeuTRENOLayerLambda
+
+    return sorted(m.layer_idx for m in model.modules() if isinstance(m, NeuTRENOLayerLambda) and m.neutreno_lambda)
+
+
+@pytest.mark.parametrize(
+    "kind, config",
+    [
+        ("vit", dict(neutreno_layers=None)),
+        ("vit", dict(neutreno_layers=[])),
+        ("vit", dict(neutreno_layers=[2])),
+        ("vit", dict(neutreno_layers=[2, 1])),
+        ("vit", dict(num_hidden_layers=1)),
+        ("vit", dict(neutreno_lambda=0.0)),
+        ("gpt", dict(neutreno_layers=None)),
+        ("gpt", dict(neutreno_layers=[])),
+        ("gpt", dict(neutreno_layers=[3, 1])),
+        ("eigen", dict(neutreno_lambda=0.4, neutreno_layers=[], eigen_layers=[])),
+        ("eigen", dict(neutreno_lambda=0.4, eigen_layers=[2, 0])),
+        ("eigen", dict(neutreno_lambda=0.4, neutreno_layers=[1], eigen_layers=None)),
+    ],
+)
+def test_card_names_exactly_the_layers_with_the_term(kind, config):
+    """`neutreno_layers=[]` (no layer adds the term) rendered "NeuTRENO λ | 0.6, in layers 1 to 2" without the softmax
+    baseline sentence, and `eigen_layers=[]` (no layer reparameterised) "reparameterised layers | all": Jinja takes []
+    for false. The reference is the built model: the attention modules whose λ is not 0, and those of EigenViT."""
+    from hf_neutreno import EigenViTConfig, EigenViTForImageClassification, NeuTRENOGPTConfig, NeuTRENOGPTForCausalLM
+    from hf_neutreno.models.modeling_eigen_vit import EigenViTAttention
+    from tiny_models import TINY_NEUTRENO_GPT
+
+    if kind == "gpt":
+        model = NeuTRENOGPTForCausalLM(NeuTRENOGPTConfig(**{**TINY_NEUTRENO_GPT, **config}))
+    elif kind == "eigen":
+        model = EigenViTForImageClassification(EigenViTConfig(**TINY_VIT, **config, num_labels=2))
+    else:
+        model = NeuTRENOViTForImageClassification(NeuTRENOViTConfig(**{**TINY_VIT, **config}, num_labels=2))
+    card = str(hub.model_card(model))
+    with_term = layers_with_the_term(model)
+    row = card_row(card, "NeuTRENO λ")
+    if model.config.neutreno_lambda:
+        assert listed_layers(row, model.config.num_hidden_layers) == with_term, row
+    baseline = "it is the softmax baseline" in card
+    if kind != "eigen":
+        assert baseline == (not with_term), card
+    else:
+        reparameterised = [
+            i for i, layer in enumerate(model.vit.layers) if isinstance(layer.attention, EigenViTAttention)
+        ]
+        listed = listed_layers(card_row(card, "reparameterised layers"), model.config.num_hidden_layers)
+        assert (list(range(model.config.num_hidden_layers)) if listed is None else listed) == reparameterised
+        assert ("No layer of this checkpoint is reparameterised" in card) == (not reparameterised)
+
+
+def test_segmenter_card_is_the_baseline_when_no_encoder_layer_and_no_decoder_block_has_the_term():
+    from hf_neutreno import NeuTRENOViTForSemanticSegmentation
+
+    for kw, baseline in [
+        (dict(neutreno_layers=[], decoder_neutreno_lambda=0.0), True),
+        (dict(neutreno_layers=[], decoder_neutreno_lambda=0.3), False),
+        (dict(neutreno_layers=[2], decoder_neutreno_lambda=0.0), False),
+    ]:
+        config = NeuTRENOViTConfig(**TINY_VIT, neutreno_lambda=0.6, **kw, **labelled(SEGMENTATION_LABELS))
+        model = NeuTRENOViTForSemanticSegmentation(config)
+        card = str(hub.model_card(model))
+        assert ("it is the softmax baseline" in card) == (not layers_with_the_term(model)) == baseline, kw
+        encoder = card_row(card, "NeuTRENO λ").split(";")[0]
+        assert listed_layers(encoder.removeprefix("encoder "), 3) == kw["neutreno_layers"], encoder
+
+
 def test_bad_card_inputs_are_clear_errors():
     model = tiny_model()
     with pytest.raises(ValueError, match="need the `dataset`"):
@@ -584,7 +674,7 @@ def test_segmenter_card_renders_offline_with_its_own_template(tmp_path):
     assert "| mean iou | 0.4125 | scene_parse_150 | validation |" in text
     assert "| mean iou ms | 0.4200 | scene_parse_150 | validation |" in text
     assert "| T-shirt/top | 0.3375 |" in text and "| background | 0.9000 |" in text and "Trouser" not in text
-    assert "| NeuTRENO λ | encoder 0.6, decoder 0.3 |" in text
+    assert "| NeuTRENO λ | encoder 0.6, in layers 1 to 2 (0-based); decoder 0.3 |" in text
     assert "| decoder | mask_transformer: 2 blocks × 32 × 4 heads |" in text
     assert "the paper's numbers (not this checkpoint's)" in text
     assert "| NeuTRENO Segmenter (DeiT-tiny) | 37.24 | 38.06 |" in text
