@@ -1,4 +1,4 @@
-"""`hf-neutreno` as a user runs it: a fresh process (`python -m hf_neutreno`, what the console script calls) running
+"""`hf-neutreno` as a user runs it: a fresh process (`CONSOLE_SCRIPT`, what the console script calls) running
 the code under test, offline, with its exit status, stdout and stderr; or the same command in the test's own process,
 for what a command says and writes."""
 
@@ -15,10 +15,16 @@ import hf_neutreno
 SRC = str(Path(hf_neutreno.__file__).resolve().parents[1])  # the code under test, wherever it is installed
 
 
+# What the `hf-neutreno` console script runs (setup.cfg's entry point): `hf_neutreno_cli.main`, which leaves the Auto
+# classes unregistered until a command imports the models (`python -m hf_neutreno` imports the package, registering
+# them first, and would hide a command that reads a checkpoint before they are).
+CONSOLE_SCRIPT = "import sys, hf_neutreno_cli; sys.exit(hf_neutreno_cli.main())"
+
+
 def run_cli(*argv, cwd: Path | None = None, timeout: int = 300, env: dict | None = None):
     environment = {**os.environ, "PYTHONPATH": SRC, "HF_HUB_OFFLINE": "1", **(env or {})}
     return subprocess.run(
-        [sys.executable, "-m", "hf_neutreno", *map(str, argv)],
+        [sys.executable, "-c", CONSOLE_SCRIPT, *map(str, argv)],
         cwd=cwd,
         env=environment,
         capture_output=True,

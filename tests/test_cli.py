@@ -191,6 +191,39 @@ def test_evaluate_lm_refuses_a_value_path_checkpoint_without_trust_remote_code(l
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
+def test_evaluate_lm_scores_a_neutreno_gpt_checkpoint_in_a_fresh_process(text_dir, tmp_path):
+    """The command as a user runs it, a fresh `hf-neutreno` process, on a saved NeuTRENO GPT with and without
+    --trust-remote-code: its config was read before this package's classes were registered, so transformers asked
+    whether to run the folder's code and the command stopped. The perplexity is the model's own, from its loss."""
+    import math
+
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from cli_process import run_cli
+    from hf_neutreno import NeuTRENOGPTConfig, NeuTRENOGPTForCausalLM
+    from tiny_models import TINY_NEUTRENO_GPT
+
+    folder = tmp_path / "gpt"
+    vocabulary = {word: i for i, word in enumerate(["<pad>", "<unk>", "<eos>", *"abcdef"])}
+    tokenizer = Tokenizer(models.WordLevel(vocabulary, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token="<pad>", unk_token="<unk>").save_pretrained(folder)
+    torch.manual_seed(0)
+    model = NeuTRENOGPTForCausalLM(NeuTRENOGPTConfig(**{**TINY_NEUTRENO_GPT, "vocab_size": 9}, neutreno_lambda=0.4))
+    model.save_pretrained(folder)
+    ids = torch.tensor([[vocabulary[w] for w in "a b c d e f".split()]])
+    with torch.no_grad():
+        expected = math.exp(model(ids, labels=ids).loss.item())
+    for extra in ([], ["--trust-remote-code"]):
+        argv = ["evaluate-lm", folder, "--dataset", text_dir, "--split", "test", "--protocol", "blocks"]
+        proc = run_cli(*argv, "--context-length", "8", "--output", tmp_path / f"out{len(extra)}.json", *extra)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        result = json.loads((tmp_path / f"out{len(extra)}.json").read_text())["results"]["test"]["blocks"]
+        assert result["num_tokens"] == 5 and result["perplexity"] == pytest.approx(expected, rel=1e-5)
+
+
 @pytest.mark.parametrize("repo_id", ["../x", "me/model\nname", "a/b/c", "me/model."], ids=repr)
 def test_push_refuses_a_repo_id_the_hub_refuses_before_writing_anything(model_dir, tmp_path, repo_id):
     proc = run_cli_here("push", model_dir, repo_id, "--save-to", tmp_path / "upload")

@@ -55,10 +55,13 @@ def run(args: argparse.Namespace) -> int:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+    from ..auto_classes import register_auto_classes
     from ..data.lm_eval import evaluate_lm
     from ..data.text import load_wikitext, token_stream
 
-    saved_value_path = getattr(AutoConfig.from_pretrained(args.model), "value_path", None)
+    register_auto_classes()  # a NeuTRENO GPT's config loads with this package's class, without remote code
+    config = AutoConfig.from_pretrained(args.model, trust_remote_code=args.trust_remote_code)
+    saved_value_path = getattr(config, "value_path", None)
     if saved_value_path is not None and not args.trust_remote_code:
         raise ValueError(
             f"{args.model!r} was saved with a value path ({saved_value_path}), which only --trust-remote-code loads; "
