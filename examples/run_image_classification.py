@@ -12,7 +12,9 @@ From scratch (a preset), a NeuTRENO checkpoint, or a native ViT/DeiT checkpoint 
         --lr-scheduler-type cosine --num-train-epochs 100 --per-device-train-batch-size 128 \
         --eval-strategy epoch --save-strategy epoch --bf16   # on a GPU; add --push-to-hub to publish
 
-It trains, then evaluates (`--do-train false` only evaluates the given model). An `--output-dir` that already holds a
+It trains, then evaluates (`--do-train false` only evaluates the given model). Weight decay is DeiT's: none on the
+position embeddings, the CLS and distillation tokens, nor on any tensor of at most one dimension
+(`hf_neutreno.examples.weight_decay`). An `--output-dir` that already holds a
 run is refused unless `--overwrite-output-dir` is given; `--resume-from-checkpoint` continues an interrupted run
 from its last checkpoint there (or from the checkpoint folder it names). A local copy of the dataset (a folder of
 Parquet files with the Hub's columns) works as `--dataset-name`. Flags are written with dashes here; the
@@ -41,13 +43,19 @@ from hf_neutreno.data.scores import accuracy_metrics
 from hf_neutreno.engine.model_factories import IMAGE_PRESETS, image_classifier
 from hf_neutreno.examples import scripts
 from hf_neutreno.examples.mixup import MixupCutmix, MixupTrainer, soft_target_cross_entropy
+from hf_neutreno.examples.weight_decay import DeiTWeightDecayMixin
 from hf_neutreno.hub import HubTrainer, ModelCardMixin
 
 logger = logging.getLogger(__name__)
 
 
-class MixupHubTrainer(ModelCardMixin, MixupTrainer):
-    """MixupTrainer whose `push_to_hub` publishes hf-neutreno's model card."""
+class DeiTHubTrainer(DeiTWeightDecayMixin, HubTrainer):
+    """HubTrainer with DeiT's weight decay: none on the position embeddings, CLS and distillation tokens, nor on any
+    tensor of ndim <= 1 (`hf_neutreno.examples.weight_decay`)."""
+
+
+class MixupHubTrainer(ModelCardMixin, DeiTWeightDecayMixin, MixupTrainer):
+    """MixupTrainer with DeiT's weight decay whose `push_to_hub` publishes hf-neutreno's model card."""
 
 
 BUILT = "a preset or a converted ViT/DeiT"  # where the model flags' defaults apply; a NeuTRENO checkpoint keeps its own
@@ -188,7 +196,8 @@ def load_data(data_args: DataArguments, seed: int) -> tuple:
 
 
 def build_trainer(model, processor, training_args, data_args: DataArguments, train, evaluation, num_labels: int):
-    """A `HubTrainer`, or with Mixup/CutMix a `MixupHubTrainer` whose loss is a soft-target cross-entropy."""
+    """A `DeiTHubTrainer`, or with Mixup/CutMix a `MixupHubTrainer` whose loss is a soft-target cross-entropy; both
+    decay the weights as DeiT does."""
     common = dict(
         model=model,
         args=training_args,
@@ -204,7 +213,7 @@ def build_trainer(model, processor, training_args, data_args: DataArguments, tra
             num_labels, data_args.mixup_alpha, data_args.cutmix_alpha, training_args.label_smoothing_factor
         )
         return MixupHubTrainer(**common, mixup=mixup, compute_loss_func=soft_target_cross_entropy)
-    return HubTrainer(**common)
+    return DeiTHubTrainer(**common)
 
 
 if __name__ == "__main__":

@@ -145,7 +145,9 @@ _EIGEN_FIELDS = EigenViTConfig.__dataclass_fields__.keys() - NeuTRENOViTConfig._
 class EigenViTPreTrainedModel(NeuTRENOViTPreTrainedModel):
     """The NeuTRENO ViT's base class for `EigenViTConfig` (as `EigenViTConfig` extends `NeuTRENOViTConfig`): its
     blocks, embeddings and checks before saving, plus the initialisation of Θ and ψ and the export to the NeuTRENO
-    ViT."""
+    ViT. Weight decay (`hf_neutreno.examples.weight_decay`) exempts the NeuTRENO ViT's position embeddings and
+    tokens (`_no_weight_decay`, inherited) and the tensors of ndim <= 1; Θ and ψ (ndim 3 and 2) are decayed like any
+    weight matrix, a choice: the poster publishes no code or recipe that says otherwise."""
 
     config: EigenViTConfig
     _can_record_outputs = {"hidden_states": NeuTRENOViTLayer, "attentions": [EigenViTAttention, NeuTRENOViTAttention]}

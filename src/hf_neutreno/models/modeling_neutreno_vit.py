@@ -357,6 +357,9 @@ class NeuTRENOViTPreTrainedModel(NeuTRENOPreTrainedMixin, PreTrainedModel):
     input_modalities = ("image",)
     supports_gradient_checkpointing = True
     _no_split_modules = ["NeuTRENOViTEmbeddings", "NeuTRENOViTLayer"]
+    # Parameters DeiT's recipe does not decay (DeiT's `no_weight_decay()`: pos_embed, cls_token, dist_token; their
+    # names in `NeuTRENOViTEmbeddings`), read by `hf_neutreno.examples.weight_decay`; tensors of ndim <= 1 by rule.
+    _no_weight_decay = ("position_embeddings", "cls_token", "distillation_token")
     _supports_sdpa = True
     _supports_flash_attn = True
     _supports_flex_attn = True
