@@ -195,3 +195,25 @@ def test_prompt_lookup_decoding_equals_greedy_decoding(architecture, method):
     ids = torch.tensor([[5, 6, 7, 8, 5, 6, 7, 8, 5, 6]])
     settings = dict(max_new_tokens=8, do_sample=False, pad_token_id=0)
     assert torch.equal(model.generate(ids, **settings), model.generate(ids, prompt_lookup_num_tokens=3, **settings))
+
+
+@pytest.mark.parametrize("architecture", CAUSAL)
+def test_twicing_refuses_a_cache_rebuilt_from_another_caches_tensors(architecture):
+    """Twicing's second product needs A V at every cached key, kept beside the cache that the model filled. A new
+    cache filled with that cache's keys and values carries none of it: refused, naming the way out, rather than the
+    earlier tokens' A V taken as 0 (0.07 off the full forward). The cache itself continues as the full forward."""
+    from transformers import DynamicCache
+
+    model = adapted(architecture, "twicing")
+    ids = tiny_inputs("llama", batch=1, length=10)["input_ids"]
+    with torch.no_grad():
+        full = model(ids).logits[:, -1]
+        cache = DynamicCache(config=model.config)
+        model(ids[:, :-1], past_key_values=cache)
+        rebuilt = DynamicCache(config=model.config)
+        for index, layer in enumerate(cache.layers):
+            rebuilt.update(layer.keys.clone(), layer.values.clone(), index)
+        with pytest.raises(RuntimeError, match="twicing needs A V of the 9 cached tokens"):
+            model(ids[:, -1:], past_key_values=rebuilt)
+        stepped = model(ids[:, -1:], past_key_values=cache).logits[:, -1]
+    torch.testing.assert_close(stepped, full, rtol=0, atol=ATOL)

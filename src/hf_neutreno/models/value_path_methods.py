@@ -290,6 +290,12 @@ def twicing(run, context, module, layer, query, key, value, dropout=0.0):
         history = attended
     else:
         history = context.twicing_history.get(layer)
+        if start and (history is None or history.shape[-2] < start):
+            raise RuntimeError(
+                f"Layer {layer}: twicing needs A V of the {start} cached tokens, which this cache does not carry (a "
+                "cache built from another cache's tensors, a prefix, or one made by another model). Continue with "
+                "the cache this model filled (copy it with copy.deepcopy)."
+            )
         if history is None or history.shape[-2] < keys:  # a dynamic cache grows; a static one holds its buffer
             grown = attended.new_zeros(*attended.shape[:2], keys, attended.shape[-1])
             if history is not None:
