@@ -574,6 +574,67 @@ def test_segmenter_card_is_the_baseline_when_no_encoder_layer_and_no_decoder_blo
         assert listed_layers(encoder.removeprefix("encoder "), 3) == kw["neutreno_layers"], encoder
 
 
+# all_results.json of the language-model example: the training run's statistics, then every split's evaluation.
+LM_RESULTS = {
+    "epoch": 1.0,
+    "train_loss": 5.2,
+    "train_runtime": 30.0,
+    "validation_sliding_perplexity": 30.5,
+    "validation_sliding_loss": 3.418,
+    "test_sliding_perplexity": 32.25,
+    "test_sliding_loss": 3.4735,
+    "context_length": 64,
+}
+
+
+def test_cli_push_labels_the_results_with_the_split_they_were_measured_on(fake_hub, tmp_path, capsys):
+    """`push --split validation` on a language-model folder kept the `test_*` numbers and labelled them validation.
+    Each split now gives its own numbers, labelled with it (the reference: the values written above), and a --split
+    the results do not have is refused, naming those they have, before the Hub is asked for anything."""
+    from hf_neutreno import NeuTRENOGPTConfig, NeuTRENOGPTForCausalLM
+    from tiny_models import TINY_NEUTRENO_GPT
+
+    model_dir = tmp_path / "run"
+    NeuTRENOGPTForCausalLM(NeuTRENOGPTConfig(**TINY_NEUTRENO_GPT)).save_pretrained(model_dir)
+    (model_dir / "all_results.json").write_text(json.dumps(LM_RESULTS))
+    push = ["push", str(model_dir), "me/lm", "--dataset", "Salesforce/wikitext"]
+    for split in ("validation", "test"):
+        assert cli_main([*push, "--split", split, "--save-to", str(tmp_path / split)]) == 0
+        card = ModelCard.load(tmp_path / split / "README.md")
+        recorded = {(r.dataset_split, r.metric_type): r.metric_value for r in card.data.eval_results}
+        assert recorded == {
+            (split, "sliding_perplexity"): LM_RESULTS[f"{split}_sliding_perplexity"],
+            (split, "sliding_loss"): LM_RESULTS[f"{split}_sliding_loss"],
+        }
+    capsys.readouterr()
+    assert cli_main([*push, "--split", "train", "--save-to", str(tmp_path / "train")]) == 2
+    error = capsys.readouterr().err
+    assert "no metrics of the split 'train'" in error and "['test', 'validation']" in error and "--split" in error
+    assert not (tmp_path / "train").exists()
+    assert cli_main([*push, "--split", "dev"]) == 2 and fake_hub.calls == []  # refused before create_repo
+
+
+def test_card_results_keep_the_split_asked_for():
+    """`model_card` with Trainer's keys: the named split's own keys, else `eval_` ones labelled with the split asked
+    for, else (no key names a split) every metric; a split the results do not name is refused."""
+
+    def recorded(results, split):
+        card = hub.model_card(tiny_model(), dataset="uoft-cs/cifar10", dataset_split=split, results=results)
+        return {(r.dataset_split, r.metric_type): r.metric_value for r in card.data.eval_results}
+
+    both = {"eval_accuracy": 0.8, "test_accuracy": 0.7, "train_loss": 0.9}
+    assert recorded(both, "test") == {("test", "accuracy"): 0.7}
+    assert recorded(both, "validation") == {("validation", "accuracy"): 0.8}  # evaluate()'s, on the split named
+    assert recorded(TRAINER_METRICS, "validation") == {
+        ("validation", "loss"): 0.61,
+        ("validation", "accuracy"): 0.8125,
+        ("validation", "top5_accuracy"): 0.97,
+    }
+    assert recorded({"accuracy": 0.8, "train_loss": 0.9}, "test") == {("test", "accuracy"): 0.8}
+    with pytest.raises(ValueError, match=r"no metrics of the split 'validation'.*\['test'\]"):
+        recorded({"test_accuracy": 0.7, "train_loss": 0.9}, "validation")
+
+
 def test_bad_card_inputs_are_clear_errors():
     model = tiny_model()
     with pytest.raises(ValueError, match="need the `dataset`"):

@@ -52,6 +52,10 @@ PIPELINE_TAGS = {
 }
 # Trainer metric keys that describe the run rather than the model.
 _NOT_METRICS = ("runtime", "samples_per_second", "steps_per_second", "epoch", "total_flos")
+# The prefixes of metric keys that name the split they were measured on: Trainer's `train_` (statistics of the run),
+# `eval_` (evaluate(): the split its caller names) and `test_` (predict()), and this package's `<split>_` keys of
+# language-model evaluation (`validation_sliding_perplexity`, `test_block_loss`, ...).
+SPLIT_PREFIXES = ("train", "eval", "validation", "test")
 
 
 def template_text(name: str) -> str:
@@ -96,13 +100,37 @@ def _auto_class(model) -> str:
     return auto_class
 
 
-def _metric_items(results: Mapping[str, float]) -> list[tuple[str, float]]:
-    """Metrics -> (metric, value). A Trainer dict (`eval_accuracy`, `train_runtime`, ...) keeps its `eval_`/`test_`
-    entries without the prefix; run statistics (runtime, samples per second, epoch, ...) are dropped."""
-    prefixes = ("eval_", "test_")
-    if any(key.startswith(prefixes) for key in results):
-        results = {key.split("_", 1)[1]: value for key, value in results.items() if key.startswith(prefixes)}
-    # NaN is no result (e.g. the IoU of a class neither labelled nor predicted): it is left out.
+def split_metrics(results: Mapping[str, float], dataset_split: str) -> list[tuple[str, float]]:
+    """The metrics of `results` measured on `dataset_split`, as (metric, value).
+
+    Keys named by a split (`validation_perplexity`, `test_accuracy`: the split's name, then `_`; `SPLIT_PREFIXES`)
+    give the metrics of that split: those of `dataset_split` are kept, without the prefix, and a `dataset_split` the
+    results do not have is refused, naming the splits they have. Trainer's `eval_` keys are measured on the split its
+    caller names, `dataset_split`: they are kept when no key names `dataset_split`. A dict without such prefixes is
+    all of `dataset_split`. Run statistics (`train_` keys, runtime, samples per second, epoch, ...) are dropped, and
+    so is NaN, which is no result (e.g. the IoU of a class neither labelled nor predicted)."""
+    named: dict[str, dict[str, Any]] = {}  # split -> its metrics
+    plain = {}  # keys without a split's prefix
+    for key, value in results.items():
+        split, _, metric = key.partition("_")
+        if split in SPLIT_PREFIXES and metric:
+            named.setdefault(split, {})[metric] = value
+        else:
+            plain[key] = value
+    named.pop("train", None)  # statistics of the training run, not results
+    if dataset_split in named:
+        results = named[dataset_split]
+    elif "eval" in named:
+        results = named["eval"]
+    elif named:
+        present = sorted(named)
+        raise ValueError(
+            f"The results hold no metrics of the split {dataset_split!r}: their keys name the splits {present} "
+            f"({', '.join(f'`{split}_*`' for split in present)}). Give the split they were measured on, one of "
+            f"{present}."
+        )
+    else:
+        results = plain
     return [
         (name, float(value))
         for name, value in results.items()
@@ -132,8 +160,8 @@ def model_card(
     """Render the model card of `model` from its `model_cards/` template (or `template`, a file or shipped name).
 
     `repo_id` goes into the loading example; `dataset` is a Hub id (listed under `datasets:`) or a local folder (only
-    its name is recorded); `results` are metrics as Trainer returns them (``{"eval_accuracy": 0.81, ...}``: run
-    statistics and the ``eval_`` prefix are dropped) or `EvalResult`s, the card's `eval_results`; `oversmoothing`
+    its name is recorded); `results` are metrics as Trainer returns them (``{"eval_accuracy": 0.81, ...}``: those of
+    `dataset_split`, see `split_metrics`) or `EvalResult`s, the card's `eval_results`; `oversmoothing`
     (see `oversmoothing_report`) gives the table, `oversmoothing_plot` names its image next to the card (`write_card`
     draws it); `training` lists training settings.
     """
@@ -208,11 +236,11 @@ def _template_for(model_type: str, pipeline_tag: str | None, template: str | Non
 
 
 def _eval_results(metrics, **dataset) -> list[EvalResult]:
-    """Trainer's metrics as the card's `EvalResult`s (run statistics and the ``eval_`` prefix dropped), each with the
-    `dataset` fields (`EvalResult`'s task and dataset keywords)."""
+    """Trainer's metrics of the split `dataset["dataset_split"]` (`split_metrics`) as the card's `EvalResult`s, each
+    with the `dataset` fields (`EvalResult`'s task and dataset keywords)."""
     return [
         EvalResult(**dataset, metric_type=metric, metric_name=metric.replace("_", " "), metric_value=value)
-        for metric, value in _metric_items(metrics)
+        for metric, value in split_metrics(metrics, dataset["dataset_split"])
     ]
 
 

@@ -26,7 +26,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("repo_id", help="The Hub repository, `name` or `namespace/name`.")
     parser.add_argument("--dataset", help="Hub id or local folder the results were measured on.")
     parser.add_argument("--dataset-config", help="Hub dataset configuration.")
-    parser.add_argument("--split", default="test", help="Split the results were measured on (default: test).")
+    parser.add_argument(
+        "--split",
+        default="test",
+        help="The split whose results go into the card (default: test): keys that name a split (validation_*, "
+        "test_*) are that split's; Trainer's eval_* keys are labelled with this one.",
+    )
     parser.add_argument(
         "--results",
         help="JSON of metrics (default: MODEL_DIR/all_results.json or eval_results.json "
@@ -55,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         check_new_folder(args.save_to, "--save-to")
     # transformers and torch are imported here and in the helpers it calls, not at the top: `--help` and the checks
     # above need neither.
-    from ..hub import create_repo, push_to_hub, save_for_hub, template_text
+    from ..hub import create_repo, push_to_hub, save_for_hub, split_metrics, template_text
 
     results_path = args.results or next(
         (str(p) for p in (model_dir / "all_results.json", model_dir / "eval_results.json") if p.is_file()), None
@@ -73,6 +78,11 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--dataset is needed to record the results in {results_path}.")
     if args.template:
         template_text(args.template)  # an unknown template raises here, before the repository is created
+    if isinstance(card_kwargs["results"], Mapping):  # a --split the results do not have: refused here too
+        try:
+            split_metrics(card_kwargs["results"], args.split)
+        except ValueError as error:
+            raise ValueError(f"{results_path}: {error} Pass it with --split.") from None
     if not args.save_to:  # offline mode, no token, no Hub: fail before loading the model (push_to_hub finds it made)
         create_repo(args.repo_id, token=args.token, private=args.private or None)
     model, processor, tokenizer = load_saved(model_dir)
