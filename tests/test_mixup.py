@@ -58,3 +58,58 @@ def test_soft_target_cross_entropy_is_cross_entropy_summed_over_the_accumulated_
     assert soft_target_cross_entropy({"logits": logits}, labels) == pytest.approx(expected.item(), rel=1e-6)
     summed = soft_target_cross_entropy({"logits": logits}, one_hot, num_items_in_batch=12)
     assert summed == pytest.approx(expected.item() * 6 / 12, rel=1e-6)
+
+
+def _rank_trainer(monkeypatch, tmp_path, rank: int, world_size: int = 2):
+    """A MixupTrainer as rank `rank` of `world_size` processes sees itself (TrainingArguments' rank properties)."""
+    from transformers import TrainingArguments
+
+    from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTForImageClassification
+    from hf_neutreno.examples.mixup import MixupTrainer
+
+    monkeypatch.setattr(TrainingArguments, "world_size", property(lambda self: world_size))
+    monkeypatch.setattr(TrainingArguments, "process_index", property(lambda self: rank))
+    args = TrainingArguments(str(tmp_path), seed=7, use_cpu=True, report_to="none")
+    config = NeuTRENOViTConfig(hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8)
+    model = NeuTRENOViTForImageClassification(config)
+    mixup = MixupCutmix(CLASSES, 0.8, 1.0, SMOOTHING)
+    return MixupTrainer(model=model, args=args, mixup=mixup, compute_loss_func=soft_target_cross_entropy)
+
+
+def _deit_rank_draws(seed: int, rank: int, steps: int) -> list[torch.Tensor]:
+    """DeiT's draws on rank `rank`: the global generator seeded `seed + rank` (deit/main.py), then Mixup/CutMix."""
+    batches = [_batch() for _ in range(steps)]  # (`_batch` seeds the global generator itself)
+    torch.manual_seed(seed + rank)
+    mixup = MixupCutmix(CLASSES, 0.8, 1.0, SMOOTHING)
+    return [mixup(batch)["labels"] for batch in batches]
+
+
+def test_each_ddp_rank_draws_its_own_values_as_deit_seeds_them(monkeypatch, tmp_path):
+    targets = {}
+    for rank in (0, 1):
+        trainer = _rank_trainer(monkeypatch, tmp_path, rank)
+        torch.manual_seed(123)  # the global generator, alike on every rank under Trainer, does not decide the draws
+        targets[rank] = [trainer.mixup(_batch())["labels"] for _ in range(4)]
+        for got, expected in zip(targets[rank], _deit_rank_draws(7, rank, 4)):
+            torch.testing.assert_close(got, expected, rtol=0, atol=0)
+    assert any(not torch.equal(a, b) for a, b in zip(targets[0], targets[1]))
+
+
+def test_a_resumed_ddp_rank_mixes_as_an_uninterrupted_one(monkeypatch, tmp_path):
+    trainer = _rank_trainer(monkeypatch, tmp_path, rank=1)
+    trainer.mixup(_batch())
+    trainer._save_rng_state(str(tmp_path))  # a checkpoint after one step
+    uninterrupted = [trainer.mixup(_batch())["labels"] for _ in range(3)]
+    resumed = _rank_trainer(monkeypatch, tmp_path, rank=1)
+    resumed._load_rng_state(str(tmp_path))
+    for got, expected in zip([resumed.mixup(_batch())["labels"] for _ in range(3)], uninterrupted):
+        torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+
+def test_one_process_draws_from_the_global_generator(monkeypatch, tmp_path):
+    trainer = _rank_trainer(monkeypatch, tmp_path, rank=0, world_size=1)
+    batch = _batch()
+    torch.manual_seed(5)
+    got = trainer.mixup(batch)["labels"]
+    torch.manual_seed(5)
+    torch.testing.assert_close(got, MixupCutmix(CLASSES, 0.8, 1.0, SMOOTHING)(batch)["labels"], rtol=0, atol=0)

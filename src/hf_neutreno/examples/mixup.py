@@ -1,6 +1,8 @@
 """Batch-level Mixup and CutMix (DeiT's recipe, as timm's `Mixup`), the `Trainer` that applies them to training
 batches, and the soft-target loss they need."""
 
+import os
+
 import numpy as np
 import torch
 from transformers import Trainer
@@ -12,7 +14,8 @@ class MixupCutmix:
     Called on a collated batch; each batch is mixed with its reverse. When both alphas are > 0, a batch uses CutMix
     with probability `switch_prob`. Labels become soft targets of shape (batch, num_labels), for
     `soft_target_cross_entropy`. The random draws come from torch's global generator, which Trainer seeds
-    (`--seed`) and saves in its checkpoints, so a resumed run mixes exactly as an uninterrupted one.
+    (`--seed`) and saves in its checkpoints, so a resumed run mixes exactly as an uninterrupted one; after `seed(n)`
+    they come from a CPU generator of their own, seeded with n (`MixupTrainer` does this under several processes).
     """
 
     def __init__(
@@ -30,6 +33,11 @@ class MixupCutmix:
         self.num_labels = num_labels
         self.mixup_alpha, self.cutmix_alpha = mixup_alpha, cutmix_alpha
         self.label_smoothing, self.switch_prob = label_smoothing, switch_prob
+        self.rng_state: torch.Tensor | None = None  # None: torch's global generator
+
+    def seed(self, seed: int) -> None:
+        """Draw from a CPU generator of this object's own, seeded with `seed`, from now on (its state: `rng_state`)."""
+        self.rng_state = torch.Generator().manual_seed(seed).get_state()
 
     @staticmethod
     def _uniform() -> float:
@@ -40,6 +48,15 @@ class MixupCutmix:
         return float(torch.distributions.Beta(alpha, alpha).sample())
 
     def __call__(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        if self.rng_state is None:
+            return self._mix(batch)
+        with torch.random.fork_rng(devices=[]):  # the draws are CPU draws: the global CPU generator, swapped
+            torch.set_rng_state(self.rng_state)
+            mixed = self._mix(batch)
+            self.rng_state = torch.get_rng_state()
+        return mixed
+
+    def _mix(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         pixels, labels = batch["pixel_values"], batch["labels"]
         off = self.label_smoothing / self.num_labels
         targets = torch.full((labels.shape[0], self.num_labels), off, device=labels.device)
@@ -64,11 +81,38 @@ class MixupCutmix:
 
 class MixupTrainer(Trainer):
     """`Trainer` that mixes training batches (Mixup/CutMix) in the training step, as timm does; evaluation batches
-    are left alone. Pair it with `compute_loss_func=soft_target_cross_entropy`."""
+    are left alone. Pair it with `compute_loss_func=soft_target_cross_entropy`.
+
+    Under several processes (DDP, FSDP) each rank draws its own Mixup/CutMix values, as DeiT's, which seeds rank r
+    with `seed + r` (facebookresearch/deit, main.py): Trainer seeds every rank's global generator alike, so they
+    would all mix with the same λ and CutMix box. The mixup's own generator is seeded `--seed` + rank and saved in
+    each checkpoint (`mixup_rng_state_<rank>.pth`), so a resumed run mixes as an uninterrupted one. Such a run is
+    therefore not the one-process run with the same global batch (which draws one λ for the whole batch), whereas
+    without Mixup it is (tests/test_distributed.py). One process draws from the global generator as before.
+    """
 
     def __init__(self, *args, mixup: MixupCutmix, **kwargs):
         super().__init__(*args, **kwargs)
         self.mixup = mixup
+        if self.args.world_size > 1:
+            self.mixup.seed(self.args.seed + self.args.process_index)
+
+    def _mixup_rng_file(self, folder: str) -> str:
+        return os.path.join(folder, f"mixup_rng_state_{self.args.process_index}.pth")
+
+    def _save_rng_state(self, output_dir: str) -> None:
+        super()._save_rng_state(output_dir)
+        if self.mixup.rng_state is not None:
+            torch.save(self.mixup.rng_state, self._mixup_rng_file(output_dir))
+
+    def _load_rng_state(self, checkpoint: str | None) -> None:
+        super()._load_rng_state(checkpoint)
+        if (
+            checkpoint is not None
+            and self.mixup.rng_state is not None
+            and os.path.isfile(self._mixup_rng_file(checkpoint))
+        ):
+            self.mixup.rng_state = torch.load(self._mixup_rng_file(checkpoint), weights_only=True)
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         return super().training_step(model, self.mixup(inputs), num_items_in_batch)
