@@ -167,6 +167,53 @@ def test_trainer_callback_logs_per_layer_metrics(tmp_path):
     )
 
 
+def test_measuring_leaves_the_random_state_as_it_was():
+    """A DataLoader draws a seed from torch's random state at each pass: measured during training (the callback), it
+    would shift every later dropout mask and shuffle. The state after measuring is the state before."""
+    from torch.utils.data import DataLoader
+
+    model = NeuTRENOViTForImageClassification(NeuTRENOViTConfig(**TINY, num_labels=3))
+    images = [{"pixel_values": pixels} for pixels in _RandomImages(8).pixels]
+    probe = DataLoader(images, batch_size=4, shuffle=True)
+    torch.manual_seed(3)
+    before = torch.get_rng_state()
+    measure_oversmoothing(model, probe, metrics=["cosine_similarity"], progress=False)
+    assert torch.equal(torch.get_rng_state(), before)
+
+
+def test_an_evaluation_after_training_measures_the_best_model_loaded_at_the_end(tmp_path):
+    """With load_best_model_at_end, `trainer.evaluate()` after training runs at the last step again, on the best
+    checkpoint's weights: the callback measures the model as it is then, not the last step's (which it had measured
+    already). The weights are changed after training here so that they differ whichever checkpoint was best."""
+    from hf_neutreno import OversmoothingCallback
+
+    torch.manual_seed(0)
+    model = NeuTRENOViTForImageClassification(NeuTRENOViTConfig(**TINY, num_labels=3))
+    args = training_args(
+        tmp_path,
+        max_steps=6,
+        per_device_train_batch_size=4,
+        eval_strategy="steps",
+        eval_steps=2,
+        save_strategy="steps",
+        save_steps=2,
+        load_best_model_at_end=True,
+        metric_for_best_model="loss",
+        greater_is_better=False,
+        learning_rate=5e-2,
+        seed=0,
+    )
+    trainer = Trainer(model=model, args=args, train_dataset=_RandomImages(24), eval_dataset=_RandomImages(8))
+    probe = [{"pixel_values": _RandomImages(6).pixels}]
+    callback = OversmoothingCallback(probe, metrics=["cosine_similarity"]).attach(trainer)
+    trainer.train()
+    with torch.no_grad():  # other weights at the same step, whichever checkpoint was best in this run
+        trainer.model.vit.embeddings.position_embeddings.mul_(3.0)
+    trainer.evaluate()
+    now = measure_oversmoothing(trainer.model, probe, metrics=["cosine_similarity"], progress=False)
+    assert callback.last_report.per_layer("cosine_similarity") == now.per_layer("cosine_similarity")
+
+
 def test_unbound_callback_says_how_to_bind():
     from hf_neutreno import OversmoothingCallback
 

@@ -59,6 +59,10 @@ class OversmoothingCallback(TrainerCallback):
             trainer.add_callback(self)
         return self
 
+    def on_train_end(self, args, state, control, **kwargs):
+        # `load_best_model_at_end` has loaded another model at the same step: an evaluation after training measures it
+        self._last_step = None
+
     def on_evaluate(self, args, state, control, model=None, **kwargs):
         if self.trainer is None:
             raise RuntimeError(

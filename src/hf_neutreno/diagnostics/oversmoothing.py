@@ -215,10 +215,16 @@ def _model_inputs(batch, device: torch.device) -> dict:
 
 @contextmanager
 def _measuring(model: torch.nn.Module, observer: "_AttentionObserver | None") -> Iterator[None]:
-    """Eval mode, no gradients and, for attention metrics, the attention probe; all as they were afterwards. A model
-    whose attention cannot be probed leaves the reason in `observer.error`."""
+    """Eval mode, no gradients and, for attention metrics, the attention probe; all as they were afterwards, the
+    random state too (a DataLoader draws a seed from it for each pass), so that measuring during training leaves the
+    training's dropout masks and batches as they would be without it. A model whose attention cannot be probed leaves
+    the reason in `observer.error`."""
     was_training = model.training
+    device = next(iter(model.parameters()), torch.empty(0)).device
     with ExitStack() as stack:
+        stack.enter_context(
+            torch.random.fork_rng(devices=[] if device.type == "cpu" else [device], device_type=device.type)
+        )
         if observer is not None:
             try:
                 stack.enter_context(attention_probe(model, observer))
