@@ -345,11 +345,21 @@ def test_push_checks_the_card_inputs_before_creating_the_repository(bad, fake_hu
     assert fake_hub.calls == [] and list(private_tmp.iterdir()) == []
 
 
-def test_cli_push_checks_the_template_before_creating_the_repository(fake_hub, tmp_path, capsys):
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--template", "nope.md"], "Unknown model card template 'nope.md'"),
+        (["--results", "{results}", "--dataset", "uoft-cs/cifar10"], "holds a JSON list"),
+    ],
+)
+def test_cli_push_checks_its_card_inputs_before_creating_the_repository(flags, message, fake_hub, tmp_path, capsys):
+    """An unknown --template, or --results that are no metrics, made create_repo first and failed after it."""
     model_dir = tmp_path / "model"
     tiny_model().save_pretrained(model_dir)
-    assert cli_main(["push", str(model_dir), REPO_ID, "--template", "nope.md"]) == 2
-    assert "Unknown model card template 'nope.md'" in capsys.readouterr().err
+    (tmp_path / "results.json").write_text(json.dumps([{"accuracy": 0.5}]))
+    flags = [flag.format(results=tmp_path / "results.json") for flag in flags]
+    assert cli_main(["push", str(model_dir), REPO_ID, *flags]) == 2
+    assert message in capsys.readouterr().err
     assert fake_hub.calls == []
 
 

@@ -78,7 +78,11 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--dataset is needed to record the results in {results_path}.")
     if args.template:
         template_text(args.template)  # an unknown template raises here, before the repository is created
-    if isinstance(card_kwargs["results"], Mapping):  # a --split the results do not have: refused here too
+    # The results' checks, before the repository is created: a JSON object of metrics, with those of --split.
+    if results_path and not isinstance(card_kwargs["results"], Mapping):
+        kind = type(card_kwargs["results"]).__name__
+        raise ValueError(f"{results_path} holds a JSON {kind}; the results are an object {{metric: value}}.")
+    if card_kwargs["results"]:
         try:
             split_metrics(card_kwargs["results"], args.split)
         except ValueError as error:
