@@ -122,7 +122,8 @@ def add_experiment_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_training_arguments(p: argparse.ArgumentParser) -> None:
-    """The model and the poster's CIFAR recipe (`recipes.POSTER_CIFAR_TRAINING`) as defaults."""
+    """The model and, as defaults, this package's recipe for the poster's CIFAR set-up
+    (`recipes.POSTER_CIFAR_TRAINING`: the poster gives no training hyperparameters)."""
     recipe = recipes.POSTER_CIFAR_TRAINING
     p.add_argument("--preset", default="vit-tiny", choices=IMAGE_PRESETS)
     p.add_argument("--num-hidden-layers", type=int, default=None, help="Override the preset's depth.")

@@ -4,7 +4,7 @@
 From scratch (a preset), a NeuTRENO checkpoint, or a native ViT/DeiT checkpoint converted with the paper's
 "NeuTRENO adaptation" (`hf_neutreno.convert.vit_to_neutreno`). `--neutreno_lambda 0` trains the softmax baseline.
 
-    # DeiT-tiny on CIFAR-10, NeuTRENO λ = 0.6, the DeiT recipe's knobs
+    # DeiT-tiny on CIFAR-10, NeuTRENO λ = 0.6, with the DeiT recipe's knobs this script has (no RandAugment, below)
     python examples/run_image_classification.py --model-name-or-path deit-tiny --image-size 32 --patch-size 4 \
         --dataset-name uoft-cs/cifar10 --neutreno-lambda 0.6 --drop-path-rate 0.1 \
         --mixup-alpha 0.8 --cutmix-alpha 1.0 --label-smoothing-factor 0.1 --augment --crop-padding 4 \
@@ -12,9 +12,14 @@ From scratch (a preset), a NeuTRENO checkpoint, or a native ViT/DeiT checkpoint 
         --lr-scheduler-type cosine --num-train-epochs 100 --per-device-train-batch-size 128 \
         --eval-strategy epoch --save-strategy epoch --bf16   # on a GPU; add --push-to-hub to publish
 
-It trains, then evaluates (`--do-train false` only evaluates the given model). Weight decay is DeiT's: none on the
-position embeddings, the CLS and distillation tokens, nor on any tensor of at most one dimension
-(`hf_neutreno.examples.weight_decay`). An `--output-dir` that already holds a
+Of the DeiT recipe (Touvron et al. 2021, facebookresearch/deit) it has AdamW with DeiT's weight decay (none on the
+position embeddings, the CLS and distillation tokens, nor on any tensor of at most one dimension:
+`hf_neutreno.examples.weight_decay`), warm-up and cosine decay, label smoothing, drop path, Mixup and CutMix (one λ
+per batch, as timm's `Mixup` in batch mode). It lacks RandAugment, random erasing, repeated augmentation and DeiT's
+random-resized crops: its augmentation is flips and random crops of the padded image (`--augment`,
+`--crop-padding`), so a run with the flags above is DeiT's recipe without those.
+
+It trains, then evaluates (`--do-train false` only evaluates the given model). An `--output-dir` that already holds a
 run is refused unless `--overwrite-output-dir` is given; `--resume-from-checkpoint` continues an interrupted run
 from its last checkpoint there (or from the checkpoint folder it names). A local copy of the dataset (a folder of
 Parquet files with the Hub's columns) works as `--dataset-name`. Flags are written with dashes here; the
