@@ -152,3 +152,36 @@ def test_lora_trains_saves_and_restores_the_learnable_coefficients(method, tmp_p
     assert learned_coefficients(reloaded) == trained
     with torch.no_grad():
         assert torch.equal(reloaded(**inputs).logits, expected)
+
+
+@pytest.mark.parametrize(
+    "method, learnable", [("neutreno", True), ("value_residual", "gate"), ("value_embedding", False)]
+)
+def test_a_value_path_module_peft_freezes_is_named_at_the_first_training_forward(method, learnable):
+    """Without modules_to_save, PEFT freezes the learnable coefficients, gates and value-embedding tables: they would
+    stay at their start (and the tables, random, are left out of the adapter). The first training forward says so,
+    once; listed in modules_to_save they train through PEFT's copies, and nothing is said."""
+    from transformers.testing_utils import CaptureLogger
+
+    from hf_neutreno.models import value_path
+
+    inputs = tiny_inputs("llama")
+    named = {"neutreno": "value_path_coefficient", "value_residual": "value_path_gate"}
+    for modules_to_save, expected in ((None, True), (PEFT_MODULES, False)):
+        base = apply_value_path(tiny_model("llama"), method, 0.3, learnable=learnable)
+        lora = LoraConfig(r=4, target_modules=["q_proj", "v_proj"], modules_to_save=modules_to_save)
+        model = get_peft_model(base, lora).train()
+        with CaptureLogger(value_path.logger) as captured:
+            model(**inputs, labels=inputs["input_ids"]).loss.backward()
+            model(**inputs, labels=inputs["input_ids"])
+        warned = "do not train (requires_grad=False)" in captured.out
+        assert warned == expected, captured.out
+        if expected:
+            assert captured.out.count("do not train") == 1  # once per model
+            assert named.get(method, "value_path_embedding") in captured.out and "modules_to_save" in captured.out
+    with CaptureLogger(value_path.logger) as captured:  # evaluation or no gradients: nothing trains, nothing said
+        frozen = get_peft_model(apply_value_path(tiny_model("llama"), method, 0.3, learnable=learnable), lora)
+        with torch.no_grad():
+            frozen.train()(**inputs)
+        frozen.eval()(**inputs)
+    assert "do not train" not in captured.out

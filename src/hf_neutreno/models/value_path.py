@@ -687,6 +687,8 @@ def _begin_forward(model, settings, attention_modules, checkpointing, module, ar
             "model was adapted; call remove_value_path(model) and apply_value_path again to change it."
         )
     _refuse_built_in_term(model)
+    if model.training and torch.is_grad_enabled() and FROZEN_CHECKED not in model.__dict__:
+        _warn_if_frozen(model, attention_modules)
     implementation = model.config._attn_implementation
     if not implementation.startswith(ATTENTION_PREFIX):
         raise ValueError(
@@ -724,6 +726,34 @@ def _begin_forward(model, settings, attention_modules, checkpointing, module, ar
         **(_kept_beside(cache) if cache is not None else {}),
     )
     return args, kwargs
+
+
+FROZEN_CHECKED = "_value_path_frozen_checked"  # in the model's __dict__ once its first training forward has run
+
+
+def _warn_if_frozen(model, attention_modules: list[nn.Module]) -> None:
+    """Once per model, at its first training forward with gradients: a warning naming the value path's own modules
+    (learnable coefficients, gates, value-embedding tables) none of whose parameters train. PEFT freezes every module
+    outside its adapters and `modules_to_save`, so without ``modules_to_save=PEFT_MODULES`` a learnable coefficient
+    stays at its start (a learnable XSA strength or value-embedding weight at 0: the model as loaded) and the tables
+    at their random start, which the adapter file then leaves out. A wrapped module (PEFT's `modules_to_save`) trains
+    through its copy, which counts."""
+    model.__dict__[FROZEN_CHECKED] = True
+    frozen = sorted(
+        {
+            name
+            for module in attention_modules
+            for name in PEFT_MODULES
+            if isinstance(getattr(module, name, None), nn.Module)
+            and not any(parameter.requires_grad for parameter in getattr(module, name).parameters())
+        }
+    )
+    if frozen:
+        logger.warning(
+            f"The value path's {', '.join(frozen)} do not train (requires_grad=False) in this training forward pass: "
+            "they stay at their start. With PEFT, list them in modules_to_save (hf_neutreno.value_path.PEFT_MODULES) "
+            "so that they train and are saved with the adapter; if they are frozen on purpose, ignore this."
+        )
 
 
 # What a value path keeps beside a KV cache, between the calls that step it (`_ForwardContext`'s fields of that name).
