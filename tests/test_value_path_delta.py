@@ -121,3 +121,27 @@ def test_bad_inputs_are_refused_before_anything_is_written(tmp_path):
         load_value_path(None, tmp_path / "fixed")
     with pytest.raises(ValueError, match="is already adapted"):
         load_value_path(apply_value_path(tiny_model("llama"), "neutreno"), tmp_path / "fixed")
+
+
+def test_a_coefficient_that_is_not_finite_is_refused_on_saving_and_on_loading(tmp_path):
+    """As save_pretrained and from_pretrained refuse them: a NaN coefficient gives NaN outputs. Nothing is written,
+    and a file holding one (written by other means) does not adapt the base."""
+    from safetensors.torch import save_file
+
+    model = apply_value_path(tiny_model("llama"), "neutreno", 0.3, learnable=True)
+    name = next(iter(value_path_parameters(model)))
+    with torch.no_grad():
+        value_path_parameters(model)[name].fill_(float("nan"))
+    with pytest.raises(ValueError, match="not finite"):
+        save_value_path(model, tmp_path / "nan")
+    assert not (tmp_path / "nan").exists()
+    with torch.no_grad():
+        value_path_parameters(model)[name].fill_(0.3)
+    save_value_path(model, tmp_path / "saved")
+    weights = load_file(tmp_path / "saved" / WEIGHTS_NAME)
+    weights[name] = torch.full_like(weights[name], float("nan"))
+    save_file(weights, tmp_path / "saved" / WEIGHTS_NAME, {"format": "pt"})
+    base = tiny_model("llama")
+    with pytest.raises(ValueError, match="not finite"):
+        load_value_path(base, tmp_path / "saved")
+    assert not is_value_path_model(base)

@@ -18,7 +18,14 @@ import transformers
 from safetensors.torch import load_file, save_file
 from transformers import PreTrainedModel
 
-from .models.value_path import MARKER, apply_value_path, is_value_path_model, remove_value_path, value_path_parameters
+from .models.value_path import (
+    MARKER,
+    apply_value_path,
+    check_coefficients,
+    is_value_path_model,
+    remove_value_path,
+    value_path_parameters,
+)
 
 CONFIG_NAME = "value_path_config.json"
 WEIGHTS_NAME = "value_path.safetensors"
@@ -49,6 +56,7 @@ def save_value_path(model: PreTrainedModel, folder, base_model_name_or_path: str
         raise ValueError(f"`base_model_name_or_path` must be a string or a path, got {base_model_name_or_path!r}.")
     name = base_model_name_or_path if base_model_name_or_path is not None else model.config._name_or_path
     own = {key: tensor.detach().contiguous() for key, tensor in value_path_parameters(model).items()}
+    check_coefficients(own)  # before anything is written, as save_pretrained refuses them
     config = {
         "format": FORMAT,
         "base_model_name_or_path": str(name) if name else None,
@@ -75,6 +83,7 @@ def load_value_path(base: PreTrainedModel | str | os.PathLike | None, folder, **
     or an adapted one, and a base whose weights differ from those the value path was saved with (naming them).
     """
     config, weights = _read(folder)
+    check_coefficients(weights)
     if base is None:
         base = config["base_model_name_or_path"]
         if base is None:
