@@ -4,10 +4,10 @@ markdown.
 Experiments (every one trains from scratch, one recipe for every variant, paired by seed: the same initial weights,
 training images, order and augmentation draws):
 
-- CIFAR-10, the poster's ViT-Ti recipe (patch 4, 32 px): ViT (λ = 0), NeuTRENO (λ = 0.6), ViT⁻ and ViT⁺ at an equal
-  budget; test accuracy after every epoch, per-layer token cosine similarity and ‖HFC‖/‖LFC‖ (NeuTRENO Fig. 1 / Fig. 6),
-  and the share of smoothing-dominated (layer, input, head) cases at initialisation and after training (poster
-  Table 1);
+- CIFAR-10, the poster's ViT-Ti set-up with this package's recipe (patch 4, 32 px): ViT (λ = 0), NeuTRENO (λ = 0.6),
+  ViT⁻ and ViT⁺ at an equal budget; test accuracy after every epoch, per-layer token cosine similarity and ‖HFC‖/‖LFC‖
+  (NeuTRENO Fig. 1 / Fig. 6), and the share of smoothing-dominated (layer, input, head) cases at initialisation and
+  after training (poster Table 1);
 - data efficiency, ViT vs ViT⁻ trained on 100 / 50 / 10 % of the training images for the same epochs (Table 2);
 - robustness, ViT vs ViT⁻ (the 100 % models) on 8 corruptions at severities 1-5 (Table 3);
 - WikiText-2, the paper's `wikitext103-small` LM (adaptive-softmax cutoffs scaled to the 33k vocabulary), softmax vs

@@ -90,7 +90,7 @@ BUDGETS = {
     # Models that learn on one CPU thread in about an hour each, the ones docs/results.md reports. Chosen
     # by a pilot on a validation split (5,000 training images held out; WikiText-2's validation split), never on test
     # results, with the same settings for every variant:
-    # - CIFAR-10: 12 layers of width 64 (4 heads, MLP 256), patch 4, the poster's recipe; 10 epochs of all 50,000
+    # - CIFAR-10: 12 layers of width 64 (4 heads, MLP 256), patch 4, the package's CIFAR recipe; 10 epochs of all 50,000
     #   images. The pilot (45,000 images, 8-epoch schedule) was at 32.8 / 39.0 / 45.7 / 50.3 % validation accuracy
     #   after epochs 1-4; about 115 images/s on one thread.
     # - WikiText-2: the paper's model at FFN 512 (not 2048: 2.3x the tokens per second), pre-LN. The post-LN model
@@ -113,7 +113,7 @@ BUDGETS = {
         lm_eval_steps=100,
         lm_curve_tokens=32768,
     ),
-    # The papers' scale: the poster's CIFAR recipe (run_eigen_vit.py's defaults: 100 epochs, batch 128, all data) and
+    # The papers' scale: the package's CIFAR recipe (run_eigen_vit.py's defaults: 100 epochs, batch 128, all data) and
     # the paper's LM schedule (batch 96, lr 2.5e-4, 2000 warm-up steps) for as many epochs as its 500k steps make of
     # WikiText-103 (~120; 10k steps of WikiText-2), evaluated on the whole splits. For a GPU; not run yet.
     "full": Budget(

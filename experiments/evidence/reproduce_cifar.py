@@ -1,5 +1,6 @@
-"""The CIFAR-10 units' training and scoring: the poster's ViT-Ti recipe (patch 4, 32 px) for every variant, test
-accuracy after every epoch, per-layer over-smoothing and dominating eigenvalues, and the corruptions."""
+"""The CIFAR-10 units' training and scoring: the poster's ViT-Ti set-up (patch 4, 32 px) with this package's recipe for
+every variant, test accuracy after every epoch, per-layer over-smoothing and dominating eigenvalues, and the
+corruptions."""
 
 import functools
 import shutil
@@ -139,8 +140,9 @@ def training_data(context: Context, seed: int, fraction: float, validation: bool
 
 
 def trainer(model, context: Context, seed: int, train, callback, epochs: float | None) -> Trainer:
-    """The poster's CIFAR recipe (AdamW lr 1e-3, wd 0.05, 5 % warm-up then cosine, label smoothing 0.1, drop path
-    0.1, random crop + flip); only epochs and batch size from the budget. A checkpoint after every epoch."""
+    """The package's CIFAR recipe (recipes.POSTER_CIFAR_TRAINING: AdamW lr 1e-3, wd 0.05, 5 % warm-up then cosine, label
+    smoothing 0.1, drop path 0.1, random crop + flip); only epochs and batch size from the budget. A checkpoint after
+    every epoch."""
     budget = context.budget
     recipe = {
         **recipes.POSTER_CIFAR_TRAINING,
@@ -178,7 +180,7 @@ def run_cifar(
     keep: Path | None = None,
     robustness: bool = False,
 ) -> dict:
-    """`model` (built by `vit_builder`) trained with the poster's CIFAR recipe and scored. `validation`: trained
+    """`model` (built by `vit_builder`) trained with the package's CIFAR recipe and scored. `validation`: trained
     and scored on the λ sweep's split; `start_from` loads a trained model's weights (every one) and `epochs` sets the
     length; `keep` saves the trained model with its image processor; `robustness` scores the corruptions."""
     train, images, pixel_values, targets = training_data(context, seed, fraction, validation)
