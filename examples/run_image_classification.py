@@ -126,6 +126,9 @@ def build_model(args: ModelArguments, labels: list[str]) -> tuple[torch.nn.Modul
 
     if args.config_overrides:
         raise ValueError("`--config_overrides` applies to a preset, not to a checkpoint.")
+    for flag, value in (("--image_size", args.image_size), ("--patch_size", args.patch_size)):
+        if value:  # a checkpoint's embeddings fix them
+            raise ValueError(f"`{flag}` applies to a model trained from scratch (a preset), not to a checkpoint.")
     source_config = AutoConfig.from_pretrained(args.model_name_or_path, trust_remote_code=args.trust_remote_code)
     processor = AutoImageProcessor.from_pretrained(args.model_name_or_path, trust_remote_code=args.trust_remote_code)
     if source_config.model_type in ("vit", "deit"):

@@ -24,7 +24,7 @@ def test_crop_padding_without_augment_is_refused_naming_both_flags(tmp_path):
     image.check_data_arguments(parser.parse_args_into_dataclasses(flags)[1])  # with --augment: accepted
 
 
-def test_config_overrides_with_an_image_checkpoint_are_refused_as_the_lm_script_does(tmp_path):
+def test_config_overrides_and_sizes_with_an_image_checkpoint_are_refused_as_the_lm_script_does(tmp_path):
     labels = ["a", "b"]
     config = NeuTRENOViTConfig(**TINY_VIT, id2label=dict(enumerate(labels)), label2id={"a": 0, "b": 1})
     NeuTRENOViTForImageClassification(config).save_pretrained(tmp_path)
@@ -32,6 +32,10 @@ def test_config_overrides_with_an_image_checkpoint_are_refused_as_the_lm_script_
     args = image.ModelArguments(model_name_or_path=str(tmp_path), config_overrides="hidden_dropout_prob=0.3")
     with pytest.raises(ValueError, match="`--config_overrides` applies to a preset, not to a checkpoint"):
         image.build_model(args, labels)
+    for field in ("image_size", "patch_size"):  # fixed by the checkpoint's embeddings: they were silently ignored
+        args = image.ModelArguments(model_name_or_path=str(tmp_path), **{field: 8})
+        with pytest.raises(ValueError, match=f"`--{field}` applies to a model trained from scratch"):
+            image.build_model(args, labels)
     image.build_model(image.ModelArguments(model_name_or_path=str(tmp_path)), labels)  # without them: loads
 
 
