@@ -21,6 +21,7 @@ from tiny_models import (
     save_tiny_bert_classifier,
     save_tiny_llama,
     save_tiny_vit_classifier,
+    tiny_sentences,
     write_image_folder,
     write_text_classification_dataset,
     write_text_dataset,
@@ -350,6 +351,32 @@ def test_a_preset_and_a_transformers_model_are_the_same_task_objects_with_the_sa
         probe = task.probe_batches()
         assert [len(batch["pixel_values"]) for batch in probe] == [2, 2, 1]
         torch.testing.assert_close(torch.cat([batch["pixel_values"] for batch in probe]), expected, rtol=0, atol=0)
+
+
+def test_the_most_common_classs_share_of_the_evaluation_data_is_recorded(tmp_path):
+    """results.json's `data.majority`: the accuracy of always predicting the most common evaluation class, which the
+    verdict takes as chance on imbalanced data. Text (30 of 40 test rows "neg") and images (a preset)."""
+    from collections import Counter
+
+    from hf_neutreno.data.loading import load_dataset_splits
+    from hf_neutreno.engine.compare.settings import CompareSettings
+    from hf_neutreno.engine.model_tasks import CheckedModel
+    from hf_neutreno.engine.preset_tasks import task_for
+
+    sentences = tiny_sentences(200)
+    rows = {
+        "train": [(t, "pos" if i % 2 else "neg") for i, t in enumerate(sentences[:160])],
+        "test": [(t, "pos" if i < 10 else "neg") for i, t in enumerate(sentences[160:])],
+    }
+    text = write_text_classification_dataset(tmp_path / "text", rows=rows)
+    bert = str(save_tiny_bert_classifier(tmp_path / "bert"))
+    settings = CompareSettings(model=bert, dataset=str(text), variants=("softmax", "neutreno"))
+    assert CheckedModel(settings).prepare(load_dataset_splits(text)).sizes["majority"] == 30 / 40
+    images = write_image_folder(tmp_path / "images", train=8, test=6)
+    labels = load_dataset_splits(images)["test"]["label"]
+    settings = CompareSettings(model="vit-micro", dataset=str(images), variants=("softmax", "neutreno"))
+    task = task_for(settings, load_dataset_splits(images))
+    assert task.sizes["majority"] == max(Counter(labels).values()) / len(labels)
 
 
 @pytest.mark.parametrize("made_once", [True, False], ids=["made once", "on the fly"])

@@ -171,6 +171,7 @@ def test_diverged_seeds_are_named_and_left_out_of_the_reading():
     "case, expected",
     [
         (dict(scores=[0.26, 0.27, 0.25], classes=4), "near chance (0.250 for 4 classes)"),
+        (dict(scores=[0.71, 0.70, 0.72], classes=2, majority=0.7), "most common class scores (0.700)"),
         (dict(scores=[1150.0, 1149.0, 1151.0], metric="perplexity", vocabulary=2000), "near its vocabulary size"),
         (dict(scores=[0.9, 0.91, 0.92], loss=(2.0, 1.98)), "fell by under 5 %"),
     ],

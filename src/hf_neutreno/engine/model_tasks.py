@@ -477,7 +477,7 @@ class ModelImageClassification(ModelTask, ImageClassification):
     def _inputs(self) -> None:
         image_column = self._image_column()
         self._labels()
-        self._image_inputs(image_transform(self.processing, image_column, self.label_column))
+        self._image_inputs(image_transform(self.processing, image_column, self.label_column), self.label_column)
 
 
 class ModelTextClassification(ModelTask, TextClassification):

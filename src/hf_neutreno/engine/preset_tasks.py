@@ -136,7 +136,7 @@ class ImageTask(PresetTask, ImageClassification):
             size={"height": height, "width": width}, image_mean=IMAGENET_DEFAULT_MEAN, image_std=IMAGENET_DEFAULT_STD
         )
         self._set_splits(dataset)
-        self._image_inputs(image_transform(self.processing, image_column, label_column))
+        self._image_inputs(image_transform(self.processing, image_column, label_column), label_column)
         self.summary_extra = f", resized to {height}×{width}"
 
     def _build(self, architecture: str, neutreno_lambda: float) -> torch.nn.Module:

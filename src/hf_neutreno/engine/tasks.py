@@ -16,6 +16,7 @@ uses `train`, `processing`, `trainer_arguments()`, `score(trainer)` and `probe_b
 """
 
 import math
+from collections import Counter
 
 import torch
 from datasets.utils.tqdm import tqdm
@@ -57,11 +58,13 @@ class Task:
         count, size = min(self.settings.probe_samples, len(self.eval)), self.settings.batch_size
         return [{"pixel_values": self.eval[i : min(i + size, count)]["pixel_values"]} for i in range(0, count, size)]
 
-    def _image_inputs(self, transform) -> None:
+    def _image_inputs(self, transform, label_column: str | None = None) -> None:
         """Both splits made model inputs by `transform` (deterministic: compare does not augment), stacked by
         `collate_images`. Where the inputs of both splits fit in `PREPROCESSED_BYTES`, they are made once and kept as
         tensors, for every variant and seed: decoding and resizing every batch again took a quarter of the main job's
-        training time. Larger ones are made on the fly, batch by batch."""
+        training time. Larger ones are made on the fly, batch by batch. `label_column`: a classification's labels,
+        whose most common class's share of the evaluation split goes into `sizes` (`majority_share`)."""
+        majority = majority_share(self.eval[label_column]) if label_column is not None else None
         example = transform(self.train[:1])
         nbytes = sum(tensor[0].nbytes for tensor in example.values()) * (len(self.train) + len(self.eval))
         if nbytes <= PREPROCESSED_BYTES:
@@ -71,9 +74,17 @@ class Task:
             self.eval.set_transform(transform)
         self.collator = collate_images
         self.sizes = {"train_images": len(self.train), "eval_images": len(self.eval), "classes": len(self.labels)}
+        if majority is not None:
+            self.sizes["majority"] = majority
         self.summary_data = (
             f"{len(self.train)} train / {len(self.eval)} {self.eval_split} images, {len(self.labels)} classes"
         )
+
+
+def majority_share(labels) -> float:
+    """The share of the most common label: the accuracy of always predicting it, chance on imbalanced data."""
+    labels = list(labels)
+    return max(Counter(labels).values()) / len(labels) if labels else 0.0
 
 
 def _made_once(split, transform) -> StackDataset:
@@ -107,6 +118,7 @@ class TextClassification(Task):
             encoded["labels"] = batch[label_column]
             return encoded
 
+        majority = majority_share(self.eval[label_column])
         remove = self.train.column_names
         self.train = self.train.map(encode, batched=True, remove_columns=remove, desc="Tokenizing")
         self.eval = self.eval.map(encode, batched=True, remove_columns=remove, desc="Tokenizing")
@@ -116,6 +128,7 @@ class TextClassification(Task):
             "eval_examples": len(self.eval),
             "max_length": length,
             "classes": len(self.labels),
+            "majority": majority,
         }
         self.summary_data = (
             f"{len(self.train)} train / {len(self.eval)} {self.eval_split} examples of {' + '.join(columns)}, "

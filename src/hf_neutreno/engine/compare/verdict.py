@@ -153,8 +153,15 @@ def baseline_problem(results: dict) -> str | None:
     if score is None:
         return DIVERGED
     if metric == "accuracy" and data.get("classes"):
-        chance = 1 / data["classes"]
+        # chance: always the most common class where the evaluation data are imbalanced (results before 2026-11-29
+        # record no `majority`: 1 / classes)
+        chance = max(1 / data["classes"], data.get("majority") or 0.0)
         if score < chance + 0.1 * (1 - chance):  # under a tenth of the way from chance to perfect
+            if chance > 1 / data["classes"]:
+                return (
+                    f"the baseline's accuracy ({score:.3f}) is near what always predicting the most common class "
+                    f"scores ({chance:.3f})"
+                )
             return f"the baseline's accuracy ({score:.3f}) is near chance ({chance:.3f} for {data['classes']} classes)"
     if metric == "perplexity" and data.get("vocabulary") and score > 0.25 * data["vocabulary"]:
         return f"the baseline's perplexity ({score:.0f}) is near its vocabulary size ({data['vocabulary']})"
