@@ -100,6 +100,30 @@ def test_plots_are_pngs(tmp_path):
         assert image.format == "PNG"
 
 
+def test_plot_colours_and_legend_name_the_same_report_in_every_panel(tmp_path, monkeypatch):
+    """A report without the first panel's metric (an earlier report given to --compare) keeps its colour in every
+    panel and is in the legend: each curve has the colour the legend gives its report's label."""
+    from hf_neutreno.diagnostics import report as report_module
+
+    figures = []
+    make = report_module._figure
+    monkeypatch.setattr(report_module, "_figure", lambda **kwargs: figures.append(make(**kwargs)) or figures[-1])
+    both = {"cosine_similarity": [0.1, 0.2, 0.3], "hfc_lfc_ratio": [1.0, 0.9, 0.8]}
+    ours = OversmoothingReport.from_values(both, model_name="ours")
+    no_cosine = OversmoothingReport.from_values({"hfc_lfc_ratio": [1.0, 0.5, 0.2]}, model_name="earlier")
+    theirs = OversmoothingReport.from_values({k: [v + 0.05 for v in vs] for k, vs in both.items()}, model_name="base")
+    ours.plot(tmp_path / "curves.png", others=[no_cosine, theirs])
+    legend = figures[0].axes[0].get_legend()
+    legend_colours = {text.get_text(): line.get_color() for text, line in zip(legend.get_texts(), legend.get_lines())}
+    assert list(legend_colours) == ["ours", "earlier", "base"]
+    drawn = {}
+    for axes in figures[0].axes:
+        for line in axes.get_lines():
+            drawn.setdefault(line.get_label(), set()).add(line.get_color())
+            assert line.get_color() == legend_colours[line.get_label()], (axes.get_title(), line.get_label())
+    assert len(drawn) == 3 and all(len(colours) == 1 for colours in drawn.values())
+
+
 def test_plot_without_matplotlib_says_how_to_install(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # makes `import matplotlib.figure` fail
     with pytest.raises(ImportError, match=r"hf-neutreno\[plots\]"):

@@ -214,16 +214,21 @@ class OversmoothingReport:
         columns = min(len(metrics), 3)
         rows = math.ceil(len(metrics) / columns)
         figure = _figure(figsize=(4.2 * columns, 3.3 * rows), layout="constrained")
+        # One colour per report in every panel, and a legend of every report: a panel's colour cycle would otherwise
+        # shift past a report that lacks its metric, and the first panel's legend would name the wrong curves.
+        styles = [dict(color=f"C{index % 10}", marker="o", markersize=3) for index in range(len(reports))]
         for position, metric in enumerate(metrics, start=1):
             axes = figure.add_subplot(rows, columns, position)
-            for report, label in zip(reports, labels):
+            for report, label, style in zip(reports, labels, styles):
                 if metric in report.values:
-                    axes.plot(report.layers[metric], report.values[metric], marker="o", markersize=3, label=label)
+                    axes.plot(report.layers[metric], report.values[metric], label=label, **style)
             axes.set_title(METRIC_TITLES.get(metric, metric))
             axes.set_xlabel("layer")
             axes.grid(alpha=0.3)
             if position == 1:
-                axes.legend(fontsize="small")
+                from matplotlib.lines import Line2D
+
+                axes.legend([Line2D([], [], **style) for style in styles], labels, fontsize="small")
         if title:
             figure.suptitle(title)
         figure.savefig(path, dpi=110)
