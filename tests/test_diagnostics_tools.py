@@ -449,6 +449,12 @@ def test_cli_variants_measure_the_model_with_each_value_path(native_vit_dir, cif
     code = main(["diagnose", str(adapted_dir), *common, "--trust-remote-code", "--out", str(tmp_path / "a.json")])
     assert code == 0
     adapted = OversmoothingReport.from_json(tmp_path / "a.json")
+    # One variant alone is named as such: its table column and curve are not the model as loaded.
+    alone_flags = ["--variants", "neutreno", "--neutreno-lambda", "0.6", "--out", str(tmp_path / "n.json")]
+    code = main(["diagnose", str(native_vit_dir), *common, *alone_flags])
+    assert code == 0
+    alone = OversmoothingReport.from_json(tmp_path / "n.json")
+    assert alone.model_name == f"{native_vit_dir} [neutreno]" and alone.values == reports["neutreno"].values
     for metric in adapted.metrics:
         assert adapted.per_layer(metric) == pytest.approx(reports["neutreno"].per_layer(metric), rel=1e-5), metric
     assert adapted.values != reports["softmax"].values

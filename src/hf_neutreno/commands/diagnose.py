@@ -278,7 +278,9 @@ def _measure_variant(args, model, variant: str, settings: dict | None, batches, 
             metrics=metrics,
             layers=args.layers,
             progress=not args.no_progress,
-            model_name=f"{args.model} [{variant}]" if several else args.model,
+            # A value path is named even alone: the report (and a later --compare) must not pass for the model as
+            # loaded.
+            model_name=f"{args.model} [{variant}]" if several or settings is not None else args.model,
         )
     finally:
         if settings is not None:
