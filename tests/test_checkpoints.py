@@ -63,3 +63,51 @@ def test_the_loader_picks_the_class_the_config_names(tmp_path):
     assert type(loaded) is GPT2LMHeadModel
     ids = torch.arange(6)[None]
     assert torch.equal(loaded(ids).logits, model(ids).logits)
+
+
+REMOTE_HEAD = """
+from torch import nn
+from transformers import BertModel, BertPreTrainedModel
+from transformers.modeling_outputs import SequenceClassifierOutput
+
+
+class OwnHeadBertForSequenceClassification(BertPreTrainedModel):
+    def __init__(self, config):
+        super().__init__(config)
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.own_head = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    def forward(self, input_ids=None, attention_mask=None, output_hidden_states=None, return_dict=None, **kwargs):
+        out = self.bert(input_ids, attention_mask=attention_mask, output_hidden_states=output_hidden_states)
+        logits = self.own_head(out.last_hidden_state[:, 0])
+        return SequenceClassifierOutput(logits=logits, hidden_states=out.hidden_states)
+"""
+
+
+def test_a_remote_code_head_on_a_transformers_model_type_needs_trust_remote_code(tmp_path, monkeypatch):
+    """A checkpoint whose class is remote code over a transformers model type (bert): without trust_remote_code the
+    Auto class builds BertForSequenceClassification, whose head has other names, so the saved head is left out and
+    a random one drawn. Refused instead; with trust_remote_code the saved class loads, equal to what was saved."""
+    import importlib
+
+    from transformers import BertConfig
+
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "own_head_bert.py").write_text(REMOTE_HEAD)
+    monkeypatch.syspath_prepend(str(tmp_path / "code"))
+    module = importlib.import_module("own_head_bert")
+    model_class = module.OwnHeadBertForSequenceClassification
+    model_class.register_for_auto_class("AutoModelForSequenceClassification")
+    torch.manual_seed(0)
+    config = BertConfig(
+        hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32, vocab_size=50, num_labels=3
+    )
+    model = model_class(config).eval()
+    model.save_pretrained(tmp_path / "model")
+    with pytest.raises(ValueError, match="OwnHeadBertForSequenceClassification is remote code .*trust_remote_code"):
+        load_checkpoint(tmp_path / "model")
+    loaded = load_checkpoint(tmp_path / "model", trust_remote_code=True).eval()
+    assert type(loaded).__name__ == "OwnHeadBertForSequenceClassification"
+    ids = torch.arange(6)[None]
+    assert torch.equal(loaded(input_ids=ids).logits, model(input_ids=ids).logits)

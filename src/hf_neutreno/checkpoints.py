@@ -72,7 +72,7 @@ def load_checkpoint(
     register_auto_classes()
     with reading_weights(name):
         if model_class is None:
-            model_class = _architecture_class(name, trust_remote_code)
+            model_class = _architecture_class(name, trust_remote_code, what)
         if model_class.__name__.startswith("Auto"):
             kwargs["trust_remote_code"] = trust_remote_code
         elif not issubclass(model_class, transformers.PreTrainedModel):
@@ -80,21 +80,33 @@ def load_checkpoint(
         return model_class.from_pretrained(name, **kwargs)
 
 
-def _architecture_class(name, trust_remote_code: bool):
+def _architecture_class(name, trust_remote_code: bool, what: str = "MODEL"):
     """The class that serves the first of the config's `architectures`: an Auto class of its `auto_map` (remote
-    code), a transformers class, this package's class; else `AutoModel`."""
+    code), a transformers class, this package's class; else `AutoModel`.
+
+    A remote-code architecture that neither transformers nor this package defines is refused without
+    `trust_remote_code`: the Auto class would build transformers' own class of the model type instead, which drops
+    the checkpoint's weights it has no place for (a custom head) and draws its own anew, with no error. Checkpoints
+    saved with this package's value path are left to the commands, which refuse them by their `value_path`."""
     import transformers
 
     import hf_neutreno
 
     config = transformers.AutoConfig.from_pretrained(name, trust_remote_code=trust_remote_code)
     architecture = (getattr(config, "architectures", None) or [None])[0]
+    local_class = None
+    if architecture is not None:
+        local_class = getattr(transformers, architecture, None) or getattr(hf_neutreno, architecture, None)
+        if not (isinstance(local_class, type) and issubclass(local_class, transformers.PreTrainedModel)):
+            local_class = None
     auto_map = getattr(config, "auto_map", None) or {}
     for auto_name, reference in auto_map.items():  # remote code: the Auto class that serves the architecture
         if auto_name != "AutoConfig" and reference.split(".")[-1] == architecture and hasattr(transformers, auto_name):
+            if not trust_remote_code and local_class is None and getattr(config, "value_path", None) is None:
+                raise ValueError(
+                    f"{what} {str(name)!r}: its class {architecture} is remote code (the config's auto_map), which "
+                    "loads only with trust_remote_code (--trust-remote-code); without it transformers would build "
+                    f"its own {config.model_type!r} class, leaving out the weights that class has no place for."
+                )
             return getattr(transformers, auto_name)
-    if architecture is not None:
-        model_class = getattr(transformers, architecture, None) or getattr(hf_neutreno, architecture, None)
-        if isinstance(model_class, type) and issubclass(model_class, transformers.PreTrainedModel):
-            return model_class
-    return transformers.AutoModel
+    return local_class or transformers.AutoModel
