@@ -604,3 +604,18 @@ def test_cli_output_files_are_never_replaced_silently_and_the_plot_path_printed_
     proc = run_cli_here(*common, "--seed", "1", "--out", "report.json", "--overwrite", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert OversmoothingReport.from_json(tmp_path / "report.json").metadata["seed"] == 1
+
+
+def test_cli_measures_the_images_of_a_segmentation_set_whatever_its_column_order(image_model_dir, data_dir, tmp_path):
+    """fashion-scenes (scene_parse_150's columns) with its `annotation` label maps before the images: the report is
+    the images', the same as with the columns in the Hub's order, not the label maps'."""
+    table = pq.read_table(data_dir / "fashion-scenes" / "validation-00000-of-00001.parquet").slice(0, 6)
+    reports = {}
+    for name, columns in (("image-first", ["image", "annotation"]), ("annotation-first", ["annotation", "image"])):
+        (tmp_path / name).mkdir()
+        pq.write_table(table.select(columns), tmp_path / name / "validation-00000-of-00001.parquet")
+        out = tmp_path / f"{name}.json"
+        argv = ["diagnose", str(image_model_dir), "--dataset", str(tmp_path / name), "--no-progress", "--out", str(out)]
+        assert main([*argv, "--metrics", "cosine_similarity", "hfc_lfc_ratio"]) == 0
+        reports[name] = OversmoothingReport.from_json(out)
+    assert reports["annotation-first"].values == reports["image-first"].values

@@ -6,8 +6,9 @@
     hf-neutreno diagnose gpt2 --dataset ... --variants softmax,neutreno,value-residual --out report.json
 
 MODEL_OR_DIR is a Hub name or a local folder with the model and its image processor or tokenizer. Image datasets
-(an Image column) go through the model's image processor, text datasets (a `text` column; empty lines dropped)
-through its tokenizer, with padding per batch (excluded from every metric). The samples are a seeded random subset.
+(an Image column other than a segmentation set's `annotation` label maps) go through the model's image processor,
+text datasets (a `text` column; empty lines dropped) through its tokenizer, with padding per batch (excluded from
+every metric). The samples are a seeded random subset.
 
 --variants measures the model as loaded (`softmax`) and the same weights with a value path applied
 (`hf_neutreno.apply_value_path`: `neutreno` at --neutreno-lambda, `value-residual` at --value-residual-alpha; the
@@ -30,6 +31,7 @@ from ..names import DEFAULT_METRICS, METRICS, check_metrics
 from . import check_output_file
 
 DEFAULT_SPLITS = ("test", "validation", "train")
+ANNOTATION_COLUMN = "annotation"  # scene_parse_150's label maps (an Image column), as `compare` names them
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -168,7 +170,11 @@ def _dataset(args):
     else:
         split = args.split
     data = get_split(dataset, split)
-    image_column = next((name for name, f in data.features.items() if isinstance(f, Image)), None)
+    # The images, not a segmentation set's label maps (scene_parse_150's `annotation`, an Image column too), whatever
+    # the columns' order.
+    image_column = next(
+        (name for name, f in data.features.items() if isinstance(f, Image) and name != ANNOTATION_COLUMN), None
+    )
     if image_column is None and "text" not in data.features:
         raise ValueError(
             f"{args.dataset!r} has neither an Image column nor a `text` column (columns: {list(data.features)})."
