@@ -359,6 +359,9 @@ class _LogitsOnly(nn.Module):
         (["--metrics", "cosine", "effective_rank"], "Unknown metric.*'cosine_similarity'"),
         (["--num-samples", "0"], "`--num-samples` must be at least 1"),
         (["--layers", "7"], "`layers` contains 7"),
+        # the embedding output has no attention map: an empty report, not a measurement
+        (["--layers", "0", "--metrics", "cosine_similarity", "functional_j"], r"\['functional_j'\] have no value"),
+        (["--layers", "1", "--metrics", "attention_map_similarity"], r"\['attention_map_similarity'\] have no"),
     ],
 )
 def test_cli_errors(image_model_dir, cifar_dir, capsys, extra, message):

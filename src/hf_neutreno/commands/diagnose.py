@@ -291,6 +291,12 @@ def _measure_variant(args, model, variant: str, settings: dict | None, batches, 
     finally:
         if settings is not None:
             remove_value_path(model)
+    missing = [metric for metric in metrics or () if metric not in report.values]
+    if missing:  # every layer asked for has no value of these: an empty column is not a measurement
+        raise ValueError(
+            f"--metrics {missing} have no value at --layers {args.layers}: attention metrics are per block, at "
+            "layers 1..L (attention_map_similarity at 2..L), and layer 0 is the embedding output."
+        )
     return report
 
 
