@@ -105,8 +105,14 @@ def test_a_remote_code_head_on_a_transformers_model_type_needs_trust_remote_code
     )
     model = model_class(config).eval()
     model.save_pretrained(tmp_path / "model")
-    with pytest.raises(ValueError, match="OwnHeadBertForSequenceClassification is remote code .*trust_remote_code"):
-        load_checkpoint(tmp_path / "model")
+    model.save_pretrained(tmp_path / "pickled")  # weights in pytorch_model.bin: the refusal, not a weights message
+    (tmp_path / "pickled" / "model.safetensors").unlink()
+    torch.save(model.state_dict(), tmp_path / "pickled" / "pytorch_model.bin")
+    for folder in ("model", "pickled"):
+        with pytest.raises(
+            ValueError, match="^MODEL .*: its class OwnHeadBertForSequenceClassification is remote code"
+        ):
+            load_checkpoint(tmp_path / folder)
     loaded = load_checkpoint(tmp_path / "model", trust_remote_code=True).eval()
     assert type(loaded).__name__ == "OwnHeadBertForSequenceClassification"
     ids = torch.arange(6)[None]

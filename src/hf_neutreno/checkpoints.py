@@ -61,7 +61,8 @@ def load_checkpoint(
 ):
     """The model saved at `name` (a folder or a Hub id), loaded with `model_class` (an Auto class or a model class)
     and `kwargs`, or without one by the class its config names (`architectures`), so that no weight is left unused:
-    the remote-code class of its `auto_map`, a transformers class or this package's, else `AutoModel`.
+    the remote-code class of its `auto_map`, a transformers class or this package's, else `AutoModel`; a remote-code
+    class only with `trust_remote_code`.
 
     This package's models load with the Auto classes (registered here). `what` names `name` in the messages."""
     check_source(name, what)
@@ -70,9 +71,9 @@ def load_checkpoint(
     from .auto_classes import register_auto_classes
 
     register_auto_classes()
+    if model_class is None:  # outside `reading_weights`: its refusals are not about reading the weights
+        model_class = _architecture_class(name, trust_remote_code, what)
     with reading_weights(name):
-        if model_class is None:
-            model_class = _architecture_class(name, trust_remote_code, what)
         if model_class.__name__.startswith("Auto"):
             kwargs["trust_remote_code"] = trust_remote_code
         elif not issubclass(model_class, transformers.PreTrainedModel):
