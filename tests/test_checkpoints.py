@@ -58,6 +58,7 @@ def test_the_loader_picks_the_class_the_config_names(tmp_path):
     from transformers import GPT2Config, GPT2LMHeadModel
 
     model = GPT2LMHeadModel(GPT2Config(n_embd=16, n_layer=2, n_head=2, vocab_size=50)).eval()
+    model.config.auto_map = {"AutoTokenizer": ["tokenization.SlowTokenizer", None]}  # a tokenizer's pair of classes
     model.save_pretrained(tmp_path)
     loaded = load_checkpoint(tmp_path).eval()
     assert type(loaded) is GPT2LMHeadModel

@@ -102,6 +102,8 @@ def _architecture_class(name, trust_remote_code: bool, what: str = "MODEL"):
             local_class = None
     auto_map = getattr(config, "auto_map", None) or {}
     for auto_name, reference in auto_map.items():  # remote code: the Auto class that serves the architecture
+        if not isinstance(reference, str):  # a tokenizer's entry: [slow class, fast class]
+            continue
         if auto_name != "AutoConfig" and reference.split(".")[-1] == architecture and hasattr(transformers, auto_name):
             if not trust_remote_code and local_class is None and getattr(config, "value_path", None) is None:
                 raise ValueError(
