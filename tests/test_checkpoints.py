@@ -118,3 +118,23 @@ def test_a_remote_code_head_on_a_transformers_model_type_needs_trust_remote_code
     assert type(loaded).__name__ == "OwnHeadBertForSequenceClassification"
     ids = torch.arange(6)[None]
     assert torch.equal(loaded(input_ids=ids).logits, model(input_ids=ids).logits)
+
+
+def test_a_checkpoint_saved_with_a_value_path_loads_only_as_the_adapted_model(tmp_path):
+    """Without trust_remote_code, or with the transformers class, an adapted checkpoint builds the plain model: its
+    weights load and the value path does not run (the logits of the plain model, not the saved one's). Refused with
+    any class that builds it plain; with trust_remote_code the adapted model loads, equal to what was saved."""
+    from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel
+
+    from hf_neutreno import apply_value_path
+
+    torch.manual_seed(0)
+    model = apply_value_path(GPT2LMHeadModel(GPT2Config(n_embd=16, n_layer=2, n_head=2, vocab_size=50)), "neutreno")
+    model.eval().save_pretrained(tmp_path)
+    for model_class in (AutoModelForCausalLM, GPT2LMHeadModel):
+        with pytest.raises(ValueError, match=r"saved with a value path .* only --trust-remote-code"):
+            load_checkpoint(tmp_path, model_class, what="--model")
+    loaded = load_checkpoint(tmp_path, AutoModelForCausalLM, trust_remote_code=True).eval()
+    ids = torch.arange(6)[None]
+    assert type(loaded).__name__ == "ValuePathGPT2LMHeadModel"
+    assert torch.equal(loaded(ids).logits, model(ids).logits)

@@ -62,7 +62,7 @@ def load_checkpoint(
     """The model saved at `name` (a folder or a Hub id), loaded with `model_class` (an Auto class or a model class)
     and `kwargs`, or without one by the class its config names (`architectures`), so that no weight is left unused:
     the remote-code class of its `auto_map`, a transformers class or this package's, else `AutoModel`; a remote-code
-    class only with `trust_remote_code`.
+    class only with `trust_remote_code`, and a checkpoint saved with a value path only as the adapted model.
 
     This package's models load with the Auto classes (registered here). `what` names `name` in the messages."""
     check_source(name, what)
@@ -78,7 +78,23 @@ def load_checkpoint(
             kwargs["trust_remote_code"] = trust_remote_code
         elif not issubclass(model_class, transformers.PreTrainedModel):
             raise TypeError(f"Expected an Auto class or a model class, got {model_class!r}.")
-        return model_class.from_pretrained(name, **kwargs)
+        model = model_class.from_pretrained(name, **kwargs)
+    _refuse_a_dropped_value_path(model, name, what)
+    return model
+
+
+def _refuse_a_dropped_value_path(model, name, what: str) -> None:
+    """A checkpoint saved with a value path builds as the plain class without `trust_remote_code` (or with a
+    transformers class): its weights load, the value path does not run. Refused, rather than measured or trained as
+    the model it is not."""
+    from .models.value_path import is_value_path_model
+
+    saved_value_path = getattr(getattr(model, "config", None), "value_path", None)
+    if saved_value_path is not None and not is_value_path_model(model):
+        raise ValueError(
+            f"{what} {str(name)!r} was saved with a value path ({saved_value_path}), which only --trust-remote-code "
+            f"loads (trust_remote_code=True); {type(model).__name__} is the plain model."
+        )
 
 
 def _architecture_class(name, trust_remote_code: bool, what: str = "MODEL"):
@@ -88,7 +104,7 @@ def _architecture_class(name, trust_remote_code: bool, what: str = "MODEL"):
     A remote-code architecture that neither transformers nor this package defines is refused without
     `trust_remote_code`: the Auto class would build transformers' own class of the model type instead, which drops
     the checkpoint's weights it has no place for (a custom head) and draws its own anew, with no error. Checkpoints
-    saved with this package's value path are left to the commands, which refuse them by their `value_path`."""
+    saved with this package's value path are refused once built, by their `value_path` (`load_checkpoint`)."""
     import transformers
 
     import hf_neutreno
