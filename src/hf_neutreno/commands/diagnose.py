@@ -252,15 +252,9 @@ def _check_arguments(args: argparse.Namespace, variants: dict) -> tuple[list[str
 
 
 def _check_saved_value_path(args: argparse.Namespace, model, variants: dict) -> None:
-    """A model saved with a value path is measured as saved, with its value path, and never gets a second one."""
-    from ..models.value_path import is_value_path_model
-
+    """A model saved with a value path is measured as saved, with its value path (`load_checkpoint` refuses one that
+    loads plain), and never gets a second one."""
     saved_value_path = getattr(getattr(model, "config", None), "value_path", None)
-    if saved_value_path is not None and not is_value_path_model(model):
-        raise ValueError(
-            f"{args.model!r} was saved with a value path ({saved_value_path}), which only "
-            "--trust-remote-code loads; without it transformers builds the plain model."
-        )
     adding = [name for name, settings in variants.items() if settings is not None]
     if saved_value_path is not None and adding:
         raise ValueError(
