@@ -16,6 +16,7 @@ import pytest
 import torch
 import transformers
 from huggingface_hub.errors import StrictDataclassError
+from transformers import AutoConfig
 
 import hf_neutreno
 from examples_loader import EXAMPLES, load_example
@@ -197,6 +198,28 @@ def test_a_layer_past_the_last_is_refused_on_assignment_and_an_in_place_one_at_t
     if name == "eigen_vit":  # the other layer list: fixed when the model is built, range-checked on assignment
         with pytest.raises(StrictDataclassError, match=r"`eigen_layers` entries must be integers in \[0, 2\]"):
             model.config.eigen_layers = [0, 3]
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_a_layer_list_and_a_new_depth_given_together_load_in_any_order(name, tmp_path):
+    """`from_pretrained(folder, neutreno_layers=[4], num_hidden_layers=5)` on a 3-layer checkpoint was refused:
+    transformers sets the keyword arguments one by one in the caller's order, so the list was checked against the saved
+    depth. Either order, through the config class, `AutoConfig` and `update`, gives the config built with both."""
+    config_class, _, _ = MODELS[name]
+    small(name).save_pretrained(tmp_path)
+    lists = {"neutreno_layers": [4]} | ({"eigen_layers": [0, 4]} if name == "eigen_vit" else {})
+    for fields in ({**lists, "num_hidden_layers": 5}, {"num_hidden_layers": 5, **lists}):
+        for loaded in (
+            config_class.from_pretrained(tmp_path, **fields),
+            AutoConfig.from_pretrained(tmp_path, **fields),
+        ):
+            assert type(loaded) is config_class
+            assert {key: getattr(loaded, key) for key in fields} == fields
+        updated = small(name)
+        updated.update(dict(fields))
+        assert {key: getattr(updated, key) for key in fields} == fields
+    with pytest.raises(StrictDataclassError, match=r"`neutreno_layers` entries must be integers in \[1, 2\]"):
+        config_class.from_pretrained(tmp_path, neutreno_layers=[4])
 
 
 @pytest.mark.parametrize("value", NON_FINITE, ids=str)

@@ -239,8 +239,8 @@ class NeuTRENOConfigMixin:
 
     def __setattr__(self, name: str, value: Any) -> None:
         # The field's own rules have run (type, unique, no 0); `num_hidden_layers` is set before the layer lists at
-        # construction (field order), so a config being built checks them too. When changing both on a config, set
-        # `num_hidden_layers` first.
+        # construction (field order), so a config being built checks them too, and `from_dict`/`update` set them last.
+        # When assigning both on a config, set `num_hidden_layers` first.
         low = self.layer_list_fields.get(name)
         layers = self.__dict__.get("num_hidden_layers")
         if low is not None and value is not None and isinstance(layers, int):
@@ -249,6 +249,19 @@ class NeuTRENOConfigMixin:
             except (TypeError, ValueError) as error:
                 raise StrictDataclassFieldValidationError(field=name, cause=error) from error
         super().__setattr__(name, value)
+
+    @classmethod
+    def from_dict(cls, config_dict: dict[str, Any], **kwargs):
+        # transformers sets `from_pretrained`'s keyword arguments on the built config one by one, in the caller's
+        # order; set the layer lists last, so that they are checked against a `num_hidden_layers` given beside them.
+        return super().from_dict(config_dict, **cls._layer_lists_last(kwargs))
+
+    def update(self, config_dict: dict[str, Any]) -> None:
+        super().update(self._layer_lists_last(config_dict))
+
+    @classmethod
+    def _layer_lists_last(cls, fields: dict[str, Any]) -> dict[str, Any]:
+        return dict(sorted(fields.items(), key=lambda item: item[0] in cls.layer_list_fields))
 
     @classmethod
     def from_preset(cls, name: str, **overrides):
