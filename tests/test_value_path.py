@@ -59,6 +59,7 @@ from tiny_models import (
     VOCAB,
     assert_cached_generation_equals_the_full_forward,
     count_rebuilds,
+    fused_attention_in,
     output_of,
     tiny_inputs,
     tiny_model,
@@ -190,9 +191,12 @@ def test_grouped_query_decoder_gradients_equal_the_per_head_reference(name, meth
     else:
         coefficients = {1: 0.3, 2: 0.3}
     rebuilt = count_rebuilds(monkeypatch, "hf_neutreno.models.neutreno_term")
-    model(input_ids).logits.square().mean().backward()
+    logits = model(input_ids).logits
+    logits.square().mean().backward()
     reference_decoder_logits(reference, input_ids, method, coefficients).square().mean().backward()
-    assert rebuilt or (method == "value_residual" and not learnable)  # a fixed α keeps nothing twice
+    # a fixed α keeps nothing twice; SDPA's math path (torch 2.6 takes it for grouped-query attention on a CPU) keeps
+    # its inputs, not its output, so it has no copy to rebuild
+    assert rebuilt or (method == "value_residual" and not learnable) or not fused_attention_in(logits)
     expected = _grads(reference)
     assert (
         _grads(model).keys() == expected.keys() and any(".value_path_coefficient." in k for k in expected) == learnable

@@ -406,3 +406,18 @@ def count_rebuilds(monkeypatch, module: str) -> list:
 
     monkeypatch.setattr(module, "_rebuilt", counting)
     return rebuilt
+
+
+def fused_attention_in(output: torch.Tensor) -> bool:
+    """Whether the graph behind `output` runs a fused SDPA kernel (flash or memory-efficient), which saves its output
+    for the backward pass: the copy a value path rebuilds. Read before the backward pass frees the graph."""
+    seen, stack = set(), [output.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        if type(node).__name__.startswith("ScaledDotProduct"):
+            return True
+        seen.add(node)
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    return False
