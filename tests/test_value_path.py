@@ -53,6 +53,7 @@ from hf_neutreno.value_path import (
 from test_value_path_architectures import tiny_architecture
 from tiny_models import (
     ARCHITECTURES,
+    CACHE_FIELD,
     CAUSAL,
     DECODER,
     TINY_VIT,
@@ -1123,7 +1124,7 @@ def test_the_value_residual_mixes_in_the_cache_only_where_the_cache_returns_what
     for layer_class in (DynamicLayer, CopyingLayer):
         cache = DynamicCache(config=model.config)
         cache.layers = [layer_class() for _ in cache.layers]
-        cached = model.generate(**inputs, cache=cache, **settings)
+        cached = model.generate(**inputs, **{CACHE_FIELD: cache}, **settings)
         assert torch.equal(cached.sequences, uncached.sequences), layer_class.__name__
         for a, b in zip(cached.scores, uncached.scores):
             torch.testing.assert_close(a, b, rtol=0, atol=1e-5)

@@ -52,7 +52,7 @@ from transformers import (
 )
 
 from hf_neutreno import apply_value_path
-from tiny_models import VOCAB
+from tiny_models import CACHE_FIELD, VOCAB
 
 DECODER = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4)
 VISION = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4, image_size=16)
@@ -199,9 +199,9 @@ def test_a_cache_stepped_token_by_token_gives_the_full_forward(name, method, att
     with torch.no_grad():
         full = model(input_ids).logits
         prefill = model(input_ids[:, :5], use_cache=True)
-        cache, steps = prefill.cache, [prefill.logits]
+        cache, steps = getattr(prefill, CACHE_FIELD), [prefill.logits]
         for position in range(5, input_ids.shape[1]):
-            step = model(input_ids[:, position : position + 1], cache=cache, use_cache=True)
-            cache = step.cache
+            step = model(input_ids[:, position : position + 1], **{CACHE_FIELD: cache}, use_cache=True)
+            cache = getattr(step, CACHE_FIELD)
             steps.append(step.logits)
     torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=0, atol=1e-12)

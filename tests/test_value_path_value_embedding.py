@@ -172,19 +172,24 @@ def test_value_embedding_settings_are_checked_and_compare_names_its_variants():
 
 
 def test_under_bf16_autocast_the_values_keep_their_dtype_and_the_float32_tables_train():
-    model = apply_value_path(tiny_model("llama"), "value_embedding", 1.5, learnable="gate").train()
-    seen = []
-    sdpa = torch.nn.functional.scaled_dot_product_attention
-
-    def recording(query, key, value, *args, **kwargs):
-        seen.append(value.dtype)
-        return sdpa(query, key, value, *args, **kwargs)
-
+    plain = tiny_model("llama").train()
+    model = apply_value_path(copy.deepcopy(plain), "value_embedding", 1.5, learnable="gate")
     inputs = tiny_inputs("llama")
-    with torch.autocast("cpu", dtype=torch.bfloat16), pytest.MonkeyPatch.context() as patch:
-        patch.setattr(torch.nn.functional, "scaled_dot_product_attention", recording)
-        model(**inputs, labels=inputs["input_ids"]).loss.backward()
-    assert seen == [torch.bfloat16] * 3  # the adapted layers' values too, not promoted to the tables' float32
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    seen = {}
+    for name, run in (("plain", plain), ("adapted", model)):
+        seen[name] = []
+
+        def recording(query, key, value, *args, recorded=seen[name], **kwargs):
+            recorded.append(value.dtype)
+            return sdpa(query, key, value, *args, **kwargs)
+
+        with torch.autocast("cpu", dtype=torch.bfloat16), pytest.MonkeyPatch.context() as patch:
+            patch.setattr(torch.nn.functional, "scaled_dot_product_attention", recording)
+            run(**inputs, labels=inputs["input_ids"]).loss.backward()
+    # the adapted layers' values too, in the plain model's dtype (bfloat16 with transformers 5.24), not promoted to
+    # the tables' float32
+    assert seen["adapted"] == seen["plain"] and len(seen["plain"]) == 3
     tables = [p for name, p in model.named_parameters() if "value_path_embedding" in name]
     assert tables and all(p.dtype == torch.float32 and p.grad.abs().max() > 0 for p in tables)
 

@@ -38,6 +38,9 @@ from transformers import (
 )
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
+# The KV cache's argument and output field: `cache` from transformers 5.24, `past_key_values` in 5.23
+from hf_neutreno.models.modeling_neutreno_gpt import CACHE_FIELD as CACHE_FIELD
+
 ARCHITECTURES = ("llama", "qwen2", "gpt2", "bert", "vit", "deit")
 CAUSAL = ("llama", "qwen2", "gpt2")
 VOCAB = 50

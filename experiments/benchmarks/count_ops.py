@@ -35,6 +35,9 @@ from hf_neutreno import (
     apply_value_path,
 )
 from hf_neutreno.convert import gpt2_to_neutreno
+from hf_neutreno.models.modeling_neutreno_gpt import (
+    CACHE_FIELD,
+)  # `cache` from transformers 5.24, `past_key_values` before
 
 from .bench_generation import into_linear_layers
 from .common import report
@@ -252,13 +255,13 @@ def generation_step(model: torch.nn.Module, inputs: dict):
     def setup():
         with torch.inference_mode():
             state["cache"] = DynamicCache(config=model.config)
-            model(input_ids=prompt, cache=state["cache"], use_cache=True)
+            model(input_ids=prompt, **{CACHE_FIELD: state["cache"]}, use_cache=True)
 
     def step():
         with torch.inference_mode():
             model(
                 input_ids=prompt[:, -1:],
-                cache=state["cache"],
+                **{CACHE_FIELD: state["cache"]},
                 use_cache=True,
                 position_ids=torch.tensor([[prompt.shape[1]]]),
             )

@@ -21,6 +21,7 @@ from test_contract_neutreno_gpt import FIELDS as GPT_FIELDS
 from test_contract_value_path import ARCHITECTURES, FAST, METHODS
 
 from hf_neutreno import NeuTRENOGPTConfig, NeuTRENOGPTForCausalLM
+from hf_neutreno.models.modeling_neutreno_gpt import CACHE_FIELD
 from hf_neutreno.value_path import value_path_class
 
 CAUSAL = [base for base in ARCHITECTURES if value_path_class(base).can_generate()]
@@ -84,7 +85,8 @@ def test_hand_stepped_cache_matches_the_full_forward(model):
         outputs = model(input_ids[:, :5], use_cache=True)
         steps = [outputs.logits[:, -1]]
         for position in range(5, 9):
-            outputs = model(input_ids[:, position : position + 1], cache=outputs.cache, use_cache=True)
+            cache = getattr(outputs, CACHE_FIELD)
+            outputs = model(input_ids[:, position : position + 1], **{CACHE_FIELD: cache}, use_cache=True)
             steps.append(outputs.logits[:, -1])
     torch.testing.assert_close(torch.stack(steps, 1), full[:, 4:], rtol=1e-4, atol=1e-5)
 
