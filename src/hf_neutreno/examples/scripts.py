@@ -108,8 +108,9 @@ def run_script(main) -> None:
     ends the script with one line naming it and exit status 2, not a traceback."""
     try:
         main()
-    except ConnectionError as error:  # datasets: "Couldn't reach 'name' on the Hub (...)"
-        message = " ".join(str(error).split())
+    except ConnectionError as error:
+        # datasets 4: "Couldn't reach 'name' on the Hub (...)"; datasets 3: "... for dataset 'name': Offline mode ...."
+        message = " ".join(str(error).split()).rstrip(".")
         print(
             f"{Path(sys.argv[0]).name}: error: {message}. Check the network (and HF_HUB_OFFLINE), or pass a local "
             "copy (a folder of the dataset's Parquet files) in place of the Hub name; the image dataset `digits` "
