@@ -115,6 +115,23 @@ def test_under_torch_compile_attention_dropout_keeps_one_dropped_matrix_per_laye
         assert (dropped == 0).any()  # dropout acted
 
 
+@pytest.mark.slow  # two compilations, ~20 s on a CPU
+def test_a_fullgraph_compile_after_a_graph_broken_one_in_the_same_process():
+    """The adapted model's forward hook looked for a KV cache among the positional arguments with a generator
+    expression. After a compile that broke its graph (twicing under dropout), torch.compile met that generator's frame
+    alone in a later fullgraph compile of another model and refused it ("Attempt to trace generator"). Both compile,
+    and the fullgraph one gives the eager gradients."""
+    broken = apply_value_path(tiny_model("llama", "eager", attention_dropout=0.5), "twicing").train()
+    torch.compile(broken)(tiny_inputs("llama")["input_ids"]).logits.sum().backward()
+    model = apply_value_path(tiny_model("llama"), "twicing", 0.5).train()
+    compiled = torch.compile(copy.deepcopy(model), fullgraph=True)
+    inputs = tiny_inputs("llama")
+    for run in (model, compiled):
+        run(**inputs).logits.square().mean().backward()
+    for (name, expected), actual in zip(model.named_parameters(), compiled.parameters()):
+        torch.testing.assert_close(actual.grad, expected.grad, rtol=1e-5, atol=1e-6, msg=name)
+
+
 @pytest.mark.parametrize("name", REFERENCES)
 def test_twicing_cached_generation_equals_the_full_forward(name):
     """A V of the earlier tokens is kept beside the cache: each new token's second attention call sees V − A V at

@@ -699,8 +699,10 @@ def _begin_forward(model, settings, attention_modules, checkpointing, module, ar
     cache = kwargs.get("cache")
     if cache is None:
         cache = kwargs.get("past_key_values")
-    if cache is None:
-        cache = next((arg for arg in args if isinstance(arg, Cache)), None)
+    for arg in args if cache is None else ():  # a loop, not a generator: torch.compile may meet this frame alone
+        if isinstance(arg, Cache):
+            cache = arg
+            break
     token_ids = None
     if settings["method"] == "value_embedding":
         token_ids = kwargs.get("input_ids")
@@ -745,7 +747,7 @@ def _warn_if_frozen(model, attention_modules: list[nn.Module]) -> None:
             for module in attention_modules
             for name in PEFT_MODULES
             if isinstance(getattr(module, name, None), nn.Module)
-            and not any(parameter.requires_grad for parameter in getattr(module, name).parameters())
+            and not any([parameter.requires_grad for parameter in getattr(module, name).parameters()])  # no generator
         }
     )
     if frozen:
