@@ -182,8 +182,9 @@ def test_the_committed_count_page_is_what_the_code_counts_now():
     from pathlib import Path
 
     committed = json.loads((Path(__file__).parents[1] / "experiments/benchmarks/results/op_counts.json").read_text())
+    rows = count_ops.all_rows()
     counted_with = {name: committed["machine"][name] for name in ("torch", "transformers")}
     here = {"torch": torch.__version__, "transformers": transformers.__version__}
-    if here != counted_with:  # the kernels an operation launches change between releases, not between CPUs
-        pytest.skip(f"the page was counted with {counted_with}, this is {here}")
-    assert committed["rows"] == count_ops.all_rows()
+    if rows != committed["rows"] and here != counted_with:  # kernels change between releases, not between CPUs
+        pytest.skip(f"the page was counted with {counted_with}, this is {here}, and the counts differ")
+    assert committed["rows"] == rows
