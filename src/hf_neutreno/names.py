@@ -21,6 +21,8 @@ SEGMENTATION_MODELS = SEGMENTATION_PRESETS
 IMAGE_MODELS = sorted(set(_PRESETS.NEUTRENO_VIT_PRESETS) - set(SEGMENTATION_MODELS))  # classifiers
 TEXT_MODELS = LANGUAGE_MODEL_PRESETS
 
+ANNOTATION_COLUMN = "annotation"  # scene_parse_150's label maps, an Image column beside the images
+
 # The tasks of `hf-neutreno compare` (`hf_neutreno.engine.tasks.TASKS`): name -> the Auto
 # class of the model with its head, the Auto class of its tokenizer or image processor, the score.
 TASK_SPECS = {

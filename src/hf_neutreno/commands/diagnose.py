@@ -27,11 +27,10 @@ from pathlib import Path
 from ..checkpoints import check_source, load_checkpoint
 from ..engine.variants import ANY_MODEL_VARIANTS, VARIANTS, default_coefficient
 from ..models.value_path_defaults import DEFAULT_COEFFICIENTS
-from ..names import DEFAULT_METRICS, METRICS, check_metrics
+from ..names import ANNOTATION_COLUMN, DEFAULT_METRICS, METRICS, check_metrics
 from . import check_output_file
 
 DEFAULT_SPLITS = ("test", "validation", "train")
-ANNOTATION_COLUMN = "annotation"  # scene_parse_150's label maps (an Image column), as `compare` names them
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -28,8 +28,8 @@ from ..data.loading import LABELS_FILE, capped, read_id2label
 from ..data.segmentation import segmentation_transform
 from ..data.text import group_into_blocks, token_stream
 from ..models.value_path import check_adaptable
+from ..names import ANNOTATION_COLUMN
 from .tasks import (
-    ANNOTATION_COLUMN,
     EVAL_SPLITS,
     TASKS,
     CausalLM,

@@ -18,9 +18,9 @@ from ..data.segmentation import make_image_processor, segmentation_transform
 from ..data.text import TEXT_COLUMN, group_into_blocks, token_stream, train_word_tokenizer
 from ..models.configuration_neutreno_gpt import NeuTRENOGPTConfig
 from ..models.configuration_neutreno_vit import NeuTRENOViTConfig
-from ..names import IMAGE_MODELS, SEGMENTATION_MODELS, TEXT_MODELS
+from ..names import ANNOTATION_COLUMN, IMAGE_MODELS, SEGMENTATION_MODELS, TEXT_MODELS
 from .model_factories import IMAGE_VARIANTS, image_classifier, language_model, segmenter
-from .tasks import ANNOTATION_COLUMN, EVAL_SPLITS, CausalLM, ImageClassification, SemanticSegmentation
+from .tasks import EVAL_SPLITS, CausalLM, ImageClassification, SemanticSegmentation
 from .variants import VARIANTS, build_variant
 
 register_auto_classes()  # the models it saves carry their code and auto_map

@@ -30,7 +30,6 @@ from ..data.segmentation import single_scale_mean_iou
 from ..names import TASK_SPECS
 
 EVAL_SPLITS = ("test", "validation")  # the first one the dataset has
-ANNOTATION_COLUMN = "annotation"  # scene_parse_150's label maps
 MLM_PROBABILITY, MLM_EVAL_SEED = 0.15, 0  # BERT's masking; the evaluation masks are drawn once, for every variant
 PREPROCESSED_BYTES = 512 * 2**20  # image inputs up to this size are made once and kept in memory (`_image_inputs`)
 PREPROCESSING_CHUNK = 1000  # images decoded and processed at once while they are made
