@@ -20,11 +20,17 @@ from transformers import (
     BloomModel,
     DiffLlamaConfig,
     DiffLlamaForCausalLM,
+    GitConfig,
+    GitForCausalLM,
+    HubertConfig,
+    HubertModel,
     LlamaForCausalLM,
     Qwen2Config,
     Qwen2ForCausalLM,
     ResNetConfig,
     ResNetModel,
+    SamVisionConfig,
+    SamVisionModel,
     SiglipVisionConfig,
     SiglipVisionModel,
     StableLmConfig,
@@ -819,8 +825,9 @@ def test_models_a_value_path_cannot_reach_are_refused_by_name():
 def test_attention_that_drops_its_keyword_arguments_is_refused_before_the_model_changes():
     """SigLIP's attention calls the interface without the keyword arguments it is given, so the forward pass's
     context never reaches it: it adapted, then failed at its first forward (and saved as an adapted model that could
-    not run). Now refused when adapting, the model left as it was. StableLM's decoder layer drops them before its
-    attention, which no reading of the attention's source can see: its first forward says so."""
+    not run). Now refused when adapting, the model left as it was. The same for a module on the way down that drops
+    them: StableLM's decoder layer before its attention, HuBERT's model before its encoder (these two were refused
+    only at their first forward, with the model already changed)."""
     siglip = SiglipVisionModel(
         SiglipVisionConfig(
             hidden_size=32,
@@ -831,14 +838,67 @@ def test_attention_that_drops_its_keyword_arguments_is_refused_before_the_model_
             patch_size=4,
         )
     )
-    with pytest.raises(ValueError, match="SiglipAttention calls the attention interface without the keyword"):
-        apply_value_path(siglip, "neutreno")
-    assert siglip.config._attn_implementation == "sdpa" and not hasattr(siglip.config, "value_path")
-    assert not is_value_path_model(siglip)
     stablelm = StableLmForCausalLM(StableLmConfig(**{k: v for k, v in DECODER.items() if k != "num_key_value_heads"}))
-    stablelm = apply_value_path(stablelm, "neutreno")
-    with pytest.raises(RuntimeError, match="did not hand its keyword arguments down to its attention"):
-        stablelm(tiny_inputs("llama")["input_ids"])
+    hubert = HubertModel(
+        HubertConfig(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            conv_dim=(8, 8),
+            conv_stride=(4, 4),
+            conv_kernel=(8, 8),
+            num_conv_pos_embeddings=16,
+            num_conv_pos_embedding_groups=2,
+        )
+    )
+    refusals = {
+        "SiglipAttention calls the attention interface without the keyword": siglip,
+        r"StableLmDecoderLayer calls `self.self_attn` without the keyword": stablelm,
+        r"HubertModel calls `self.encoder` without the keyword": hubert,
+    }
+    for message, model in refusals.items():
+        with pytest.raises(ValueError, match=message):
+            apply_value_path(model, "neutreno")
+        assert model.config._attn_implementation == "sdpa" and not hasattr(model.config, "value_path")
+        assert not is_value_path_model(model)
+
+
+def test_attention_outside_the_interface_is_refused_even_where_its_file_imports_it():
+    """SAM's vision attention computes softmax attention itself, in a file that imports the interface for its mask
+    decoder: it was taken as attention the value path reaches, so adapting it did nothing, silently (the output at
+    NeuTRENO's default λ was the native one). GIT's text decoder bypasses the interface beside a vision encoder that
+    goes through it: a value path on the whole model would act on the vision encoder alone. Both are refused now."""
+    sam = SamVisionModel(
+        SamVisionConfig(
+            hidden_size=32,
+            output_channels=16,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            image_size=32,
+            patch_size=8,
+            mlp_dim=64,
+            global_attn_indexes=[1],
+            window_size=2,
+        )
+    )
+    with pytest.raises(ValueError, match="SamVisionModel's attention does not go through transformers' attention"):
+        apply_value_path(sam, "neutreno")
+    git = GitForCausalLM(
+        GitConfig(
+            vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            vocab_size=VOCAB,
+            bos_token_id=1,
+            eos_token_id=2,
+        )
+    )
+    with pytest.raises(ValueError, match=r"self-attention in git.encoder.layer that does not go through"):
+        apply_value_path(git, "neutreno")
+    assert not hasattr(git.config, "value_path") and not is_value_path_model(git)
 
 
 def test_sliding_window_flash_and_foreign_classes_are_refused():

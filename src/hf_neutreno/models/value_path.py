@@ -420,14 +420,10 @@ def self_attention_layers(model: nn.Module) -> list[nn.Module]:
     for path, module in interface_attention_modules(model):
         if _is_cross_attention(module):
             continue
-        parts = path.split(".")
-        # the innermost ModuleList above the module: its entry is the module's layer
-        for cut in range(len(parts) - 1, 0, -1):
-            if ".".join(parts[:cut]) in lists and parts[cut].isdigit():
-                stacks.setdefault(".".join(parts[:cut]), {}).setdefault(int(parts[cut]), []).append(path)
-                break
-        else:
+        stack, layer = _layer_of(path, lists)
+        if stack is None:
             raise ValueError(f"{name}: the attention module {path!r} is not in a list of layers.")
+        stacks.setdefault(stack, {}).setdefault(layer, []).append(path)
     if not stacks:
         raise ValueError(
             f"{name}'s attention does not go through transformers' attention interface (no module calls "
@@ -438,6 +434,15 @@ def self_attention_layers(model: nn.Module) -> list[nn.Module]:
             f"{name} has self-attention in {len(stacks)} stacks of layers ({', '.join(sorted(stacks))}); a value "
             "path needs one stack, whose first layer provides V_0. Adapt the sub-model that holds one stack."
         )
+    # Another stack whose attention bypasses the interface (GIT's text decoder beside its vision encoder): a value
+    # path would act on the one stack alone, which the caller of the whole model does not expect.
+    outside = sorted({_layer_of(path, lists)[0] for path in _attention_outside_interface(model)} - {None, *stacks})
+    if outside:
+        raise ValueError(
+            f"{name} has self-attention in {', '.join(outside)} that does not go through transformers' attention "
+            f"interface, beside {', '.join(stacks)} that does: a value path would act on the latter alone. Adapt "
+            "the sub-model that holds that one stack."
+        )
     ((stack_path, entries),) = stacks.items()
     stack = model.get_submodule(stack_path)
     crowded = sorted(i for i, paths in entries.items() if len(paths) > 1)
@@ -447,6 +452,28 @@ def self_attention_layers(model: nn.Module) -> list[nn.Module]:
             f"more: {sorted(entries)} of {len(stack)}; with several: {crowded})."
         )
     return [model.get_submodule(entries[i][0]) for i in range(len(stack))]
+
+
+def _layer_of(path: str, lists: set[str]) -> tuple[str | None, int | None]:
+    """The innermost list of layers (among the paths `lists`) above the module at `path`, and its entry there."""
+    parts = path.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        if ".".join(parts[:cut]) in lists and parts[cut].isdigit():
+            return ".".join(parts[:cut]), int(parts[cut])
+    return None, None
+
+
+def _attention_outside_interface(model: nn.Module) -> list[str]:
+    """The paths of the attention modules the model declares (as `interface_attention_modules` finds them) that do
+    not read the interface."""
+    declared = _declared_attention_classes(model)
+    return [
+        name
+        for path, module in model.named_modules()
+        if isinstance(module, declared)
+        for name, inner in _interface_module(path, module)
+        if not _imports_interface(inner)
+    ]
 
 
 def interface_attention_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
@@ -501,8 +528,13 @@ def _interface_module(path: str, module: nn.Module) -> list[tuple[str, nn.Module
 
 
 def _imports_interface(module: nn.Module) -> bool:
-    """Whether the file of the module's class, or of a base class it inherits its attention from (EigenViT's from the
-    NeuTRENO ViT's), imports the interface."""
+    """Whether the module's class, or a base class it inherits its attention from (EigenViT's from the NeuTRENO
+    ViT's), reads the interface: its methods' source names ``ALL_ATTENTION_FUNCTIONS``. A file that imports it
+    may still hold an attention that does not (SAM's vision attention, beside its mask decoder's). Where no source
+    can be read, the file importing the interface is taken as enough."""
+    sources = [_source_text(method) for method in _methods(type(module))]
+    if any(source is not None for source in sources):
+        return any(source is not None and "ALL_ATTENTION_FUNCTIONS" in source for source in sources)
     return _defining_module(module, "ALL_ATTENTION_FUNCTIONS") is not None
 
 
@@ -1088,7 +1120,7 @@ def _check_adaptable(model: PreTrainedModel) -> tuple[list[nn.Module], str]:
     layers = self_attention_layers(model)
     if any(getattr(module, "is_causal", True) for module in layers):  # bidirectional layers never run with a cache
         _refuse_sliding_windows(model, len(layers))
-    _refuse_dropped_keywords(layers)
+    _refuse_dropped_keywords(model, layers)
     # An attention of its own that bypasses the interface (the NeuTRENO ViT's kernel attention) would run unchanged.
     own = sorted({type(module).__name__ for module in layers if getattr(module, "attention_function", None)})
     if own:
@@ -1138,17 +1170,18 @@ def _refuse_sliding_windows(model: PreTrainedModel, num_layers: int) -> None:
         )
 
 
-def _refuse_dropped_keywords(layers: list[nn.Module]) -> None:
-    """The forward pass hands its context to each layer's attention function as a keyword argument. A layer whose
-    forward calls the interface without the keyword arguments it is given (transformers' SigLIP and AIMv2 attention,
-    among others) would never see it, and would fail at its first forward: refused here instead, before the model is
-    changed. Judged from the forward's source (calls of a name taken from `ALL_ATTENTION_FUNCTIONS`, none with
-    ``**``); a forward without readable source, or a layer in between that drops them, is left to that first forward
-    (`_check_context`)."""
+def _refuse_dropped_keywords(model: nn.Module, layers: list[nn.Module]) -> None:
+    """The forward pass hands its context to each layer's attention function as a keyword argument, through the
+    modules that call the attention module and the attention module itself. Where one calls the next without
+    the keyword arguments it is given, the context never arrives, and the model would fail at its first forward:
+    refused here instead, before the model is changed. Judged from the source: an attention whose forward calls the
+    interface (a name taken from `ALL_ATTENTION_FUNCTIONS`) with no ``**`` (transformers' SigLIP and AIMv2
+    attention), or a module on the way down to it whose methods call the next one (``self.<its name>(...)``) with no
+    ``**`` (StableLM's decoder layer, HuBERT's model around its encoder). Source that cannot be read, or calls made
+    another way, are left to that first forward (`_check_context`)."""
     for kind in {type(module) for module in layers}:
-        try:
-            tree = ast.parse(textwrap.dedent(inspect.getsource(kind.forward)))
-        except (OSError, TypeError, SyntaxError):
+        tree = _source_tree(kind.forward)
+        if tree is None:
             continue
         names = {
             target.id
@@ -1165,11 +1198,77 @@ def _refuse_dropped_keywords(layers: list[nn.Module]) -> None:
             if isinstance(node, ast.Call)
             and (getattr(node.func, "id", None) in names or "ALL_ATTENTION_FUNCTIONS" in ast.unparse(node.func))
         ]
-        if calls and not any(keyword.arg is None for call in calls for keyword in call.keywords):
+        if calls and not _passes_keywords(calls):
             raise ValueError(
                 f"{kind.__name__} calls the attention interface without the keyword arguments its forward is given, "
                 "so a value path cannot hand its attention the forward pass's context; this model cannot take one."
             )
+    for kind, name in _callers(model, layers):
+        calls = [
+            node
+            for method in _methods(kind)
+            if (tree := _source_tree(method)) is not None
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == name
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "self"
+        ]
+        if calls and not _passes_keywords(calls):
+            raise ValueError(
+                f"{kind.__name__} calls `self.{name}` without the keyword arguments it is given, so a value path "
+                "cannot hand the attention below it the forward pass's context; this model cannot take one."
+            )
+
+
+def _callers(model: nn.Module, layers: list[nn.Module]) -> set[tuple[type, str]]:
+    """(class, attribute name) of each module on the way from the innermost `PreTrainedModel` level above an
+    attention layer down to it, and the child it calls on that way: the calls its context travels through (each
+    level's forward pre-hook makes one). A list of layers is called by iterating it, not through its name."""
+    parents = {id(child): (parent, name) for parent in model.modules() for name, child in parent.named_children()}
+    found = set()
+    for module in layers:
+        while id(module) in parents and not isinstance(module, PreTrainedModel):
+            parent, name = parents[id(module)]
+            if not isinstance(parent, (nn.ModuleList, nn.ModuleDict)):
+                found.add((type(parent), name))
+            module = parent
+    return found
+
+
+def _source_text(function) -> str | None:
+    """The source of a function, or None where it cannot be read (built in, made at run time, or empty)."""
+    try:
+        return inspect.getsource(function) or None
+    except (OSError, TypeError):
+        return None
+
+
+def _source_tree(function) -> ast.AST | None:
+    """The parsed source of a function, or None where it cannot be read."""
+    source = _source_text(function)
+    try:
+        return None if source is None else ast.parse(textwrap.dedent(source))
+    except SyntaxError:
+        return None
+
+
+def _methods(kind: type) -> list:
+    """The functions of a module class and of its bases up to `nn.Module` (the overridden ones too: a call there
+    may still run through `super()`)."""
+    return [
+        member
+        for level in kind.__mro__
+        if issubclass(level, nn.Module) and level is not nn.Module
+        for member in vars(level).values()
+        if inspect.isfunction(member)
+    ]
+
+
+def _passes_keywords(calls: list[ast.Call]) -> bool:
+    """Whether any of the calls passes keyword arguments on with ``**``."""
+    return any(keyword.arg is None for call in calls for keyword in call.keywords)
 
 
 def _refuse_built_in_term(model) -> None:
