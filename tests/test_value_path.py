@@ -39,6 +39,8 @@ from transformers import (
     T5EncoderModel,
     T5Model,
     Trainer,
+    Wav2Vec2Config,
+    Wav2Vec2Model,
 )
 
 import hf_neutreno
@@ -862,6 +864,39 @@ def test_attention_that_drops_its_keyword_arguments_is_refused_before_the_model_
             apply_value_path(model, "neutreno")
         assert model.config._attn_implementation == "sdpa" and not hasattr(model.config, "value_path")
         assert not is_value_path_model(model)
+
+
+@pytest.mark.parametrize("method", ["neutreno", "value_residual", "xsa"])
+def test_layer_drop_is_refused_at_the_first_training_forward_where_the_method_needs_v0(method):
+    """wav2vec 2.0 skips each layer in training with probability `config.layerdrop` (0.1 by default): where it skips
+    layer 0, the later layers of NeuTRENO or the value residual have no V_0, and the step raised, at random (in one step
+    of ten, as often as layer 0 is skipped). Now the first training forward refuses, naming the field; inference, a method that needs
+    no V_0, and the same model with LayerDrop set to 0 run."""
+    config = Wav2Vec2Config(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        conv_dim=(8, 8),
+        conv_stride=(4, 4),
+        conv_kernel=(8, 8),
+        num_conv_pos_embeddings=16,
+        num_conv_pos_embedding_groups=2,
+        layerdrop=0.1,
+    )
+    model = apply_value_path(Wav2Vec2Model(config), method)
+    audio = torch.randn(2, 800, generator=torch.Generator().manual_seed(0))
+    model.eval()
+    model(audio)
+    model.train()
+    if method == "xsa":
+        model(audio).last_hidden_state.sum().backward()
+        return
+    with pytest.raises(ValueError, match=r"LayerDrop is on \(config.layerdrop = 0.1\)"):
+        model(audio)
+    model.config.layerdrop = 0.0
+    for _ in range(8):  # every step has layer 0 now
+        model(audio).last_hidden_state.sum().backward()
 
 
 def test_attention_outside_the_interface_is_refused_even_where_its_file_imports_it():

@@ -728,6 +728,8 @@ def _begin_forward(model, settings, attention_modules, checkpointing, module, ar
             "run it without its value path. To change the backend: remove_value_path(model), "
             "model.set_attn_implementation(...), then apply_value_path again."
         )
+    if model.training and settings["method"] not in FROM_LAYER_0:
+        _refuse_layer_drop(model.config)
     cache = kwargs.get("cache")
     if cache is None:
         cache = kwargs.get("past_key_values")
@@ -760,6 +762,29 @@ def _begin_forward(model, settings, attention_modules, checkpointing, module, ar
         **(_kept_beside(cache) if cache is not None else {}),
     )
     return args, kwargs
+
+
+LAYER_DROP_FIELDS = ("layerdrop", "layer_drop", "encoder_layerdrop", "decoder_layerdrop")
+
+
+def _refuse_layer_drop(config) -> None:
+    """LayerDrop (wav2vec 2.0's `config.layerdrop`, 0.1 by default) skips layers at random in training, layer 0 among
+    them, and then the later layers have no V_0: a training run would fail at a random step. Refused at the first
+    training forward instead, naming the field. Skipping a later layer is harmless (it adds nothing, as natively), so
+    the methods that need no V_0 train with it."""
+    dropping = {
+        name: value
+        for level in (config, config.get_text_config())
+        for name in LAYER_DROP_FIELDS
+        if isinstance(value := getattr(level, name, None), numbers.Real) and value > 0
+    }
+    if dropping:
+        fields = ", ".join(f"config.{name} = {value}" for name, value in dropping.items())
+        raise ValueError(
+            f"LayerDrop is on ({fields}): in training it skips layers at random, layer 0 among them, and the value "
+            "path's later layers then have no V_0. Set it to 0 to train with this value path (inference is not "
+            "affected)."
+        )
 
 
 FROZEN_CHECKED = "_value_path_frozen_checked"  # in the model's __dict__ once its first training forward has run
