@@ -20,6 +20,8 @@ from transformers import (
     BloomModel,
     DiffLlamaConfig,
     DiffLlamaForCausalLM,
+    DPTConfig,
+    DPTModel,
     GitConfig,
     GitForCausalLM,
     HubertConfig,
@@ -828,8 +830,8 @@ def test_attention_that_drops_its_keyword_arguments_is_refused_before_the_model_
     """SigLIP's attention calls the interface without the keyword arguments it is given, so the forward pass's
     context never reaches it: it adapted, then failed at its first forward (and saved as an adapted model that could
     not run). Now refused when adapting, the model left as it was. The same for a module on the way down that drops
-    them: StableLM's decoder layer before its attention, HuBERT's model before its encoder (these two were refused
-    only at their first forward, with the model already changed)."""
+    them: StableLM's decoder layer before its attention, HuBERT's model before its encoder, DPT's encoder in the loop
+    over its layers (these were refused only at their first forward, with the model already changed)."""
     siglip = SiglipVisionModel(
         SiglipVisionConfig(
             hidden_size=32,
@@ -854,10 +856,14 @@ def test_attention_that_drops_its_keyword_arguments_is_refused_before_the_model_
             num_conv_pos_embedding_groups=2,
         )
     )
+    dpt = DPTModel(
+        DPTConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, image_size=32)
+    )
     refusals = {
+        r"DPTViTEncoder calls `self.layer` \(or its entries\) without the keyword": dpt,
         "SiglipAttention calls the attention interface without the keyword": siglip,
-        r"StableLmDecoderLayer calls `self.self_attn` without the keyword": stablelm,
-        r"HubertModel calls `self.encoder` without the keyword": hubert,
+        r"StableLmDecoderLayer calls `self.self_attn` \(or its entries\) without": stablelm,
+        r"HubertModel calls `self.encoder` \(or its entries\) without": hubert,
     }
     for message, model in refusals.items():
         with pytest.raises(ValueError, match=message):
@@ -869,9 +875,9 @@ def test_attention_that_drops_its_keyword_arguments_is_refused_before_the_model_
 @pytest.mark.parametrize("method", ["neutreno", "value_residual", "xsa"])
 def test_layer_drop_is_refused_at_the_first_training_forward_where_the_method_needs_v0(method):
     """wav2vec 2.0 skips each layer in training with probability `config.layerdrop` (0.1 by default): where it skips
-    layer 0, the later layers of NeuTRENO or the value residual have no V_0, and the step raised, at random (in one step
-    of ten, as often as layer 0 is skipped). Now the first training forward refuses, naming the field; inference, a method that needs
-    no V_0, and the same model with LayerDrop set to 0 run."""
+    layer 0, the later layers of NeuTRENO or the value residual have no V_0, and the step raised, at random (in one
+    step of ten, as often as layer 0 is skipped). Now the first training forward refuses, naming the field;
+    inference, a method that needs no V_0, and the same model with LayerDrop set to 0 run."""
     config = Wav2Vec2Config(
         hidden_size=32,
         intermediate_size=64,

@@ -1202,8 +1202,9 @@ def _refuse_dropped_keywords(model: nn.Module, layers: list[nn.Module]) -> None:
     refused here instead, before the model is changed. Judged from the source: an attention whose forward calls the
     interface (a name taken from `ALL_ATTENTION_FUNCTIONS`) with no ``**`` (transformers' SigLIP and AIMv2
     attention), or a module on the way down to it whose methods call the next one (``self.<its name>(...)``) with no
-    ``**`` (StableLM's decoder layer, HuBERT's model around its encoder). Source that cannot be read, or calls made
-    another way, are left to that first forward (`_check_context`)."""
+    ``**`` (StableLM's decoder layer, HuBERT's model around its encoder; a list of layers through the loop over it,
+    DPT's encoder). Source that cannot be read, or calls made another way, are left to that first forward
+    (`_check_context`)."""
     for kind in {type(module) for module in layers}:
         tree = _source_tree(kind.forward)
         if tree is None:
@@ -1229,28 +1230,19 @@ def _refuse_dropped_keywords(model: nn.Module, layers: list[nn.Module]) -> None:
                 "so a value path cannot hand its attention the forward pass's context; this model cannot take one."
             )
     for kind, name in _callers(model, layers):
-        calls = [
-            node
-            for method in _methods(kind)
-            if (tree := _source_tree(method)) is not None
-            for node in ast.walk(tree)
-            if isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr == name
-            and isinstance(node.func.value, ast.Name)
-            and node.func.value.id == "self"
-        ]
+        calls = [call for method in _methods(kind) for call in _calls_of(_source_tree(method), name)]
         if calls and not _passes_keywords(calls):
             raise ValueError(
-                f"{kind.__name__} calls `self.{name}` without the keyword arguments it is given, so a value path "
-                "cannot hand the attention below it the forward pass's context; this model cannot take one."
+                f"{kind.__name__} calls `self.{name}` (or its entries) without the keyword arguments it is given, so "
+                "a value path cannot hand the attention below it the forward pass's context; this model cannot take "
+                "one."
             )
 
 
 def _callers(model: nn.Module, layers: list[nn.Module]) -> set[tuple[type, str]]:
     """(class, attribute name) of each module on the way from the innermost `PreTrainedModel` level above an
     attention layer down to it, and the child it calls on that way: the calls its context travels through (each
-    level's forward pre-hook makes one). A list of layers is called by iterating it, not through its name."""
+    level's forward pre-hook makes one). For a list of layers, the module holding the list and the list's name."""
     parents = {id(child): (parent, name) for parent in model.modules() for name, child in parent.named_children()}
     found = set()
     for module in layers:
@@ -1260,6 +1252,41 @@ def _callers(model: nn.Module, layers: list[nn.Module]) -> set[tuple[type, str]]
                 found.add((type(parent), name))
             module = parent
     return found
+
+
+def _calls_of(tree: ast.AST | None, name: str) -> list[ast.Call]:
+    """The calls in `tree` of the child `self.<name>`: ``self.<name>(...)``, an entry of it (``self.<name>[i](...)``),
+    or, for a list of layers, the loop variable of a ``for`` over it (``for layer in self.<name>[:n]: layer(...)``, or
+    over ``enumerate`` or ``zip`` of it)."""
+    if tree is None:
+        return []
+
+    def is_child(node) -> bool:
+        return (
+            isinstance(node, ast.Attribute)
+            and node.attr == name
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "self"
+        )
+
+    calls = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and (is_child(node.func) or (isinstance(node.func, ast.Subscript) and is_child(node.func.value)))
+    ]
+    for loop in ast.walk(tree):
+        if not isinstance(loop, (ast.For, ast.comprehension)) or not any(map(is_child, ast.walk(loop.iter))):
+            continue
+        targets = {node.id for node in ast.walk(loop.target) if isinstance(node, ast.Name)}
+        body = loop.body if isinstance(loop, ast.For) else []
+        calls += [
+            node
+            for statement in body
+            for node in ast.walk(statement)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in targets
+        ]
+    return calls
 
 
 def _source_text(function) -> str | None:
