@@ -31,6 +31,8 @@ from transformers import (
     Qwen2ForCausalLM,
     ResNetConfig,
     ResNetModel,
+    Sam2VisionConfig,
+    Sam2VisionModel,
     SamVisionConfig,
     SamVisionModel,
     SiglipVisionConfig,
@@ -870,6 +872,23 @@ def test_attention_that_drops_its_keyword_arguments_is_refused_before_the_model_
             apply_value_path(model, "neutreno")
         assert model.config._attn_implementation == "sdpa" and not hasattr(model.config, "value_path")
         assert not is_value_path_model(model)
+
+
+def test_a_gate_on_a_model_with_heads_per_stage_is_refused_by_name_before_the_model_changes():
+    """SAM 2's vision encoder (Hiera) has a number of heads per stage and no `num_attention_heads`: a gate or value
+    embeddings, which size their key/value heads by it, failed with an AttributeError from inside transformers'
+    config after the layers' coefficients were set. Now a ValueError naming the field, the model left as it was;
+    the methods that need no head count adapt it."""
+    config = Sam2VisionConfig()
+    config.backbone_config.image_size = [64, 64]
+    model = Sam2VisionModel(config).eval()
+    with pytest.raises(ValueError, match="Sam2VisionConfig has no single `num_attention_heads`"):
+        apply_value_path(model, "value_residual", learnable="gate")
+    assert not is_value_path_model(model) and not hasattr(model.config, "value_path")
+    pixels = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(0))
+    native = model(pixel_values=pixels).last_hidden_state
+    adapted = apply_value_path(model, "xsa")
+    assert not torch.allclose(adapted(pixel_values=pixels).last_hidden_state, native)
 
 
 @pytest.mark.parametrize("method", ["neutreno", "value_residual", "xsa"])

@@ -989,7 +989,8 @@ def _adapt(model: PreTrainedModel) -> None:
             )
             setattr(layers[layer], COEFFICIENT_ATTRIBUTE, coefficient)
     config = model.config.get_text_config()
-    kv_heads, head_dim = _value_heads(config)
+    if settings["learnable"] == GATE or settings["method"] == "value_embedding":
+        kv_heads, head_dim = _value_heads(config)
     if settings["learnable"] == GATE:
         # On the attention module it gates, so that PEFT's `modules_to_save=["value_path_gate"]` trains and saves it.
         # The value residual's reads the layer's whole input; the value embeddings' (nanochat's) its first channels.
@@ -1056,14 +1057,22 @@ def _initialise_table(table: nn.Embedding, hidden_size: int) -> None:
 def _value_heads(config) -> tuple[int, int]:
     """(key/value heads, value head size) of a text config: multi-head latent attention (DeepSeek V2/V3) has values
     of their own size, `v_head_dim`, unlike its queries and keys (`head_dim`)."""
-    heads = config.num_attention_heads
+    heads = getattr(config, "num_attention_heads", None)
+    if not isinstance(heads, int):  # Hiera (SAM 2's vision encoder): heads per stage
+        raise ValueError(
+            f"{type(config).__name__} has no single `num_attention_heads` (got {heads!r}), which a gate and value "
+            "embeddings size their key/value heads by; use a fixed or learnable coefficient, or another method."
+        )
     head_dim = getattr(config, "v_head_dim", None) or getattr(config, "head_dim", None) or config.hidden_size // heads
     return getattr(config, "num_key_value_heads", None) or heads, head_dim
 
 
 def _check_method_fits(model: PreTrainedModel, settings: dict, layers: list[nn.Module]) -> None:
-    """`ValueError` for a method the model cannot take: value embeddings need a causal language model (a table
-    indexed by the token ids of its input embeddings, and attention that sees no later token)."""
+    """`ValueError` for a method the model cannot take: a gate and value embeddings need one number of key/value
+    heads, and value embeddings a causal language model (a table indexed by the token ids of its input embeddings,
+    and attention that sees no later token)."""
+    if settings["learnable"] == GATE or settings["method"] == "value_embedding":
+        _value_heads(model.config.get_text_config())
     if settings["method"] != "value_embedding":
         return
     name = type(model).__name__
