@@ -41,6 +41,7 @@ models) and `value_path_defaults.py`, copied with it.
 import ast
 import copy
 import dataclasses
+import functools
 import inspect
 import math
 import numbers
@@ -532,10 +533,15 @@ def _imports_interface(module: nn.Module) -> bool:
     ViT's), reads the interface: its methods' source names ``ALL_ATTENTION_FUNCTIONS``. A file that imports it
     may still hold an attention that does not (SAM's vision attention, beside its mask decoder's). Where no source
     can be read, the file importing the interface is taken as enough."""
-    sources = [_source_text(method) for method in _methods(type(module))]
-    if any(source is not None for source in sources):
-        return any(source is not None and "ALL_ATTENTION_FUNCTIONS" in source for source in sources)
-    return _defining_module(module, "ALL_ATTENTION_FUNCTIONS") is not None
+    reads = _reads_interface(type(module))
+    return _defining_module(module, "ALL_ATTENTION_FUNCTIONS") is not None if reads is None else reads
+
+
+@functools.cache  # per class: its source does not change while the process runs
+def _reads_interface(kind: type) -> bool | None:
+    """Whether the source of the class's methods names ``ALL_ATTENTION_FUNCTIONS``; None where none can be read."""
+    sources = [source for method in _methods(kind) if (source := _source_text(method)) is not None]
+    return any("ALL_ATTENTION_FUNCTIONS" in source for source in sources) if sources else None
 
 
 def _defining_module(module: nn.Module, name: str):
@@ -1215,37 +1221,50 @@ def _refuse_dropped_keywords(model: nn.Module, layers: list[nn.Module]) -> None:
     DPT's encoder). Source that cannot be read, or calls made another way, are left to that first forward
     (`_check_context`)."""
     for kind in {type(module) for module in layers}:
-        tree = _source_tree(kind.forward)
-        if tree is None:
-            continue
-        names = {
-            target.id
-            for node in ast.walk(tree)
-            if isinstance(node, (ast.Assign, ast.AnnAssign))
-            and node.value is not None
-            and "ALL_ATTENTION_FUNCTIONS" in ast.unparse(node.value)
-            for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
-            if isinstance(target, ast.Name)
-        }
-        calls = [
-            node
-            for node in ast.walk(tree)
-            if isinstance(node, ast.Call)
-            and (getattr(node.func, "id", None) in names or "ALL_ATTENTION_FUNCTIONS" in ast.unparse(node.func))
-        ]
-        if calls and not _passes_keywords(calls):
+        if _calls_interface_without_keywords(kind):
             raise ValueError(
                 f"{kind.__name__} calls the attention interface without the keyword arguments its forward is given, "
                 "so a value path cannot hand its attention the forward pass's context; this model cannot take one."
             )
     for kind, name in _callers(model, layers):
-        calls = [call for method in _methods(kind) for call in _calls_of(_source_tree(method), name)]
-        if calls and not _passes_keywords(calls):
+        if _calls_child_without_keywords(kind, name):
             raise ValueError(
                 f"{kind.__name__} calls `self.{name}` (or its entries) without the keyword arguments it is given, so "
                 "a value path cannot hand the attention below it the forward pass's context; this model cannot take "
                 "one."
             )
+
+
+@functools.cache  # per class, as the source it reads
+def _calls_interface_without_keywords(kind: type) -> bool:
+    """Whether the class's forward calls the attention interface (a name taken from `ALL_ATTENTION_FUNCTIONS`, or
+    it directly), none of the calls with ``**``."""
+    tree = _source_tree(kind.forward)
+    if tree is None:
+        return False
+    names = {
+        target.id
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Assign, ast.AnnAssign))
+        and node.value is not None
+        and "ALL_ATTENTION_FUNCTIONS" in ast.unparse(node.value)
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(target, ast.Name)
+    }
+    calls = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and (getattr(node.func, "id", None) in names or "ALL_ATTENTION_FUNCTIONS" in ast.unparse(node.func))
+    ]
+    return bool(calls) and not _passes_keywords(calls)
+
+
+@functools.cache
+def _calls_child_without_keywords(kind: type, name: str) -> bool:
+    """Whether the class's methods call its child `name` (`_calls_of`), none of the calls with ``**``."""
+    calls = [call for method in _methods(kind) for call in _calls_of(_source_tree(method), name)]
+    return bool(calls) and not _passes_keywords(calls)
 
 
 def _callers(model: nn.Module, layers: list[nn.Module]) -> set[tuple[type, str]]:
@@ -1316,15 +1335,18 @@ def _source_tree(function) -> ast.AST | None:
 
 
 def _methods(kind: type) -> list:
-    """The functions of a module class and of its bases up to `nn.Module` (the overridden ones too: a call there
-    may still run through `super()`)."""
+    """The functions of a module class and of its bases (the overridden ones too: a call there may still run through
+    `super()`), short of `nn.Module` and transformers' `PreTrainedModel`, whose own methods call no child."""
     return [
         member
         for level in kind.__mro__
-        if issubclass(level, nn.Module) and level is not nn.Module
+        if issubclass(level, nn.Module) and level not in _MODULE_BASES
         for member in vars(level).values()
         if inspect.isfunction(member)
     ]
+
+
+_MODULE_BASES = frozenset(PreTrainedModel.__mro__)
 
 
 def _passes_keywords(calls: list[ast.Call]) -> bool:
