@@ -992,10 +992,11 @@ def test_a_layer_that_calls_attention_twice_is_refused_at_its_first_forward(meth
         model(tiny_inputs("llama")["input_ids"])
 
 
-@pytest.mark.parametrize("method", ["twicing", "xsa"])
-def test_a_layer_shared_across_depths_is_refused_at_its_first_forward_and_the_error_says_so(method):
-    """ALBERT runs one layer at every depth: the methods that need no V_0 adapt its one attention module, which is
-    then called once per depth in a forward pass, as differential attention calls it twice."""
+@pytest.mark.parametrize("method", ["neutreno", "twicing", "xsa"])
+def test_a_layer_shared_across_depths_is_refused_when_adapting_and_the_error_says_so(method):
+    """ALBERT runs one layer at every depth, so its one attention module would be called once per depth in a forward
+    pass, as differential attention calls it twice. The methods that need no V_0 adapted it and failed at the first
+    forward; NeuTRENO was refused for having one layer. Now every method is refused when adapting, by the reason."""
     from transformers import AlbertConfig, AlbertModel
 
     config = AlbertConfig(
@@ -1006,9 +1007,10 @@ def test_a_layer_shared_across_depths_is_refused_at_its_first_forward_and_the_er
         intermediate_size=64,
         num_hidden_layers=3,
     )
-    model = apply_value_path(AlbertModel(config, add_pooling_layer=False), method)
-    with pytest.raises(ValueError, match="one layer run at several depths, as ALBERT's shared layers"):
-        model(tiny_inputs("bert")["input_ids"])
+    model = AlbertModel(config, add_pooling_layer=False)
+    with pytest.raises(ValueError, match=r"runs its 1 self-attention layer\(s\) at 3 depths"):
+        apply_value_path(model, method)
+    assert not is_value_path_model(model)
 
 
 def test_classes_from_outside_transformers_adapt_and_save_with_a_warning_that_they_load_plain(tmp_path):

@@ -1158,6 +1158,14 @@ def _split_old_coefficients(model, old: torch.Tensor) -> dict[str, torch.Tensor]
 def _check_adaptable(model: PreTrainedModel) -> tuple[list[nn.Module], str]:
     """The self-attention layers and the backend to wrap, or `ValueError` for what a value path cannot do exactly."""
     layers = self_attention_layers(model)
+    depth = getattr(model.config.get_text_config(), "num_hidden_layers", None)
+    if isinstance(depth, int) and depth > len(layers):
+        raise ValueError(
+            f"{type(model).__name__} runs its {len(layers)} self-attention layer(s) at {depth} depths "
+            "(config.num_hidden_layers; shared layers, as ALBERT's): a value path is defined for one attention call "
+            "per layer (V_0 is layer 0's values, each layer's rule acts on its one output), so this model cannot "
+            "take one."
+        )
     if any(getattr(module, "is_causal", True) for module in layers):  # bidirectional layers never run with a cache
         _refuse_sliding_windows(model, len(layers))
     _refuse_dropped_keywords(model, layers)
