@@ -981,12 +981,20 @@ def test_sliding_window_flash_and_foreign_classes_are_refused():
 
 
 @pytest.mark.parametrize("method", ["neutreno", "value_residual", "twicing", "xsa", "value_embedding"])
-def test_a_layer_that_calls_attention_twice_is_refused_at_its_first_forward(method):
+def test_a_layer_that_calls_attention_twice_is_refused_when_adapting_and_at_its_first_forward(method, monkeypatch):
     """Differential attention calls the interface twice per layer, on two halves of V: layer 0 would leave the second
     half as V_0, and each rule would act on both outputs, which the layer then subtracts. Refused, with a clear
-    error, rather than a silently different model; activation checkpointing's recomputation of a layer is not a
-    second call (test_gradient_checkpointing_gives_the_same_gradients)."""
+    error, rather than a silently different model: when adapting, where the attention's forward makes both calls
+    unconditionally (DiffLlama's), and else at the first forward that makes two (a vision attention that calls it
+    once per image); activation checkpointing's recomputation of a layer is not a second call
+    (test_gradient_checkpointing_gives_the_same_gradients)."""
+    from hf_neutreno.models import value_path
+
     model = DiffLlamaForCausalLM(DiffLlamaConfig(**DECODER))
+    with pytest.raises(ValueError, match="DiffLlamaAttention calls the attention interface twice in its forward"):
+        apply_value_path(model, method)
+    assert not is_value_path_model(model)
+    monkeypatch.setattr(value_path, "_interface_calls", lambda kind: ([], 1))  # as if the source showed one call
     model = apply_value_path(model, method)
     with pytest.raises(ValueError, match="called the attention interface twice in one forward pass"):
         model(tiny_inputs("llama")["input_ids"])

@@ -1229,6 +1229,12 @@ def _refuse_dropped_keywords(model: nn.Module, layers: list[nn.Module]) -> None:
     DPT's encoder). Source that cannot be read, or calls made another way, are left to that first forward
     (`_check_context`)."""
     for kind in {type(module) for module in layers}:
+        if _interface_calls(kind)[1] > 1:
+            raise ValueError(
+                f"{kind.__name__} calls the attention interface twice in its forward (differential attention): a "
+                "value path is defined for one attention call per layer (V_0 is layer 0's values, each layer's rule "
+                "acts on its one output), so this model cannot take one."
+            )
         if _calls_interface_without_keywords(kind):
             raise ValueError(
                 f"{kind.__name__} calls the attention interface without the keyword arguments its forward is given, "
@@ -1244,12 +1250,13 @@ def _refuse_dropped_keywords(model: nn.Module, layers: list[nn.Module]) -> None:
 
 
 @functools.cache  # per class, as the source it reads
-def _calls_interface_without_keywords(kind: type) -> bool:
-    """Whether the class's forward calls the attention interface (a name taken from `ALL_ATTENTION_FUNCTIONS`, or
-    it directly), none of the calls with ``**``."""
+def _interface_calls(kind: type) -> tuple[list[ast.Call], int]:
+    """The calls of the attention interface in the class's forward (of a name taken from `ALL_ATTENTION_FUNCTIONS`,
+    or of it directly), and how many statements of the forward's own body (not inside a branch or loop, so that
+    every call runs) make one."""
     tree = _source_tree(kind.forward)
     if tree is None:
-        return False
+        return [], 0
     names = {
         target.id
         for node in ast.walk(tree)
@@ -1259,12 +1266,26 @@ def _calls_interface_without_keywords(kind: type) -> bool:
         for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
         if isinstance(target, ast.Name)
     }
-    calls = [
-        node
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Call)
-        and (getattr(node.func, "id", None) in names or "ALL_ATTENTION_FUNCTIONS" in ast.unparse(node.func))
-    ]
+
+    def calls_in(node) -> list[ast.Call]:  # not the look-ups (`ALL_ATTENTION_FUNCTIONS.get_interface(...)`)
+        return [
+            call
+            for call in ast.walk(node)
+            if isinstance(call, ast.Call)
+            and (getattr(call.func, "id", None) in names or "ALL_ATTENTION_FUNCTIONS" in ast.unparse(call.func))
+            and not (isinstance(call.func, ast.Attribute) and "ALL_ATTENTION_FUNCTIONS" in ast.unparse(call.func.value))
+        ]
+
+    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.FunctionDef) else []
+    unconditional = sum(
+        1 for statement in body if isinstance(statement, (ast.Assign, ast.AnnAssign, ast.Expr)) and calls_in(statement)
+    )
+    return calls_in(tree), unconditional
+
+
+def _calls_interface_without_keywords(kind: type) -> bool:
+    """Whether the class's forward calls the attention interface, none of the calls with ``**``."""
+    calls = _interface_calls(kind)[0]
     return bool(calls) and not _passes_keywords(calls)
 
 
