@@ -205,3 +205,42 @@ def test_a_cache_stepped_token_by_token_gives_the_full_forward(name, method, att
             cache = getattr(step, CACHE_FIELD)
             steps.append(step.logits)
     torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=0, atol=1e-12)
+
+
+@pytest.mark.slow  # every model class of the installed transformers, built on the meta device: about a minute
+def test_every_transformers_model_is_adapted_or_refused_by_name():
+    """`check_adaptable` (which `compare --model` runs on a meta-device model before it trains anything) gives every
+    architecture of the installed transformers either a pass or a `ValueError`, for every method and kind of
+    coefficient: never another exception from inside a model or config (SAM 2's vision encoder raised transformers'
+    AttributeError for a gate). Each class is built from its default config, shrunk where the config allows."""
+    from transformers import AutoModel, AutoModelForCausalLM
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    from hf_neutreno.models.value_path import check_adaptable
+
+    shrink = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, vocab_size=99)
+    checked = adapted = 0
+    for model_type, config_class in sorted(CONFIG_MAPPING.items()):
+        try:
+            config = config_class()
+            for name, value in shrink.items():
+                if hasattr(config, name):
+                    setattr(config, name, value)
+            with torch.device("meta"):
+                try:
+                    model = AutoModelForCausalLM.from_config(config)
+                except ValueError:  # no causal LM of this type
+                    model = AutoModel.from_config(config)
+        except Exception:  # a config that does not build shrunk, or a class that needs more: not the adapter's
+            continue
+        checked += 1
+        for method in METHODS + ("value_embedding",):
+            for learnable in (False, True, "gate"):
+                try:
+                    check_adaptable(model, method, learnable)
+                    adapted += 1
+                except ValueError:
+                    pass
+                except Exception as error:
+                    raise AssertionError(f"{model_type}, {method}, learnable={learnable}: {error!r}") from error
+    assert checked > 200 and adapted > 500, (checked, adapted)

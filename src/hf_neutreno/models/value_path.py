@@ -1062,15 +1062,27 @@ def _initialise_table(table: nn.Embedding, hidden_size: int) -> None:
 
 def _value_heads(config) -> tuple[int, int]:
     """(key/value heads, value head size) of a text config: multi-head latent attention (DeepSeek V2/V3) has values
-    of their own size, `v_head_dim`, unlike its queries and keys (`head_dim`)."""
-    heads = getattr(config, "num_attention_heads", None)
+    of their own size, `v_head_dim`, unlike its queries and keys (`head_dim`). `ValueError` where there is no one
+    number of heads (a gate and value embeddings are sized by it)."""
+    heads = _one_value(config, "num_attention_heads")
     if not isinstance(heads, int):  # Hiera (SAM 2's vision encoder): heads per stage
         raise ValueError(
             f"{type(config).__name__} has no single `num_attention_heads` (got {heads!r}), which a gate and value "
             "embeddings size their key/value heads by; use a fixed or learnable coefficient, or another method."
         )
-    head_dim = getattr(config, "v_head_dim", None) or getattr(config, "head_dim", None) or config.hidden_size // heads
-    return getattr(config, "num_key_value_heads", None) or heads, head_dim
+    head_dim = _one_value(config, "v_head_dim") or _one_value(config, "head_dim") or config.hidden_size // heads
+    return _one_value(config, "num_key_value_heads") or heads, head_dim
+
+
+def _one_value(config, name: str):
+    """`config.<name>` (None if absent), or `ValueError` where transformers' heterogeneous configs set it per layer."""
+    try:
+        return getattr(config, name, None)
+    except RuntimeError as error:  # reading a per-layer attribute of a heterogeneous config globally
+        raise ValueError(
+            f"{type(config).__name__} sets `{name}` per layer, so its layers have no one size that a gate and value "
+            "embeddings could be made for; use a fixed or learnable coefficient, or another method."
+        ) from error
 
 
 def _check_method_fits(model: PreTrainedModel, settings: dict, layers: list[nn.Module]) -> None:
