@@ -81,6 +81,18 @@ from tiny_models import (
 )
 
 METHODS = ("neutreno", "value_residual")
+# a wav2vec 2.0-style speech encoder (HuBERT, wav2vec 2.0) of two 4-times-downsampling convolutions
+TINY_AUDIO = dict(
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    conv_dim=(8, 8),
+    conv_stride=(4, 4),
+    conv_kernel=(8, 8),
+    num_conv_pos_embeddings=16,
+    num_conv_pos_embedding_groups=2,
+)
 TESTS = Path(__file__).resolve().parent
 
 
@@ -850,19 +862,7 @@ def test_attention_that_drops_its_keyword_arguments_is_refused_before_the_model_
         )
     )
     stablelm = StableLmForCausalLM(StableLmConfig(**{k: v for k, v in DECODER.items() if k != "num_key_value_heads"}))
-    hubert = HubertModel(
-        HubertConfig(
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            conv_dim=(8, 8),
-            conv_stride=(4, 4),
-            conv_kernel=(8, 8),
-            num_conv_pos_embeddings=16,
-            num_conv_pos_embedding_groups=2,
-        )
-    )
+    hubert = HubertModel(HubertConfig(**TINY_AUDIO))
     dpt = DPTModel(
         DPTConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, image_size=32)
     )
@@ -902,18 +902,7 @@ def test_layer_drop_is_refused_at_the_first_training_forward_where_the_method_ne
     layer 0, the later layers of NeuTRENO or the value residual have no V_0, and the step raised, at random (in one
     step of ten, as often as layer 0 is skipped). Now the first training forward refuses, naming the field;
     inference, a method that needs no V_0, and the same model with LayerDrop set to 0 run."""
-    config = Wav2Vec2Config(
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=3,
-        num_attention_heads=4,
-        conv_dim=(8, 8),
-        conv_stride=(4, 4),
-        conv_kernel=(8, 8),
-        num_conv_pos_embeddings=16,
-        num_conv_pos_embedding_groups=2,
-        layerdrop=0.1,
-    )
+    config = Wav2Vec2Config(**dict(TINY_AUDIO, num_hidden_layers=3), layerdrop=0.1)
     model = apply_value_path(Wav2Vec2Model(config), method)
     audio = torch.randn(2, 800, generator=torch.Generator().manual_seed(0))
     model.eval()
