@@ -14,6 +14,8 @@ from transformers import (
     ConvNextModel,
     DeepseekV32Config,
     DeepseekV32ForCausalLM,
+    DiffLlamaConfig,
+    DiffLlamaForCausalLM,
     Gemma2Config,
     Gemma2ForCausalLM,
     GPT2Config,
@@ -428,6 +430,18 @@ def test_a_sparse_selection_of_keys_gives_no_maps_and_says_why():
         attention_maps(model, batch)
     with pytest.raises(ValueError, match=r"functional_j.*\['indices'\]"):
         measure_oversmoothing(model, [batch], metrics=["functional_j"], progress=False)
+
+
+def test_maps_are_refused_where_a_layer_calls_attention_twice_or_the_sample_is_out_of_range():
+    """DiffLlama's differential attention calls the interface twice per layer: `attention_maps` numbered each call
+    as a layer, so "layer 2" was layer 1's second map, and a 2-layer model had maps 1-4, without a word
+    (`measure_oversmoothing` already refused it). A `sample` beyond the batch raised an IndexError."""
+    model = DiffLlamaForCausalLM(DiffLlamaConfig(**_DECODER)).eval()
+    batch = {"input_ids": torch.randint(3, 40, (2, 9), generator=torch.Generator().manual_seed(0))}
+    with pytest.raises(ValueError, match="DiffLlamaAttention called the attention interface more than once"):
+        attention_maps(model, batch)
+    with pytest.raises(ValueError, match="`sample` 2 is out of range: the attention ran on a batch of 2"):
+        attention_maps(tiny_model("llama"), batch, sample=2)
 
 
 @pytest.mark.parametrize("adapted", [False, True])

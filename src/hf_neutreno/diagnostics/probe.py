@@ -200,9 +200,21 @@ def attention_maps(
     when `inputs` has a 2-D `attention_mask`. For a figure, pass the result to `plot_attention_maps`.
     """
     maps: list[torch.Tensor] = []
+    calls: dict[int, int] = {}  # module -> its calls in this forward
 
     def observe(call: AttentionCall) -> None:
-        maps.append(call.probabilities()[sample].cpu())
+        calls[id(call.module)] = calls.get(id(call.module), 0) + 1
+        if calls[id(call.module)] > 1:  # differential attention, or a call per image: not one map per layer
+            raise ProbeUnavailable(
+                f"{type(call.module).__name__} called the attention interface more than once in one forward pass "
+                "(differential attention, or one call per image), so its maps cannot be numbered by layer"
+            )
+        probabilities = call.probabilities()
+        if not -probabilities.shape[0] <= sample < probabilities.shape[0]:
+            raise ProbeUnavailable(
+                f"`sample` {sample} is out of range: the attention ran on a batch of {probabilities.shape[0]}"
+            )
+        maps.append(probabilities[sample].cpu())
 
     device = next(model.parameters()).device
     inputs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
