@@ -194,3 +194,26 @@ def test_lora_trains_the_gates_with_modules_to_save_and_restores_them_on_the_bas
     restored = PeftModel.from_pretrained(fresh, tmp_path / "adapter").eval()
     with torch.no_grad():
         torch.testing.assert_close(restored(input_ids).logits, trained, rtol=0, atol=1e-6)
+
+
+def test_a_gate_on_attention_inputs_narrower_than_the_hidden_size_says_so():
+    """MobileBERT's attention reads its bottleneck (`true_hidden_size`), not `hidden_size`, which the gate is made for:
+    the first forward raised a bare matrix-shape error from inside the gate. Now a ValueError that names the widths
+    and what to use instead."""
+    from transformers import MobileBertConfig, MobileBertModel
+
+    config = MobileBertConfig(
+        vocab_size=99,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        intra_bottleneck_size=32,
+        true_hidden_size=32,
+        embedding_size=16,
+    )
+    model = apply_value_path(MobileBertModel(config), "value_residual", learnable="gate")
+    with pytest.raises(
+        ValueError, match="called with inputs of width 32, but its gate was made for config.hidden_size"
+    ):
+        model(torch.tensor([[3, 4, 5]]))

@@ -1120,6 +1120,12 @@ def _gate_hook(module, args, kwargs):
         if context.method == "value_embedding":
             hidden_states = hidden_states[..., :EMBEDDING_GATE_INPUTS]
         gate = getattr(module, GATE_ATTRIBUTE)  # looked up at each call: PEFT may have wrapped it
+        if hidden_states.shape[-1] != gate.weight.shape[1]:  # MobileBERT's attention reads its bottleneck's width
+            raise ValueError(
+                f"{type(module).__name__} (value-path layer {getattr(module, LAYER_ATTRIBUTE)}) is called with inputs "
+                f"of width {hidden_states.shape[-1]}, but its gate was made for config.hidden_size = "
+                f"{gate.weight.shape[1]}: this model cannot take a gate; use a fixed or learnable coefficient."
+            )
         # `weight`, which PEFT's wrappers also give, not `parameters()`: a walk over modules on every forward
         context.gates[getattr(module, LAYER_ATTRIBUTE)] = torch.sigmoid(gate(hidden_states.to(gate.weight.dtype)))
     return None
