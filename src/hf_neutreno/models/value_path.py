@@ -715,7 +715,7 @@ def _first_values(context, layer: int, value: torch.Tensor) -> torch.Tensor:
     return first
 
 
-def _begin_forward(model, settings, attention_modules, checkpointing, module, args, kwargs):
+def _begin_forward(model, settings, attention_modules, checkpointing, layer_drop, module, args, kwargs):
     """Forward pre-hook of every PreTrainedModel level: the outermost call gets a fresh context for its layers."""
     if CONTEXT_KWARG in kwargs:  # an outer level of the same call made it
         return None
@@ -734,8 +734,8 @@ def _begin_forward(model, settings, attention_modules, checkpointing, module, ar
             "run it without its value path. To change the backend: remove_value_path(model), "
             "model.set_attn_implementation(...), then apply_value_path again."
         )
-    if model.training and settings["method"] not in FROM_LAYER_0:
-        _refuse_layer_drop(model.config)
+    if layer_drop and model.training:
+        _refuse_layer_drop(model.config, layer_drop)
     cache = kwargs.get("cache")
     if cache is None:
         cache = kwargs.get("past_key_values")
@@ -773,15 +773,25 @@ def _begin_forward(model, settings, attention_modules, checkpointing, module, ar
 LAYER_DROP_FIELDS = ("layerdrop", "layer_drop", "encoder_layerdrop", "decoder_layerdrop")
 
 
-def _refuse_layer_drop(config) -> None:
+def _layer_drop_fields(model, settings) -> tuple[str, ...]:
+    """The LayerDrop fields of the model's configs that `_refuse_layer_drop` reads at each training forward: none for
+    the methods that need no V_0, or where the configs have none (most models: no per-forward cost)."""
+    if settings["method"] in FROM_LAYER_0:
+        return ()
+    configs = (model.config, model.config.get_text_config())
+    return tuple(name for name in LAYER_DROP_FIELDS if any(hasattr(config, name) for config in configs))
+
+
+def _refuse_layer_drop(config, fields: tuple[str, ...]) -> None:
     """LayerDrop (wav2vec 2.0's `config.layerdrop`, 0.1 by default) skips layers at random in training, layer 0 among
     them, and then the later layers have no V_0: a training run would fail at a random step. Refused at the first
-    training forward instead, naming the field. Skipping a later layer is harmless (it adds nothing, as natively), so
-    the methods that need no V_0 train with it."""
+    training forward instead, naming the field (any of `fields` above 0). Skipping a later layer is harmless (it adds
+    nothing, as natively), so the methods that need no V_0 train with it."""
+    text = config.get_text_config()
     dropping = {
         name: value
-        for level in (config, config.get_text_config())
-        for name in LAYER_DROP_FIELDS
+        for level in ((config,) if text is config else (config, text))
+        for name in fields
         if isinstance(value := getattr(level, name, None), numbers.Real) and value > 0
     }
     if dropping:
@@ -1137,10 +1147,11 @@ class _Hook:
     def __init__(self, model, settings, attention_modules):
         self.model, self.settings, self.attention_modules = model, settings, attention_modules
         self.checkpointing = [level for level in model.modules() if hasattr(level, "gradient_checkpointing")]
+        self.layer_drop = _layer_drop_fields(model, settings)
 
     def __call__(self, module, args, kwargs):
         return _begin_forward(
-            self.model, self.settings, self.attention_modules, self.checkpointing, module, args, kwargs
+            self.model, self.settings, self.attention_modules, self.checkpointing, self.layer_drop, module, args, kwargs
         )
 
 
