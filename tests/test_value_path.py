@@ -1008,6 +1008,12 @@ def test_a_layer_shared_across_depths_is_refused_when_adapting_and_the_error_say
     with pytest.raises(ValueError, match=r"runs its 1 self-attention layer\(s\) at 3 depths"):
         apply_value_path(model, method)
     assert not is_value_path_model(model)
+    pruned = tiny_model("llama")  # a layer removed, the config not told: the message says what to set
+    pruned.model.layers = torch.nn.ModuleList(list(pruned.model.layers)[:-1])
+    with pytest.raises(ValueError, match=r"If layers were removed from it, set config.num_hidden_layers to the 2 left"):
+        apply_value_path(pruned, method)
+    pruned.config.num_hidden_layers = 2
+    assert is_value_path_model(apply_value_path(pruned, method))
 
 
 def test_classes_from_outside_transformers_adapt_and_save_with_a_warning_that_they_load_plain(tmp_path):

@@ -1193,7 +1193,7 @@ def _check_adaptable(model: PreTrainedModel) -> tuple[list[nn.Module], str]:
             f"{type(model).__name__} runs its {len(layers)} self-attention layer(s) at {depth} depths "
             "(config.num_hidden_layers; shared layers, as ALBERT's): a value path is defined for one attention call "
             "per layer (V_0 is layer 0's values, each layer's rule acts on its one output), so this model cannot "
-            "take one."
+            f"take one. If layers were removed from it, set config.num_hidden_layers to the {len(layers)} left."
         )
     if any(getattr(module, "is_causal", True) for module in layers):  # bidirectional layers never run with a cache
         _refuse_sliding_windows(model, len(layers))
