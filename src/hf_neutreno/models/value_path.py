@@ -466,15 +466,8 @@ def _layer_of(path: str, lists: set[str]) -> tuple[str | None, int | None]:
 
 def _attention_outside_interface(model: nn.Module) -> list[str]:
     """The paths of the attention modules the model declares (as `interface_attention_modules` finds them) that do
-    not read the interface."""
-    declared = _declared_attention_classes(model)
-    return [
-        name
-        for path, module in model.named_modules()
-        if isinstance(module, declared)
-        for name, inner in _interface_module(path, module)
-        if not _imports_interface(inner)
-    ]
+    not go through the interface."""
+    return [name for name, inner in _declared_attention(model) if not _goes_through_interface(inner)]
 
 
 def interface_attention_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
@@ -485,19 +478,28 @@ def interface_attention_modules(model: nn.Module) -> list[tuple[str, nn.Module]]
     of them). A declared module calls the interface itself, unless it wraps the module that does (DeiT's
     `DeiTAttention` holds `DeiTSelfAttention` and the output projection): a wrapper has no ``is_causal``, the attribute
     the interface's functions read from the module they are handed, and descendants that have it, the outermost of
-    which are taken instead. Either way the class's file must import ``ALL_ATTENTION_FUNCTIONS``.
+    which are taken instead. Either way the class's source must name ``ALL_ATTENTION_FUNCTIONS``
+    (`_goes_through_interface`).
 
     The fallback, only for a model that declares no attention class (Bloom, for one): the modules whose forward's
     source text calls ``ALL_ATTENTION_FUNCTIONS.get_interface(``.
     """
-    declared = _declared_attention_classes(model)
-    if not declared:
+    if not _declared_attention_classes(model):
         return _attention_modules_by_source(model)
-    found: dict[str, nn.Module] = {}
-    for path, module in model.named_modules():
-        if isinstance(module, declared):
-            found.update((name, inner) for name, inner in _interface_module(path, module) if _imports_interface(inner))
+    found = {name: inner for name, inner in _declared_attention(model) if _goes_through_interface(inner)}
     return list(found.items())
+
+
+def _declared_attention(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """(path, module) of each module of a class the model declares as attention, or, for a wrapper, of the modules
+    inside it that would call the interface (`_interface_module`)."""
+    declared = _declared_attention_classes(model)
+    return [
+        (name, inner)
+        for path, module in model.named_modules()
+        if isinstance(module, declared)
+        for name, inner in _interface_module(path, module)
+    ]
 
 
 def _declared_attention_classes(model: nn.Module) -> tuple[type, ...]:
@@ -528,7 +530,7 @@ def _interface_module(path: str, module: nn.Module) -> list[tuple[str, nn.Module
     return found or [(path, module)]
 
 
-def _imports_interface(module: nn.Module) -> bool:
+def _goes_through_interface(module: nn.Module) -> bool:
     """Whether the module's class, or a base class it inherits its attention from (EigenViT's from the NeuTRENO
     ViT's), reads the interface: its methods' source names ``ALL_ATTENTION_FUNCTIONS``. A file that imports it
     may still hold an attention that does not (SAM's vision attention, beside its mask decoder's). Where no source
@@ -1257,7 +1259,7 @@ def _refuse_dropped_keywords(model: nn.Module, layers: list[nn.Module]) -> None:
     ``**`` (StableLM's decoder layer, HuBERT's model around its encoder; a list of layers through the loop over it,
     DPT's encoder). Source that cannot be read, or calls made another way, are left to that first forward
     (`_check_context`)."""
-    for kind in {type(module) for module in layers}:
+    for kind in dict.fromkeys(type(module) for module in layers):  # in layer order: the same message every run
         if _interface_calls(kind)[1] > 1:
             raise ValueError(
                 f"{kind.__name__} calls the attention interface twice in its forward (differential attention): a "
@@ -1325,19 +1327,20 @@ def _calls_child_without_keywords(kind: type, name: str) -> bool:
     return bool(calls) and not _passes_keywords(calls)
 
 
-def _callers(model: nn.Module, layers: list[nn.Module]) -> set[tuple[type, str]]:
+def _callers(model: nn.Module, layers: list[nn.Module]) -> list[tuple[type, str]]:
     """(class, attribute name) of each module on the way from the innermost `PreTrainedModel` level above an
     attention layer down to it, and the child it calls on that way: the calls its context travels through (each
-    level's forward pre-hook makes one). For a list of layers, the module holding the list and the list's name."""
+    level's forward pre-hook makes one). For a list of layers, the module holding the list and the list's name. In
+    order from the attention up, so that a refusal names the nearest one, the same in every process."""
     parents = {id(child): (parent, name) for parent in model.modules() for name, child in parent.named_children()}
-    found = set()
+    found: dict[tuple[type, str], None] = {}
     for module in layers:
         while id(module) in parents and not isinstance(module, PreTrainedModel):
             parent, name = parents[id(module)]
             if not isinstance(parent, (nn.ModuleList, nn.ModuleDict)):
-                found.add((type(parent), name))
+                found[type(parent), name] = None
             module = parent
-    return found
+    return list(found)
 
 
 def _calls_of(tree: ast.AST | None, name: str) -> list[ast.Call]:
