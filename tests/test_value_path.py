@@ -365,11 +365,13 @@ def test_an_output_projection_input_changed_in_place_gives_an_error_or_the_right
 @pytest.mark.parametrize(
     "function, grouped", [("the learnable λ", False), ("the learnable λ", True), ("the learnable α", False)]
 )
-def test_the_learnable_coefficients_written_out_backward_passes_gradcheck_twice(function, grouped):
-    """The autograd Functions of a learnable λ (grouped-query shapes too) and α against finite differences, to the
-    first and second order, in float64 (whose coefficient gradient is summed in float64, not float32)."""
+def test_the_learnable_coefficients_pass_gradcheck_twice_with_the_rebuild(function, grouped):
+    """A learnable λ (its autograd Function; grouped-query shapes too) and α (plain autograd, with the backend's copy of
+    the mix rebuilt in the backward pass) against finite differences, to the first and second order, in float64."""
+    from types import SimpleNamespace
+
     from hf_neutreno.models.neutreno_term import _AddScaledDifference
-    from hf_neutreno.models.value_path_methods import Lerp
+    from hf_neutreno.models.value_path_methods import value_residual
 
     generator = torch.Generator().manual_seed(0)
 
@@ -380,10 +382,34 @@ def test_the_learnable_coefficients_written_out_backward_passes_gradcheck_twice(
     if function == "the learnable λ":  # output (batch, queries, heads[, group], d), V_0 and V to broadcast over it
         output, values = (tensor(2, 3, 2, 2, 4), (2, 3, 2, 1, 4)) if grouped else (tensor(2, 3, 4, 4), (2, 3, 4, 4))
         inputs, apply = (output, tensor(*values), tensor(*values), coefficient), _AddScaledDifference.apply
-    else:  # V_ℓ and V_0, mixed before attention: no grouped shape
-        inputs, apply = (tensor(2, 2, 3, 4), tensor(2, 2, 3, 4), coefficient), Lerp.apply
+    else:  # V_ℓ and V_0 (batch, heads, tokens, d), mixed before an eager attention, which keeps the mix it reads
+        query, swapped = tensor(2, 2, 3, 4), []
+
+        def attention(values):
+            weights = torch.softmax(query.detach() @ values.transpose(-1, -2), dim=-1)
+            return ((weights @ values).transpose(1, 2),)
+
+        def apply(value, first, alpha):
+            context = SimpleNamespace(past=0, mixed_rows={}, gate_rows={}, recompute_saved=True)
+            with mock.patch("hf_neutreno.models.value_path_methods.rebuild_saved", _counting(swapped)):
+                return value_residual(attention, context, 1, query, value, first, alpha)[0]
+
+        inputs = (tensor(2, 2, 3, 4), tensor(2, 2, 3, 4), coefficient)
     assert torch.autograd.gradcheck(apply, inputs)
     assert torch.autograd.gradgradcheck(apply, inputs)
+    if function == "the learnable α":
+        assert swapped and all(swapped), "the mix the attention keeps was not rebuilt"
+
+
+def _counting(swapped: list):
+    """`rebuild_saved` that records how many saved tensors each call swapped."""
+    from hf_neutreno.models.neutreno_term import rebuild_saved
+
+    def counted(*arguments):
+        swapped.append(rebuild_saved(*arguments))
+        return swapped[-1]
+
+    return counted
 
 
 def _layers(model):

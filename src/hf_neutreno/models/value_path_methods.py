@@ -231,10 +231,7 @@ def value_residual(run, context, layer, query, value, first, coefficient, in_cac
         return run(torch.lerp(value, first, alpha))
     # A learnable α keeps V_ℓ and V_0 for its gradient, beside the backend's copy of the mix: that copy is rebuilt
     # from them in the backward pass instead.
-    mixed_values = (
-        torch.lerp(value, first, alpha) if per_row else run_function(Lerp, LerpForTransforms, value, first, alpha)
-    )
-    return attend_over_mix(run, context, mixed_values, value, first, alpha)
+    return attend_over_mix(run, context, torch.lerp(value, first, alpha), value, first, alpha)
 
 
 def attend_over_mix(run, context, mixed, value, first, coefficient):
@@ -307,40 +304,3 @@ def twicing(run, context, module, layer, query, key, value, dropout=0.0):
     context.twicing_history[layer] = history
     second, *_ = run(values - history, OneGroup(module), keys_per_head)
     return (torch.add(output, second, alpha=context.coefficient), *rest)
-
-
-class Lerp(torch.autograd.Function):
-    """``torch.lerp(V_ℓ, V_0, α)`` for a learnable α, with the gradients in fewer kernels than autograd's; called
-    through `run_function`, as `Exclusive`."""
-
-    @staticmethod
-    def forward(ctx, value, first, coefficient):
-        result = Lerp.compute(value, first, coefficient)
-        Lerp.keep(ctx, (value, first, coefficient), result)
-        return result
-
-    @staticmethod
-    def compute(value, first, coefficient):
-        return torch.lerp(value, first, coefficient)
-
-    @staticmethod
-    def keep(ctx, inputs, result):
-        ctx.save_for_backward(*inputs)
-
-    @staticmethod
-    def backward(ctx, grad):
-        value, first, coefficient = ctx.saved_tensors
-        grad_first = grad * coefficient
-        grad_coefficient = None
-        if ctx.needs_input_grad[2]:
-            summed = torch.float64 if grad.dtype == torch.float64 else torch.float32  # bf16 and fp16 in fp32
-            grad_coefficient = torch.sum(grad * (first - value), dtype=summed).to(coefficient.dtype)
-        return grad - grad_first, grad_first, grad_coefficient
-
-
-class LerpForTransforms(Lerp):
-    """`Lerp` in torch.func's form (`run_function`)."""
-
-    generate_vmap_rule = True
-    forward = staticmethod(Lerp.compute)
-    setup_context = staticmethod(Lerp.keep)
