@@ -145,3 +145,39 @@ def test_a_coefficient_that_is_not_finite_is_refused_on_saving_and_on_loading(tm
     with pytest.raises(ValueError, match="not finite"):
         load_value_path(base, tmp_path / "saved")
     assert not is_value_path_model(base)
+
+
+def test_a_sub_model_saved_through_its_parent_loads_plain_and_says_so_and_its_delta_restores_it(tmp_path):
+    """docs/value-path.md: a VLM's language model adapted alone; the VLM's own save holds no value path, so it reloads
+    plain with the marker and coefficients UNEXPECTED under the sub-model's prefix; `load_value_path` onto the reloaded
+    VLM's language model gives the adapted logits back."""
+    from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaForConditionalGeneration
+
+    from hf_neutreno.value_path import MARKER
+
+    text = LlamaConfig(**{**tiny_model("llama").config.to_dict(), "vocab_size": 120})
+    vision = CLIPVisionConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, image_size=16, patch_size=4
+    )
+    torch.manual_seed(0)
+    vlm = LlavaForConditionalGeneration(LlavaConfig(text_config=text, vision_config=vision, image_token_index=100))
+    input_ids = tiny_inputs("llama")["input_ids"]
+    with torch.no_grad():
+        plain = vlm.eval()(input_ids=input_ids).logits
+        apply_value_path(vlm.model.language_model, "value_residual", 0.5, learnable=True)
+        for parameter in value_path_parameters(vlm.model.language_model).values():
+            parameter.add_(0.1)
+        adapted = vlm(input_ids=input_ids).logits
+    assert not torch.allclose(adapted, plain)
+    vlm.save_pretrained(tmp_path / "vlm")
+    save_value_path(vlm.model.language_model, tmp_path / "delta")
+
+    reloaded, info = LlavaForConditionalGeneration.from_pretrained(tmp_path / "vlm", output_loading_info=True)
+    with torch.no_grad():
+        assert torch.equal(reloaded.eval()(input_ids=input_ids).logits, plain)  # plain, as the docs say
+        assert f"model.language_model.{MARKER}" in info["unexpected_keys"]
+        assert {f"model.language_model.{name}" for name in value_path_parameters(vlm.model.language_model)} <= set(
+            info["unexpected_keys"]
+        )
+        load_value_path(reloaded.model.language_model, tmp_path / "delta")
+        assert torch.equal(reloaded(input_ids=input_ids).logits, adapted)
