@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 from transformers import LlamaForCausalLM, LlamaModel
 
 from fresh_process import run_fresh
-from hf_neutreno import apply_value_path, learned_coefficients, load_value_path, save_value_path
+from hf_neutreno import apply_value_path, learned_coefficients, load_value_path, remove_value_path, save_value_path
 from hf_neutreno.value_path import is_value_path_model, value_path_parameters
 from hf_neutreno.value_path_delta import CONFIG_NAME, WEIGHTS_NAME
 from tiny_models import tiny_inputs, tiny_model
@@ -149,8 +149,9 @@ def test_a_coefficient_that_is_not_finite_is_refused_on_saving_and_on_loading(tm
 
 def test_a_sub_model_saved_through_its_parent_loads_plain_and_says_so_and_its_delta_restores_it(tmp_path):
     """docs/value-path.md: a VLM's language model adapted alone; the VLM's own save holds no value path, so it reloads
-    plain with the marker and coefficients UNEXPECTED under the sub-model's prefix; `load_value_path` onto the reloaded
-    VLM's language model gives the adapted logits back."""
+    plain with the marker and coefficients UNEXPECTED under the sub-model's prefix. The value path saved beside it at
+    the same time (`save_value_path`, whose digests are of the weights as trained) and loaded onto the reloaded VLM's
+    language model gives the adapted logits back; with a fixed coefficient, adapting it again does too."""
     from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaForConditionalGeneration
 
     from hf_neutreno.value_path import MARKER
@@ -159,25 +160,37 @@ def test_a_sub_model_saved_through_its_parent_loads_plain_and_says_so_and_its_de
     vision = CLIPVisionConfig(
         hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, image_size=16, patch_size=4
     )
-    torch.manual_seed(0)
-    vlm = LlavaForConditionalGeneration(LlavaConfig(text_config=text, vision_config=vision, image_token_index=100))
     input_ids = tiny_inputs("llama")["input_ids"]
-    with torch.no_grad():
-        plain = vlm.eval()(input_ids=input_ids).logits
-        apply_value_path(vlm.model.language_model, "value_residual", 0.5, learnable=True)
-        for parameter in value_path_parameters(vlm.model.language_model).values():
-            parameter.add_(0.1)
-        adapted = vlm(input_ids=input_ids).logits
-    assert not torch.allclose(adapted, plain)
-    vlm.save_pretrained(tmp_path / "vlm")
-    save_value_path(vlm.model.language_model, tmp_path / "delta")
+    for learnable in (True, False):
+        torch.manual_seed(0)
+        vlm = LlavaForConditionalGeneration(LlavaConfig(text_config=text, vision_config=vision, image_token_index=100))
+        folder, delta = tmp_path / f"vlm-{learnable}", tmp_path / f"delta-{learnable}"
+        with torch.no_grad():
+            plain = vlm.eval()(input_ids=input_ids).logits
+            apply_value_path(vlm.model.language_model, "value_residual", 0.5, learnable=learnable)
+            for parameter in vlm.parameters():  # trained: the language model's weights and the coefficients
+                parameter.add_(torch.randn_like(parameter) * 0.01)
+            trained = vlm(input_ids=input_ids).logits
+            remove_value_path(vlm.model.language_model)
+            without = vlm(input_ids=input_ids).logits
+            apply_value_path(vlm.model.language_model, "value_residual", 0.5, learnable=learnable)
+            if learnable:
+                for parameter in value_path_parameters(vlm.model.language_model).values():
+                    parameter.add_(0.1)
+                trained = vlm(input_ids=input_ids).logits
+        assert not torch.allclose(trained, without) and not torch.allclose(without, plain)
+        vlm.save_pretrained(folder)
+        save_value_path(vlm.model.language_model, delta)
 
-    reloaded, info = LlavaForConditionalGeneration.from_pretrained(tmp_path / "vlm", output_loading_info=True)
-    with torch.no_grad():
-        assert torch.equal(reloaded.eval()(input_ids=input_ids).logits, plain)  # plain, as the docs say
-        assert f"model.language_model.{MARKER}" in info["unexpected_keys"]
-        assert {f"model.language_model.{name}" for name in value_path_parameters(vlm.model.language_model)} <= set(
-            info["unexpected_keys"]
-        )
-        load_value_path(reloaded.model.language_model, tmp_path / "delta")
-        assert torch.equal(reloaded(input_ids=input_ids).logits, adapted)
+        reloaded, info = LlavaForConditionalGeneration.from_pretrained(folder, output_loading_info=True)
+        with torch.no_grad():
+            assert torch.equal(reloaded.eval()(input_ids=input_ids).logits, without)  # plain, as the docs say
+            assert f"model.language_model.{MARKER}" in info["unexpected_keys"]
+            coefficients = {f"model.language_model.{name}" for name in value_path_parameters(vlm.model.language_model)}
+            assert coefficients <= set(info["unexpected_keys"]) and (learnable or not coefficients)
+            load_value_path(reloaded.model.language_model, delta)
+            assert torch.equal(reloaded(input_ids=input_ids).logits, trained)
+            if not learnable:
+                again = LlavaForConditionalGeneration.from_pretrained(folder).eval()
+                apply_value_path(again.model.language_model, "value_residual", 0.5)
+                assert torch.equal(again(input_ids=input_ids).logits, trained)
