@@ -34,7 +34,7 @@ The model's class becomes ``ValuePath<Class>``, a subclass that adapts itself in
 ``config.value_path``, so `save_pretrained` stores the settings in the config, copies this file next to the weights
 and records it in ``auto_map``: ``AutoModel*.from_pretrained(folder, trust_remote_code=True)`` loads the adapted model
 where this package is not installed. This file imports only torch, transformers and its flat siblings
-`value_path_py` (each method's rule), `neutreno_term.py` (NeuTRENO's term, shared with this package's
+`value_path_methods.py` (each method's rule), `neutreno_term.py` (NeuTRENO's term, shared with this package's
 models) and `value_path_defaults.py`, copied with it.
 """
 
