@@ -366,11 +366,12 @@ def test_an_output_projection_input_changed_in_place_gives_an_error_or_the_right
     "function, grouped", [("the learnable λ", False), ("the learnable λ", True), ("the learnable α", False)]
 )
 def test_the_learnable_coefficients_pass_gradcheck_twice_with_the_rebuild(function, grouped):
-    """A learnable λ (its autograd Function; grouped-query shapes too) and α (plain autograd, with the backend's copy of
-    the mix rebuilt in the backward pass) against finite differences, to the first and second order, in float64."""
+    """A learnable λ (grouped-query shapes too) and α, plain autograd with the saved tensors the rebuild swaps (λ: the
+    backend's output, which a tanh keeps here, and V_0 − V, which λ's product keeps; α: the mix an eager attention
+    keeps), against finite differences, to the first and second order, in float64."""
     from types import SimpleNamespace
 
-    from hf_neutreno.models.neutreno_term import _AddScaledDifference
+    from hf_neutreno.models.neutreno_term import attention_with_neutreno_term
     from hf_neutreno.models.value_path_methods import value_residual
 
     generator = torch.Generator().manual_seed(0)
@@ -378,12 +379,20 @@ def test_the_learnable_coefficients_pass_gradcheck_twice_with_the_rebuild(functi
     def tensor(*shape):
         return torch.randn(*shape, dtype=torch.float64, generator=generator, requires_grad=True)
 
-    coefficient = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
-    if function == "the learnable λ":  # output (batch, queries, heads[, group], d), V_0 and V to broadcast over it
-        output, values = (tensor(2, 3, 2, 2, 4), (2, 3, 2, 1, 4)) if grouped else (tensor(2, 3, 4, 4), (2, 3, 4, 4))
-        inputs, apply = (output, tensor(*values), tensor(*values), coefficient), _AddScaledDifference.apply
+    coefficient, swapped = torch.tensor(0.7, dtype=torch.float64, requires_grad=True), []
+    if (
+        function == "the learnable λ"
+    ):  # the backend's output (batch, queries, heads, d); V_0 and V as a model hands them
+        values = (2, 2, 3, 4) if grouped else (2, 3, 16)  # (batch, kv heads, tokens, d) under GQA, else merged
+
+        def apply(scores, first, value, alpha):
+            output = torch.tanh(scores)  # keeps its output for its backward pass, as SDPA does
+            with mock.patch("hf_neutreno.models.neutreno_term.rebuild_saved", _counting(swapped)):
+                return attention_with_neutreno_term(lambda: (output,), first, value, alpha)[0]
+
+        inputs = (tensor(2, 3, 4, 4), tensor(*values), tensor(*values), coefficient)
     else:  # V_ℓ and V_0 (batch, heads, tokens, d), mixed before an eager attention, which keeps the mix it reads
-        query, swapped = tensor(2, 2, 3, 4), []
+        query = tensor(2, 2, 3, 4)
 
         def attention(values):
             weights = torch.softmax(query.detach() @ values.transpose(-1, -2), dim=-1)
@@ -397,8 +406,7 @@ def test_the_learnable_coefficients_pass_gradcheck_twice_with_the_rebuild(functi
         inputs = (tensor(2, 2, 3, 4), tensor(2, 2, 3, 4), coefficient)
     assert torch.autograd.gradcheck(apply, inputs)
     assert torch.autograd.gradgradcheck(apply, inputs)
-    if function == "the learnable α":
-        assert swapped and all(swapped), "the mix the attention keeps was not rebuilt"
+    assert swapped and all(swapped), "a saved tensor was not rebuilt"
 
 
 def _counting(swapped: list):

@@ -7,7 +7,8 @@ their flat sibling, and it travels with the checkpoints of both. It imports only
 Memory: the output with the term is what the next operation (the output projection) keeps for its backward pass, and
 the backend keeps its own output without the term (SDPA's backward reads it). Instead of both, the backend's copy is
 rebuilt from the kept one in the backward pass, as ``output − λ (V_0 − V)`` (`rebuild_saved`): V and V_0 are kept
-by the backends anyway. This leaves any output projection as it is (a LoRA or quantised one included).
+by the backends anyway. This leaves any output projection as it is (a LoRA or quantised one included). A learnable λ's
+gradient reads V_0 − V, which its product keeps: rebuilt the same way, from V_0 and V.
 """
 
 from collections.abc import Callable
@@ -46,14 +47,18 @@ def attention_with_neutreno_term(
     if length != values.shape[tokens]:
         first_values, values = first_values.narrow(tokens, past, length), values.narrow(tokens, past, length)
     rebuild = recompute_saved and may_recompute_saved()
-    if learnable or rebuild:  # these read V_0 and V themselves, laid out as the output (the rebuild in backward)
+    if learnable or rebuild:  # these read V_0 and V themselves, laid out as the output (the rebuilds in backward)
         grouped, first_values, values = _aligned(output, first_values, values)
+        difference = first_values - values
         if learnable:
-            combined = run_function(
-                _AddScaledDifference, _AddScaledDifferenceForTransforms, grouped, first_values, values, coefficient
-            )
+            # Plain autograd operations, whose backward pass calls no Python. λ's gradient reads V_0 − V, which the
+            # product keeps: rebuilt from V_0 and V (which attention keeps anyway) in the backward pass instead.
+            scaled = difference * coefficient
+            combined = _add_difference(grouped, scaled, 1)
+            if rebuild:
+                rebuild_saved(scaled, difference, torch.sub, first_values, values)
         else:
-            combined = _add_difference(grouped, first_values - values, coefficient)
+            combined = _add_difference(grouped, difference, coefficient)
     else:  # only V_0 − V to lay out: one view (generation, and models that do not rebuild)
         grouped, difference = _aligned(output, first_values - values)
         combined = _add_difference(grouped, difference, coefficient)
@@ -216,49 +221,6 @@ def _same_layout(tensor: torch.Tensor, stride: tuple[int, ...]) -> bool:
     any stride)."""
     own = tensor.stride()
     return own == stride or all(a == b or size == 1 for a, b, size in zip(own, stride, tensor.shape))
-
-
-class _AddScaledDifference(torch.autograd.Function):
-    """``output + λ (V_0 − V_ℓ)`` for a learnable λ, all three laid out by `_aligned`: the output as (batch, queries,
-    heads, head_dim) or, under grouped-query attention, grouped as (batch, queries, kv heads, group, head_dim), V_0 and
-    V_ℓ to broadcast over it. Autograd would keep V_0 − V_ℓ for λ's gradient; this keeps V_0 and V_ℓ, which attention
-    keeps anyway, and recomputes the difference in the backward pass, in as few kernels as the fixed-λ term plus λ's
-    own gradient. Called through `run_function`, which takes `_AddScaledDifferenceForTransforms` under torch.func."""
-
-    @staticmethod
-    def forward(ctx, output, first, value, coefficient):
-        inputs = (output, first, value, coefficient)
-        result = _AddScaledDifference.compute(*inputs)
-        _AddScaledDifference.keep(ctx, inputs, result)
-        return result
-
-    @staticmethod
-    def compute(output, first, value, coefficient):
-        return torch.addcmul(output, first - value, coefficient)
-
-    @staticmethod
-    def keep(ctx, inputs, result):
-        _, first, value, coefficient = inputs
-        ctx.save_for_backward(first, value, coefficient)
-
-    @staticmethod
-    def backward(ctx, grad):
-        first, value, coefficient = ctx.saved_tensors
-        grad_heads = grad if grad.dim() == 4 else grad.sum(3, keepdim=True)  # grouped: each kv head's query heads
-        grad_first = grad_heads * coefficient
-        grad_coefficient = None
-        if ctx.needs_input_grad[3]:
-            summed = torch.float64 if grad_heads.dtype == torch.float64 else torch.float32  # bf16 and fp16 in fp32
-            grad_coefficient = torch.sum(grad_heads * (first - value), dtype=summed).to(coefficient.dtype)
-        return grad, grad_first, grad_first.neg(), grad_coefficient
-
-
-class _AddScaledDifferenceForTransforms(_AddScaledDifference):
-    """`_AddScaledDifference` in torch.func's form (`run_function`)."""
-
-    generate_vmap_rule = True
-    forward = staticmethod(_AddScaledDifference.compute)
-    setup_context = staticmethod(_AddScaledDifference.keep)
 
 
 def run_function(function, for_transforms, *inputs):
