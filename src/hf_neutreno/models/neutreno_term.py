@@ -32,10 +32,10 @@ def attention_with_neutreno_term(
     each query head gets its key/value head's term. Or both are merged, (batch, tokens, heads * head_dim), as a model
     without grouped-query attention projects them (no view operations to make heads: host time on small shapes).
     The term is token-wise: the queries are the rows after the first `past` of V and V_0 (a KV cache hands over the
-    cached tokens too). No V_0 (layer 0) or λ = 0: the backend's
-    output as it is. `recompute_saved`: may the backend's copy of its output be rebuilt in the backward pass (not under
-    activation checkpointing, whose own hooks must see every saved tensor); never without gradients or under
-    torch.compile, which traces no saved-tensor hooks.
+    cached tokens too). No V_0 (layer 0) or λ = 0: the backend's output as it is. `recompute_saved`: may the backend's
+    copy of its output (and a learnable λ's V_0 − V) be rebuilt in the backward pass (not under activation
+    checkpointing, whose own hooks must see every saved tensor); never without gradients or under torch.compile, which
+    traces no saved-tensor hooks.
     """
     learnable = isinstance(coefficient, torch.Tensor)
     if first_values is None or (not learnable and coefficient == 0):
