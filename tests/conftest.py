@@ -89,18 +89,6 @@ def interrupt_neutreno_training(monkeypatch):
     monkeypatch.setattr(transformers.Trainer, "training_step", interrupt_neutreno)
 
 
-@pytest.fixture
-def compile_room():
-    """Room for this test's compiles: torch.compile counts the compiles of each code object over the whole process (a
-    fullgraph compile fails past 8), and transformers' forward decorators share one code object across models, so
-    the tests compiled before in the same worker would count against this one. The caches are kept."""
-    import torch._dynamo
-
-    name = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
-    with torch._dynamo.config.patch(**{name: 64}):
-        yield
-
-
 @pytest.fixture(autouse=True)
 def _deterministic():
     torch.manual_seed(0)

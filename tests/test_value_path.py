@@ -644,7 +644,7 @@ def test_saved_models_load_adapted_without_the_package(tmp_path):
 
 @pytest.mark.slow  # compiling takes ~30 s on a CPU
 @pytest.mark.parametrize("method", [*METHODS, "xsa"])  # XSA: an autograd Function with a second output
-def test_torch_compile_fullgraph_gives_the_same_gradients(method, compile_room):
+def test_torch_compile_fullgraph_gives_the_same_gradients(method):
     model = apply_value_path(tiny_model("llama"), method, 0.5, learnable=True).train()
     compiled = torch.compile(copy.deepcopy(model), fullgraph=True)
     inputs = tiny_inputs("llama")
@@ -1107,7 +1107,7 @@ def test_public_api():
 
 @pytest.mark.slow  # flex attention compiles its kernel on CPU: ~40 s
 @pytest.mark.parametrize("method", METHODS)
-def test_flex_attention_backend_is_wrapped_too(method, compile_room):
+def test_flex_attention_backend_is_wrapped_too(method):
     model = tiny_model("llama", attn_implementation="flex_attention")
     reference = apply_value_path(tiny_model("llama"), method, 0.5)  # the same weights on sdpa
     apply_value_path(model, method, 0.5)
