@@ -380,9 +380,8 @@ def test_the_learnable_coefficients_pass_gradcheck_twice_with_the_rebuild(functi
         return torch.randn(*shape, dtype=torch.float64, generator=generator, requires_grad=True)
 
     coefficient, swapped = torch.tensor(0.7, dtype=torch.float64, requires_grad=True), []
-    if (
-        function == "the learnable λ"
-    ):  # the backend's output (batch, queries, heads, d); V_0 and V as a model hands them
+    if function == "the learnable λ":
+        # the backend's output (batch, queries, heads, d); V_0 and V as a model hands them
         values = (2, 2, 3, 4) if grouped else (2, 3, 16)  # (batch, kv heads, tokens, d) under GQA, else merged
 
         def apply(scores, first, value, alpha):

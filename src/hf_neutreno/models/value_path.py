@@ -780,8 +780,14 @@ def _layer_drop_fields(model, settings) -> tuple[str, ...]:
     the methods that need no V_0, or where the configs have none (most models: no per-forward cost)."""
     if settings["method"] in FROM_LAYER_0:
         return ()
-    configs = (model.config, model.config.get_text_config())
-    return tuple(name for name in LAYER_DROP_FIELDS if any(hasattr(config, name) for config in configs))
+    levels = _config_levels(model.config)
+    return tuple(name for name in LAYER_DROP_FIELDS if any(hasattr(level, name) for level in levels))
+
+
+def _config_levels(config) -> tuple:
+    """The config and, where it is another object, its text config: the levels a LayerDrop field may sit on."""
+    text = config.get_text_config()
+    return (config,) if text is config else (config, text)
 
 
 def _refuse_layer_drop(config, fields: tuple[str, ...]) -> None:
@@ -789,10 +795,9 @@ def _refuse_layer_drop(config, fields: tuple[str, ...]) -> None:
     them, and then the later layers have no V_0: a training run would fail at a random step. Refused at the first
     training forward instead, naming the field (any of `fields` above 0). Skipping a later layer is harmless (it adds
     nothing, as natively), so the methods that need no V_0 train with it."""
-    text = config.get_text_config()
     dropping = {
         name: value
-        for level in ((config,) if text is config else (config, text))
+        for level in _config_levels(config)
         for name in fields
         if isinstance(value := getattr(level, name, None), numbers.Real) and value > 0
     }
