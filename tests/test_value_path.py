@@ -154,8 +154,9 @@ def test_vit_neutreno_equals_the_packages_neutreno_vit(name):
         torch.testing.assert_close(adapted(**pixels).logits, converted(**pixels).logits, rtol=0, atol=1e-5)
 
 
-def reference_decoder_logits(model, input_ids, method: str, coefficients: dict[int, float]) -> torch.Tensor:
-    """The decoder written out per head (`written_out_decoder`), the value path as the papers write it."""
+def reference_decoder_logits(model, input_ids, method: str, coefficients: dict[int, float], inputs_embeds=None):
+    """The decoder written out per head (`written_out_decoder`), the value path as the papers write it (on
+    `inputs_embeds` instead of the token embeddings, where given)."""
     first = {}
 
     def values(index, h, v):
@@ -169,7 +170,7 @@ def reference_decoder_logits(model, input_ids, method: str, coefficients: dict[i
         v0 = first["values"].repeat_interleave(v.shape[1] // first["values"].shape[1], 1)
         return out + coefficients.get(index, 0.0) * (v0 - v)
 
-    return written_out_decoder(model, input_ids, values, attended)
+    return written_out_decoder(model, input_ids, values, attended, inputs_embeds=inputs_embeds)
 
 
 @pytest.mark.parametrize("learnable", [False, True])

@@ -15,6 +15,7 @@ initialisation so that attention is far from uniform.
 """
 
 import copy
+import re
 
 import pytest
 import torch
@@ -212,14 +213,15 @@ def test_every_transformers_model_is_adapted_or_refused_by_name():
     """`check_adaptable` (which `compare --model` runs on a meta-device model before it trains anything) gives every
     architecture of the installed transformers either a pass or a `ValueError`, for every method and kind of
     coefficient: never another exception from inside a model or config (SAM 2's vision encoder raised transformers'
-    AttributeError for a gate). Each class is built from its default config, shrunk where the config allows."""
+    AttributeError for a gate), also with each of its stacks named (`stack=`) where it has several. Each class is
+    built from its default config, shrunk where the config allows."""
     from transformers import AutoModel, AutoModelForCausalLM
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
     from hf_neutreno.models.value_path import check_adaptable
 
     shrink = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, vocab_size=99)
-    checked = adapted = 0
+    checked = adapted = stacked = 0
     for model_type, config_class in sorted(CONFIG_MAPPING.items()):
         try:
             config = config_class()
@@ -234,13 +236,22 @@ def test_every_transformers_model_is_adapted_or_refused_by_name():
         except Exception:  # a config that does not build shrunk, or a class that needs more: not the adapter's
             continue
         checked += 1
+        try:
+            check_adaptable(model, "neutreno")
+            stacks = [None]
+        except ValueError as error:  # several stacks: each is named in the error, and each is tried
+            named = re.search(r"stacks of layers \(([^)]*)\)", str(error))
+            stacks = [None, *named.group(1).split(", ")] if named else [None]
+        stacked += len(stacks) > 1
         for method in METHODS + ("value_embedding",):
             for learnable in (False, True, "gate"):
-                try:
-                    check_adaptable(model, method, learnable)
-                    adapted += 1
-                except ValueError:
-                    pass
-                except Exception as error:
-                    raise AssertionError(f"{model_type}, {method}, learnable={learnable}: {error!r}") from error
-    assert checked > 200 and adapted > 500, (checked, adapted)
+                for stack in stacks:
+                    try:
+                        check_adaptable(model, method, learnable, stack=stack)
+                        adapted += 1
+                    except ValueError:
+                        pass
+                    except Exception as error:
+                        where = f"{model_type}, {method}, learnable={learnable}, stack={stack}"
+                        raise AssertionError(f"{where}: {error!r}") from error
+    assert checked > 200 and adapted > 500 and stacked > 10, (checked, adapted, stacked)

@@ -15,7 +15,7 @@ from fresh_process import run_fresh
 from hf_neutreno import apply_value_path, learned_coefficients, load_value_path, remove_value_path, save_value_path
 from hf_neutreno.value_path import is_value_path_model, value_path_parameters
 from hf_neutreno.value_path_delta import CONFIG_NAME, WEIGHTS_NAME
-from tiny_models import tiny_inputs, tiny_model
+from tiny_models import tiny_inputs, tiny_model, tiny_vlm
 
 CASES = {  # folder -> apply_value_path's arguments
     "neutreno-learnable": dict(method="neutreno", coefficient=0.3, learnable=True, layers=[2, 1]),
@@ -152,18 +152,13 @@ def test_a_sub_model_saved_through_its_parent_loads_plain_and_says_so_and_its_de
     plain with the marker and coefficients UNEXPECTED under the sub-model's prefix. The value path saved beside it at
     the same time (`save_value_path`, whose digests are of the weights as trained) and loaded onto the reloaded VLM's
     language model gives the adapted logits back; with a fixed coefficient, adapting it again does too."""
-    from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaForConditionalGeneration
+    from transformers import LlavaForConditionalGeneration
 
     from hf_neutreno.value_path import MARKER
 
-    text = LlamaConfig(**{**tiny_model("llama").config.to_dict(), "vocab_size": 120})
-    vision = CLIPVisionConfig(
-        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, image_size=16, patch_size=4
-    )
     input_ids = tiny_inputs("llama")["input_ids"]
     for learnable in (True, False):
-        torch.manual_seed(0)
-        vlm = LlavaForConditionalGeneration(LlavaConfig(text_config=text, vision_config=vision, image_token_index=100))
+        vlm = tiny_vlm()
         folder, delta = tmp_path / f"vlm-{learnable}", tmp_path / f"delta-{learnable}"
         with torch.no_grad():
             plain = vlm.eval()(input_ids=input_ids).logits

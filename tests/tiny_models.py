@@ -115,6 +115,31 @@ def tiny_model(name: str, attn_implementation: str = "sdpa", base: bool = False,
     return (base_class if base else head_class)(config).eval()
 
 
+IMAGE_TOKEN = VOCAB + 10  # a tiny VLM's image placeholder, outside the text's token ids
+
+
+def tiny_vlm(seed: int = 0, text_config=None):
+    """A tiny LLaVA in eval mode: the tiny Llama (or `text_config`) as its language model, a 2-layer CLIP vision
+    tower on 16 px images (16 patches, so 16 image tokens per image)."""
+    from transformers import CLIPVisionConfig, LlavaConfig, LlavaForConditionalGeneration
+
+    text = text_config or LlamaConfig(**{**DECODER, "vocab_size": IMAGE_TOKEN + 1})
+    vision = CLIPVisionConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, image_size=16, patch_size=4
+    )
+    torch.manual_seed(seed)
+    config = LlavaConfig(text_config=text, vision_config=vision, image_token_index=IMAGE_TOKEN)
+    return LlavaForConditionalGeneration(config).eval()
+
+
+def tiny_vlm_inputs(batch: int = 2, seed: int = 1) -> dict:
+    """One 16 px image per row, its 16 placeholder tokens first, then 6 text tokens."""
+    generator = torch.Generator().manual_seed(seed)
+    text = torch.randint(3, VOCAB, (batch, 6), generator=generator)
+    input_ids = torch.cat([torch.full((batch, 16), IMAGE_TOKEN), text], dim=1)
+    return {"input_ids": input_ids, "pixel_values": torch.randn(batch, 3, 16, 16, generator=generator)}
+
+
 def tiny_inputs(name: str, batch: int = 3, length: int = 9, padding: str | None = None, seed: int = 1) -> dict:
     """Pixels for the vision models; token ids (from 3, above the special tokens) for the text models, with rows
     padded by 2 and 5 tokens on the `padding` side ("left" or "right") when asked."""
@@ -331,9 +356,10 @@ def write_image_folder(folder, train: int = 8, test: int = 4) -> Path:
 # --- the tiny decoders written out by hand from their raw weights: the references of the value-path tests ----------
 
 
-def written_out_decoder(model, input_ids, values=None, attended=None) -> torch.Tensor:
+def written_out_decoder(model, input_ids, values=None, attended=None, inputs_embeds=None) -> torch.Tensor:
     """Logits of a tiny Llama/Qwen2 or GPT-2 causal LM with its attention written out per head from the raw q/k/v/o
     weights (grouped-query heads repeated by hand, causal, no padding); norms, MLPs and RoPE are the model's own.
+    `inputs_embeds` (Llama/Qwen2): the first layer's input instead of the token embeddings of `input_ids`.
 
     Two places for a rule, per layer `index`: `values(index, h, v)` returns the values attended over (h the layer's
     attention input, v (batch, kv heads, tokens, d)); `attended(index, probs, v, out)` returns the attention output
@@ -346,6 +372,7 @@ def written_out_decoder(model, input_ids, values=None, attended=None) -> torch.T
     batch, length = input_ids.shape
     positions = torch.arange(length)[None]
     x = base.wte(input_ids) + base.wpe(positions) if gpt2 else base.embed_tokens(input_ids)
+    x = x if inputs_embeds is None else inputs_embeds
     causal = torch.ones(length, length, dtype=torch.bool).tril()
     for index, layer in enumerate(base.h if gpt2 else base.layers):
         h = layer.ln_1(x) if gpt2 else layer.input_layernorm(x)

@@ -107,10 +107,7 @@ def load_value_path(base: PreTrainedModel | str | os.PathLike | None, folder, **
             f"{folder} holds a value path for {config['base_model_class']}, but `base` is {type(base).__name__}."
         )
     _check_same_weights(base, config["base_weights"], folder)
-    settings = config["value_path"]
-    apply_value_path(
-        base, settings["method"], settings["coefficient"], learnable=settings["learnable"], layers=settings["layers"]
-    )
+    apply_value_path(base, **config["value_path"])
     own = value_path_parameters(base)
     if own.keys() != weights.keys() or any(own[key].shape != weights[key].shape for key in own):
         remove_value_path(base)  # as it was

@@ -53,7 +53,7 @@ import weakref
 import torch
 import transformers
 from torch import nn
-from transformers import AttentionInterface, AttentionMaskInterface, PreTrainedModel
+from transformers import AttentionInterface, AttentionMaskInterface, PretrainedConfig, PreTrainedModel
 from transformers import initialization as init
 from transformers.cache_utils import Cache
 from transformers.conversion_mapping import get_model_conversion_mapping
@@ -107,6 +107,7 @@ _AUTO_CLASSES = (
     ("AutoModelForMultipleChoice", "MODEL_FOR_MULTIPLE_CHOICE_MAPPING_NAMES"),
     ("AutoModelForImageClassification", "MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES"),
     ("AutoModelForMaskedImageModeling", "MODEL_FOR_MASKED_IMAGE_MODELING_MAPPING_NAMES"),
+    ("AutoModelForImageTextToText", "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES"),
     ("AutoModel", "MODEL_MAPPING_NAMES"),
     ("AutoModelForPreTraining", "MODEL_FOR_PRETRAINING_MAPPING_NAMES"),
 )
@@ -122,6 +123,7 @@ def apply_value_path(
     *,
     learnable: bool | str = False,
     layers: list[int] | None = None,
+    stack: str | None = None,
 ) -> PreTrainedModel:
     """Adapt a built transformers model in place to NeuTRENO, the value residual, twicing, XSA or value embeddings,
     and return it.
@@ -159,18 +161,23 @@ def apply_value_path(
         layers: the self-attention layers (0-based) that get the rule; default every layer after the first. Layer 0
             is where V_0 comes from, so it is never one of them, except for twicing and XSA (default: every layer)
             and value embeddings (default: nanochat's, every other layer, ending with the last).
+        stack: in a model with several stacks of self-attention layers whose other stacks are towers of their own (a
+            vision-language model's vision encoder beside its language model), the path of the list of layers that
+            takes the value path, as the refusal without it names them (``"model.language_model.layers"``); the
+            other stacks are left as they are. The model itself is adapted, so that its own `save_pretrained` (and
+            `Trainer`'s checkpoints) carry the value path. Default: the model's one stack.
 
     The settings are stored in ``model.config.value_path``; they cannot change afterwards (call `remove_value_path`
     and adapt again). The model's class becomes ``ValuePath<Class>``, a subclass, so that the saved checkpoint loads
     adapted with ``trust_remote_code=True``. Raises `ValueError` for what it cannot adapt exactly (see
-    docs/value-path.md): attention outside the interface, several attention stacks (encoder-decoders), sliding-window
-    layers, flash-attention backends, a model already adapted.
+    docs/value-path.md): attention outside the interface, encoder-decoders, several attention stacks without
+    `stack`, sliding-window layers, flash-attention backends, a model already adapted.
     """
     _refuse_unadaptable_model(model)
     # transformers' classes are registered for their Auto class here; this package's models keep their own
     auto_class = _auto_class_of(type(model)) if _is_transformers_class(type(model)) else None
-    attention_layers, _ = _check_adaptable(model)  # everything is checked before anything changes
-    settings = check_settings(method, coefficient, learnable, layers, len(attention_layers))
+    attention_layers, _ = _check_adaptable(model, stack)  # everything is checked before anything changes
+    settings = check_settings(method, coefficient, learnable, layers, len(attention_layers), stack)
     _check_method_fits(model, settings, attention_layers)
     _own_config(model)
     model.config.value_path = settings
@@ -203,12 +210,14 @@ def _refuse_unadaptable_model(model) -> None:
     _refuse_built_in_term(model)
 
 
-def check_adaptable(model: PreTrainedModel, method: str, learnable: bool | str = False) -> None:
-    """`ValueError` for what `apply_value_path(model, method, learnable=learnable)` would refuse at its default
-    coefficient and layers, changing nothing: a model built on the meta device will do (no weights needed)."""
+def check_adaptable(
+    model: PreTrainedModel, method: str, learnable: bool | str = False, stack: str | None = None
+) -> None:
+    """`ValueError` for what `apply_value_path(model, method, learnable=learnable, stack=stack)` would refuse at its
+    default coefficient and layers, changing nothing: a model built on the meta device will do (no weights needed)."""
     _refuse_built_in_term(model)
-    layers, _ = _check_adaptable(model)
-    _check_method_fits(model, check_settings(method, None, learnable, None, len(layers)), layers)
+    layers, _ = _check_adaptable(model, stack)
+    _check_method_fits(model, check_settings(method, None, learnable, None, len(layers), stack), layers)
 
 
 def _own_config(model: PreTrainedModel) -> None:
@@ -216,9 +225,18 @@ def _own_config(model: PreTrainedModel) -> None:
     share it, and the settings of one would otherwise appear on the other (which then refused to be adapted)."""
     shared = model.config
     own = copy.deepcopy(shared)
+    # A composite model's sub-models hold its sub-configs (a VLM's language model, `config.text_config`): they take
+    # the copy's, so that the config and the sub-models' stay one object each.
+    copies, pending = {id(shared): own}, [(shared, own)]
+    while pending:
+        original, copied = pending.pop()
+        for key in getattr(original, "sub_configs", None) or {}:
+            if isinstance(getattr(original, key, None), PretrainedConfig):
+                copies[id(getattr(original, key))] = getattr(copied, key)
+                pending.append((getattr(original, key), getattr(copied, key)))
     for module in model.modules():
-        if getattr(module, "config", None) is shared:
-            module.config = own
+        if id(getattr(module, "config", None)) in copies:
+            module.config = copies[id(module.config)]
 
 
 def remove_value_path(model: PreTrainedModel) -> PreTrainedModel:
@@ -317,8 +335,9 @@ class LayerCoefficient(nn.Module):
         return self.value
 
 
-def check_settings(method, coefficient, learnable, layers, num_layers: int) -> dict:
-    """The settings as ``config.value_path`` stores them, or `ValueError` naming the bad argument."""
+def check_settings(method, coefficient, learnable, layers, num_layers: int, stack: str | None = None) -> dict:
+    """The settings as ``config.value_path`` stores them (`stack` only where one is named), or `ValueError` naming the
+    bad argument. `stack` has been checked against the model's stacks (`self_attention_layers`)."""
     if method not in METHODS:
         raise ValueError(f"`method` must be one of {list(METHODS)}, got {method!r}.")
     symbol = {"neutreno": "λ", "value_residual": "α", "twicing": "the weight of A (V − A V)", "xsa": "s"}.get(
@@ -379,7 +398,8 @@ def check_settings(method, coefficient, learnable, layers, num_layers: int) -> d
         raise ValueError(
             f"`layers` must list distinct self-attention layers in {lowest}..{num_layers - 1}{why}, got {layers}."
         )
-    return {"method": method, "coefficient": float(coefficient), "learnable": learnable, "layers": sorted(layers)}
+    settings = {"method": method, "coefficient": float(coefficient), "learnable": learnable, "layers": sorted(layers)}
+    return settings if stack is None else {**settings, "stack": stack}
 
 
 def _as_real(value) -> float | None:
@@ -405,13 +425,17 @@ def _as_index(value):
         return value
 
 
-def self_attention_layers(model: nn.Module) -> list[nn.Module]:
-    """The self-attention modules of `model`'s one stack of layers, in layer order (cross-attention left out).
+def self_attention_layers(model: nn.Module, stack: str | None = None) -> list[nn.Module]:
+    """The self-attention modules of `model`'s one stack of layers, or of the stack at path `stack`, in layer order
+    (cross-attention left out).
 
-    Raises `ValueError` if the model's attention does not go through transformers' attention interface, or if it
-    has several stacks (an encoder and a decoder, two towers) or a layer with several self-attention modules.
+    Raises `ValueError` if the model's attention does not go through transformers' attention interface, if it is an
+    encoder-decoder, if it has several stacks (two towers) and `stack` names none of them, or if a layer has several
+    self-attention modules.
     """
     name = type(model).__name__
+    if stack is not None and not isinstance(stack, str):
+        raise ValueError(f"`stack` must be the path of a list of layers (a str) or None, got {stack!r}.")
     if getattr(getattr(model, "config", None), "is_encoder_decoder", False):
         raise ValueError(
             f"{name} is an encoder-decoder: each stack would need its own V_0, which a value path does not do."
@@ -421,38 +445,47 @@ def self_attention_layers(model: nn.Module) -> list[nn.Module]:
     for path, module in interface_attention_modules(model):
         if _is_cross_attention(module):
             continue
-        stack, layer = _layer_of(path, lists)
-        if stack is None:
+        holder, layer = _layer_of(path, lists)
+        if holder is None:
             raise ValueError(f"{name}: the attention module {path!r} is not in a list of layers.")
-        stacks.setdefault(stack, {}).setdefault(layer, []).append(path)
+        stacks.setdefault(holder, {}).setdefault(layer, []).append(path)
     if not stacks:
         raise ValueError(
             f"{name}'s attention does not go through transformers' attention interface (no module calls "
             "`ALL_ATTENTION_FUNCTIONS.get_interface`), so a value path cannot reach it."
         )
+    if stack is not None and stack not in stacks:
+        raise ValueError(
+            f"`stack` must name one of {name}'s stacks of self-attention layers that go through transformers' "
+            f"attention interface, {sorted(stacks)}; got {stack!r}."
+        )
+    if stack is not None:  # the other stacks are left as they are, as asked
+        stacks = {stack: stacks[stack]}
     if len(stacks) > 1:
         raise ValueError(
             f"{name} has self-attention in {len(stacks)} stacks of layers ({', '.join(sorted(stacks))}); a value "
-            "path needs one stack, whose first layer provides V_0. Adapt the sub-model that holds one stack."
+            "path needs one stack, whose first layer provides V_0. Name the one to adapt with `stack=` (the others "
+            "are left as they are), or adapt the sub-model that holds it."
         )
     # Another stack whose attention bypasses the interface (GIT's text decoder beside its vision encoder): a value
     # path would act on the one stack alone, which the caller of the whole model does not expect.
-    outside = sorted({_layer_of(path, lists)[0] for path in _attention_outside_interface(model)} - {None, *stacks})
-    if outside:
-        raise ValueError(
-            f"{name} has self-attention in {', '.join(outside)} that does not go through transformers' attention "
-            f"interface, beside {', '.join(stacks)} that does: a value path would act on the latter alone. Adapt "
-            "the sub-model that holds that one stack."
-        )
+    if stack is None:
+        outside = {_layer_of(path, lists)[0] for path in _attention_outside_interface(model)} - {None, *stacks}
+        if outside:
+            raise ValueError(
+                f"{name} has self-attention in {', '.join(sorted(outside))} that does not go through transformers' "
+                f"attention interface, beside {', '.join(stacks)} that does: a value path would act on the latter "
+                "alone. Name that one stack with `stack=`, or adapt the sub-model that holds it."
+            )
     ((stack_path, entries),) = stacks.items()
-    stack = model.get_submodule(stack_path)
+    depth = len(model.get_submodule(stack_path))
     crowded = sorted(i for i, paths in entries.items() if len(paths) > 1)
-    if crowded or sorted(entries) != list(range(len(stack))):
+    if crowded or sorted(entries) != list(range(depth)):
         raise ValueError(
             f"{name}: every layer of {stack_path!r} must have exactly one self-attention module (layers with one or "
-            f"more: {sorted(entries)} of {len(stack)}; with several: {crowded})."
+            f"more: {sorted(entries)} of {depth}; with several: {crowded})."
         )
-    return [model.get_submodule(entries[i][0]) for i in range(len(stack))]
+    return [model.get_submodule(entries[i][0]) for i in range(depth)]
 
 
 def _layer_of(path: str, lists: set[str]) -> tuple[str | None, int | None]:
@@ -737,7 +770,7 @@ def _begin_forward(model, settings, attention_modules, checkpointing, layer_drop
             "model.set_attn_implementation(...), then apply_value_path again."
         )
     if layer_drop and model.training:
-        _refuse_layer_drop(model.config, layer_drop)
+        _refuse_layer_drop(layer_drop)
     cache = kwargs.get("cache")
     if cache is None:
         cache = kwargs.get("past_key_values")
@@ -775,30 +808,25 @@ def _begin_forward(model, settings, attention_modules, checkpointing, layer_drop
 LAYER_DROP_FIELDS = ("layerdrop", "layer_drop", "encoder_layerdrop", "decoder_layerdrop")
 
 
-def _layer_drop_fields(model, settings) -> tuple[str, ...]:
-    """The LayerDrop fields of the model's configs that `_refuse_layer_drop` reads at each training forward: none for
-    the methods that need no V_0, or where the configs have none (most models: no per-forward cost)."""
+def _layer_drop_fields(model, settings) -> tuple[tuple, ...]:
+    """(config, field) of each LayerDrop field that `_refuse_layer_drop` reads at each training forward, on the model's
+    config and, where it is another object, the adapted stack's: none for the methods that need no V_0, or where the
+    configs have none (most models: no per-forward cost)."""
     if settings["method"] in FROM_LAYER_0:
         return ()
-    levels = _config_levels(model.config)
-    return tuple(name for name in LAYER_DROP_FIELDS if any(hasattr(level, name) for level in levels))
+    own = stack_config(model, settings.get("stack"))
+    levels = (model.config,) if own is model.config else (model.config, own)
+    return tuple((level, name) for level in levels for name in LAYER_DROP_FIELDS if hasattr(level, name))
 
 
-def _config_levels(config) -> tuple:
-    """The config and, where it is another object, its text config: the levels a LayerDrop field may sit on."""
-    text = config.get_text_config()
-    return (config,) if text is config else (config, text)
-
-
-def _refuse_layer_drop(config, fields: tuple[str, ...]) -> None:
+def _refuse_layer_drop(fields: tuple[tuple, ...]) -> None:
     """LayerDrop (wav2vec 2.0's `config.layerdrop`, 0.1 by default) skips layers at random in training, layer 0 among
     them, and then the later layers have no V_0: a training run would fail at a random step. Refused at the first
     training forward instead, naming the field (any of `fields` above 0). Skipping a later layer is harmless (it adds
     nothing, as natively), so the methods that need no V_0 train with it."""
     dropping = {
         name: value
-        for level in _config_levels(config)
-        for name in fields
+        for level, name in fields
         if isinstance(value := getattr(level, name, None), numbers.Real) and value > 0
     }
     if dropping:
@@ -979,19 +1007,20 @@ def _recompute_saved(checkpointing: list[nn.Module]) -> bool:
 def _adapt(model: PreTrainedModel) -> None:
     """Adapt `model` to its ``config.value_path``: number the layers, add the hooks and the learnable coefficients,
     switch the attention implementation."""
-    layers, inner = _check_adaptable(model)
     stored = getattr(model.config, "value_path", None)
     if not isinstance(stored, dict):
         raise ValueError(f"{type(model).__name__} needs `config.value_path` (a dict), got {stored!r}.")
-    unknown = set(stored) - {"method", "coefficient", "learnable", "layers"}
+    unknown = set(stored) - {"method", "coefficient", "learnable", "layers", "stack"}
     if unknown:
         raise ValueError(f"config.value_path has unknown keys {sorted(unknown)}.")
+    layers, inner = _check_adaptable(model, stored.get("stack"))
     settings = check_settings(
         stored.get("method"),
         stored.get("coefficient"),
         stored.get("learnable", False),
         stored.get("layers"),
         len(layers),
+        stored.get("stack"),
     )
     _check_method_fits(model, settings, layers)
     model.config.value_path = settings
@@ -1011,7 +1040,7 @@ def _adapt(model: PreTrainedModel) -> None:
                 device=reference.device if reference is not None else None,
             )
             setattr(layers[layer], COEFFICIENT_ATTRIBUTE, coefficient)
-    config = model.config.get_text_config()
+    config = stack_config(model, settings.get("stack"))
     if settings["learnable"] == GATE or settings["method"] == "value_embedding":
         kv_heads, head_dim = _value_heads(config)
     if settings["learnable"] == GATE:
@@ -1033,7 +1062,12 @@ def _adapt(model: PreTrainedModel) -> None:
             setattr(layers[layer], EMBEDDING_ATTRIBUTE, table)
     hook_settings = copy.deepcopy(settings)  # the hook's own copy: a change to the config is detected, not followed
     adapted = [layers[layer] for layer in settings["layers"]]
-    levels = [level for level in model.modules() if isinstance(level, PreTrainedModel)]
+    # The levels a call of the adapted stack goes through (not a vision-language model's vision tower beside it)
+    levels = [
+        level
+        for level in model.modules()
+        if isinstance(level, PreTrainedModel) and any(module is layers[0] for module in level.modules())
+    ]
     model._value_path_hooks = [
         level.register_forward_pre_hook(_Hook(model, hook_settings, adapted), with_kwargs=True) for level in levels
     ] + [level.register_forward_hook(_end_forward, with_kwargs=True) for level in levels]
@@ -1107,7 +1141,7 @@ def _check_method_fits(model: PreTrainedModel, settings: dict, layers: list[nn.M
     heads, and value embeddings a causal language model (a table indexed by the token ids of its input embeddings,
     and attention that sees no later token)."""
     if settings["learnable"] == GATE or settings["method"] == "value_embedding":
-        _value_heads(model.config.get_text_config())
+        _value_heads(stack_config(model, settings.get("stack")))
     if settings["method"] != "value_embedding":
         return
     name = type(model).__name__
@@ -1191,10 +1225,12 @@ def _split_old_coefficients(model, old: torch.Tensor) -> dict[str, torch.Tensor]
     return {names[layer]: value.clone() for layer, value in zip(sorted(names), old)}
 
 
-def _check_adaptable(model: PreTrainedModel) -> tuple[list[nn.Module], str]:
-    """The self-attention layers and the backend to wrap, or `ValueError` for what a value path cannot do exactly."""
-    layers = self_attention_layers(model)
-    depth = getattr(model.config.get_text_config(), "num_hidden_layers", None)
+def _check_adaptable(model: PreTrainedModel, stack: str | None = None) -> tuple[list[nn.Module], str]:
+    """The self-attention layers (of `stack`, if named) and the backend to wrap, or `ValueError` for what a value path
+    cannot do exactly."""
+    layers = self_attention_layers(model, stack)
+    config = stack_config(model, stack)
+    depth = getattr(config, "num_hidden_layers", None)
     if isinstance(depth, int) and depth > len(layers):
         raise ValueError(
             f"{type(model).__name__} runs its {len(layers)} self-attention layer(s) at {depth} depths "
@@ -1203,7 +1239,7 @@ def _check_adaptable(model: PreTrainedModel) -> tuple[list[nn.Module], str]:
             f"take one. If layers were removed from it, set config.num_hidden_layers to the {len(layers)} left."
         )
     if any(getattr(module, "is_causal", True) for module in layers):  # bidirectional layers never run with a cache
-        _refuse_sliding_windows(model, len(layers))
+        _refuse_sliding_windows(model, config, len(layers))
     _refuse_dropped_keywords(model, layers)
     # An attention of its own that bypasses the interface (the NeuTRENO ViT's kernel attention) would run unchanged.
     own = sorted({type(module).__name__ for module in layers if getattr(module, "attention_function", None)})
@@ -1214,6 +1250,19 @@ def _check_adaptable(model: PreTrainedModel) -> tuple[list[nn.Module], str]:
             "'softmax')."
         )
     return layers, _inner_implementation(model)
+
+
+def stack_config(model: PreTrainedModel, stack: str | None = None):
+    """The config of the stack of layers a value path acts on: without `stack`, the model's text config; with it, the
+    config of the innermost module on the way to it that has one (a vision-language model's text config, for its
+    language model's layers)."""
+    if stack is None:
+        return model.config.get_text_config()
+    config, module = model.config, model
+    for name in stack.split("."):
+        module = module.get_submodule(name)
+        config = module.config if isinstance(getattr(module, "config", None), PretrainedConfig) else config
+    return config
 
 
 def _inner_implementation(model: PreTrainedModel) -> str:
@@ -1240,8 +1289,7 @@ def _inner_implementation(model: PreTrainedModel) -> str:
     return inner
 
 
-def _refuse_sliding_windows(model: PreTrainedModel, num_layers: int) -> None:
-    config = model.config
+def _refuse_sliding_windows(model: PreTrainedModel, config, num_layers: int) -> None:
     layer_types = getattr(config, "layer_types", None)
     if layer_types is not None:
         others = sorted({kind for kind in layer_types[:num_layers] if kind != "full_attention"})
@@ -1558,7 +1606,8 @@ class _ValuePathModel:
             if isinstance(getattr(module, COEFFICIENT_ATTRIBUTE, None), LayerCoefficient):
                 init.constant_(getattr(module, COEFFICIENT_ATTRIBUTE).value, start)
             if isinstance(getattr(module, EMBEDDING_ATTRIBUTE, None), nn.Embedding):
-                _initialise_table(getattr(module, EMBEDDING_ATTRIBUTE), self.config.get_text_config().hidden_size)
+                hidden_size = stack_config(self, self.config.value_path.get("stack")).hidden_size
+                _initialise_table(getattr(module, EMBEDDING_ATTRIBUTE), hidden_size)
 
     def resize_token_embeddings(self, *args, **kwargs):
         # The value-embedding tables index the same tokens as the input embeddings: they follow the new vocabulary

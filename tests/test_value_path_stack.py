@@ -1,0 +1,188 @@
+"""`apply_value_path(model, ..., stack=...)`: one stack of a model with several (a vision-language model's language
+model beside its vision tower), adapted on the whole model so that its own save carries the value path."""
+
+import copy
+import types
+
+import pytest
+import torch
+from transformers import (
+    AutoModelForImageTextToText,
+    LlavaForConditionalGeneration,
+    MistralConfig,
+    Qwen2VLConfig,
+    Qwen2VLForConditionalGeneration,
+)
+
+from hf_neutreno import apply_value_path, load_value_path, remove_value_path, save_value_path
+from hf_neutreno.value_path import MARKER, coefficient_parameters, is_value_path_model
+from test_value_path import reference_decoder_logits
+from tiny_models import DECODER, IMAGE_TOKEN, tiny_model, tiny_vlm, tiny_vlm_inputs
+
+STACK = "model.language_model.layers"
+
+
+def _seen(vlm, inputs, grad: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The logits, the vision tower's last hidden state and the language model's input embeddings of one call."""
+    seen = {}
+    hooks = [
+        vlm.model.vision_tower.register_forward_hook(lambda m, a, out: seen.update(vision=out.last_hidden_state)),
+        vlm.model.language_model.register_forward_pre_hook(
+            lambda m, a, kwargs: seen.update(embeds=kwargs["inputs_embeds"]), with_kwargs=True
+        ),
+    ]
+    try:
+        with torch.set_grad_enabled(grad):
+            logits = vlm(**inputs).logits
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return logits, seen["vision"], seen["embeds"]
+
+
+def _reference(vlm, inputs, embeds, method, coefficients) -> torch.Tensor:
+    """The language model written out per head from its raw weights, on the input embeddings that the native model's
+    image merge made."""
+    causal_lm = types.SimpleNamespace(
+        model=vlm.model.language_model, config=vlm.config.text_config, lm_head=vlm.lm_head
+    )
+    return reference_decoder_logits(causal_lm, inputs["input_ids"], method, coefficients, inputs_embeds=embeds)
+
+
+@pytest.mark.parametrize("learnable", [False, True])
+@pytest.mark.parametrize("method", ["neutreno", "value_residual"])
+def test_a_named_stack_equals_a_per_head_reference_and_leaves_the_other_stack_as_it_is(method, learnable):
+    vlm, inputs = tiny_vlm(), tiny_vlm_inputs()
+    plain, vision, embeds = _seen(vlm, inputs)
+    apply_value_path(vlm, method, 0.3, learnable=learnable, stack=STACK)
+    coefficients = {1: 0.3, 2: 0.3}
+    if learnable:
+        with torch.no_grad():
+            for parameter, value in zip(coefficient_parameters(vlm), (0.15, 0.7), strict=True):
+                parameter.fill_(value)
+        coefficients = {1: 0.15, 2: 0.7}
+    # the sub-models keep the model's sub-configs (adapting gives the model a config of its own)
+    assert vlm.model.language_model.config is vlm.config.text_config
+    assert vlm.model.vision_tower.config is vlm.config.vision_config
+    logits, adapted_vision, adapted_embeds = _seen(vlm, inputs)
+    assert torch.equal(adapted_vision, vision) and torch.equal(adapted_embeds, embeds)  # the vision tower as it was
+    torch.testing.assert_close(logits, _reference(vlm, inputs, embeds, method, coefficients), rtol=0, atol=1e-5)
+    torch.testing.assert_close(plain, _reference(vlm, inputs, embeds, method, {}), rtol=0, atol=1e-5)
+    assert (logits - plain).abs().max() > 1e-2
+
+
+@pytest.mark.parametrize("learnable", [False, True])
+@pytest.mark.parametrize("method", ["neutreno", "value_residual"])
+def test_a_named_stacks_gradients_equal_the_per_head_reference(method, learnable):
+    """Every parameter's gradient (the vision tower's and projector's, through the image merge, and the coefficients')
+    against autograd through the language model written out per head."""
+    vlm, inputs = tiny_vlm().train(), tiny_vlm_inputs()
+    apply_value_path(vlm, method, 0.3, learnable=learnable, stack=STACK)
+    reference = copy.deepcopy(vlm)
+    coefficients = dict(zip((1, 2), coefficient_parameters(reference))) if learnable else {1: 0.3, 2: 0.3}
+    vlm(**inputs).logits.square().mean().backward()
+    _, _, embeds = _seen(reference, inputs, grad=True)  # the native image merge, with its graph
+    _reference(reference, inputs, embeds, method, coefficients).square().mean().backward()
+    grads = {name: p.grad for name, p in vlm.named_parameters() if p.grad is not None}
+    expected = {name: p.grad for name, p in reference.named_parameters() if p.grad is not None}
+    assert grads.keys() == expected.keys() and any("vision_tower" in name for name in grads)
+    assert any(".value_path_coefficient." in name for name in grads) == learnable
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, expected[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize("learnable", [False, True])
+def test_a_model_adapted_by_its_stack_saves_reloads_and_generates_adapted(learnable, tmp_path):
+    vlm, inputs = tiny_vlm(), tiny_vlm_inputs()
+    apply_value_path(vlm, "value_residual", 0.5, learnable=learnable, stack=STACK)
+    if learnable:
+        with torch.no_grad():
+            for parameter in coefficient_parameters(vlm):
+                parameter.add_(0.2)
+    with torch.no_grad():
+        expected = vlm(**inputs).logits
+        cached = vlm.generate(**inputs, max_new_tokens=4, do_sample=False)
+        uncached = vlm.generate(**inputs, max_new_tokens=4, do_sample=False, use_cache=False)
+    assert torch.equal(cached, uncached)
+    vlm.save_pretrained(tmp_path / "vlm")
+
+    reloaded = AutoModelForImageTextToText.from_pretrained(tmp_path / "vlm", trust_remote_code=True).eval()
+    assert reloaded.config.value_path == vlm.config.value_path and is_value_path_model(reloaded)
+    plain, info = LlavaForConditionalGeneration.from_pretrained(tmp_path / "vlm", output_loading_info=True)
+    assert MARKER in info["unexpected_keys"]  # the load that drops the value path says so
+    with torch.no_grad():
+        assert torch.equal(reloaded(**inputs).logits, expected)
+        assert not torch.allclose(plain.eval()(**inputs).logits, expected)
+
+    # saved apart from the base, and put back onto a plain one with its stack
+    save_value_path(vlm, tmp_path / "delta")
+    base = tiny_vlm()
+    load_value_path(base, tmp_path / "delta")
+    with torch.no_grad():
+        assert torch.equal(base(**inputs).logits, expected)
+
+    remove_value_path(reloaded)
+    with torch.no_grad():
+        assert torch.equal(reloaded(**inputs).logits, tiny_vlm()(**inputs).logits)
+
+
+def test_a_stack_is_named_among_the_models_stacks_and_refused_otherwise_before_anything_changes():
+    vlm = tiny_vlm()
+    with pytest.raises(ValueError, match=r"2 stacks of layers .*Name the one to adapt with `stack=`"):
+        apply_value_path(vlm, "neutreno")
+    for stack, message in (
+        ("model.language_model", r"must name one of LlavaForConditionalGeneration's stacks.*model\.language_model\."),
+        (3, "must be the path of a list of layers"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            apply_value_path(vlm, "neutreno", stack=stack)
+    assert type(vlm) is LlavaForConditionalGeneration and getattr(vlm.config, "value_path", None) is None
+    # a model of one stack may name it; the saved settings then carry it
+    model = apply_value_path(tiny_model("llama"), "neutreno", stack="model.layers")
+    assert model.config.value_path["stack"] == "model.layers"
+    with pytest.raises(ValueError, match="must name one of"):
+        apply_value_path(tiny_model("llama"), "neutreno", stack="model.norm")
+
+
+def test_the_named_stacks_own_config_is_checked():
+    """A sliding-window language model inside a VLM is refused by its own config (the VLM's config has no window)."""
+    text = MistralConfig(**{**DECODER, "vocab_size": IMAGE_TOKEN + 1}, sliding_window=4)
+    vlm = tiny_vlm(text_config=text)
+    with pytest.raises(ValueError, match="sliding_attention"):
+        apply_value_path(vlm, "neutreno", stack=STACK)
+    assert not is_value_path_model(vlm)
+
+
+def test_qwen2_vl_adapted_by_its_stack_generates_with_a_cache_as_without_and_is_itself_at_zero():
+    """Another vision-language model: multimodal rotary positions, and a vision tower that calls attention once per
+    image (through the wrapper, untouched)."""
+    text = dict(vocab_size=160, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4)
+    rope = {"rope_type": "default", "mrope_section": [1, 1, 2], "rope_theta": 10000.0}
+    vision = dict(depth=2, embed_dim=32, num_heads=4, hidden_size=32, mlp_ratio=2, patch_size=4, spatial_merge_size=2)
+    config = Qwen2VLConfig(
+        text_config={**text, "num_key_value_heads": 2, "rope_parameters": rope},
+        vision_config=vision,
+        image_token_id=150,
+        video_token_id=151,
+        vision_start_token_id=152,
+    )
+    generator = torch.Generator().manual_seed(1)
+    input_ids = torch.tensor([[5, 152, 150, 7, 8, 9, 10], [6, 152, 150, 11, 12, 13, 14]])
+    inputs = {
+        "input_ids": input_ids,
+        "mm_token_type_ids": (input_ids == 150).long(),
+        "pixel_values": torch.randn(2 * 4, 3 * 2 * 4 * 4, generator=generator),  # two 8 px images, 2 × 2 patches each
+        "image_grid_thw": torch.tensor([[1, 2, 2], [1, 2, 2]]),
+    }
+    outputs = {}
+    for coefficient in (None, 0.0, 0.5):
+        torch.manual_seed(0)
+        model = Qwen2VLForConditionalGeneration(config).eval()
+        if coefficient is not None:
+            apply_value_path(model, "value_residual", coefficient, stack="model.language_model.layers")
+        with torch.no_grad():
+            outputs[coefficient] = model(**inputs).logits
+            cached = model.generate(**inputs, max_new_tokens=4, do_sample=False)
+            uncached = model.generate(**inputs, max_new_tokens=4, do_sample=False, use_cache=False)
+        assert torch.equal(cached, uncached)
+    assert torch.equal(outputs[0.0], outputs[None]) and (outputs[0.5] - outputs[None]).abs().max() > 1e-2
