@@ -31,6 +31,7 @@ __all__ = [
     "SHAPE",
     "TextTester",
     "VisionTester",
+    "VisionTextTester",
     "deviations",
 ]
 
@@ -104,6 +105,34 @@ class TextTester(Tester):
         if self.token_type_ids:
             inputs["token_type_ids"] = ids_tensor(shape, 2)
         return self.get_config(), inputs
+
+
+class VisionTextTester(Tester):
+    """A vision-language model (LLaVA's layout: `text_config`, `vision_config`, an image placeholder token): one
+    16 × 16 image per row, its 16 placeholder tokens first, then 7 text tokens (from 3, above the special tokens).
+    `fields` are the config's; the model's sizes are its text config's, as upstream's LLaVA tester reads them."""
+
+    seq_length, image_size, num_channels, image_tokens = 7 + 16, 16, 3, 16
+
+    def __init__(self, parent, make_config, fields, config_extras=None):
+        self.parent, self.make_config, self.fields = parent, make_config, fields
+        self.config_extras, self.batch_size, self.is_training = config_extras or {}, 2, True
+        text = self.get_config().text_config
+        self.hidden_size, self.num_hidden_layers = text.hidden_size, text.num_hidden_layers
+        self.num_attention_heads, self.vocab_size = text.num_attention_heads, text.vocab_size
+        assert self.num_hidden_layers == LAYERS, "upstream's test_num_layers_is_small"
+
+    def prepare_config_and_inputs_for_common(self):
+        config = self.get_config()
+        text = ids_tensor([self.batch_size, self.seq_length - self.image_tokens], config.image_token_index - 3) + 3
+        images = torch.full((self.batch_size, self.image_tokens), config.image_token_index)
+        input_ids = torch.cat([images, text], dim=1)
+        pixel_values = floats_tensor([self.batch_size, self.num_channels, self.image_size, self.image_size])
+        return config, {
+            "input_ids": input_ids,
+            "attention_mask": torch.ones_like(input_ids),
+            "pixel_values": pixel_values,
+        }
 
 
 # ConfigTester's checks (what upstream's `run_common_tests` runs in one test), one test each here.

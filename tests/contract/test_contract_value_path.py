@@ -6,7 +6,7 @@ GPT-2 (fused `c_attn`), a grouped-query Llama (4 query heads, 2 key/value heads)
 at upstream's 2 layers (the rule acts in layer 1; twicing and XSA in both, value embeddings in the last); value
 embeddings on the causal language models only. The fast tier runs one or two methods per model class, together every
 method once; the slow tier the other combinations. This package's own NeuTRENO GPT and ViT classifier (their term
-off) run a few methods each.
+off), and LLaVA with its language model named as the `stack`, run a few methods each.
 """
 
 import unittest
@@ -22,6 +22,7 @@ from contract_common import (
     PatchEmbeddings,
     TextTester,
     VisionTester,
+    VisionTextTester,
     deviations,
 )
 from transformers import (
@@ -32,6 +33,8 @@ from transformers import (
     GPT2Model,
     LlamaConfig,
     LlamaForCausalLM,
+    LlavaConfig,
+    LlavaForConditionalGeneration,
     Qwen2Config,
     Qwen2ForCausalLM,
     ViTConfig,
@@ -71,6 +74,14 @@ NEUTRENO_GPT = dict(
     **dict.fromkeys(("embedding_dropout", "hidden_dropout", "activation_dropout", "output_dropout"), 0.0),
 )
 NEUTRENO_VIT = dict(SHAPE, num_labels=3, neutreno_lambda=0.0)
+LLAVA = dict(  # the grouped-query Llama beside a CLIP vision tower; placeholder 60, above the text's ids
+    text_config=dict(DECODER, model_type="llama"),
+    vision_config=dict(SHAPE, model_type="clip_vision_model", image_size=16, patch_size=4),
+    image_token_index=60,
+    vision_feature_layer=-1,  # as upstream's LLaVA tester (the default -2 is lost when only some layers are captured)
+)
+# Models of several stacks: the one each adapts (`stack`)
+STACKS = {LlavaForConditionalGeneration: "model.language_model.layers"}
 
 # model class -> (tester, config class, config fields, tester options)
 ARCHITECTURES = {
@@ -83,10 +94,14 @@ ARCHITECTURES = {
     ViTForImageClassification: (VisionTester, ViTConfig, VIT, {}),
     NeuTRENOGPTForCausalLM: (TextTester, NeuTRENOGPTConfig, NEUTRENO_GPT, {}),
     NeuTRENOViTForImageClassification: (VisionTester, NeuTRENOViTConfig, NEUTRENO_VIT, {}),
+    LlavaForConditionalGeneration: (VisionTextTester, LlavaConfig, LLAVA, {}),
 }
-# This package's classes: upstream picks labels by class name (of a transformers class), and the methods they run
+# This package's classes: upstream picks labels by class name (of a transformers class)
 LABELS_LIKE = {NeuTRENOGPTForCausalLM: GPT2LMHeadModel, NeuTRENOViTForImageClassification: ViTForImageClassification}
-PACKAGE_METHODS = {
+# The classes that run a few methods: this package's, and LLaVA (the methods' rules run in its language model as in
+# Llama's; these hold the parts a second stack touches: a learnable coefficient, the gate's hook, a Function)
+FEW_METHODS = {
+    LlavaForConditionalGeneration: ("neutreno_learnable", "value_residual_gate", "xsa"),
     NeuTRENOGPTForCausalLM: ("value_residual_gate", "twicing", "value_embedding_gate"),
     NeuTRENOViTForImageClassification: (
         "neutreno_learnable",
@@ -107,13 +122,14 @@ FAST = {
     ViTForImageClassification: ("xsa",),
     NeuTRENOGPTForCausalLM: ("value_embedding_gate",),
     NeuTRENOViTForImageClassification: ("value_residual",),
+    LlavaForConditionalGeneration: ("neutreno_learnable",),
 }
 
 
 def methods_of(base) -> tuple[str, ...]:
     """The methods the contract runs on `base`."""
-    if base in PACKAGE_METHODS:
-        return PACKAGE_METHODS[base]
+    if base in FEW_METHODS:
+        return FEW_METHODS[base]
     return tuple(method for method in METHODS if base in CAUSAL_LMS or method not in CAUSAL_ONLY)
 
 
@@ -145,6 +161,15 @@ SKIPS = {
 # Upstream tests that do not apply to value embeddings, whose tables are looked up by token id.
 BY_TOKEN_ID = "value embeddings look their tables up by token id; a call with inputs_embeds alone is refused"
 CAUSAL_ONLY_SKIPS = dict.fromkeys(("test_inputs_embeds", "test_inputs_embeds_matches_input_ids"), BY_TOKEN_ID)
+# Upstream tests that the native class fails alike (run on LlavaForConditionalGeneration itself, unadapted).
+NATIVE_SKIPS = {
+    LlavaForConditionalGeneration: {
+        "test_training_gradient_checkpointing": "LLaVA reads the vision tower's hidden states, not its post_layernorm, "
+        "whose parameters get no gradient: the native class fails this test alike",
+        "test_training_gradient_checkpointing_use_reentrant_false": "as test_training_gradient_checkpointing",
+        "test_multimodal_outputs_are_returned": BACKEND_FIXED + " (it switches the model to eager)",
+    }
+}
 # Known bugs, (model class or None for all, method or None for all) -> {test: "BUG: ..."}.
 BUGS = {}
 
@@ -155,7 +180,9 @@ class ValuePathCase(LabelsLike, ModelTesterMixin, unittest.TestCase):
 
     def setUp(self):
         tester, config_class, fields, options = ARCHITECTURES[self.base]
-        extras = {"value_path": dict(METHODS[self.method])}
+        extras = {
+            "value_path": dict(METHODS[self.method], **({"stack": STACKS[self.base]} if self.base in STACKS else {}))
+        }
         self.model_tester = tester(self, config_class, fields, extras, **options)
 
 
@@ -206,6 +233,7 @@ def _test_class(base, method, case=ValuePathCase):
     cls = type(name, tuple(bases), attributes)
     skips = {**SKIPS, **(BASE_MODEL_SKIPS if base in (GPT2Model, BertModel, ViTModel) else {})}
     skips.update(_same_dtype_loading(base, method))
+    skips.update(NATIVE_SKIPS.get(base, {}))
     if method in CAUSAL_ONLY:
         skips.update(CAUSAL_ONLY_SKIPS)
     cls = deviations(skips=skips, bugs=_bugs(base, method))(cls)
@@ -232,6 +260,6 @@ def test_the_slow_tier_has_every_combination():
 
 
 def test_the_fast_tier_runs_every_method():
-    fast = [method for methods in FAST.values() for method in methods]
-    assert sorted(fast) == sorted(METHODS)  # each once
+    fast = [method for base, methods in FAST.items() if base not in STACKS for method in methods]
+    assert sorted(fast) == sorted(METHODS)  # each once on a model of one stack; LLaVA's stack runs one more
     assert all(set(FAST[base]) <= set(methods_of(base)) for base in ARCHITECTURES)
