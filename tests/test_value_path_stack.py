@@ -17,7 +17,7 @@ from transformers import (
 from hf_neutreno import apply_value_path, load_value_path, remove_value_path, save_value_path
 from hf_neutreno.value_path import MARKER, coefficient_parameters, is_value_path_model
 from test_value_path import reference_decoder_logits
-from tiny_models import DECODER, IMAGE_TOKEN, tiny_model, tiny_vlm, tiny_vlm_inputs
+from tiny_models import CACHE_FIELD, DECODER, IMAGE_TOKEN, tiny_model, tiny_vlm, tiny_vlm_inputs
 
 STACK = "model.language_model.layers"
 
@@ -186,3 +186,19 @@ def test_qwen2_vl_adapted_by_its_stack_generates_with_a_cache_as_without_and_is_
             uncached = model.generate(**inputs, max_new_tokens=4, do_sample=False, use_cache=False)
         assert torch.equal(cached, uncached)
     assert torch.equal(outputs[0.0], outputs[None]) and (outputs[0.5] - outputs[None]).abs().max() > 1e-2
+
+
+@pytest.mark.parametrize("method", ["neutreno", "value_residual"])
+def test_a_cache_stepped_by_hand_after_an_image_gives_the_full_forwards_logits(method):
+    """The prompt with its image first, then one text token per call with the returned cache."""
+    vlm, inputs = tiny_vlm(), tiny_vlm_inputs()
+    apply_value_path(vlm, method, stack=STACK)
+    input_ids, prefix = inputs["input_ids"], 18
+    with torch.no_grad():
+        full = vlm(**inputs).logits
+        step = vlm(input_ids=input_ids[:, :prefix], pixel_values=inputs["pixel_values"], use_cache=True)
+        logits = [step.logits]
+        for position in range(prefix, input_ids.shape[1]):
+            step = vlm(input_ids=input_ids[:, position : position + 1], **{CACHE_FIELD: step[CACHE_FIELD]})
+            logits.append(step.logits)
+    torch.testing.assert_close(torch.cat(logits, dim=1), full, rtol=0, atol=1e-5)
