@@ -202,3 +202,22 @@ def test_a_cache_stepped_by_hand_after_an_image_gives_the_full_forwards_logits(m
             step = vlm(input_ids=input_ids[:, position : position + 1], **{CACHE_FIELD: step[CACHE_FIELD]})
             logits.append(step.logits)
     torch.testing.assert_close(torch.cat(logits, dim=1), full, rtol=0, atol=1e-5)
+
+
+def test_the_other_towers_keep_their_attention_backend_and_remove_restores_the_stacks():
+    """Only the named stack's sub-config takes the value path's implementation: a vision tower on eager stays on
+    eager (it never sees the wrapper), and `remove_value_path` gives the language model its own backend back."""
+    vlm, inputs = tiny_vlm(), tiny_vlm_inputs()
+    vlm.set_attn_implementation({"vision_config": "eager"})
+    with torch.no_grad():
+        plain = vlm(**inputs).logits
+    apply_value_path(vlm, "value_residual", stack=STACK)
+    assert vlm.config.vision_config._attn_implementation == "eager"
+    assert vlm.config.text_config._attn_implementation == "value_path-sdpa"
+    remove_value_path(vlm)
+    assert (vlm.config.text_config._attn_implementation, vlm.config.vision_config._attn_implementation) == (
+        "sdpa",
+        "eager",
+    )
+    with torch.no_grad():
+        assert torch.equal(vlm(**inputs).logits, plain)

@@ -254,9 +254,10 @@ def remove_value_path(model: PreTrainedModel) -> PreTrainedModel:
             if name in module._modules:
                 delattr(module, name)
     delattr(model, MARKER)
-    inner = _inner_implementation(model)
+    stack = model.config.value_path.get("stack")
+    inner = _inner_implementation(model, stack)
     model.__class__ = type(model)._value_path_base
-    model.set_attn_implementation(inner)
+    _set_implementation(model, stack, inner)
     del model.config.value_path
     auto_map = {k: v for k, v in (getattr(model.config, "auto_map", None) or {}).items() if not _is_ours(v)}
     if auto_map:
@@ -750,7 +751,7 @@ def _first_values(context, layer: int, value: torch.Tensor) -> torch.Tensor:
     return first
 
 
-def _begin_forward(model, settings, attention_modules, checkpointing, layer_drop, module, args, kwargs):
+def _begin_forward(model, settings, attention_modules, checkpointing, layer_drop, backend, module, args, kwargs):
     """Forward pre-hook of every PreTrainedModel level: the outermost call gets a fresh context for its layers."""
     if CONTEXT_KWARG in kwargs:  # an outer level of the same call made it
         return None
@@ -762,7 +763,7 @@ def _begin_forward(model, settings, attention_modules, checkpointing, layer_drop
     _refuse_built_in_term(model)
     if model.training and torch.is_grad_enabled() and FROZEN_CHECKED not in model.__dict__:
         _warn_if_frozen(model, attention_modules)
-    implementation = model.config._attn_implementation
+    implementation = backend._attn_implementation  # the adapted stack's config (`_implementation_config`)
     if not implementation.startswith(ATTENTION_PREFIX):
         raise ValueError(
             f"The attention implementation was set to {implementation!r} after the model was adapted, which would "
@@ -1077,7 +1078,7 @@ def _adapt(model: PreTrainedModel) -> None:
         model._value_path_hooks += [
             layers[layer].register_forward_pre_hook(_gate_hook, with_kwargs=True) for layer in settings["layers"]
         ]
-    model.set_attn_implementation(register_value_path_attention(inner))
+    _set_implementation(model, settings.get("stack"), register_value_path_attention(inner))
 
 
 def _read_checkpoint_tensor(key: str, state_dict: dict | None, checkpoint_files: list | None) -> torch.Tensor:
@@ -1189,10 +1190,19 @@ class _Hook:
         self.model, self.settings, self.attention_modules = model, settings, attention_modules
         self.checkpointing = [level for level in model.modules() if hasattr(level, "gradient_checkpointing")]
         self.layer_drop = _layer_drop_fields(model, settings)
+        self.backend = _implementation_config(model, settings.get("stack"))
 
     def __call__(self, module, args, kwargs):
         return _begin_forward(
-            self.model, self.settings, self.attention_modules, self.checkpointing, self.layer_drop, module, args, kwargs
+            self.model,
+            self.settings,
+            self.attention_modules,
+            self.checkpointing,
+            self.layer_drop,
+            self.backend,
+            module,
+            args,
+            kwargs,
         )
 
 
@@ -1249,7 +1259,7 @@ def _check_adaptable(model: PreTrainedModel, stack: str | None = None) -> tuple[
             "attention interface, so a value path would not act on it; use softmax attention (attention_kernel="
             "'softmax')."
         )
-    return layers, _inner_implementation(model)
+    return layers, _inner_implementation(model, stack)
 
 
 def stack_config(model: PreTrainedModel, stack: str | None = None):
@@ -1265,8 +1275,37 @@ def stack_config(model: PreTrainedModel, stack: str | None = None):
     return config
 
 
-def _inner_implementation(model: PreTrainedModel) -> str:
-    implementation = model.config._attn_implementation
+def _implementation_config(model: PreTrainedModel, stack: str | None = None):
+    """The config whose attention implementation the adapted stack reads: the model's; with `stack`, the stack's own
+    (a VLM's text config), so that the model's other towers keep their backend."""
+    return model.config if stack is None else stack_config(model, stack)
+
+
+def _set_implementation(model: PreTrainedModel, stack: str | None, implementation: str) -> None:
+    """Set `implementation` on the config of `_implementation_config` and what it holds, in `set_attn_implementation`'s
+    form: a name for the whole model, or nested dicts keyed by sub-config for a stack's sub-config alone."""
+    target = _implementation_config(model, stack)
+
+    def keyed(config):
+        if config is target:
+            return implementation
+        for key in getattr(config, "sub_configs", None) or {}:
+            sub = getattr(config, key, None)
+            found = keyed(sub) if isinstance(sub, PretrainedConfig) else None
+            if found is not None:
+                return {key: found}
+        return None
+
+    model.set_attn_implementation(keyed(model.config) or implementation)
+
+
+def _inner_implementation(model: PreTrainedModel, stack: str | None = None) -> str:
+    implementation = _implementation_config(model, stack)._attn_implementation
+    if implementation is None:  # transformers never dispatched one to this config (it warns when attention reads it)
+        raise ValueError(
+            f"The config of {stack!r} in {type(model).__name__} has no attention implementation (transformers sets "
+            "one on the configs of its sub-models only): name a stack of one of its sub-models."
+        )
     inner = implementation.removeprefix(ATTENTION_PREFIX)
     if inner.startswith(ATTENTION_PREFIX):
         raise ValueError(f"{type(model).__name__} uses {implementation!r}: a value path twice.")
@@ -1582,7 +1621,8 @@ class _ValuePathModel:
         # Unpickled in a new process (torch.load of a whole model): its attention implementation is registered there
         # by nobody else.
         super().__setstate__(state)
-        register_value_path_attention(self.config._attn_implementation.removeprefix(ATTENTION_PREFIX))
+        backend = _implementation_config(self, self.config.value_path.get("stack"))
+        register_value_path_attention(backend._attn_implementation.removeprefix(ATTENTION_PREFIX))
 
     @torch.no_grad()
     @init.guard_torch_init_functions()
