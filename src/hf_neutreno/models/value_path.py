@@ -815,7 +815,7 @@ def _layer_drop_fields(model, settings) -> tuple[tuple, ...]:
     configs have none (most models: no per-forward cost)."""
     if settings["method"] in FROM_LAYER_0:
         return ()
-    own = stack_config(model, settings.get("stack"))
+    own = _stack_config(model, settings.get("stack"))
     levels = (model.config,) if own is model.config else (model.config, own)
     return tuple((level, name) for level in levels for name in LAYER_DROP_FIELDS if hasattr(level, name))
 
@@ -1041,7 +1041,7 @@ def _adapt(model: PreTrainedModel) -> None:
                 device=reference.device if reference is not None else None,
             )
             setattr(layers[layer], COEFFICIENT_ATTRIBUTE, coefficient)
-    config = stack_config(model, settings.get("stack"))
+    config = _stack_config(model, settings.get("stack"))
     if settings["learnable"] == GATE or settings["method"] == "value_embedding":
         kv_heads, head_dim = _value_heads(config)
     if settings["learnable"] == GATE:
@@ -1142,7 +1142,7 @@ def _check_method_fits(model: PreTrainedModel, settings: dict, layers: list[nn.M
     heads, and value embeddings a causal language model (a table indexed by the token ids of its input embeddings,
     and attention that sees no later token)."""
     if settings["learnable"] == GATE or settings["method"] == "value_embedding":
-        _value_heads(stack_config(model, settings.get("stack")))
+        _value_heads(_stack_config(model, settings.get("stack")))
     if settings["method"] != "value_embedding":
         return
     name = type(model).__name__
@@ -1239,7 +1239,7 @@ def _check_adaptable(model: PreTrainedModel, stack: str | None = None) -> tuple[
     """The self-attention layers (of `stack`, if named) and the backend to wrap, or `ValueError` for what a value path
     cannot do exactly."""
     layers = self_attention_layers(model, stack)
-    config = stack_config(model, stack)
+    config = _stack_config(model, stack)
     depth = getattr(config, "num_hidden_layers", None)
     if isinstance(depth, int) and depth > len(layers):
         raise ValueError(
@@ -1262,7 +1262,7 @@ def _check_adaptable(model: PreTrainedModel, stack: str | None = None) -> tuple[
     return layers, _inner_implementation(model, stack)
 
 
-def stack_config(model: PreTrainedModel, stack: str | None = None):
+def _stack_config(model: PreTrainedModel, stack: str | None = None):
     """The config of the stack of layers a value path acts on: without `stack`, the model's text config; with it, the
     config of the innermost module on the way to it that has one (a vision-language model's text config, for its
     language model's layers)."""
@@ -1278,7 +1278,7 @@ def stack_config(model: PreTrainedModel, stack: str | None = None):
 def _implementation_config(model: PreTrainedModel, stack: str | None = None):
     """The config whose attention implementation the adapted stack reads: the model's; with `stack`, the stack's own
     (a VLM's text config), so that the model's other towers keep their backend."""
-    return model.config if stack is None else stack_config(model, stack)
+    return model.config if stack is None else _stack_config(model, stack)
 
 
 def _set_implementation(model: PreTrainedModel, stack: str | None, implementation: str) -> None:
@@ -1646,7 +1646,7 @@ class _ValuePathModel:
             if isinstance(getattr(module, COEFFICIENT_ATTRIBUTE, None), LayerCoefficient):
                 init.constant_(getattr(module, COEFFICIENT_ATTRIBUTE).value, start)
             if isinstance(getattr(module, EMBEDDING_ATTRIBUTE, None), nn.Embedding):
-                hidden_size = stack_config(self, self.config.value_path.get("stack")).hidden_size
+                hidden_size = _stack_config(self, self.config.value_path.get("stack")).hidden_size
                 _initialise_table(getattr(module, EMBEDDING_ATTRIBUTE), hidden_size)
 
     def resize_token_embeddings(self, *args, **kwargs):
