@@ -221,3 +221,31 @@ def test_the_other_towers_keep_their_attention_backend_and_remove_restores_the_s
     )
     with torch.no_grad():
         assert torch.equal(vlm(**inputs).logits, plain)
+
+
+def test_lora_trains_saves_and_restores_a_stacks_learnable_coefficients(tmp_path):
+    """PEFT on a model adapted by its stack, as on a model of one stack (tests/test_peft.py): the coefficients train
+    beside LoRA with `modules_to_save=PEFT_MODULES`, and the adapter restores them onto a freshly adapted base."""
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    from hf_neutreno import learned_coefficients
+    from hf_neutreno.value_path import PEFT_MODULES
+
+    inputs = tiny_vlm_inputs()
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], modules_to_save=PEFT_MODULES)
+    model = get_peft_model(apply_value_path(tiny_vlm(), "value_residual", 0.3, learnable=True, stack=STACK), lora)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=5e-2)
+    for _ in range(3):
+        model(**inputs, labels=inputs["input_ids"]).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    trained = learned_coefficients(model)
+    assert len(trained) == 2 and all(abs(value - 0.3) > 1e-3 for value in trained), trained
+    with torch.no_grad():
+        expected = model.eval()(**inputs).logits
+    model.save_pretrained(tmp_path / "adapter")
+    fresh = apply_value_path(tiny_vlm(), "value_residual", 0.3, learnable=True, stack=STACK)
+    reloaded = PeftModel.from_pretrained(fresh, tmp_path / "adapter").eval()
+    assert learned_coefficients(reloaded) == trained
+    with torch.no_grad():
+        assert torch.equal(reloaded(**inputs).logits, expected)
