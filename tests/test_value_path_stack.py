@@ -249,3 +249,67 @@ def test_lora_trains_saves_and_restores_a_stacks_learnable_coefficients(tmp_path
     assert learned_coefficients(reloaded) == trained
     with torch.no_grad():
         assert torch.equal(reloaded(**inputs).logits, expected)
+
+
+@pytest.mark.slow  # every image-text-to-text class of the installed transformers, built tiny on the CPU: about 30 s
+def test_every_vision_language_model_adapts_its_language_model_exactly_or_is_refused_by_name():
+    """Each class that `AutoModelForImageTextToText` builds from its default config (shrunk, sub-configs too) and that
+    runs a text-only forward natively: adapted at its language model's stack (the one the refusal without `stack`
+    names), λ = 0 gives exactly the native logits and λ = 0.5 changes them; or `apply_value_path` refuses it with a
+    `ValueError` (sliding windows, encoder-decoders, attention outside the interface). Never another exception."""
+    import re
+    import warnings
+
+    from transformers import PretrainedConfig
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+    from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+
+    from hf_neutreno.models.value_path import check_adaptable
+
+    small = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8)
+    small |= dict(intermediate_size=64, depth=2, embed_dim=32, num_heads=4, out_hidden_size=32, projection_dim=32)
+
+    def shrink(config):
+        for name, value in small.items():
+            if isinstance(getattr(config, name, None), int):
+                setattr(config, name, value)
+        for key in getattr(config, "sub_configs", None) or {}:
+            if isinstance(getattr(config, key, None), PretrainedConfig):
+                shrink(getattr(config, key))
+
+    adapted = refused = 0
+    for model_type in sorted(MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                config = CONFIG_MAPPING[model_type]()
+                shrink(config)
+                torch.manual_seed(0)
+                model = AutoModelForImageTextToText.from_config(config).eval()
+            vocabulary = getattr(config.get_text_config(), "vocab_size", None) or 100
+            input_ids = torch.randint(5, min(vocabulary, 200), (2, 6), generator=torch.Generator().manual_seed(0))
+            with torch.no_grad():
+                native = model(input_ids=input_ids).logits
+        except Exception:  # a config that does not build shrunk, or a model that needs images: not the adapter's
+            continue
+        try:
+            try:
+                check_adaptable(model, "neutreno")
+                stack = None
+            except ValueError as error:
+                named = re.search(r"stacks of layers \(([^)]*)\)", str(error))
+                if named is None:
+                    raise
+                stacks = named.group(1).split(", ")
+                stack = next((s for s in stacks if "language" in s or "text" in s), stacks[0])
+            apply_value_path(model, "neutreno", 0.0, stack=stack)
+            with torch.no_grad():
+                assert torch.equal(model(input_ids=input_ids).logits, native), model_type
+            remove_value_path(model)
+            apply_value_path(model, "neutreno", 0.5, stack=stack)
+            with torch.no_grad():
+                assert (model(input_ids=input_ids).logits - native).abs().max() > 1e-4, model_type
+            adapted += 1
+        except ValueError:
+            refused += 1
+    assert adapted >= 20 and refused >= 10, (adapted, refused)
