@@ -6,7 +6,9 @@ import types
 
 import pytest
 import torch
+from safetensors.torch import load_file
 from transformers import (
+    AutoModel,
     AutoModelForImageTextToText,
     LlavaForConditionalGeneration,
     MistralConfig,
@@ -153,9 +155,11 @@ def test_the_named_stacks_own_config_is_checked():
     assert not is_value_path_model(vlm)
 
 
-def test_qwen2_vl_adapted_by_its_stack_generates_with_a_cache_as_without_and_is_itself_at_zero():
+def test_qwen2_vl_adapted_by_its_stack_generates_with_a_cache_as_without_and_saves_in_its_layout(tmp_path):
     """Another vision-language model: multimodal rotary positions, and a vision tower that calls attention once per
-    image (through the wrapper, untouched)."""
+    image (through the wrapper, untouched). transformers renames Qwen2-VL's weights by class name on saving (`visual.*`,
+    not `model.visual.*`): the adapted class saves the same names, so that the plain class and its backbone
+    (`AutoModel`) find every weight."""
     text = dict(vocab_size=160, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4)
     rope = {"rope_type": "default", "mrope_section": [1, 1, 2], "rope_theta": 10000.0}
     vision = dict(depth=2, embed_dim=32, num_heads=4, hidden_size=32, mlp_ratio=2, patch_size=4, spatial_merge_size=2)
@@ -185,7 +189,15 @@ def test_qwen2_vl_adapted_by_its_stack_generates_with_a_cache_as_without_and_is_
             cached = model.generate(**inputs, max_new_tokens=4, do_sample=False)
             uncached = model.generate(**inputs, max_new_tokens=4, do_sample=False, use_cache=False)
         assert torch.equal(cached, uncached)
+        model.save_pretrained(tmp_path / str(coefficient))
     assert torch.equal(outputs[0.0], outputs[None]) and (outputs[0.5] - outputs[None]).abs().max() > 1e-2
+    native, adapted = (set(load_file(tmp_path / name / "model.safetensors")) for name in ("None", "0.5"))
+    assert adapted == native | {MARKER} and "visual.patch_embed.proj.weight" in native
+    for trust_remote_code in (False, True):
+        _, info = AutoModel.from_pretrained(
+            tmp_path / "0.5", trust_remote_code=trust_remote_code, output_loading_info=True
+        )
+        assert not info["missing_keys"]
 
 
 @pytest.mark.parametrize("method", ["neutreno", "value_residual"])
@@ -313,3 +325,19 @@ def test_every_vision_language_model_adapts_its_language_model_exactly_or_is_ref
         except ValueError:
             refused += 1
     assert adapted >= 20 and refused >= 10, (adapted, refused)
+
+
+def test_automodel_loads_the_backbone_adapted_with_its_stack_from_the_task_models_root(tmp_path):
+    """The stack is stored as a path from the saved model's root; `AutoModel` builds the backbone (the task model's
+    `base_model_prefix` sub-model), where the same stack lies one level up."""
+    vlm, inputs = tiny_vlm(), tiny_vlm_inputs()
+    apply_value_path(vlm, "value_residual", 0.5, learnable=True, stack=STACK)
+    vlm.save_pretrained(tmp_path / "vlm")
+    backbone = AutoModel.from_pretrained(tmp_path / "vlm", trust_remote_code=True).eval()
+    assert is_value_path_model(backbone) and backbone.config.value_path["stack"] == "language_model.layers"
+    with torch.no_grad():
+        expected = vlm(**inputs, output_hidden_states=True).hidden_states[-1]
+        torch.testing.assert_close(backbone(**inputs, output_hidden_states=True).hidden_states[-1], expected)
+    llama = apply_value_path(tiny_model("llama"), "neutreno", stack="model.layers")
+    llama.save_pretrained(tmp_path / "llama")
+    assert AutoModel.from_pretrained(tmp_path / "llama", trust_remote_code=True).config.value_path["stack"] == "layers"

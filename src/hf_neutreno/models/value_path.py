@@ -56,7 +56,10 @@ from torch import nn
 from transformers import AttentionInterface, AttentionMaskInterface, PretrainedConfig, PreTrainedModel
 from transformers import initialization as init
 from transformers.cache_utils import Cache
-from transformers.conversion_mapping import get_model_conversion_mapping
+from transformers.conversion_mapping import (
+    get_checkpoint_conversion_mapping,
+    register_checkpoint_conversion_mapping,
+)
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.auto import modeling_auto
@@ -1014,14 +1017,15 @@ def _adapt(model: PreTrainedModel) -> None:
     unknown = set(stored) - {"method", "coefficient", "learnable", "layers", "stack"}
     if unknown:
         raise ValueError(f"config.value_path has unknown keys {sorted(unknown)}.")
-    layers, inner = _check_adaptable(model, stored.get("stack"))
+    stack = _rooted_stack(model, stored.get("stack"))
+    layers, inner = _check_adaptable(model, stack)
     settings = check_settings(
         stored.get("method"),
         stored.get("coefficient"),
         stored.get("learnable", False),
         stored.get("layers"),
         len(layers),
-        stored.get("stack"),
+        stack,
     )
     _check_method_fits(model, settings, layers)
     model.config.value_path = settings
@@ -1260,6 +1264,26 @@ def _check_adaptable(model: PreTrainedModel, stack: str | None = None) -> tuple[
             "'softmax')."
         )
     return layers, _inner_implementation(model, stack)
+
+
+def _rooted_stack(model: PreTrainedModel, stack: str | None) -> str | None:
+    """A stored `stack` as a path in `model`: a checkpoint saved by a task model names it from the task model's root,
+    and loaded as its base model (`AutoModel`) the path loses the base model's prefix (``model.layers`` -> ``layers``);
+    saved by the base model and loaded with a head, it gains it. A path found in neither is refused by name."""
+    prefix = getattr(model, "base_model_prefix", "")
+    if stack is None or not prefix or _holds(model, stack):
+        return stack
+    if stack.startswith(prefix + ".") and _holds(model, stack.removeprefix(prefix + ".")):
+        return stack.removeprefix(prefix + ".")
+    return f"{prefix}.{stack}" if _holds(model, f"{prefix}.{stack}") else stack
+
+
+def _holds(model: nn.Module, path: str) -> bool:
+    try:
+        model.get_submodule(path)
+    except AttributeError:
+        return False
+    return True
 
 
 def _stack_config(model: PreTrainedModel, stack: str | None = None):
@@ -1568,16 +1592,11 @@ def _auto_class_of(model_class: type) -> str:
 def _add_base_model_auto_map(model: PreTrainedModel) -> None:
     """List the adapted base model (``ValuePath<Model>``) under `AutoModel` in ``config.auto_map`` beside the saved
     class's own entry, so that `AutoModel.from_pretrained(folder, trust_remote_code=True)` loads the backbone adapted
-    too (transformers builds the plain one from the model type otherwise). Not for model types whose checkpoints
-    transformers renames on loading."""
+    too (transformers builds the plain one from the model type otherwise)."""
     base = type(model)._value_path_base
     if not _is_transformers_class(base):
         return
     model_type = getattr(model.config, "model_type", None)
-    if get_model_conversion_mapping(model, add_legacy=False):
-        # Its checkpoints are renamed on loading by a conversion that transformers looks up by its own class names
-        # (ViT's, for one): the adapted backbone, a class of this file, would not find its weights.
-        return
     names = modeling_auto.MODEL_MAPPING_NAMES.get(model_type)
     name = names if isinstance(names, str) else (names[0] if names else None)
     backbone = getattr(transformers, name, None) if name else None
@@ -1624,18 +1643,21 @@ class _ValuePathModel:
         backend = _implementation_config(self, self.config.value_path.get("stack"))
         register_value_path_attention(backend._attn_implementation.removeprefix(ATTENTION_PREFIX))
 
+    @classmethod
+    def is_custom_code(cls) -> bool:
+        # A transformers class plus what `_adapt` adds, so treated as one: transformers initialises its own classes
+        # fully (custom code cautiously: it skips a module whose own parameters are all set, which leaves out a
+        # parent's pass over its children, as GPT-2's scaled residual projections), and applies its checkpoint renames
+        # to them, on loading and back on saving, so that the saved layout is the base's (LLaVA's
+        # `language_model.model.*`).
+        if _is_transformers_class(cls._value_path_base):
+            return False
+        return super().is_custom_code()
+
     @torch.no_grad()
     @init.guard_torch_init_functions()
     def initialize_weights(self):
-        # transformers initialises its own classes fully and custom code cautiously (it skips a module whose own
-        # parameters are all set, which leaves out a parent's pass over its children, as GPT-2's scaled residual
-        # projections). This class is a transformers class plus what `_adapt` adds (set below): initialise it as one.
-        if _is_transformers_class(type(self)._value_path_base):
-            self.__dict__["is_custom_code"] = lambda: False
-        try:
-            super().initialize_weights()
-        finally:
-            self.__dict__.pop("is_custom_code", None)
+        super().initialize_weights()
         # The coefficients and gates sit in the sub-model whose own `_init_weights` visits them (a Linear: random W):
         # set them to the configured start afterwards, where a checkpoint lacks them (from_pretrained creates
         # parameters empty, then fills the missing ones; loaded ones are left as they are).
@@ -1729,6 +1751,11 @@ def value_path_class(base: type, auto_class: str | None = None) -> type:
     adapted = type(name, (_ValuePathModel, base), attributes)
     if _is_transformers_class(base):
         adapted.register_for_auto_class(auto_class or _auto_class_of(base))
+        # transformers looks its checkpoint renames up by class name (Qwen2-VL's), else by model type: the base's, so
+        # that the adapted class saves and loads the base's layout (`is_custom_code`)
+        renames = get_checkpoint_conversion_mapping(base.__name__)
+        if renames is not None:
+            register_checkpoint_conversion_mapping(name, renames, overwrite=True)
     elif _is_sibling(base) and getattr(base, "_auto_class", None):
         adapted.register_for_auto_class(base._auto_class)
     globals()[name] = adapted
