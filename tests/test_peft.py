@@ -13,7 +13,7 @@ from transformers import AutoModelForCausalLM, AutoModelForImageClassification
 from hf_neutreno import NeuTRENOGPTConfig, NeuTRENOGPTForCausalLM, NeuTRENOViTConfig, NeuTRENOViTForImageClassification
 from hf_neutreno.data.text import load_wikitext, token_stream, train_word_tokenizer
 from hf_neutreno.value_path import PEFT_MODULES, apply_value_path, learned_coefficients
-from tiny_models import FASHION_VIT, fashion_mnist, tiny_inputs, tiny_model
+from tiny_models import FASHION_VIT, fashion_mnist, tiny_inputs, tiny_model, train_language_model
 
 
 @dataclass
@@ -127,11 +127,7 @@ def test_lora_trains_saves_and_restores_the_learnable_coefficients(method, tmp_p
     assert learned_coefficients(model) == [pytest.approx(start)] * 2
 
     inputs = tiny_inputs("llama")
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=5e-2)
-    for _ in range(5):
-        model(**inputs, labels=inputs["input_ids"]).loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
+    train_language_model(model, inputs, steps=5)
     trained = learned_coefficients(model)
     assert all(abs(value - start) > 1e-3 for value in trained), trained  # each layer's moved
     with model.disable_adapter():  # the base's own coefficients: frozen, still at the start

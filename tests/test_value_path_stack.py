@@ -19,7 +19,7 @@ from transformers import (
 from hf_neutreno import apply_value_path, load_value_path, remove_value_path, save_value_path
 from hf_neutreno.value_path import MARKER, coefficient_parameters, is_value_path_model
 from test_value_path import reference_decoder_logits
-from tiny_models import CACHE_FIELD, DECODER, IMAGE_TOKEN, tiny_model, tiny_vlm, tiny_vlm_inputs
+from tiny_models import CACHE_FIELD, DECODER, IMAGE_TOKEN, tiny_model, tiny_vlm, tiny_vlm_inputs, train_language_model
 
 STACK = "model.language_model.layers"
 
@@ -246,11 +246,7 @@ def test_lora_trains_saves_and_restores_a_stacks_learnable_coefficients(tmp_path
     inputs = tiny_vlm_inputs()
     lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], modules_to_save=PEFT_MODULES)
     model = get_peft_model(apply_value_path(tiny_vlm(), "value_residual", 0.3, learnable=True, stack=STACK), lora)
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=5e-2)
-    for _ in range(3):
-        model(**inputs, labels=inputs["input_ids"]).loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
+    train_language_model(model, inputs, steps=3)
     trained = learned_coefficients(model)
     assert len(trained) == 2 and all(abs(value - 0.3) > 1e-3 for value in trained), trained
     with torch.no_grad():

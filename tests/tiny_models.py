@@ -93,6 +93,16 @@ def training_args(output_dir, **settings) -> TrainingArguments:
     return TrainingArguments(output_dir=str(output_dir), **{**quiet, **settings})
 
 
+def train_language_model(model, inputs: dict, steps: int, learning_rate: float = 5e-2) -> None:
+    """`steps` AdamW steps of a causal LM (or a PEFT model of one) on `inputs`, its own tokens as labels, over the
+    parameters that require gradients."""
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=learning_rate)
+    for _ in range(steps):
+        model(**inputs, labels=inputs["input_ids"]).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+
 def fashion_mnist(data_dir, split: str, count: int):
     """The first `count` real Fashion-MNIST images of `split` as `FASHION_VIT` takes them: `pixel_values` (28 × 28,
     the image example's transform) and `labels`."""
