@@ -1039,10 +1039,10 @@ def test_a_layer_that_calls_attention_twice_is_refused_when_adapting_and_at_its_
     from hf_neutreno.models import value_path
 
     model = DiffLlamaForCausalLM(DiffLlamaConfig(**DECODER))
-    with pytest.raises(ValueError, match="DiffLlamaAttention calls the attention interface twice in its forward"):
+    with pytest.raises(ValueError, match=r"DiffLlamaAttention calls the attention interface twice \(differential"):
         apply_value_path(model, method)
     assert not is_value_path_model(model)
-    monkeypatch.setattr(value_path, "_interface_calls", lambda kind: ([], 1))  # as if the source showed one call
+    monkeypatch.setattr(value_path, "_interface_calls", lambda kind: ([], 1, False))  # as if the source showed one
     model = apply_value_path(model, method)
     with pytest.raises(ValueError, match="called the attention interface twice in one forward pass"):
         model(tiny_inputs("llama")["input_ids"])

@@ -155,21 +155,35 @@ def test_the_named_stacks_own_config_is_checked():
     assert not is_value_path_model(vlm)
 
 
-def test_qwen2_vl_adapted_by_its_stack_generates_with_a_cache_as_without_and_saves_in_its_layout(tmp_path):
-    """Another vision-language model: multimodal rotary positions, and a vision tower that calls attention once per
-    image (through the wrapper, untouched). transformers renames Qwen2-VL's weights by class name on saving (`visual.*`,
-    not `model.visual.*`): the adapted class saves the same names, so that the plain class and its backbone
-    (`AutoModel`) find every weight."""
+def _tiny_qwen2_vl_config() -> Qwen2VLConfig:
     text = dict(vocab_size=160, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4)
     rope = {"rope_type": "default", "mrope_section": [1, 1, 2], "rope_theta": 10000.0}
     vision = dict(depth=2, embed_dim=32, num_heads=4, hidden_size=32, mlp_ratio=2, patch_size=4, spatial_merge_size=2)
-    config = Qwen2VLConfig(
+    return Qwen2VLConfig(
         text_config={**text, "num_key_value_heads": 2, "rope_parameters": rope},
         vision_config=vision,
         image_token_id=150,
         video_token_id=151,
         vision_start_token_id=152,
     )
+
+
+def test_a_stack_whose_attention_is_called_once_per_image_is_refused_when_adapting():
+    """Qwen2-VL's vision attention calls the interface once per image (outside flash attention): a second image in a
+    batch would be a second call of the layer. It ran with one image and failed at the first batch of two; the loop in
+    its source is refused when adapting, before anything changes."""
+    model = Qwen2VLForConditionalGeneration(_tiny_qwen2_vl_config())
+    with pytest.raises(ValueError, match=r"VisionAttention calls the attention interface in a loop \(once per image"):
+        apply_value_path(model, "value_residual", stack="model.visual.blocks")
+    assert not is_value_path_model(model)
+
+
+def test_qwen2_vl_adapted_by_its_stack_generates_with_a_cache_as_without_and_saves_in_its_layout(tmp_path):
+    """Another vision-language model: multimodal rotary positions, and a vision tower that calls attention once per
+    image (through the wrapper, untouched). transformers renames Qwen2-VL's weights by class name on saving (`visual.*`,
+    not `model.visual.*`): the adapted class saves the same names, so that the plain class and its backbone
+    (`AutoModel`) find every weight."""
+    config = _tiny_qwen2_vl_config()
     generator = torch.Generator().manual_seed(1)
     input_ids = torch.tensor([[5, 152, 150, 7, 8, 9, 10], [6, 152, 150, 11, 12, 13, 14]])
     inputs = {

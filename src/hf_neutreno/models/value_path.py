@@ -728,8 +728,8 @@ def _check_context(context, module, layer: int) -> None:
     if layer in context.called and not context.finished:
         raise ValueError(
             f"{type(module).__name__} (value-path layer {layer}) called the attention interface twice in one forward "
-            "pass (differential attention, or one layer run at several depths, as ALBERT's shared layers). A value "
-            "path is defined for one attention call per layer (V_0 is layer 0's values, each layer's rule acts on its "
+            "pass (differential attention, once per image or chunk, or one layer run at several depths, as ALBERT's "
+            "shared layers). A value path is defined for one attention call per layer (V_0 is layer 0's values, each layer's rule acts on its "
             "one output), so this model cannot take one."
         )
     context.called.add(layer)
@@ -1376,11 +1376,13 @@ def _refuse_dropped_keywords(model: nn.Module, layers: list[nn.Module]) -> None:
     DPT's encoder). Source that cannot be read, or calls made another way, are left to that first forward
     (`_check_context`)."""
     for kind in dict.fromkeys(type(module) for module in layers):  # in layer order: the same message every run
-        if _interface_calls(kind)[1] > 1:
+        _, unconditional, looped = _interface_calls(kind)
+        if unconditional > 1 or looped:
+            how = "in a loop (once per image or chunk)" if looped else "twice (differential attention)"
             raise ValueError(
-                f"{kind.__name__} calls the attention interface twice in its forward (differential attention): a "
-                "value path is defined for one attention call per layer (V_0 is layer 0's values, each layer's rule "
-                "acts on its one output), so this model cannot take one."
+                f"{kind.__name__} calls the attention interface {how} in its forward: a value path is defined for "
+                "one attention call per layer (V_0 is layer 0's values, each layer's rule acts on its one output), so "
+                "this model cannot take one."
             )
         if _calls_interface_without_keywords(kind):
             raise ValueError(
@@ -1397,13 +1399,13 @@ def _refuse_dropped_keywords(model: nn.Module, layers: list[nn.Module]) -> None:
 
 
 @functools.cache  # per class, as the source it reads
-def _interface_calls(kind: type) -> tuple[list[ast.Call], int]:
+def _interface_calls(kind: type) -> tuple[list[ast.Call], int, bool]:
     """The calls of the attention interface in the class's forward (of a name taken from `ALL_ATTENTION_FUNCTIONS`,
-    or of it directly), and how many statements of the forward's own body (not inside a branch or loop, so that
-    every call runs) make one."""
+    or of it directly), how many statements of the forward's own body (not inside a branch or loop, so that every
+    call runs) make one, and whether one is made in a loop or comprehension (once per image or chunk)."""
     tree = _source_tree(kind.forward)
     if tree is None:
-        return [], 0
+        return [], 0, False
     names = {
         target.id
         for node in ast.walk(tree)
@@ -1427,7 +1429,19 @@ def _interface_calls(kind: type) -> tuple[list[ast.Call], int]:
     unconditional = sum(
         1 for statement in body if isinstance(statement, (ast.Assign, ast.AnnAssign, ast.Expr)) and calls_in(statement)
     )
-    return calls_in(tree), unconditional
+    # Every call outside flash attention's branch made in a loop (Qwen2-VL's vision attention, once per image); not
+    # where another path calls it once (RADIO's loop runs only for packed images)
+    loops = (ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+    in_loops = {id(call) for node in ast.walk(tree) if isinstance(node, loops) for call in calls_in(node)}
+    flash = {
+        id(call)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "flash" in ast.unparse(node.test)
+        for statement in node.body
+        for call in calls_in(statement)
+    }
+    looped = bool(in_loops) and all(id(call) in in_loops | flash for call in calls_in(tree))
+    return calls_in(tree), unconditional, looped
 
 
 def _calls_interface_without_keywords(kind: type) -> bool:
