@@ -729,8 +729,8 @@ def _check_context(context, module, layer: int) -> None:
         raise ValueError(
             f"{type(module).__name__} (value-path layer {layer}) called the attention interface twice in one forward "
             "pass (differential attention, once per image or chunk, or one layer run at several depths, as ALBERT's "
-            "shared layers). A value path is defined for one attention call per layer (V_0 is layer 0's values, each layer's rule acts on its "
-            "one output), so this model cannot take one."
+            "shared layers). A value path is defined for one attention call per layer (V_0 is layer 0's values, each "
+            "layer's rule acts on its one output), so this model cannot take one."
         )
     context.called.add(layer)
     if context.grad_enabled and not torch.is_grad_enabled():
