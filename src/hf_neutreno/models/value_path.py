@@ -735,10 +735,9 @@ def _check_context(context, module, layer: int) -> None:
     context.called.add(layer)
     if context.grad_enabled and not torch.is_grad_enabled():
         raise RuntimeError(
-            "Gradient checkpointing with use_reentrant=True runs each layer without gradients first and passes "
-            "gradients back only to the layer's inputs, so what the value path shares across layers would lose its "
-            "gradient (V_0's from later layers, a learnable coefficient's). Enable it with use_reentrant=False, "
-            "transformers' default: "
+            "Gradient checkpointing with use_reentrant=True runs each layer without gradients first, so V_0 "
+            "(NeuTRENO, the value residual) would lose the gradient later layers send it; value paths run with "
+            "use_reentrant=False only (the one their tests check). Enable it so, transformers' default: "
             "`model.activation_checkpointing_enable()` (Trainer: leave `activation_checkpointing_kwargs` unset)."
         )
 
