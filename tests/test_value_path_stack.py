@@ -18,7 +18,7 @@ from transformers import (
 
 from hf_neutreno import apply_value_path, load_value_path, remove_value_path, save_value_path
 from hf_neutreno.value_path import MARKER, coefficient_parameters, is_value_path_model
-from test_value_path import reference_decoder_logits
+from test_value_path import _set_coefficients, reference_decoder_logits
 from tiny_models import CACHE_FIELD, DECODER, IMAGE_TOKEN, tiny_model, tiny_vlm, tiny_vlm_inputs, train_language_model
 
 STACK = "model.language_model.layers"
@@ -59,9 +59,7 @@ def test_a_named_stack_equals_a_per_head_reference_and_leaves_the_other_stack_as
     apply_value_path(vlm, method, 0.3, learnable=learnable, stack=STACK)
     coefficients = {1: 0.3, 2: 0.3}
     if learnable:
-        with torch.no_grad():
-            for parameter, value in zip(coefficient_parameters(vlm), (0.15, 0.7), strict=True):
-                parameter.fill_(value)
+        _set_coefficients(vlm, [0.15, 0.7])
         coefficients = {1: 0.15, 2: 0.7}
     # the sub-models keep the model's sub-configs (adapting gives the model a config of its own)
     assert vlm.model.language_model.config is vlm.config.text_config

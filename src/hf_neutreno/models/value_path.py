@@ -756,7 +756,8 @@ def _first_values(context, layer: int, value: torch.Tensor) -> torch.Tensor:
 
 
 def _begin_forward(model, settings, attention_modules, checkpointing, layer_drop, backend, module, args, kwargs):
-    """Forward pre-hook of every PreTrainedModel level: the outermost call gets a fresh context for its layers."""
+    """Forward pre-hook of every PreTrainedModel level that holds the adapted stack: the outermost call gets a fresh
+    context for its layers."""
     if CONTEXT_KWARG in kwargs:  # an outer level of the same call made it
         return None
     if getattr(model.config, "value_path", None) != settings:
@@ -922,9 +923,10 @@ class _Rearranging:
 
 
 def _end_forward(module, args, kwargs, output):
-    """Forward hook of every PreTrainedModel level: the forward pass's layers have run (a later call of one with this
-    context is activation checkpointing's recomputation), and a cache that the model made itself in this call (none
-    was handed in) takes what the value path keeps beside it, so that a later call with that cache continues from it."""
+    """Forward hook of every PreTrainedModel level that holds the adapted stack: the forward pass's layers have run (a
+    later call of one with this context is activation checkpointing's recomputation), and a cache that the model made
+    itself in this call (none was handed in) takes what the value path keeps beside it, so that a later call with that
+    cache continues from it."""
     context = kwargs.get(CONTEXT_KWARG)
     if context is None:
         return None
@@ -1441,8 +1443,9 @@ def _interface_calls(kind: type) -> tuple[list[ast.Call], int, bool]:
         for statement in node.body
         for call in calls_in(statement)
     }
-    looped = bool(in_loops) and all(id(call) in in_loops | flash for call in calls_in(tree))
-    return calls_in(tree), unconditional, looped
+    calls = calls_in(tree)
+    looped = bool(in_loops) and all(id(call) in in_loops | flash for call in calls)
+    return calls, unconditional, looped
 
 
 def _calls_interface_without_keywords(kind: type) -> bool:
