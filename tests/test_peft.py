@@ -1,6 +1,7 @@
 """LoRA (peft) on the attention projections of the queries and values: it trains, saves an adapter, and reloads on a
 fresh base model with identical outputs. One parametrization per model; a new model adds one `LoraCase`."""
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -148,6 +149,27 @@ def test_lora_trains_saves_and_restores_the_learnable_coefficients(method, tmp_p
     assert learned_coefficients(reloaded) == trained
     with torch.no_grad():
         assert torch.equal(reloaded(**inputs).logits, expected)
+
+
+def test_an_adapter_loaded_onto_a_plain_base_drops_its_value_path_without_a_word(tmp_path):
+    """What value-path.md says of `PeftModel.from_pretrained` onto a base not adapted alike (upstream: PEFT records
+    the base model, not its value path, and warns of missing adapter keys, not of unexpected ones): the adapter's
+    learned coefficients are dropped and nothing is said, so the result is the plain model with LoRA. If PEFT starts
+    to say so, this test fails and the page is updated."""
+    inputs = tiny_inputs("llama")
+    base = apply_value_path(tiny_model("llama"), "neutreno", 0.3, learnable=True, layers=[1, 2])
+    lora = LoraConfig(r=4, target_modules=["q_proj", "v_proj"], modules_to_save=PEFT_MODULES)
+    get_peft_model(base, lora).save_pretrained(tmp_path / "adapter")
+    plain = tiny_model("llama")
+    with torch.no_grad():
+        expected = plain(**inputs).logits  # LoRA starts at zero: the plain model's logits
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loaded = PeftModel.from_pretrained(plain, tmp_path / "adapter").eval()
+    assert not [w for w in caught if "value_path" in str(w.message) or "unexpected" in str(w.message).lower()]
+    assert learned_coefficients(loaded) is None
+    with torch.no_grad():
+        assert torch.equal(loaded(**inputs).logits, expected)
 
 
 @pytest.mark.parametrize(
