@@ -96,6 +96,15 @@ def _deterministic():
     yield
 
 
+@pytest.fixture
+def fresh_compiler():
+    """A test's fullgraph compiles counted from zero: dynamo counts the compiles of each code object over the
+    process, and transformers' forward decorators share one across models, so the compiles of earlier tests in the
+    same worker could exhaust a fullgraph compile's recompile limit (8), depending on which tests the worker ran."""
+    torch.compiler.reset()
+    yield
+
+
 CONTRACT = Path(__file__).resolve().parent / "contract"
 
 

@@ -669,7 +669,7 @@ def test_saved_models_load_adapted_without_the_package(tmp_path):
 
 @pytest.mark.slow  # compiling takes ~30 s on a CPU
 @pytest.mark.parametrize("method", [*METHODS, "xsa"])  # XSA: an autograd Function with a second output
-def test_torch_compile_fullgraph_gives_the_same_gradients(method):
+def test_torch_compile_fullgraph_gives_the_same_gradients(method, fresh_compiler):
     model = apply_value_path(tiny_model("llama"), method, 0.5, learnable=True).train()
     compiled = torch.compile(copy.deepcopy(model), fullgraph=True)
     inputs = tiny_inputs("llama")

@@ -116,15 +116,11 @@ def test_under_torch_compile_attention_dropout_keeps_one_dropped_matrix_per_laye
 
 
 @pytest.mark.slow  # two compilations, ~20 s on a CPU
-def test_a_fullgraph_compile_after_a_graph_broken_one_in_the_same_process():
+def test_a_fullgraph_compile_after_a_graph_broken_one_in_the_same_process(fresh_compiler):
     """The adapted model's forward hook looked for a KV cache among the positional arguments with a generator
     expression. After a compile that broke its graph (twicing under dropout), torch.compile met that generator's frame
     alone in a later fullgraph compile of another model and refused it ("Attempt to trace generator"). Both compile,
     and the fullgraph one gives the eager gradients."""
-    # Both compiles in this test alone: dynamo counts the compiles of each code object over the process, and
-    # transformers' forward decorators share one across models, so the compiles of earlier tests in this worker could
-    # exhaust the fullgraph compile's recompile limit (8).
-    torch.compiler.reset()
     broken = apply_value_path(tiny_model("llama", "eager", attention_dropout=0.5), "twicing").train()
     torch.compile(broken)(tiny_inputs("llama")["input_ids"]).logits.sum().backward()
     model = apply_value_path(tiny_model("llama"), "twicing", 0.5).train()
