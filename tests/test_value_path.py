@@ -27,6 +27,8 @@ from transformers import (
     HubertConfig,
     HubertModel,
     LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
     Qwen2Config,
     Qwen2ForCausalLM,
     ResNetConfig,
@@ -62,6 +64,7 @@ from hf_neutreno.value_path import (
     value_path_class,
     value_path_parameters,
 )
+from hf_neutreno.value_path import METHODS as ALL_METHODS
 from test_value_path_architectures import tiny_architecture
 from tiny_models import (
     ARCHITECTURES,
@@ -975,6 +978,19 @@ def test_layer_drop_is_refused_at_the_first_training_forward_where_the_method_ne
     model.config.layerdrop = 0.0
     for _ in range(8):  # every step has layer 0 now
         model(audio).last_hidden_state.sum().backward()
+
+
+@pytest.mark.parametrize("method", ALL_METHODS)
+def test_sliding_window_layers_are_refused_for_every_method_with_where_it_finds_its_rows(method):
+    """A causal model with sliding-window layers is refused for every method, before anything changes: its KV cache
+    keeps a window, so in generation each method's rows leave the position it reads them at. The message said only
+    that V_0 and a layer's values stop lining up, which is no reason for XSA, twicing or value embeddings; it names
+    what each method finds by position now."""
+    model = MistralForCausalLM(MistralConfig(**DECODER, sliding_window=4)).eval()
+    with pytest.raises(ValueError, match=r"\['sliding_attention'\] layers: their KV cache keeps a window") as refused:
+        apply_value_path(model, method)
+    assert "a query's own value for XSA" in str(refused.value) and "V_0 against a layer's values" in str(refused.value)
+    assert not is_value_path_model(model) and model.config._attn_implementation == "sdpa"
 
 
 def test_attention_outside_the_interface_is_refused_even_where_its_file_imports_it():

@@ -1363,8 +1363,10 @@ def _refuse_sliding_windows(model: PreTrainedModel, config, num_layers: int) -> 
         others = ["sliding_attention"] if getattr(config, "sliding_window", None) is not None else []
     if others:
         raise ValueError(
-            f"{type(model).__name__} has {others} layers: their KV cache keeps a window, not every token, so V_0 and "
-            "a layer's values stop lining up during generation. Only full-attention models can be adapted."
+            f"{type(model).__name__} has {others} layers: their KV cache keeps a window, not every token, so in "
+            "generation a cached token's values leave the position where every value path finds its rows (V_0 "
+            "against a layer's values, a query's own value for XSA, the rows mixed or kept beside the cache). Only "
+            "full-attention models can be adapted."
         )
 
 
