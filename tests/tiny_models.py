@@ -366,10 +366,13 @@ def write_image_folder(folder, train: int = 8, test: int = 4) -> Path:
 # --- the tiny decoders written out by hand from their raw weights: the references of the value-path tests ----------
 
 
-def written_out_decoder(model, input_ids, values=None, attended=None, inputs_embeds=None) -> torch.Tensor:
-    """Logits of a tiny Llama/Qwen2 or GPT-2 causal LM with its attention written out per head from the raw q/k/v/o
-    weights (grouped-query heads repeated by hand, causal, no padding); norms, MLPs and RoPE are the model's own.
-    `inputs_embeds` (Llama/Qwen2): the first layer's input instead of the token embeddings of `input_ids`.
+def written_out_decoder(
+    model, input_ids, values=None, attended=None, inputs_embeds=None, window: int | None = None
+) -> torch.Tensor:
+    """Logits of a tiny Llama/Qwen2/Mistral or GPT-2 causal LM with its attention written out per head from the raw
+    q/k/v/o weights (grouped-query heads repeated by hand, causal, no padding); norms, MLPs and RoPE are the model's
+    own. `inputs_embeds` (Llama/Qwen2): the first layer's input instead of the token embeddings of `input_ids`.
+    `window`: each query sees only the keys less than `window` positions before it (Mistral's sliding window).
 
     Two places for a rule, per layer `index`: `values(index, h, v)` returns the values attended over (h the layer's
     attention input, v (batch, kv heads, tokens, d)); `attended(index, probs, v, out)` returns the attention output
@@ -384,6 +387,8 @@ def written_out_decoder(model, input_ids, values=None, attended=None, inputs_emb
     x = base.wte(input_ids) + base.wpe(positions) if gpt2 else base.embed_tokens(input_ids)
     x = x if inputs_embeds is None else inputs_embeds
     causal = torch.ones(length, length, dtype=torch.bool).tril()
+    if window is not None:
+        causal &= ~torch.ones(length, length, dtype=torch.bool).tril(-window)
     for index, layer in enumerate(base.h if gpt2 else base.layers):
         h = layer.ln_1(x) if gpt2 else layer.input_layernorm(x)
 

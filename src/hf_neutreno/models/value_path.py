@@ -174,7 +174,7 @@ def apply_value_path(
     and adapt again). The model's class becomes ``ValuePath<Class>``, a subclass, so that the saved checkpoint loads
     adapted with ``trust_remote_code=True``. Raises `ValueError` for what it cannot adapt exactly (see
     docs/value-path.md): attention outside the interface, encoder-decoders, several attention stacks without
-    `stack`, sliding-window layers, flash-attention backends, a model already adapted.
+    `stack`, sliding-window layers (except for XSA), flash-attention backends, a model already adapted.
     """
     _refuse_unadaptable_model(model)
     # transformers' classes are registered for their Auto class here; this package's models keep their own
@@ -1145,9 +1145,12 @@ def _one_value(config, name: str):
 
 
 def _check_method_fits(model: PreTrainedModel, settings: dict, layers: list[nn.Module]) -> None:
-    """`ValueError` for a method the model cannot take: a gate and value embeddings need one number of key/value
-    heads, and value embeddings a causal language model (a table indexed by the token ids of its input embeddings,
-    and attention that sees no later token)."""
+    """`ValueError` for a method the model cannot take: sliding-window layers of a causal model take XSA only, a gate
+    and value embeddings need one number of key/value heads, and value embeddings a causal language model (a table
+    indexed by the token ids of its input embeddings, and attention that sees no later token)."""
+    # bidirectional layers never run with a cache
+    if settings["method"] != "xsa" and any(getattr(module, "is_causal", True) for module in layers):
+        _refuse_sliding_windows(model, _stack_config(model, settings.get("stack")), len(layers))
     if settings["learnable"] == GATE or settings["method"] == "value_embedding":
         _value_heads(_stack_config(model, settings.get("stack")))
     if settings["method"] != "value_embedding":
@@ -1255,8 +1258,6 @@ def _check_adaptable(model: PreTrainedModel, stack: str | None = None) -> tuple[
             "per layer (V_0 is layer 0's values, each layer's rule acts on its one output), so this model cannot "
             f"take one. If layers were removed from it, set config.num_hidden_layers to the {len(layers)} left."
         )
-    if any(getattr(module, "is_causal", True) for module in layers):  # bidirectional layers never run with a cache
-        _refuse_sliding_windows(model, config, len(layers))
     _refuse_dropped_keywords(model, layers)
     # An attention of its own that bypasses the interface (the NeuTRENO ViT's kernel attention) would run unchanged.
     own = sorted({type(module).__name__ for module in layers if getattr(module, "attention_function", None)})
@@ -1364,9 +1365,9 @@ def _refuse_sliding_windows(model: PreTrainedModel, config, num_layers: int) -> 
     if others:
         raise ValueError(
             f"{type(model).__name__} has {others} layers: their KV cache keeps a window, not every token, so in "
-            "generation a cached token's values leave the position where every value path finds its rows (V_0 "
-            "against a layer's values, a query's own value for XSA, the rows mixed or kept beside the cache). Only "
-            "full-attention models can be adapted."
+            "generation a cached token's values leave the position where this method finds its rows (V_0 against "
+            "a layer's values, the rows mixed or kept beside the cache). Of the value paths, only 'xsa' (which reads "
+            "each query's own value alone) adapts such a model."
         )
 
 

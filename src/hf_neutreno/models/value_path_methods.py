@@ -17,10 +17,13 @@ def exclusive(run, context, value, strength):
     """Exclusive self-attention: the backend's output (batch, queries, heads, d) without ``strength`` times its
     component along each query token's own value, ``y − s (y·v̂) v̂``, per head; under grouped-query attention each
     query head takes its key/value head's value. `value` (batch, kv heads, tokens, d) holds the cached tokens first
-    (`context.past` of them): a query's own value is the row of its position, so cached steps need nothing kept."""
+    (`context.past` of them), so cached steps need nothing kept: a query's own value is the row of its position, or,
+    where a sliding-window layer's cache hands over only its window, one of the last rows (this call's tokens come
+    last there, after at most `context.past` kept ones; a static cache's rows after them are empty)."""
     output, *rest = run()
-    if context.past or output.shape[1] != value.shape[2]:  # a view of every row needs no narrowing (nor its backward)
-        value = value.narrow(2, context.past, output.shape[1])
+    length = output.shape[1]
+    if context.past or length != value.shape[2]:  # a view of every row needs no narrowing (nor its backward)
+        value = value.narrow(2, min(context.past, value.shape[2] - length), length)
     own = value.transpose(1, 2).unsqueeze(3)  # (batch, queries, kv heads, 1, d)
     grouped = grouped_heads(output, own.shape[2])  # (batch, queries, kv heads, group, d)
     result, removed, *_ = run_function(Exclusive, ExclusiveForTransforms, grouped, own, strength)
