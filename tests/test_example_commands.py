@@ -190,14 +190,15 @@ def test_documented_command_trains(source, command, data_dir, tmp_path):
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         # `torchrun` is this interpreter's `torch.distributed.run`: the venv's own, activated or not.
         torchrun = [sys.executable, "-m", "torch.distributed.run", *launcher[1:]]
-        subprocess.run(
+        process = subprocess.run(
             torchrun + [str(EXAMPLES / f"{script}.py"), *args],
             cwd=EXAMPLES.parent,
             env=env,
-            check=True,
             timeout=600,
             capture_output=True,
+            text=True,
         )
+        assert process.returncode == 0, process.stderr[-6000:]  # the ranks' tracebacks, which check=True hid
     else:
         if gpu or "--bf16" in args:
             args += ["--use-cpu"]  # bf16 on a machine without a GPU (the only change besides the size)
