@@ -12,6 +12,7 @@ import itertools
 
 import pytest
 import torch
+from transformers import DynamicCache
 
 from hf_neutreno import NeuTRENOGPTConfig, NeuTRENOGPTForCausalLM, apply_value_path
 from tiny_models import CAUSAL, TINY_NEUTRENO_GPT, tiny_inputs, tiny_model
@@ -53,6 +54,8 @@ def neutreno_gpt():
 
 CASES = [pytest.param(a, m, id=f"{a}-{m}") for a, m in itertools.product(CAUSAL, METHODS)]
 CASES.append(pytest.param("neutreno_gpt", None, id="neutreno-gpt"))
+# A model with sliding-window layers, which only XSA adapts: its cache hands over a window of rows, not every token.
+CASES += [pytest.param("mistral-window", m, id=f"mistral-window-{m}") for m in ("xsa", "xsa-learnable")]
 
 
 def build(architecture, method):
@@ -175,14 +178,20 @@ def test_a_copied_cache_is_rearranged_apart_from_the_original():
 @pytest.mark.parametrize("architecture, method", CASES)
 def test_a_step_after_a_cropped_cache_equals_the_full_forward(architecture, method):
     """Assisted and prompt-lookup decoding crop the cache back to the accepted tokens: a step after it equals the full
-    forward, whatever the value path kept of the cropped tokens."""
+    forward, whatever the value path kept of the cropped tokens. A model with sliding-window layers gets a cache that
+    records its past, as assisted decoding gives it (a window's layer refuses a crop otherwise); its layers then hand
+    over their last rows only."""
     model = build(architecture, method)
     inputs = tiny_inputs("llama", batch=3, length=9, padding="left")
     ids, mask = inputs["input_ids"], inputs["attention_mask"]
     with torch.no_grad():
         full = model(input_ids=ids[:, :7], attention_mask=mask[:, :7]).logits[:, -1]
     for prefill_grad in (False, True):
-        _, cache = last_logits(model, ids, mask, prefill_grad)
+        given = {}
+        if getattr(model.config, "sliding_window", None) is not None:
+            given["past_key_values"] = DynamicCache(config=model.config)
+            given["past_key_values"].activate_past_recording()
+        _, cache = last_logits(model, ids, mask, prefill_grad, **given)
         cache.crop(-3)
         stepped, _ = last_logits(model, ids[:, 6:7], mask[:, :7], False, past_key_values=cache)
         torch.testing.assert_close(stepped, full, rtol=0, atol=ATOL, msg=f"prefill grad {prefill_grad}")

@@ -27,8 +27,6 @@ from transformers import (
     HubertConfig,
     HubertModel,
     LlamaForCausalLM,
-    MistralConfig,
-    MistralForCausalLM,
     Qwen2Config,
     Qwen2ForCausalLM,
     ResNetConfig,
@@ -986,7 +984,7 @@ def test_sliding_window_layers_are_refused_for_every_method_but_xsa(method):
     rows by their position in the KV cache, which a window shifts in generation: V_0's, the mixed rows, what is kept
     beside the cache. XSA reads each query's own value alone and adapts it (test_value_path_xsa.py); it was refused
     too, with a reason about V_0."""
-    model = MistralForCausalLM(MistralConfig(**DECODER, sliding_window=4)).eval()
+    model = tiny_model("mistral-window")
     with pytest.raises(ValueError, match=r"\['sliding_attention'\] layers: their KV cache keeps a window") as refused:
         apply_value_path(model, method)
     assert "only 'xsa'" in str(refused.value)

@@ -14,8 +14,6 @@ from transformers import (
     Gemma2ForCausalLM,
     GptOssConfig,
     GptOssForCausalLM,
-    MistralConfig,
-    MistralForCausalLM,
     Qwen2Config,
     Qwen2ForCausalLM,
 )
@@ -138,7 +136,7 @@ def test_xsa_adapts_sliding_window_layers_and_caches_their_window():
     against the reference written out with the window, and cached generation against the full forward: a dynamic
     cache hands over its window then the new rows, a static one its buffer, partly empty until the window fills, then
     rolled (the own value was taken at the cache's length and ran past the window's rows)."""
-    plain = MistralForCausalLM(MistralConfig(**DECODER, sliding_window=3)).eval()
+    plain = tiny_model("mistral-window")
     _sharpen(plain)
     input_ids = tiny_inputs("llama")["input_ids"]  # 9 tokens
     with torch.no_grad():  # the reference's window is Mistral's
