@@ -42,11 +42,11 @@ def exclusive(out: torch.Tensor, v: torch.Tensor, strength: float) -> torch.Tens
     return out - strength * (out * unit).sum(-1, keepdim=True) * unit
 
 
-def decoder_reference(model, input_ids, layers, strength):
+def decoder_reference(model, input_ids, layers, strength, window=None):
     def attended(index, probs, v, out):
         return exclusive(out, v, strength) if index in layers else out
 
-    return written_out_decoder(model, input_ids, attended=attended)
+    return written_out_decoder(model, input_ids, attended=attended, window=window)
 
 
 def vit_reference(model, pixel_values, layers, strength):
@@ -138,13 +138,13 @@ def test_xsa_adapts_sliding_window_layers_and_caches_their_window():
     rolled (the own value was taken at the cache's length and ran past the window's rows)."""
     plain = tiny_model("mistral-window")
     _sharpen(plain)
-    input_ids = tiny_inputs("llama")["input_ids"]  # 9 tokens
+    input_ids, window = tiny_inputs("llama")["input_ids"], plain.config.sliding_window  # 9 tokens, a window of 3
     with torch.no_grad():  # the reference's window is Mistral's
-        torch.testing.assert_close(written_out_decoder(plain, input_ids, window=3), plain(input_ids).logits)
+        torch.testing.assert_close(written_out_decoder(plain, input_ids, window=window), plain(input_ids).logits)
     model = apply_value_path(copy.deepcopy(plain), "xsa", 0.9).double()
     reference = copy.deepcopy(train_without_dropout(model))
     output = model(input_ids).logits
-    expected = written_out_decoder(reference, input_ids, attended=lambda i, p, v, out: exclusive(out, v, 0.9), window=3)
+    expected = decoder_reference(reference, input_ids, range(3), 0.9, window=window)
     torch.testing.assert_close(output, expected, rtol=0, atol=1e-10)
     assert_backward_matches(model, reference, output, expected)
     model = model.float().eval()

@@ -1148,11 +1148,12 @@ def _check_method_fits(model: PreTrainedModel, settings: dict, layers: list[nn.M
     """`ValueError` for a method the model cannot take: sliding-window layers of a causal model take XSA only, a gate
     and value embeddings need one number of key/value heads, and value embeddings a causal language model (a table
     indexed by the token ids of its input embeddings, and attention that sees no later token)."""
+    config = _stack_config(model, settings.get("stack"))
     # bidirectional layers never run with a cache
     if settings["method"] != "xsa" and any(getattr(module, "is_causal", True) for module in layers):
-        _refuse_sliding_windows(model, _stack_config(model, settings.get("stack")), len(layers))
+        _refuse_sliding_windows(model, config, len(layers))
     if settings["learnable"] == GATE or settings["method"] == "value_embedding":
-        _value_heads(_stack_config(model, settings.get("stack")))
+        _value_heads(config)
     if settings["method"] != "value_embedding":
         return
     name = type(model).__name__
