@@ -203,7 +203,7 @@ def test_a_model_the_adapter_cannot_adapt_is_refused_before_any_data_is_loaded(k
         "--dataset",
         "nobody/no-such-dataset",
         "--variants",
-        "softmax,neutreno",
+        "softmax,value-residual",  # NeuTRENO and XSA adapt sliding-window layers
         "--output-dir",
         tmp_path / "out",
     )

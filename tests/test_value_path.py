@@ -53,6 +53,7 @@ from fresh_process import run_fresh
 from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTModel, apply_value_path, remove_value_path
 from hf_neutreno.convert import gpt2_to_neutreno, vit_to_neutreno
 from hf_neutreno.engine.variants import VARIANTS
+from hf_neutreno.models.value_path import OWN_ROWS
 from hf_neutreno.value_path import (
     MARKER,
     OLD_MARKER,
@@ -155,9 +156,11 @@ def test_vit_neutreno_equals_the_packages_neutreno_vit(name):
         torch.testing.assert_close(adapted(**pixels).logits, converted(**pixels).logits, rtol=0, atol=1e-5)
 
 
-def reference_decoder_logits(model, input_ids, method: str, coefficients: dict[int, float], inputs_embeds=None):
+def reference_decoder_logits(
+    model, input_ids, method: str, coefficients: dict[int, float], inputs_embeds=None, window=None
+):
     """The decoder written out per head (`written_out_decoder`), the value path as the papers write it (on
-    `inputs_embeds` instead of the token embeddings, where given)."""
+    `inputs_embeds` instead of the token embeddings, where given; each query seeing `window` keys, where given)."""
     first = {}
 
     def values(index, h, v):
@@ -171,7 +174,7 @@ def reference_decoder_logits(model, input_ids, method: str, coefficients: dict[i
         v0 = first["values"].repeat_interleave(v.shape[1] // first["values"].shape[1], 1)
         return out + coefficients.get(index, 0.0) * (v0 - v)
 
-    return written_out_decoder(model, input_ids, values, attended, inputs_embeds=inputs_embeds)
+    return written_out_decoder(model, input_ids, values, attended, inputs_embeds=inputs_embeds, window=window)
 
 
 @pytest.mark.parametrize("learnable", [False, True])
@@ -978,16 +981,16 @@ def test_layer_drop_is_refused_at_the_first_training_forward_where_the_method_ne
         model(audio).last_hidden_state.sum().backward()
 
 
-@pytest.mark.parametrize("method", [method for method in ALL_METHODS if method != "xsa"])
-def test_sliding_window_layers_are_refused_for_every_method_but_xsa(method):
+@pytest.mark.parametrize("method", [method for method in ALL_METHODS if method not in OWN_ROWS])
+def test_sliding_window_layers_are_refused_for_the_methods_that_find_rows_by_position(method):
     """A causal model with sliding-window layers is refused, before anything changes, for each method that finds
-    rows by their position in the KV cache, which a window shifts in generation: V_0's, the mixed rows, what is kept
-    beside the cache. XSA reads each query's own value alone and adapts it (test_value_path_xsa.py); it was refused
-    too, with a reason about V_0."""
+    rows by their position in the KV cache, which a window shifts in generation: the value residual's mix of every
+    cached row, what twicing and value embeddings keep beside the cache. NeuTRENO and XSA read each query's own
+    values alone and adapt it (test_value_path_windows.py); they were refused too, with a reason about V_0."""
     model = tiny_model("mistral-window")
     with pytest.raises(ValueError, match=r"\['sliding_attention'\] layers: their KV cache keeps a window") as refused:
         apply_value_path(model, method)
-    assert "only 'xsa'" in str(refused.value)
+    assert "only 'neutreno' and 'xsa'" in str(refused.value)
     assert not is_value_path_model(model) and model.config._attn_implementation == "sdpa"
 
 

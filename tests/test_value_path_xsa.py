@@ -9,21 +9,12 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from transformers import (
-    Gemma2Config,
-    Gemma2ForCausalLM,
-    GptOssConfig,
-    GptOssForCausalLM,
-    Qwen2Config,
-    Qwen2ForCausalLM,
-)
 
 from fresh_process import load_fresh
 from hf_neutreno import apply_value_path, learned_coefficients
 from hf_neutreno.engine.variants import VARIANTS, default_coefficient
 from test_value_path_gate import _sharpen
 from tiny_models import (
-    DECODER,
     assert_backward_matches,
     assert_cached_generation_equals_the_full_forward,
     tiny_inputs,
@@ -31,9 +22,6 @@ from tiny_models import (
     train_without_dropout,
     written_out_decoder,
 )
-
-# The tiny Llama's sizes, with the head size that Gemma's and GPT-OSS's configs set apart (Gemma 2's default is 256).
-WINDOWED = dict(DECODER, head_dim=8)
 
 
 def exclusive(out: torch.Tensor, v: torch.Tensor, strength: float) -> torch.Tensor:
@@ -128,52 +116,6 @@ def test_xsa_cached_generation_equals_the_full_forward(name):
     model.config.pad_token_id = 0
     # float32 rounding at the sharpened weights' logits of ~5: measured up to 1.2e-5, as twicing's
     assert_cached_generation_equals_the_full_forward(model, tiny_inputs(name, length=6), atol=5e-5)
-
-
-def test_xsa_adapts_sliding_window_layers_and_caches_their_window():
-    """XSA reads each query's own value alone, which a sliding window keeps, so it adapts a Mistral whose window (3)
-    is shorter than its input; the other methods stay refused there (test_value_path.py). The forward and backward
-    against the reference written out with the window, and cached generation against the full forward: a dynamic
-    cache hands over its window then the new rows, a static one its buffer, partly empty until the window fills, then
-    rolled (the own value was taken at the cache's length and ran past the window's rows)."""
-    plain = tiny_model("mistral-window")
-    _sharpen(plain)
-    input_ids, window = tiny_inputs("llama")["input_ids"], plain.config.sliding_window  # 9 tokens, a window of 3
-    with torch.no_grad():  # the reference's window is Mistral's
-        torch.testing.assert_close(written_out_decoder(plain, input_ids, window=window), plain(input_ids).logits)
-    model = apply_value_path(copy.deepcopy(plain), "xsa", 0.9).double()
-    reference = copy.deepcopy(train_without_dropout(model))
-    output = model(input_ids).logits
-    expected = decoder_reference(reference, input_ids, range(3), 0.9, window=window)
-    torch.testing.assert_close(output, expected, rtol=0, atol=1e-10)
-    assert_backward_matches(model, reference, output, expected)
-    model = model.float().eval()
-    model.config.pad_token_id = 0
-    for length in (6, 2):  # a prompt beyond the window, and one within it (a static cache's buffer not yet full)
-        assert_cached_generation_equals_the_full_forward(model, tiny_inputs("llama", length=length), atol=5e-5)
-
-
-# Full-attention and sliding-window layers in one model (each layer's cache hands over its own rows), and GPT-OSS's
-# attention sinks.
-HYBRID_WINDOWS = {
-    "gemma2": lambda: Gemma2ForCausalLM(Gemma2Config(**WINDOWED, sliding_window=3, query_pre_attn_scalar=8)),
-    "gpt-oss": lambda: GptOssForCausalLM(
-        GptOssConfig(**WINDOWED, sliding_window=3, num_local_experts=2, num_experts_per_tok=1)
-    ),
-    "qwen2": lambda: Qwen2ForCausalLM(
-        Qwen2Config(**WINDOWED, use_sliding_window=True, sliding_window=3, max_window_layers=1)
-    ),
-}
-
-
-@pytest.mark.parametrize("name", HYBRID_WINDOWS)
-def test_xsa_on_models_mixing_full_and_windowed_layers_caches_like_the_full_forward(name):
-    torch.manual_seed(0)
-    model = apply_value_path(HYBRID_WINDOWS[name]().eval(), "xsa", 0.9)
-    assert {"full_attention", "sliding_attention"} <= set(model.config.layer_types)
-    model.config.pad_token_id = 0
-    for length in (6, 2):
-        assert_cached_generation_equals_the_full_forward(model, tiny_inputs("llama", length=length), atol=5e-5)
 
 
 def test_an_xsa_model_saves_and_loads_without_the_package(tmp_path):

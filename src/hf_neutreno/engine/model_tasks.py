@@ -184,8 +184,8 @@ class CheckedModel:
                     f"--model {self.source!r}: --variants {name} needs a value path, which "
                     f"{type(model).__name__} cannot take: {error} Supported: transformers models with one stack of "
                     "self-attention layers that go through transformers' attention interface (Llama, Qwen2, Mistral "
-                    "without sliding windows (with them, XSA only), GPT-2, BERT, RoBERTa, ViT, DeiT, ...); value "
-                    "embeddings on the causal language models among them."
+                    "without sliding windows (with them, NeuTRENO and XSA only), GPT-2, BERT, RoBERTa, ViT, DeiT, "
+                    "...); value embeddings on the causal language models among them."
                 ) from None
 
     def prepare(self, dataset) -> "ModelTask":

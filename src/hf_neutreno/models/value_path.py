@@ -65,7 +65,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.auto import modeling_auto
 from transformers.utils import logging
 
-from .neutreno_term import attention_with_neutreno_term, may_recompute_saved
+from .neutreno_term import attention_with_neutreno_term, may_recompute_saved, query_rows
 from .value_path_defaults import DEFAULT_COEFFICIENTS, LEARNABLE_STARTS
 from .value_path_methods import OneGroup, exclusive, twicing, value_embedding, value_residual
 
@@ -79,6 +79,9 @@ logger = logging.get_logger(__name__)
 METHODS = ("neutreno", "value_residual", "twicing", "xsa", "value_embedding")
 FROM_LAYER_0 = ("twicing", "xsa", "value_embedding")  # methods that need no V_0: layer 0 may take them too
 UNIT_RANGE = ("value_residual", "xsa")  # coefficients in [0, 1]; the others >= 0
+# methods that read only this call's rows of each layer's values (`query_rows`), which a sliding-window layer's KV
+# cache keeps: they adapt models with such layers; the others find rows by their position in the cache
+OWN_ROWS = ("neutreno", "xsa")
 
 ATTENTION_PREFIX = "value_path-"  # registered implementation names: "value_path-sdpa", "value_path-eager", ...
 CONTEXT_KWARG = "value_path_context"  # the per-call `_ForwardContext`, handed to every attention call as a keyword
@@ -174,7 +177,7 @@ def apply_value_path(
     and adapt again). The model's class becomes ``ValuePath<Class>``, a subclass, so that the saved checkpoint loads
     adapted with ``trust_remote_code=True``. Raises `ValueError` for what it cannot adapt exactly (see
     docs/value-path.md): attention outside the interface, encoder-decoders, several attention stacks without
-    `stack`, sliding-window layers (except for XSA), flash-attention backends, a model already adapted.
+    `stack`, sliding-window layers (except for NeuTRENO and XSA), flash-attention backends, a model already adapted.
     """
     _refuse_unadaptable_model(model)
     # transformers' classes are registered for their Auto class here; this package's models keep their own
@@ -667,6 +670,16 @@ class _ValuePathAttention:
             table = getattr(module, EMBEDDING_ATTRIBUTE)  # looked up at each call: PEFT may have wrapped it
             strength = _layer_coefficient(context, layer, value)
             return value_embedding(run, context, table, layer, value, strength, _in_cache(context, module, value))
+        if (
+            context.method == "neutreno"
+        ):  # token-wise: the queries' own rows of V_0 and V, wherever the cache keeps them
+            own = query_rows(value, 2, context.past, query.shape[2])
+            if layer == 0:
+                context.first_values = own
+            if layer not in context.layers:
+                return run()
+            first, coefficient = _first_values(context, layer, own), _layer_coefficient(context, layer, value)
+            return attention_with_neutreno_term(run, first, own, coefficient, recompute_saved=context.recompute_saved)
         if layer == 0:
             context.first_values = value
             return run()
@@ -674,10 +687,6 @@ class _ValuePathAttention:
             return run()
         first = _first_values(context, layer, value)
         coefficient = _layer_coefficient(context, layer, value)
-        if context.method == "neutreno":
-            return attention_with_neutreno_term(
-                run, first, value, coefficient, past=context.past, recompute_saved=context.recompute_saved
-            )
         if layer in context.gates:  # α per token and key/value head, for this call's tokens
             coefficient = context.gates[layer].transpose(1, 2).unsqueeze(-1).to(value.dtype)  # (batch, kv, q, 1)
             if coefficient.shape[1] != value.shape[1]:
@@ -1145,12 +1154,12 @@ def _one_value(config, name: str):
 
 
 def _check_method_fits(model: PreTrainedModel, settings: dict, layers: list[nn.Module]) -> None:
-    """`ValueError` for a method the model cannot take: sliding-window layers of a causal model take XSA only, a gate
+    """`ValueError` for a method the model cannot take: sliding-window layers of a causal model take `OWN_ROWS`, a gate
     and value embeddings need one number of key/value heads, and value embeddings a causal language model (a table
     indexed by the token ids of its input embeddings, and attention that sees no later token)."""
     config = _stack_config(model, settings.get("stack"))
     # bidirectional layers never run with a cache
-    if settings["method"] != "xsa" and any(getattr(module, "is_causal", True) for module in layers):
+    if settings["method"] not in OWN_ROWS and any(getattr(module, "is_causal", True) for module in layers):
         _refuse_sliding_windows(model, config, len(layers))
     if settings["learnable"] == GATE or settings["method"] == "value_embedding":
         _value_heads(config)
@@ -1366,9 +1375,10 @@ def _refuse_sliding_windows(model: PreTrainedModel, config, num_layers: int) -> 
     if others:
         raise ValueError(
             f"{type(model).__name__} has {others} layers: their KV cache keeps a window, not every token, so in "
-            "generation a cached token's values leave the position where this method finds its rows (V_0 against "
-            "a layer's values, the rows mixed or kept beside the cache). Of the value paths, only 'xsa' (which reads "
-            "each query's own value alone) adapts such a model."
+            "generation a cached token's values leave the position where this method finds its rows (the value "
+            "residual's mix of every cached row with V_0's, the rows twicing and value embeddings keep beside the "
+            "cache). Of the value paths, only 'neutreno' and 'xsa' (which read each query's own values alone) adapt "
+            "such a model."
         )
 
 

@@ -10,7 +10,7 @@ the cache, the gates); a new method is one more function here and one more branc
 
 import torch
 
-from .neutreno_term import grouped_heads, may_recompute_saved, rebuild_saved, run_function
+from .neutreno_term import grouped_heads, may_recompute_saved, query_rows, rebuild_saved, run_function
 
 
 def exclusive(run, context, value, strength):
@@ -18,13 +18,11 @@ def exclusive(run, context, value, strength):
     component along each query token's own value, ``y − s (y·v̂) v̂``, per head; under grouped-query attention each
     query head takes its key/value head's value. `value` (batch, kv heads, tokens, d) holds the cached tokens first
     (`context.past` of them), so cached steps need nothing kept: a query's own value is the row of its position, or,
-    where a sliding-window layer's cache hands over only its window, one of the last rows (this call's tokens come
-    last there, after at most `context.past` kept ones; a static cache's rows after them are empty)."""
+    where a sliding-window layer's cache hands over only its window, one of the last rows (`query_rows`)."""
     output, *rest = run()
-    length = output.shape[1]
-    if context.past or length != value.shape[2]:  # a view of every row needs no narrowing (nor its backward)
-        value = value.narrow(2, min(context.past, value.shape[2] - length), length)
-    own = value.transpose(1, 2).unsqueeze(3)  # (batch, queries, kv heads, 1, d)
+    own = (
+        query_rows(value, 2, context.past, output.shape[1]).transpose(1, 2).unsqueeze(3)
+    )  # (batch, queries, kv heads, 1, d)
     grouped = grouped_heads(output, own.shape[2])  # (batch, queries, kv heads, group, d)
     result, removed, *_ = run_function(Exclusive, ExclusiveForTransforms, grouped, own, strength)
     if context.recompute_saved and may_recompute_saved():  # the backend's saved output, from the result

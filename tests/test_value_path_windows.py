@@ -1,0 +1,114 @@
+"""Sliding-window layers (Mistral, Gemma 2, GPT-OSS, Qwen2 with `use_sliding_window`) under the value paths that read
+each query's own values alone, NeuTRENO (V_0 and V of the query's token) and XSA (its own value): they adapt such
+models. Against the decoder written out with the window from the raw weights, forward and backward; and through cached
+generation, where a layer's KV cache hands over its window and the new rows, or, static, its buffer, partly empty until
+the window fills, then rolled. (test_value_path.py holds the other methods' refusal; test_cache_contract.py the whole
+cache contract on a windowed Mistral.)"""
+
+import copy
+
+import pytest
+import torch
+from transformers import (
+    Gemma2Config,
+    Gemma2ForCausalLM,
+    GptOssConfig,
+    GptOssForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
+
+from hf_neutreno import apply_value_path
+from hf_neutreno.models.value_path import OWN_ROWS
+from hf_neutreno.value_path import coefficient_parameters
+from test_value_path import reference_decoder_logits
+from test_value_path_gate import _sharpen
+from test_value_path_xsa import decoder_reference
+from tiny_models import (
+    DECODER,
+    assert_backward_matches,
+    assert_cached_generation_equals_the_full_forward,
+    tiny_inputs,
+    tiny_model,
+    train_without_dropout,
+    written_out_decoder,
+)
+
+# The tiny Llama's sizes, with the head size that Gemma's and GPT-OSS's configs set apart (Gemma 2's default is 256).
+WINDOWED = dict(DECODER, head_dim=8)
+# (method, coefficient, learnable)
+CASES = {
+    "neutreno": ("neutreno", 0.6, False),
+    "neutreno-learnable": ("neutreno", 0.6, True),
+    "xsa": ("xsa", 0.9, False),
+}
+
+
+def windowed_reference(model, input_ids, method, coefficient, learnable, window):
+    """The adapted `model` written out with the window: NeuTRENO's term on layers 1 and 2 (learnable: the model's own
+    scalars, so that their gradients are compared too), XSA on every layer."""
+    if method == "xsa":
+        return decoder_reference(model, input_ids, range(3), coefficient, window=window)
+    coefficients = coefficient_parameters(model) if learnable else (coefficient, coefficient)
+    return reference_decoder_logits(model, input_ids, method, dict(zip((1, 2), coefficients)), window=window)
+
+
+def test_the_written_out_reference_has_mistrals_window():
+    plain = tiny_model("mistral-window")
+    _sharpen(plain)
+    input_ids, window = tiny_inputs("llama")["input_ids"], plain.config.sliding_window  # 9 tokens, a window of 3
+    with torch.no_grad():
+        expected = written_out_decoder(plain, input_ids, window=window)
+        torch.testing.assert_close(expected, plain(input_ids).logits)
+        assert (expected - written_out_decoder(plain, input_ids)).abs().max() > 1e-2  # the window matters here
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_sliding_window_layers_equal_the_reference_and_cache_their_window(case):
+    """A Mistral whose every layer has a window of 3, shorter than its input; the forward and every gradient in
+    float64, then cached generation for a prompt beyond the window and one within it (a static cache's buffer not yet
+    full). Before, NeuTRENO was refused here; it took V_0 and V at the cache's length, past a window's rows."""
+    method, coefficient, learnable = CASES[case]
+    assert method in OWN_ROWS
+    plain = tiny_model("mistral-window")
+    _sharpen(plain)
+    input_ids, window = tiny_inputs("llama")["input_ids"], plain.config.sliding_window
+    model = apply_value_path(copy.deepcopy(plain), method, coefficient, learnable=learnable).double()
+    reference = copy.deepcopy(train_without_dropout(model))
+    output = model(input_ids).logits
+    expected = windowed_reference(reference, input_ids, method, coefficient, learnable, window)
+    torch.testing.assert_close(output, expected, rtol=0, atol=1e-10)
+    with torch.no_grad():  # the method matters here
+        assert (expected - plain.double()(input_ids).logits).abs().max() > 1e-2
+    assert_backward_matches(model, reference, output, expected)
+    if learnable:
+        assert all(parameter.grad.abs() > 0 for parameter in coefficient_parameters(model))
+    model = model.float().eval()
+    model.config.pad_token_id = 0
+    for length in (6, 2):
+        assert_cached_generation_equals_the_full_forward(model, tiny_inputs("llama", length=length), atol=5e-5)
+
+
+# Full-attention and sliding-window layers in one model (each layer's cache hands over its own rows: V_0 and a later
+# layer's values come in different numbers of rows), and GPT-OSS's attention sinks.
+HYBRID = {
+    "gemma2": lambda: Gemma2ForCausalLM(Gemma2Config(**WINDOWED, sliding_window=3, query_pre_attn_scalar=8)),
+    "gpt-oss": lambda: GptOssForCausalLM(
+        GptOssConfig(**WINDOWED, sliding_window=3, num_local_experts=2, num_experts_per_tok=1)
+    ),
+    "qwen2": lambda: Qwen2ForCausalLM(
+        Qwen2Config(**WINDOWED, use_sliding_window=True, sliding_window=3, max_window_layers=1)
+    ),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("name", HYBRID)
+def test_models_mixing_full_and_windowed_layers_cache_like_the_full_forward(name, case):
+    method, coefficient, learnable = CASES[case]
+    torch.manual_seed(0)
+    model = apply_value_path(HYBRID[name]().eval(), method, coefficient, learnable=learnable)
+    assert {"full_attention", "sliding_attention"} <= set(model.config.layer_types)
+    model.config.pad_token_id = 0
+    for length in (6, 2):
+        assert_cached_generation_equals_the_full_forward(model, tiny_inputs("llama", length=length), atol=5e-5)
