@@ -449,6 +449,24 @@ def test_value_embeddings_and_xsa_compare_on_a_causal_lm_and_save_their_tables(t
     assert sum("value_path_embedding" in name for name, _ in loaded.named_parameters()) == 2
 
 
+def test_neutreno_and_xsa_compare_on_a_model_with_sliding_window_layers(tmp_path):
+    """A Mistral whose window (4) is shorter than the training rows: the two methods that adapt sliding-window layers
+    train and evaluate beside softmax, and their saved models load adapted."""
+    from transformers import AutoModelForCausalLM
+
+    model = save_tiny_llama(tmp_path / "mistral", sliding_window=4)
+    data = write_text_dataset(tmp_path / "data")
+    variants = "softmax,neutreno,xsa-learnable"
+    assert _compare_briefly(model, data, variants, tmp_path / "out", "--batch-size", "4", "--max-length", "16") == 0
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert set(results["variants"]) == set(variants.split(","))
+    for variant, method in (("neutreno", "neutreno"), ("xsa-learnable", "xsa")):
+        saved = next((tmp_path / "out").glob(f"**/{variant}*/config.json")).parent
+        loaded = AutoModelForCausalLM.from_pretrained(saved, trust_remote_code=True)
+        assert type(loaded).__name__ == "ValuePathMistralForCausalLM"
+        assert loaded.config.value_path["method"] == method and loaded.config.sliding_window == 4
+
+
 def test_the_kept_cifar10_tables_in_the_docs_are_what_the_committed_results_print():
     """docs/compare.md shows `format_table` of the committed results of fine-tuning a kept CIFAR-10 ViT through the
     main command: recomputed here from the saved JSON, whatever CPU runs the test."""

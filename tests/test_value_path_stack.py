@@ -149,7 +149,7 @@ def test_the_named_stacks_own_config_is_checked():
     text = MistralConfig(**{**DECODER, "vocab_size": IMAGE_TOKEN + 1}, sliding_window=4)
     vlm = tiny_vlm(text_config=text)
     with pytest.raises(ValueError, match="sliding_attention"):
-        apply_value_path(vlm, "neutreno", stack=STACK)
+        apply_value_path(vlm, "value_residual", stack=STACK)
     assert not is_value_path_model(vlm)
 
 

@@ -284,15 +284,19 @@ def tiny_tokenizer():
     return tokenizer
 
 
-def save_tiny_llama(folder) -> Path:
-    """A tiny Llama causal LM (grouped-query attention) saved with its tokenizer: a user's own model folder."""
+def save_tiny_llama(folder, sliding_window: int | None = None) -> Path:
+    """A tiny Llama causal LM (grouped-query attention) saved with its tokenizer: a user's own model folder. With
+    `sliding_window`, a Mistral (the Llama with that window in every layer)."""
     tokenizer = tiny_tokenizer()
     special = dict(
         pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id
     )
-    config = LlamaConfig(**{**DECODER, "vocab_size": len(tokenizer), **special}, max_position_embeddings=64)
+    fields = {**DECODER, "vocab_size": len(tokenizer), **special, "max_position_embeddings": 64}
     torch.manual_seed(0)
-    LlamaForCausalLM(config).save_pretrained(folder)
+    if sliding_window is None:
+        LlamaForCausalLM(LlamaConfig(**fields)).save_pretrained(folder)
+    else:
+        MistralForCausalLM(MistralConfig(**fields, sliding_window=sliding_window)).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return Path(folder)
 
