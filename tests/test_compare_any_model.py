@@ -188,9 +188,10 @@ def _compare(capsys, *argv) -> str:
 @pytest.mark.parametrize(
     "kind, expected",
     [
-        ("t5", ["T5", "encoder-decoder"]),
-        ("resnet", ["ResNet", "attention interface"]),
-        ("mistral", ["Mistral", "sliding_attention"]),
+        ("t5", ["T5", "encoder-decoder", "Supported:", "Llama"]),
+        ("resnet", ["ResNet", "attention interface", "Supported:", "Llama"]),
+        # NeuTRENO and XSA adapt sliding-window layers: the message names the variants that do
+        ("mistral", ["Mistral", "sliding_attention", "it takes softmax,neutreno,neutreno-learnable,xsa,xsa-learnable"]),
     ],
 )
 def test_a_model_the_adapter_cannot_adapt_is_refused_before_any_data_is_loaded(kind, expected, tmp_path, capsys):
@@ -203,13 +204,27 @@ def test_a_model_the_adapter_cannot_adapt_is_refused_before_any_data_is_loaded(k
         "--dataset",
         "nobody/no-such-dataset",
         "--variants",
-        "softmax,value-residual",  # NeuTRENO and XSA adapt sliding-window layers
+        "softmax,value-residual",
         "--output-dir",
         tmp_path / "out",
     )
-    for part in [*expected, "Supported:", "Llama"]:
+    for part in [*expected, "--variants value-residual needs a value path"]:
         assert part in message, message
+    assert ("Supported:" in message) == (kind != "mistral")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_default_variant_the_model_cannot_take_is_named_as_a_default_with_the_variants_it_takes(tmp_path, capsys):
+    """A pretrained Mistral with sliding-window layers under compare's defaults (softmax and the learnable NeuTRENO
+    and value residual): the value residual is refused, as a default, and the message lists what the model takes."""
+    folder = _save_unadaptable("mistral", tmp_path / "mistral")
+    message = _compare(capsys, "--model", folder, "--dataset", "nobody/no-such-dataset", "--output-dir", tmp_path / "o")
+    for part in (
+        "--variants value-residual-learnable (a default for a pretrained model) needs a value path",
+        "Of the variants, it takes softmax,neutreno,neutreno-learnable,xsa,xsa-learnable: name them with --variants.",
+    ):
+        assert part in message, message
+    assert not (tmp_path / "o").exists()
 
 
 def test_value_embeddings_on_a_model_that_is_not_a_causal_lm_are_refused_before_any_data_is_loaded(tmp_path, capsys):

@@ -38,7 +38,7 @@ from .tasks import (
     SemanticSegmentation,
     TextClassification,
 )
-from .variants import VARIANTS, build_variant
+from .variants import ANY_MODEL_VARIANTS, VARIANTS, build_variant, default_variants
 
 register_auto_classes()  # --model may be a folder saved by one of this package's models
 
@@ -177,16 +177,23 @@ class CheckedModel:
                 f"{str(error).strip()[:300]}"
             ) from None
         for name in paths:
-            try:
-                check_adaptable(model, VARIANTS[name].method, VARIANTS[name].learnable)
-            except ValueError as error:
-                raise ValueError(
-                    f"--model {self.source!r}: --variants {name} needs a value path, which "
-                    f"{type(model).__name__} cannot take: {error} Supported: transformers models with one stack of "
-                    "self-attention layers that go through transformers' attention interface (Llama, Qwen2, Mistral "
-                    "without sliding windows (with them, NeuTRENO and XSA only), GPT-2, BERT, RoBERTa, ViT, DeiT, "
-                    "...); value embeddings on the causal language models among them."
-                ) from None
+            if (error := _refusal(model, name, self.native_neutreno)) is None:
+                continue
+            taken = [other for other in ANY_MODEL_VARIANTS if _refusal(model, other, self.native_neutreno) is None]
+            default = tuple(self.settings.variants) == default_variants(pretrained=True)
+            given = " (a default for a pretrained model)" if default else ""
+            raise ValueError(
+                f"--model {self.source!r}: --variants {name}{given} needs a value path, which "
+                f"{type(model).__name__} cannot take: {error} "
+                + (
+                    f"Of the variants, it takes {','.join(taken)}: name them with --variants."
+                    if len(taken) > 1
+                    else "Supported: transformers models with one stack of self-attention layers that go through "
+                    "transformers' attention interface (Llama, Qwen2, Mistral without sliding windows (with them, "
+                    "NeuTRENO and XSA only), GPT-2, BERT, RoBERTa, ViT, DeiT, ...); value embeddings on the causal "
+                    "language models among them."
+                )
+            ) from None
 
     def prepare(self, dataset) -> "ModelTask":
         """The task object of this model on `dataset`: the task (if the model's head did not pick it) from the
@@ -202,6 +209,19 @@ class CheckedModel:
             self._check_head()
             self._check_adaptable()
         return MODEL_TASKS[self.task](self, dataset)
+
+
+def _refusal(model, variant: str, native_neutreno: bool) -> ValueError | None:
+    """Why `model` (built on the meta device) cannot take `variant`'s value path, or None where it can (softmax, and
+    NeuTRENO on this package's models, which have its term built in, need none)."""
+    method = VARIANTS[variant].method
+    if method is None or (native_neutreno and variant == "neutreno"):
+        return None
+    try:
+        check_adaptable(model, method, VARIANTS[variant].learnable)
+    except ValueError as error:
+        return error
+    return None
 
 
 class ModelTask:
