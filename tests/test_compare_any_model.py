@@ -190,8 +190,11 @@ def _compare(capsys, *argv) -> str:
     [
         ("t5", ["T5", "encoder-decoder", "Supported:", "Llama"]),
         ("resnet", ["ResNet", "attention interface", "Supported:", "Llama"]),
-        # NeuTRENO and XSA adapt sliding-window layers: the message names the variants that do
-        ("mistral", ["Mistral", "sliding_attention", "it takes softmax,neutreno,neutreno-learnable,xsa,xsa-learnable"]),
+        # NeuTRENO, twicing and XSA adapt sliding-window layers: the message names the variants that do
+        (
+            "mistral",
+            ["Mistral", "sliding_attention", "it takes softmax,neutreno,neutreno-learnable,twicing,xsa,xsa-learnable"],
+        ),
     ],
 )
 def test_a_model_the_adapter_cannot_adapt_is_refused_before_any_data_is_loaded(kind, expected, tmp_path, capsys):
@@ -221,7 +224,8 @@ def test_a_default_variant_the_model_cannot_take_is_named_as_a_default_with_the_
     message = _compare(capsys, "--model", folder, "--dataset", "nobody/no-such-dataset", "--output-dir", tmp_path / "o")
     for part in (
         "--variants value-residual-learnable (a default for a pretrained model) needs a value path",
-        "Of the variants, it takes softmax,neutreno,neutreno-learnable,xsa,xsa-learnable: name them with --variants.",
+        "Of the variants, it takes softmax,neutreno,neutreno-learnable,twicing,xsa,xsa-learnable: name them with "
+        "--variants.",
     ):
         assert part in message, message
     assert not (tmp_path / "o").exists()
@@ -464,18 +468,18 @@ def test_value_embeddings_and_xsa_compare_on_a_causal_lm_and_save_their_tables(t
     assert sum("value_path_embedding" in name for name, _ in loaded.named_parameters()) == 2
 
 
-def test_neutreno_and_xsa_compare_on_a_model_with_sliding_window_layers(tmp_path):
-    """A Mistral whose window (4) is shorter than the training rows: the two methods that adapt sliding-window layers
+def test_the_value_paths_compare_on_a_model_with_sliding_window_layers(tmp_path):
+    """A Mistral whose window (4) is shorter than the training rows: the methods that adapt sliding-window layers
     train and evaluate beside softmax, and their saved models load adapted."""
     from transformers import AutoModelForCausalLM
 
     model = save_tiny_llama(tmp_path / "mistral", sliding_window=4)
     data = write_text_dataset(tmp_path / "data")
-    variants = "softmax,neutreno,xsa-learnable"
+    variants = "softmax,neutreno,twicing,xsa-learnable"
     assert _compare_briefly(model, data, variants, tmp_path / "out", "--batch-size", "4", "--max-length", "16") == 0
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     assert set(results["variants"]) == set(variants.split(","))
-    for variant, method in (("neutreno", "neutreno"), ("xsa-learnable", "xsa")):
+    for variant, method in (("neutreno", "neutreno"), ("twicing", "twicing"), ("xsa-learnable", "xsa")):
         saved = next((tmp_path / "out").glob(f"**/{variant}*/config.json")).parent
         loaded = AutoModelForCausalLM.from_pretrained(saved, trust_remote_code=True)
         assert type(loaded).__name__ == "ValuePathMistralForCausalLM"

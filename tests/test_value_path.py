@@ -53,7 +53,7 @@ from fresh_process import run_fresh
 from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTModel, apply_value_path, remove_value_path
 from hf_neutreno.convert import gpt2_to_neutreno, vit_to_neutreno
 from hf_neutreno.engine.variants import VARIANTS
-from hf_neutreno.models.value_path import OWN_ROWS
+from hf_neutreno.models.value_path import SLIDING_WINDOW_METHODS
 from hf_neutreno.value_path import (
     MARKER,
     OLD_MARKER,
@@ -981,16 +981,16 @@ def test_layer_drop_is_refused_at_the_first_training_forward_where_the_method_ne
         model(audio).last_hidden_state.sum().backward()
 
 
-@pytest.mark.parametrize("method", [method for method in ALL_METHODS if method not in OWN_ROWS])
-def test_sliding_window_layers_are_refused_for_the_methods_that_find_rows_by_position(method):
-    """A causal model with sliding-window layers is refused, before anything changes, for each method that finds
-    rows by their position in the KV cache, which a window shifts in generation: the value residual's mix of every
-    cached row, what twicing and value embeddings keep beside the cache. NeuTRENO and XSA read each query's own
-    values alone and adapt it (test_value_path_windows.py); they were refused too, with a reason about V_0."""
+@pytest.mark.parametrize("method", [method for method in ALL_METHODS if method not in SLIDING_WINDOW_METHODS])
+def test_sliding_window_layers_are_refused_for_the_methods_that_mix_rows_by_position(method):
+    """A causal model with sliding-window layers is refused, before anything changes, for each method that mixes rows
+    in the KV cache by their position, which a window shifts in generation: the value residual (with V_0's) and value
+    embeddings (with the tokens' embeddings). NeuTRENO, twicing and XSA find each token's rows and adapt it
+    (test_value_path_windows.py); they were refused too, with a reason about V_0."""
     model = tiny_model("mistral-window")
     with pytest.raises(ValueError, match=r"\['sliding_attention'\] layers: their KV cache keeps a window") as refused:
         apply_value_path(model, method)
-    assert "only 'neutreno' and 'xsa'" in str(refused.value)
+    assert "'neutreno', 'twicing' and 'xsa' (which find each token's rows" in str(refused.value)
     assert not is_value_path_model(model) and model.config._attn_implementation == "sdpa"
 
 

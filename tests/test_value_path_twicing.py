@@ -19,14 +19,14 @@ from tiny_models import (
 )
 
 
-def twicing_reference(model, input_ids, layers, weight=1.0) -> torch.Tensor:
+def twicing_reference(model, input_ids, layers, weight=1.0, window=None) -> torch.Tensor:
     """GPT-2 or Llama written out from the raw weights (`written_out_decoder`): A V, plus `weight` · A (V − A V) in
-    the twicing layers."""
+    the twicing layers (each query seeing `window` keys, where given)."""
 
     def attended(index, probs, v, out):
         return out + weight * (probs @ (v - out)) if index in layers else out
 
-    return written_out_decoder(model, input_ids, attended=attended)
+    return written_out_decoder(model, input_ids, attended=attended, window=window)
 
 
 REFERENCES = {"llama": twicing_reference, "gpt2": twicing_reference}

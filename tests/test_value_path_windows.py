@@ -1,9 +1,10 @@
-"""Sliding-window layers (Mistral, Gemma 2, GPT-OSS, Qwen2 with `use_sliding_window`) under the value paths that read
-each query's own values alone, NeuTRENO (V_0 and V of the query's token) and XSA (its own value): they adapt such
-models. Against the decoder written out with the window from the raw weights, forward and backward; and through cached
-generation, where a layer's KV cache hands over its window and the new rows, or, static, its buffer, partly empty until
-the window fills, then rolled. (test_value_path.py holds the other methods' refusal; test_cache_contract.py the whole
-cache contract on a windowed Mistral.)"""
+"""Sliding-window layers (Mistral, Gemma 2, GPT-OSS, Qwen2 with `use_sliding_window`) under the value paths that find
+each token's rows wherever a window's KV cache keeps them: NeuTRENO (V_0 and V of the query's token), XSA (its own
+value) and twicing (A V of every key, kept beside the cache as far back as the window). Against the decoder written out
+with the window from the raw weights, forward and backward; and through cached generation, where a layer's KV cache
+hands over its window and the new rows, or, static, its buffer, partly empty until the window fills, then rolled.
+(test_value_path.py holds the other methods' refusal; test_cache_contract.py the whole cache contract on a windowed
+Mistral.)"""
 
 import copy
 
@@ -19,12 +20,14 @@ from transformers import (
 )
 
 from hf_neutreno import apply_value_path
-from hf_neutreno.models.value_path import OWN_ROWS
+from hf_neutreno.models.value_path import SLIDING_WINDOW_METHODS
 from hf_neutreno.value_path import coefficient_parameters
 from test_value_path import reference_decoder_logits
 from test_value_path_gate import _sharpen
+from test_value_path_twicing import twicing_reference
 from test_value_path_xsa import decoder_reference
 from tiny_models import (
+    CACHE_FIELD,
     DECODER,
     assert_backward_matches,
     assert_cached_generation_equals_the_full_forward,
@@ -40,15 +43,18 @@ WINDOWED = dict(DECODER, head_dim=8)
 CASES = {
     "neutreno": ("neutreno", 0.6, False),
     "neutreno-learnable": ("neutreno", 0.6, True),
+    "twicing": ("twicing", 0.7, False),
     "xsa": ("xsa", 0.9, False),
 }
 
 
 def windowed_reference(model, input_ids, method, coefficient, learnable, window):
     """The adapted `model` written out with the window: NeuTRENO's term on layers 1 and 2 (learnable: the model's own
-    scalars, so that their gradients are compared too), XSA on every layer."""
+    scalars, so that their gradients are compared too), twicing and XSA on every layer."""
     if method == "xsa":
         return decoder_reference(model, input_ids, range(3), coefficient, window=window)
+    if method == "twicing":
+        return twicing_reference(model, input_ids, range(3), coefficient, window=window)
     coefficients = coefficient_parameters(model) if learnable else (coefficient, coefficient)
     return reference_decoder_logits(model, input_ids, method, dict(zip((1, 2), coefficients)), window=window)
 
@@ -69,7 +75,7 @@ def test_sliding_window_layers_equal_the_reference_and_cache_their_window(case):
     float64, then cached generation for a prompt beyond the window and one within it (a static cache's buffer not yet
     full). Before, NeuTRENO was refused here; it took V_0 and V at the cache's length, past a window's rows."""
     method, coefficient, learnable = CASES[case]
-    assert method in OWN_ROWS
+    assert method in SLIDING_WINDOW_METHODS
     plain = tiny_model("mistral-window")
     _sharpen(plain)
     input_ids, window = tiny_inputs("llama")["input_ids"], plain.config.sliding_window
@@ -112,3 +118,23 @@ def test_models_mixing_full_and_windowed_layers_cache_like_the_full_forward(name
     model.config.pad_token_id = 0
     for length in (6, 2):
         assert_cached_generation_equals_the_full_forward(model, tiny_inputs("llama", length=length), atol=5e-5)
+
+
+def test_twicing_keeps_a_v_only_as_far_back_as_a_windows_cache_keeps_its_rows():
+    """A V beside a sliding-window layer's dynamic cache covers the rows that cache keeps (the window's last tokens),
+    not every generated token: memory bounded by the window, as the cache's own."""
+    model = apply_value_path(tiny_model("mistral-window").eval(), "twicing", 0.7)
+    model.config.pad_token_id = 0
+    window = model.config.sliding_window
+    generated = model.generate(
+        **tiny_inputs("llama", length=6),
+        max_new_tokens=12,
+        do_sample=False,
+        use_cache=True,
+        return_dict_in_generate=True,
+    )
+    kept = getattr(generated, CACHE_FIELD).__dict__["_value_path_kept"]
+    assert set(kept["twicing_history"]) == {0, 1, 2}
+    for layer, history in kept["twicing_history"].items():
+        assert history.shape[-2] == window - 1 == getattr(generated, CACHE_FIELD).layers[layer].values.shape[-2]
+        assert kept["twicing_offset"][layer] == generated.sequences.shape[1] - 1 - (window - 1)

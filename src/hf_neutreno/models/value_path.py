@@ -79,9 +79,10 @@ logger = logging.get_logger(__name__)
 METHODS = ("neutreno", "value_residual", "twicing", "xsa", "value_embedding")
 FROM_LAYER_0 = ("twicing", "xsa", "value_embedding")  # methods that need no V_0: layer 0 may take them too
 UNIT_RANGE = ("value_residual", "xsa")  # coefficients in [0, 1]; the others >= 0
-# methods that read only this call's rows of each layer's values (`query_rows`), which a sliding-window layer's KV
-# cache keeps: they adapt models with such layers; the others find rows by their position in the cache
-OWN_ROWS = ("neutreno", "xsa")
+# methods that find the rows of each layer's values by their tokens, wherever a sliding-window layer's KV cache keeps
+# them (`query_rows`; twicing's A V kept beside the cache follows the cache's window): they adapt models with such
+# layers. The value residual and value embeddings mix rows in the cache by their position.
+SLIDING_WINDOW_METHODS = ("neutreno", "twicing", "xsa")
 
 ATTENTION_PREFIX = "value_path-"  # registered implementation names: "value_path-sdpa", "value_path-eager", ...
 CONTEXT_KWARG = "value_path_context"  # the per-call `_ForwardContext`, handed to every attention call as a keyword
@@ -177,7 +178,8 @@ def apply_value_path(
     and adapt again). The model's class becomes ``ValuePath<Class>``, a subclass, so that the saved checkpoint loads
     adapted with ``trust_remote_code=True``. Raises `ValueError` for what it cannot adapt exactly (see
     docs/value-path.md): attention outside the interface, encoder-decoders, several attention stacks without
-    `stack`, sliding-window layers (except for NeuTRENO and XSA), flash-attention backends, a model already adapted.
+    `stack`, sliding-window layers (except for NeuTRENO, twicing and XSA), flash-attention backends, a model
+    already adapted.
     """
     _refuse_unadaptable_model(model)
     # transformers' classes are registered for their Auto class here; this package's models keep their own
@@ -882,7 +884,7 @@ def _warn_if_frozen(model, attention_modules: list[nn.Module]) -> None:
 
 
 # What a value path keeps beside a KV cache, between the calls that step it (`_ForwardContext`'s fields of that name).
-_KEPT_FIELDS = ("mixed_rows", "gate_rows", "twicing_history", "token_rows")
+_KEPT_FIELDS = ("mixed_rows", "gate_rows", "twicing_history", "twicing_offset", "token_rows")
 _KEPT_ATTRIBUTE = "_value_path_kept"  # on the cache
 # A cache's batch operations (beam search reorders the rows at every step; other decoding strategies select or repeat
 # them), applied to the batch-first tensors kept beside it too: method -> (tensor, its argument) -> the tensor.
@@ -977,6 +979,7 @@ class _ForwardContext:
     gate_rows: dict = dataclasses.field(default_factory=dict)
     token_rows: dict = dataclasses.field(default_factory=dict)
     twicing_history: dict = dataclasses.field(default_factory=dict)
+    twicing_offset: dict = dataclasses.field(default_factory=dict)  # the token of each layer's first row of A V
 
 
 # KV-cache layers whose `update` returns the tensors they store (so values mixed in place stay mixed for the next
@@ -1154,12 +1157,15 @@ def _one_value(config, name: str):
 
 
 def _check_method_fits(model: PreTrainedModel, settings: dict, layers: list[nn.Module]) -> None:
-    """`ValueError` for a method the model cannot take: sliding-window layers of a causal model take `OWN_ROWS`, a gate
-    and value embeddings need one number of key/value heads, and value embeddings a causal language model (a table
-    indexed by the token ids of its input embeddings, and attention that sees no later token)."""
+    """`ValueError` for a method the model cannot take: sliding-window layers of a causal model take only
+    `SLIDING_WINDOW_METHODS`, a gate and value embeddings need one number of key/value heads, and value embeddings a
+    causal language model (a table indexed by the token ids of its input embeddings, and attention that sees no later
+    token)."""
     config = _stack_config(model, settings.get("stack"))
     # bidirectional layers never run with a cache
-    if settings["method"] not in OWN_ROWS and any(getattr(module, "is_causal", True) for module in layers):
+    if settings["method"] not in SLIDING_WINDOW_METHODS and any(
+        getattr(module, "is_causal", True) for module in layers
+    ):
         _refuse_sliding_windows(model, config, len(layers))
     if settings["learnable"] == GATE or settings["method"] == "value_embedding":
         _value_heads(config)
@@ -1375,10 +1381,9 @@ def _refuse_sliding_windows(model: PreTrainedModel, config, num_layers: int) -> 
     if others:
         raise ValueError(
             f"{type(model).__name__} has {others} layers: their KV cache keeps a window, not every token, so in "
-            "generation a cached token's values leave the position where this method finds its rows (the value "
-            "residual's mix of every cached row with V_0's, the rows twicing and value embeddings keep beside the "
-            "cache). Of the value paths, only 'neutreno' and 'xsa' (which read each query's own values alone) adapt "
-            "such a model."
+            "generation a cached token's values leave the position where this method mixes them in the cache (with "
+            "V_0's, or with the token embeddings kept beside it). Of the value paths, 'neutreno', 'twicing' and "
+            "'xsa' (which find each token's rows wherever the window keeps them) adapt such a model."
         )
 
 

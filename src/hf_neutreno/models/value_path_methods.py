@@ -266,7 +266,7 @@ def twicing(run, context, module, layer, query, key, value, dropout=0.0):
     """Twicing attention (Abdullaev & Nguyen, ICLR 2025): ``A V + c A (V − A V)`` with the layer's own attention
     matrix A, computed as a second call of the backend on the same queries and keys, whose values are the residual
     ``V − A V`` per query head. In generation, A V of the earlier tokens is kept per layer beside the KV cache (the
-    residual needs it at every key), and this call's rows are added to it.
+    residual needs it at every key, `_history`), and this call's rows are added to it.
 
     Under attention dropout (`dropout`, the probability the layer hands its backend) A is the dropped matrix, the same
     in both products, as in the authors' code: the random state is restored after the first call, so that the second
@@ -283,25 +283,52 @@ def twicing(run, context, module, layer, query, key, value, dropout=0.0):
     else:
         output, *rest = run()  # (batch, q, heads, d)
     attended = output.transpose(1, 2)  # A V at this call's tokens: (batch, heads, q, d)
-    start, length, keys = context.past, query.shape[-2], value.shape[-2]
-    if start == 0 and length == keys:
-        history = attended
-    else:
-        history = context.twicing_history.get(layer)
-        if start and (history is None or history.shape[-2] < start):
-            raise RuntimeError(
-                f"Layer {layer}: twicing needs A V of the {start} cached tokens, which this cache does not carry (a "
-                "cache built from another cache's tensors, a prefix, or one made by another model). Continue with "
-                "the cache this model filled (copy it with copy.deepcopy)."
-            )
-        if history is None or history.shape[-2] < keys:  # a dynamic cache grows; a static one holds its buffer
-            grown = attended.new_zeros(*attended.shape[:2], keys, attended.shape[-1])
-            if history is not None:
-                grown[..., : history.shape[-2], :] = history
-            history = grown
-        elif history.shape[-2] > keys:  # a cropped cache (assisted generation): the rows after it are stale
-            history = history[..., :keys, :]
-        history[..., start : start + length, :] = attended
-    context.twicing_history[layer] = history
-    second, *_ = run(values - history, OneGroup(module), keys_per_head)
+    if context.past or attended.shape[-2] != value.shape[-2]:
+        attended = _history(context, module, layer, attended, value.shape[-2])
+    else:  # every row is this call's: kept as it is, for a cache that the model makes in this call
+        context.twicing_history[layer], context.twicing_offset[layer] = attended, 0
+    second, *_ = run(values - attended, OneGroup(module), keys_per_head)
     return (torch.add(output, second, alpha=context.coefficient), *rest)
+
+
+def _history(context, module, layer, attended, rows):
+    """A V at each of the `rows` rows of the layer's values that a KV cache handed over, this call's `attended` the
+    last of its tokens: the cache's rows are consecutive tokens, this call's last (a static cache's empty rows after
+    them; a sliding window's cache keeps fewer earlier tokens than `context.past`), so row r is token
+    ``first + r``, ``first = max(0, past + queries − rows)``. A V is kept per layer in token order from token
+    `context.twicing_offset[layer]`, as far back as the cache's layer keeps its own rows."""
+    start, length = context.past, attended.shape[-2]
+    first = max(0, start + length - rows)
+    history, offset = context.twicing_history.get(layer), context.twicing_offset.get(layer, start)
+    if history is None:
+        history = attended.new_zeros(*attended.shape[:2], 0, attended.shape[-1])
+    if offset > first or offset + history.shape[-2] < start:
+        raise RuntimeError(
+            f"Layer {layer}: twicing needs A V of the {start - first} cached tokens its cache hands over, which this "
+            "cache does not carry (a cache built from another cache's tensors, a prefix, or one made by another "
+            "model). Continue with the cache this model filled (copy it with copy.deepcopy)."
+        )
+    end = first + rows - offset  # history's rows up to the last one handed over
+    if history.shape[-2] < end:  # a dynamic cache grows; a static one holds its buffer
+        grown = attended.new_zeros(*attended.shape[:2], end, attended.shape[-1])
+        grown[..., : history.shape[-2], :] = history
+        history = grown
+    elif history.shape[-2] > end:  # a cropped cache (assisted generation): the rows after it are stale
+        history = history[..., :end, :]
+    history[..., start - offset : start - offset + length, :] = attended
+    handed = history.narrow(-2, first - offset, rows)
+    kept = _kept_rows(context, module)  # the tokens the cache keeps for later calls: the last ones
+    if kept is not None and start + length - kept > offset:
+        history, offset = history[..., start + length - kept - offset :, :], start + length - kept
+    context.twicing_history[layer], context.twicing_offset[layer] = history, offset
+    return handed
+
+
+def _kept_rows(context, module) -> int | None:
+    """How many rows of values the KV cache's layer of `module` keeps for the next call (a sliding window's: fewer
+    than its tokens), or None where the call came without a cache that has layers."""
+    layers, index = getattr(context.cache, "layers", None), getattr(module, "layer_idx", None)
+    if not layers or not isinstance(index, int) or not 0 <= index < len(layers):
+        return None
+    stored = getattr(layers[index], "values", None)
+    return stored.shape[-2] if isinstance(stored, torch.Tensor) else None
