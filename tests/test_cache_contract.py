@@ -54,10 +54,8 @@ def neutreno_gpt():
 
 CASES = [pytest.param(a, m, id=f"{a}-{m}") for a, m in itertools.product(CAUSAL, METHODS)]
 CASES.append(pytest.param("neutreno_gpt", None, id="neutreno-gpt"))
-# A model with sliding-window layers, which NeuTRENO, twicing and XSA adapt: its cache hands over a window of rows,
-# not every token.
-WINDOWED = ("neutreno", "neutreno-learnable", "twicing", "xsa", "xsa-learnable")
-CASES += [pytest.param("mistral-window", m, id=f"mistral-window-{m}") for m in WINDOWED]
+# A model with sliding-window layers: its cache hands over a window of rows, not every token.
+CASES += [pytest.param("mistral-window", m, id=f"mistral-window-{m}") for m in METHODS]
 
 
 def build(architecture, method):

@@ -14,10 +14,12 @@ import pytest
 import torch
 import transformers
 
-from hf_neutreno import cli
+from hf_neutreno import NeuTRENOGPTConfig, NeuTRENOGPTForCausalLM, cli
+from hf_neutreno.engine.variants import VARIANTS as ALL_VARIANTS
 from hf_neutreno.value_path import apply_value_path
 from tiny_models import (
     DECODER,
+    TINY_NEUTRENO_GPT,
     save_tiny_bert_classifier,
     save_tiny_llama,
     save_tiny_vit_classifier,
@@ -156,12 +158,11 @@ def test_compare_on_a_saved_model_pairs_the_seeds_prints_what_it_saved_and_saves
 
 
 def _save_unadaptable(kind: str, folder):
-    from transformers import MistralConfig, ResNetConfig, T5Config
+    from transformers import ResNetConfig, T5Config
 
     config = {
         "t5": T5Config(vocab_size=50, d_model=32, d_ff=64, num_layers=2, num_heads=4, d_kv=8),
         "resnet": ResNetConfig(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1]),
-        "mistral": MistralConfig(**dict(DECODER, num_hidden_layers=2), sliding_window=16),
     }[kind]
     config.save_pretrained(folder)
     return folder
@@ -190,11 +191,6 @@ def _compare(capsys, *argv) -> str:
     [
         ("t5", ["T5", "encoder-decoder", "Supported:", "Llama"]),
         ("resnet", ["ResNet", "attention interface", "Supported:", "Llama"]),
-        # NeuTRENO, twicing and XSA adapt sliding-window layers: the message names the variants that do
-        (
-            "mistral",
-            ["Mistral", "sliding_attention", "it takes softmax,neutreno,neutreno-learnable,twicing,xsa,xsa-learnable"],
-        ),
     ],
 )
 def test_a_model_the_adapter_cannot_adapt_is_refused_before_any_data_is_loaded(kind, expected, tmp_path, capsys):
@@ -213,19 +209,19 @@ def test_a_model_the_adapter_cannot_adapt_is_refused_before_any_data_is_loaded(k
     )
     for part in [*expected, "--variants value-residual needs a value path"]:
         assert part in message, message
-    assert ("Supported:" in message) == (kind != "mistral")
     assert not (tmp_path / "out").exists()
 
 
 def test_a_default_variant_the_model_cannot_take_is_named_as_a_default_with_the_variants_it_takes(tmp_path, capsys):
-    """A pretrained Mistral with sliding-window layers under compare's defaults (softmax and the learnable NeuTRENO
-    and value residual): the value residual is refused, as a default, and the message lists what the model takes."""
-    folder = _save_unadaptable("mistral", tmp_path / "mistral")
-    message = _compare(capsys, "--model", folder, "--dataset", "nobody/no-such-dataset", "--output-dir", tmp_path / "o")
+    """This package's NeuTRENO GPT, saved, under compare's defaults for a pretrained model (softmax and the learnable
+    NeuTRENO and value residual): it has its own term, so it takes no value path but NeuTRENO at its own λ. The first
+    default it cannot take is refused as a default, and the message lists what it takes."""
+    config = NeuTRENOGPTConfig(**{**TINY_NEUTRENO_GPT, "vocab_size": 50}, neutreno_lambda=0.5)
+    NeuTRENOGPTForCausalLM(config).save_pretrained(tmp_path / "gpt")
+    message = _compare(capsys, "--model", tmp_path / "gpt", "--dataset", "nobody/none", "--output-dir", tmp_path / "o")
     for part in (
-        "--variants value-residual-learnable (a default for a pretrained model) needs a value path",
-        "Of the variants, it takes softmax,neutreno,neutreno-learnable,twicing,xsa,xsa-learnable: name them with "
-        "--variants.",
+        "--variants neutreno-learnable (a default for a pretrained model) needs a value path",
+        "Of the variants, it takes softmax,neutreno: name them with --variants.",
     ):
         assert part in message, message
     assert not (tmp_path / "o").exists()
@@ -469,17 +465,18 @@ def test_value_embeddings_and_xsa_compare_on_a_causal_lm_and_save_their_tables(t
 
 
 def test_the_value_paths_compare_on_a_model_with_sliding_window_layers(tmp_path):
-    """A Mistral whose window (4) is shorter than the training rows: the methods that adapt sliding-window layers
-    train and evaluate beside softmax, and their saved models load adapted."""
+    """A Mistral whose window (4) is shorter than the training rows: every method trains and evaluates beside softmax
+    (each was refused there before, but XSA), and their saved models load adapted."""
     from transformers import AutoModelForCausalLM
 
     model = save_tiny_llama(tmp_path / "mistral", sliding_window=4)
     data = write_text_dataset(tmp_path / "data")
-    variants = "softmax,neutreno,twicing,xsa-learnable"
+    variants = "softmax,neutreno,value-residual-learnable,twicing,xsa-learnable,value-embedding"
     assert _compare_briefly(model, data, variants, tmp_path / "out", "--batch-size", "4", "--max-length", "16") == 0
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     assert set(results["variants"]) == set(variants.split(","))
-    for variant, method in (("neutreno", "neutreno"), ("twicing", "twicing"), ("xsa-learnable", "xsa")):
+    for variant in variants.split(",")[1:]:
+        method = ALL_VARIANTS[variant].method
         saved = next((tmp_path / "out").glob(f"**/{variant}*/config.json")).parent
         loaded = AutoModelForCausalLM.from_pretrained(saved, trust_remote_code=True)
         assert type(loaded).__name__ == "ValuePathMistralForCausalLM"

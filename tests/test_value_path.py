@@ -27,8 +27,6 @@ from transformers import (
     HubertConfig,
     HubertModel,
     LlamaForCausalLM,
-    Qwen2Config,
-    Qwen2ForCausalLM,
     ResNetConfig,
     ResNetModel,
     Sam2VisionConfig,
@@ -53,7 +51,6 @@ from fresh_process import run_fresh
 from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTModel, apply_value_path, remove_value_path
 from hf_neutreno.convert import gpt2_to_neutreno, vit_to_neutreno
 from hf_neutreno.engine.variants import VARIANTS
-from hf_neutreno.models.value_path import SLIDING_WINDOW_METHODS
 from hf_neutreno.value_path import (
     MARKER,
     OLD_MARKER,
@@ -63,7 +60,6 @@ from hf_neutreno.value_path import (
     value_path_class,
     value_path_parameters,
 )
-from hf_neutreno.value_path import METHODS as ALL_METHODS
 from test_value_path_architectures import tiny_architecture
 from tiny_models import (
     ARCHITECTURES,
@@ -403,7 +399,7 @@ def test_the_learnable_coefficients_pass_gradcheck_twice_with_the_rebuild(functi
             return ((weights @ values).transpose(1, 2),)
 
         def apply(value, first, alpha):
-            context = SimpleNamespace(past=0, mixed_rows={}, gate_rows={}, recompute_saved=True)
+            context = SimpleNamespace(past=0, mixed_rows={}, gate_rows={}, first_rows={}, recompute_saved=True)
             with mock.patch("hf_neutreno.models.value_path_methods.rebuild_saved", _counting(swapped)):
                 return value_residual(attention, context, 1, query, value, first, alpha)[0]
 
@@ -981,19 +977,6 @@ def test_layer_drop_is_refused_at_the_first_training_forward_where_the_method_ne
         model(audio).last_hidden_state.sum().backward()
 
 
-@pytest.mark.parametrize("method", [method for method in ALL_METHODS if method not in SLIDING_WINDOW_METHODS])
-def test_sliding_window_layers_are_refused_for_the_methods_that_mix_rows_by_position(method):
-    """A causal model with sliding-window layers is refused, before anything changes, for each method that mixes rows
-    in the KV cache by their position, which a window shifts in generation: the value residual (with V_0's) and value
-    embeddings (with the tokens' embeddings). NeuTRENO, twicing and XSA find each token's rows and adapt it
-    (test_value_path_windows.py); they were refused too, with a reason about V_0."""
-    model = tiny_model("mistral-window")
-    with pytest.raises(ValueError, match=r"\['sliding_attention'\] layers: their KV cache keeps a window") as refused:
-        apply_value_path(model, method)
-    assert "'neutreno', 'twicing' and 'xsa' (which find each token's rows" in str(refused.value)
-    assert not is_value_path_model(model) and model.config._attn_implementation == "sdpa"
-
-
 def test_attention_outside_the_interface_is_refused_even_where_its_file_imports_it():
     """SAM's vision attention computes softmax attention itself, in a file that imports the interface for its mask
     decoder: it was taken as attention the value path reaches, so adapting it did nothing, silently (the output at
@@ -1031,10 +1014,7 @@ def test_attention_outside_the_interface_is_refused_even_where_its_file_imports_
     assert not hasattr(git.config, "value_path") and not is_value_path_model(git)
 
 
-def test_sliding_window_flash_and_foreign_classes_are_refused():
-    sliding = Qwen2ForCausalLM(Qwen2Config(**DECODER, use_sliding_window=True, max_window_layers=1))
-    with pytest.raises(ValueError, match=r"\['sliding_attention'\] layers"):
-        apply_value_path(sliding, "value_residual")
+def test_flash_attention_and_this_packages_neutreno_models_are_refused():
     model = tiny_model("llama")
     model.config._attn_implementation_internal = "flash_attention_2"  # as a GPU model would have it
     with pytest.raises(ValueError, match="flash_attention_2.*cannot be wrapped"):

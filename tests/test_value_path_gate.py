@@ -53,9 +53,9 @@ def _alpha(gate, h: torch.Tensor) -> torch.Tensor:
     return torch.sigmoid(h @ gate.weight.T + gate.bias).transpose(1, 2).unsqueeze(-1)
 
 
-def gated_reference(model, input_ids) -> torch.Tensor:
+def gated_reference(model, input_ids, window=None) -> torch.Tensor:
     """GPT-2 or Llama written out from the raw weights (`written_out_decoder`), the gated value residual in layers
-    1 and 2."""
+    1 and 2 (each query seeing `window` keys, where given)."""
     gates, first = _gates(model), {}
 
     def values(index, h, v):
@@ -65,7 +65,7 @@ def gated_reference(model, input_ids) -> torch.Tensor:
         alpha = _alpha(gates[index - 1], h)
         return (1 - alpha) * v + alpha * first["values"]
 
-    return written_out_decoder(model, input_ids, values)
+    return written_out_decoder(model, input_ids, values, window=window)
 
 
 REFERENCES = {"llama": gated_reference, "gpt2": gated_reference}

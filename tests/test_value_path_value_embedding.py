@@ -29,9 +29,10 @@ def attention_modules(model):
     return [m for m in model.modules() if hasattr(m, "value_path_layer")]
 
 
-def reference(model, input_ids, layers):
+def reference(model, input_ids, layers, window=None):
     """The values of each layer in `layers` plus g E[token] from the raw tables and gates: g the configured strength,
-    a layer's learnable scalar, or 2 g₀ σ(W h[..., :12]) per token and key/value head of the layer's input h."""
+    a layer's learnable scalar, or 2 g₀ σ(W h[..., :12]) per token and key/value head of the layer's input h (each
+    query seeing `window` keys, where given)."""
     settings = model.config.value_path
     modules = attention_modules(model)
 
@@ -50,7 +51,7 @@ def reference(model, input_ids, layers):
             added = settings["coefficient"] * table
         return v + added.transpose(1, 2)
 
-    return written_out_decoder(model, input_ids, values=values)
+    return written_out_decoder(model, input_ids, values=values, window=window)
 
 
 def _adapted(name, **settings):

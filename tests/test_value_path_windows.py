@@ -1,10 +1,9 @@
-"""Sliding-window layers (Mistral, Gemma 2, GPT-OSS, Qwen2 with `use_sliding_window`) under the value paths that find
-each token's rows wherever a window's KV cache keeps them: NeuTRENO (V_0 and V of the query's token), XSA (its own
-value) and twicing (A V of every key, kept beside the cache as far back as the window). Against the decoder written out
-with the window from the raw weights, forward and backward; and through cached generation, where a layer's KV cache
-hands over its window and the new rows, or, static, its buffer, partly empty until the window fills, then rolled.
-(test_value_path.py holds the other methods' refusal; test_cache_contract.py the whole cache contract on a windowed
-Mistral.)"""
+"""Sliding-window layers (Mistral, Gemma 2, GPT-OSS, Qwen2 with `use_sliding_window`) under every value path: each
+finds a token's rows wherever a window's KV cache keeps them (row r is token `first_row_token` + r), V_0's in layer 0's
+own window. Against the decoder written out with the window from the raw weights, forward and backward; and through
+cached generation, where a layer's KV cache hands over its window and the new rows, or, static, its buffer, partly
+empty until the window fills, then rolled; on models mixing full and windowed layers too. (test_cache_contract.py holds
+the whole cache contract on a windowed Mistral.)"""
 
 import copy
 
@@ -20,11 +19,11 @@ from transformers import (
 )
 
 from hf_neutreno import apply_value_path
-from hf_neutreno.models.value_path import SLIDING_WINDOW_METHODS
 from hf_neutreno.value_path import coefficient_parameters
 from test_value_path import reference_decoder_logits
-from test_value_path_gate import _sharpen
+from test_value_path_gate import _sharpen, gated_reference
 from test_value_path_twicing import twicing_reference
+from test_value_path_value_embedding import reference as value_embedding_reference
 from test_value_path_xsa import decoder_reference
 from tiny_models import (
     CACHE_FIELD,
@@ -39,22 +38,45 @@ from tiny_models import (
 
 # The tiny Llama's sizes, with the head size that Gemma's and GPT-OSS's configs set apart (Gemma 2's default is 256).
 WINDOWED = dict(DECODER, head_dim=8)
-# (method, coefficient, learnable)
+# (method, coefficient, learnable): every method, fixed, learnable and gated
 CASES = {
     "neutreno": ("neutreno", 0.6, False),
     "neutreno-learnable": ("neutreno", 0.6, True),
+    "value-residual": ("value_residual", 0.5, False),
+    "value-residual-learnable": ("value_residual", 0.3, True),
+    "value-residual-gate": ("value_residual", 0.5, "gate"),
     "twicing": ("twicing", 0.7, False),
     "xsa": ("xsa", 0.9, False),
+    "value-embedding": ("value_embedding", 0.8, False),
+    "value-embedding-learnable": ("value_embedding", 0.6, True),
+    "value-embedding-gate": ("value_embedding", 1.5, "gate"),
 }
 
 
-def windowed_reference(model, input_ids, method, coefficient, learnable, window):
-    """The adapted `model` written out with the window: NeuTRENO's term on layers 1 and 2 (learnable: the model's own
-    scalars, so that their gradients are compared too), twicing and XSA on every layer."""
+def adapted(plain, case):
+    """`plain` adapted as `CASES[case]`, a gate's weights drawn so that α depends on the token."""
+    method, coefficient, learnable = CASES[case]
+    model = apply_value_path(copy.deepcopy(plain), method, coefficient, learnable=learnable)
+    torch.manual_seed(3)
+    for module in model.modules():
+        if hasattr(module, "value_path_gate"):
+            torch.nn.init.normal_(module.value_path_gate.weight, std=0.5)
+    return model
+
+
+def windowed_reference(model, input_ids, case, window):
+    """The adapted `model` written out with the window, from its own weights (a learnable coefficient's, a gate's and
+    a table's gradients are compared too): NeuTRENO's term and the value residual on layers 1 and 2, twicing and XSA on
+    every layer, value embeddings on nanochat's."""
+    method, coefficient, learnable = CASES[case]
     if method == "xsa":
         return decoder_reference(model, input_ids, range(3), coefficient, window=window)
     if method == "twicing":
         return twicing_reference(model, input_ids, range(3), coefficient, window=window)
+    if method == "value_embedding":
+        return value_embedding_reference(model, input_ids, model.config.value_path["layers"], window=window)
+    if learnable == "gate":
+        return gated_reference(model, input_ids, window=window)
     coefficients = coefficient_parameters(model) if learnable else (coefficient, coefficient)
     return reference_decoder_logits(model, input_ids, method, dict(zip((1, 2), coefficients)), window=window)
 
@@ -74,20 +96,18 @@ def test_sliding_window_layers_equal_the_reference_and_cache_their_window(case):
     """A Mistral whose every layer has a window of 3, shorter than its input; the forward and every gradient in
     float64, then cached generation for a prompt beyond the window and one within it (a static cache's buffer not yet
     full). Before, NeuTRENO was refused here; it took V_0 and V at the cache's length, past a window's rows."""
-    method, coefficient, learnable = CASES[case]
-    assert method in SLIDING_WINDOW_METHODS
     plain = tiny_model("mistral-window")
     _sharpen(plain)
     input_ids, window = tiny_inputs("llama")["input_ids"], plain.config.sliding_window
-    model = apply_value_path(copy.deepcopy(plain), method, coefficient, learnable=learnable).double()
+    model = adapted(plain, case).double()
     reference = copy.deepcopy(train_without_dropout(model))
     output = model(input_ids).logits
-    expected = windowed_reference(reference, input_ids, method, coefficient, learnable, window)
+    expected = windowed_reference(reference, input_ids, case, window)
     torch.testing.assert_close(output, expected, rtol=0, atol=1e-10)
     with torch.no_grad():  # the method matters here
         assert (expected - plain.double()(input_ids).logits).abs().max() > 1e-2
     assert_backward_matches(model, reference, output, expected)
-    if learnable:
+    if CASES[case][2] is True:
         assert all(parameter.grad.abs() > 0 for parameter in coefficient_parameters(model))
     model = model.float().eval()
     model.config.pad_token_id = 0
@@ -111,9 +131,8 @@ HYBRID = {
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("name", HYBRID)
 def test_models_mixing_full_and_windowed_layers_cache_like_the_full_forward(name, case):
-    method, coefficient, learnable = CASES[case]
     torch.manual_seed(0)
-    model = apply_value_path(HYBRID[name]().eval(), method, coefficient, learnable=learnable)
+    model = adapted(HYBRID[name]().eval(), case)
     assert {"full_attention", "sliding_attention"} <= set(model.config.layer_types)
     model.config.pad_token_id = 0
     for length in (6, 2):
@@ -138,3 +157,44 @@ def test_twicing_keeps_a_v_only_as_far_back_as_a_windows_cache_keeps_its_rows():
     for layer, history in kept["twicing_history"].items():
         assert history.shape[-2] == window - 1 == getattr(generated, CACHE_FIELD).layers[layer].values.shape[-2]
         assert kept["twicing_offset"][layer] == generated.sequences.shape[1] - 1 - (window - 1)
+
+
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+@pytest.mark.parametrize("case", ["value-residual", "value-residual-gate", "value-embedding-gate"])
+def test_a_windows_new_rows_are_mixed_in_its_cache_in_place(case, cache):
+    """The value residual and value embeddings mix each new token's values into a window's cache as it comes, as
+    into a full cache (O(d) per token and layer, not the window's rows again): after generation every cached token's
+    rows hold the mix and nothing waits beside the cache. A static window's cache copies a prompt longer than the
+    window (it does not hand back what it stores): those rows are mixed by the next step, in place."""
+    model = adapted(tiny_model("mistral-window").eval(), case)
+    model.config.pad_token_id = 0
+    inputs = tiny_inputs("llama", length=6)
+    generated = model.generate(
+        **inputs, max_new_tokens=5, do_sample=False, cache_implementation=cache, return_dict_in_generate=True
+    )
+    kept, cached = getattr(generated, CACHE_FIELD).__dict__["_value_path_kept"], generated.sequences.shape[1] - 1
+    assert kept["mixed_rows"] == {1: cached, 2: cached} or kept["mixed_rows"] == dict.fromkeys((0, 2), cached)
+    assert not kept["gate_rows"] and not kept["first_rows"] and not kept["token_rows"]
+
+
+@pytest.mark.parametrize(
+    "case", ["value-residual", "value-residual-learnable", "value-residual-gate", "value-embedding-gate"]
+)
+@pytest.mark.parametrize("name", ["gemma2", "gpt-oss"])
+def test_calls_with_gradients_keep_v0_that_layer_0s_window_drops(name, case):
+    """Layer 0 has a window of 3 and layer 1 full attention: a call with gradients does not mix its rows into the
+    cache, and by the time a later call mixes them, layer 0's cache no longer holds their V_0. It is kept beside the
+    cache meanwhile (value embeddings keep the token ids): a cache stepped by hand with gradients on and off gives the
+    full forward's logits."""
+    torch.manual_seed(0)
+    model = adapted(HYBRID[name]().eval(), case)
+    assert model.config.layer_types[:2] == ["sliding_attention", "full_attention"]
+    input_ids = tiny_inputs("llama", length=10)["input_ids"]
+    with torch.no_grad():
+        full = model(input_ids).logits
+    cache, begin = None, 0
+    for end, grad in ((6, True), (7, True), (8, False), (10, True)):
+        with torch.set_grad_enabled(grad):
+            output = model(input_ids[:, begin:end], use_cache=True, **{CACHE_FIELD: cache})
+        torch.testing.assert_close(output.logits.detach(), full[:, begin:end], atol=5e-5, rtol=0)
+        cache, begin = getattr(output, CACHE_FIELD), end

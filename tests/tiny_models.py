@@ -77,7 +77,7 @@ NO_DROPOUT = {
 _MODELS = {
     "llama": (LlamaConfig, LlamaForCausalLM, LlamaModel, DECODER),
     "qwen2": (Qwen2Config, Qwen2ForCausalLM, Qwen2Model, DECODER),
-    # every layer a sliding window of 3 tokens, shorter than the inputs: only NeuTRENO, twicing and XSA adapt it
+    # every layer a sliding window of 3 tokens, shorter than the inputs
     "mistral-window": (MistralConfig, MistralForCausalLM, MistralModel, dict(DECODER, sliding_window=3)),
     "gpt2": (GPT2Config, GPT2LMHeadModel, GPT2Model, dict(n_embd=32, **TEXT)),
     "bert": (BertConfig, BertModel, BertModel, dict(hidden_size=32, intermediate_size=64, **TEXT)),

@@ -189,9 +189,8 @@ class CheckedModel:
                     f"Of the variants, it takes {','.join(taken)}: name them with --variants."
                     if len(taken) > 1
                     else "Supported: transformers models with one stack of self-attention layers that go through "
-                    "transformers' attention interface (Llama, Qwen2, Mistral without sliding windows (with them, "
-                    "NeuTRENO, twicing and XSA only), GPT-2, BERT, RoBERTa, ViT, DeiT, ...); value embeddings on the "
-                    "causal language models among them."
+                    "transformers' attention interface (Llama, Qwen2, Mistral, Gemma, GPT-2, BERT, RoBERTa, ViT, DeiT, "
+                    "...); value embeddings on the causal language models among them."
                 )
             ) from None
 

@@ -30,7 +30,7 @@ def attention_with_neutreno_term(
     `first_values` (V_0) and `values` (V) are (batch, key/value heads, tokens, head_dim); under grouped-query attention
     each query head gets its key/value head's term. Or both are merged, (batch, tokens, heads * head_dim), as a model
     without grouped-query attention projects them (no view operations to make heads: host time on small shapes).
-    The term is token-wise: V_0 and V hold the queries' rows only (of a KV cache's values, `query_rows` finds them).
+    The term is token-wise: V_0 and V hold the queries' rows only (a KV cache's rows of them: `value_path_methods`).
     No V_0 (layer 0) or λ = 0: the backend's output as it is. `recompute_saved`: may the backend's
     copy of its output (and a learnable λ's V_0 − V) be rebuilt in the backward pass (not under activation
     checkpointing, whose own hooks must see every saved tensor); never without gradients or under torch.compile, which
@@ -62,20 +62,6 @@ def attention_with_neutreno_term(
     if rebuild:
         rebuild_saved(output, output, _without_term, combined, first_values, values, coefficient)
     return (combined.flatten(2, 3) if combined.dim() == 5 else combined, *rest)
-
-
-def query_rows(values: torch.Tensor, tokens: int, past: int, length: int) -> torch.Tensor:
-    """The rows of this call's `length` queries in `values`, whose dimension `tokens` holds the tokens a KV cache hands
-    over: the `past` cached ones, then this call's, then, in a static cache, empty rows. A sliding-window layer's
-    cache keeps fewer than `past` before this call's, so these are the rows after at most `past`: the rows after the
-    cached ones while its window fills, then the last rows (every cache layer of transformers 5 appends the new rows
-    to what it keeps)."""
-    rows = values.shape[tokens]
-    if length > rows:
-        raise RuntimeError(f"{length} queries after {past} cached tokens, but only {rows} values.")
-    if length == rows:  # every row (no cache, or one that was empty): no view, nor its backward
-        return values
-    return values.narrow(tokens, min(past, rows - length), length)
 
 
 def may_recompute_saved() -> bool:

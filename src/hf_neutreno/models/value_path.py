@@ -65,9 +65,9 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.auto import modeling_auto
 from transformers.utils import logging
 
-from .neutreno_term import attention_with_neutreno_term, may_recompute_saved, query_rows
+from .neutreno_term import attention_with_neutreno_term, may_recompute_saved
 from .value_path_defaults import DEFAULT_COEFFICIENTS, LEARNABLE_STARTS
-from .value_path_methods import OneGroup, exclusive, twicing, value_embedding, value_residual
+from .value_path_methods import OneGroup, exclusive, query_rows, twicing, value_embedding, value_residual
 
 try:  # transformers 5 records `output_hidden_states` per model class, registered in PreTrainedModel.__init__
     from transformers.utils.output_capturing import _CAN_RECORD_REGISTRY
@@ -79,10 +79,6 @@ logger = logging.get_logger(__name__)
 METHODS = ("neutreno", "value_residual", "twicing", "xsa", "value_embedding")
 FROM_LAYER_0 = ("twicing", "xsa", "value_embedding")  # methods that need no V_0: layer 0 may take them too
 UNIT_RANGE = ("value_residual", "xsa")  # coefficients in [0, 1]; the others >= 0
-# methods that find the rows of each layer's values by their tokens, wherever a sliding-window layer's KV cache keeps
-# them (`query_rows`; twicing's A V kept beside the cache follows the cache's window): they adapt models with such
-# layers. The value residual and value embeddings mix rows in the cache by their position.
-SLIDING_WINDOW_METHODS = ("neutreno", "twicing", "xsa")
 
 ATTENTION_PREFIX = "value_path-"  # registered implementation names: "value_path-sdpa", "value_path-eager", ...
 CONTEXT_KWARG = "value_path_context"  # the per-call `_ForwardContext`, handed to every attention call as a keyword
@@ -178,8 +174,7 @@ def apply_value_path(
     and adapt again). The model's class becomes ``ValuePath<Class>``, a subclass, so that the saved checkpoint loads
     adapted with ``trust_remote_code=True``. Raises `ValueError` for what it cannot adapt exactly (see
     docs/value-path.md): attention outside the interface, encoder-decoders, several attention stacks without
-    `stack`, sliding-window layers (except for NeuTRENO, twicing and XSA), flash-attention backends, a model
-    already adapted.
+    `stack`, flash-attention backends, a model already adapted.
     """
     _refuse_unadaptable_model(model)
     # transformers' classes are registered for their Auto class here; this package's models keep their own
@@ -675,7 +670,7 @@ class _ValuePathAttention:
         if (
             context.method == "neutreno"
         ):  # token-wise: the queries' own rows of V_0 and V, wherever the cache keeps them
-            own = query_rows(value, 2, context.past, query.shape[2])
+            own = query_rows(value, context.past, query.shape[2])
             if layer == 0:
                 context.first_values = own
             if layer not in context.layers:
@@ -703,9 +698,11 @@ class _ValuePathAttention:
 
 def _in_cache(context, module, value: torch.Tensor) -> bool:
     """Whether this call mixes its rows into the KV cache's own tensor, in place (generation at O(d) per new token and
-    layer): without gradients, with a cache that returns what it stores, and only where `value` is the tensor that
-    cache holds for this layer. A model that copies its values after the cache update (JetMoe repeats them per
-    expert) hands over a copy, whose mix would be lost before the next token: it gets the whole mix at every token."""
+    layer): without gradients, with a cache that returns what it stores, and only where `value` lies over the tensor
+    that cache holds for this layer, ending at the same row: the same tensor, or, under a sliding window, the rows it
+    keeps of `value` (or `value`, the last rows of what it keeps while it records its past for assisted decoding). A
+    model that copies its values after the cache update (JetMoe repeats them per expert) hands over a copy, whose mix
+    would be lost before the next token: it gets the whole mix at every token."""
     if not context.mix_in_cache or torch.is_grad_enabled():
         return False
     layers, index = getattr(context.cache, "layers", None), getattr(module, "layer_idx", None)
@@ -714,10 +711,16 @@ def _in_cache(context, module, value: torch.Tensor) -> bool:
     stored = getattr(layers[index], "values", None)
     return (
         isinstance(stored, torch.Tensor)
-        and value.data_ptr() == stored.data_ptr()
-        and value.shape == stored.shape
+        and value.dtype == stored.dtype
         and value.stride() == stored.stride()
+        and value.shape[:2] + value.shape[3:] == stored.shape[:2] + stored.shape[3:]
+        and _last_row(value) == _last_row(stored)
     )
+
+
+def _last_row(values: torch.Tensor) -> int:
+    """The address of the last row (along the tokens) of (batch, heads, rows, d) `values`."""
+    return values.data_ptr() + (values.shape[2] - 1) * values.stride(2) * values.element_size()
 
 
 def _layer_coefficient(context, layer: int, value: torch.Tensor):
@@ -758,10 +761,10 @@ def _first_values(context, layer: int, value: torch.Tensor) -> torch.Tensor:
     first = context.first_values
     if first is None:
         raise RuntimeError(f"Value-path layer {layer} ran before layer 0 in this forward pass.")
-    if first.shape != value.shape:
+    if first.shape[:2] + first.shape[3:] != value.shape[:2] + value.shape[3:]:  # the rows may differ: a window's
         raise ValueError(
             f"Layer {layer}'s values have shape {tuple(value.shape)} but layer 0's {tuple(first.shape)}: a value "
-            "path needs the same key/value heads, head size and cached length in every layer."
+            "path needs the same key/value heads and head size in every layer."
         )
     return first
 
@@ -884,7 +887,7 @@ def _warn_if_frozen(model, attention_modules: list[nn.Module]) -> None:
 
 
 # What a value path keeps beside a KV cache, between the calls that step it (`_ForwardContext`'s fields of that name).
-_KEPT_FIELDS = ("mixed_rows", "gate_rows", "twicing_history", "twicing_offset", "token_rows")
+_KEPT_FIELDS = ("mixed_rows", "gate_rows", "first_rows", "twicing_history", "twicing_offset", "token_rows")
 _KEPT_ATTRIBUTE = "_value_path_kept"  # on the cache
 # A cache's batch operations (beam search reorders the rows at every step; other decoding strategies select or repeat
 # them), applied to the batch-first tensors kept beside it too: method -> (tensor, its argument) -> the tensor.
@@ -972,11 +975,12 @@ class _ForwardContext:
     first_values: torch.Tensor | None = None  # V_0, left by layer 0 for the later layers
     # learnable="gate": layer -> α (value residual) or σ(W x[..., :12]) (value embeddings), (batch, tokens, kv heads)
     gates: dict = dataclasses.field(default_factory=dict)
-    # Kept beside the KV cache (`_kept_beside`), per layer: how many rows of the cache's own tensor hold the value
-    # residual's mix or the value embeddings; a gate's values of the rows after those, and their token ids; twicing's
-    # A V of every cached token.
+    # Kept beside the KV cache (`_kept_beside`), per layer: how many tokens' rows of the cache's own tensor hold the
+    # value residual's mix or the value embeddings; a gate's values of the tokens after those, their V_0 and their
+    # token ids; twicing's A V of the cached tokens.
     mixed_rows: dict = dataclasses.field(default_factory=dict)
     gate_rows: dict = dataclasses.field(default_factory=dict)
+    first_rows: dict = dataclasses.field(default_factory=dict)
     token_rows: dict = dataclasses.field(default_factory=dict)
     twicing_history: dict = dataclasses.field(default_factory=dict)
     twicing_offset: dict = dataclasses.field(default_factory=dict)  # the token of each layer's first row of A V
@@ -984,7 +988,7 @@ class _ForwardContext:
 
 # KV-cache layers whose `update` returns the tensors they store (so values mixed in place stay mixed for the next
 # tokens); other caches (quantised ones hand back a dequantised copy) get the whole mix at every token instead.
-_STORING_CACHE_LAYERS = ("DynamicLayer", "StaticLayer")
+_STORING_CACHE_LAYERS = ("DynamicLayer", "StaticLayer", "DynamicSlidingWindowLayer", "StaticSlidingWindowLayer")
 
 
 def _returns_its_storage(cache) -> bool:
@@ -1157,18 +1161,11 @@ def _one_value(config, name: str):
 
 
 def _check_method_fits(model: PreTrainedModel, settings: dict, layers: list[nn.Module]) -> None:
-    """`ValueError` for a method the model cannot take: sliding-window layers of a causal model take only
-    `SLIDING_WINDOW_METHODS`, a gate and value embeddings need one number of key/value heads, and value embeddings a
-    causal language model (a table indexed by the token ids of its input embeddings, and attention that sees no later
-    token)."""
-    config = _stack_config(model, settings.get("stack"))
-    # bidirectional layers never run with a cache
-    if settings["method"] not in SLIDING_WINDOW_METHODS and any(
-        getattr(module, "is_causal", True) for module in layers
-    ):
-        _refuse_sliding_windows(model, config, len(layers))
+    """`ValueError` for a method the model cannot take: a gate and value embeddings need one number of key/value
+    heads, and value embeddings a causal language model (a table indexed by the token ids of its input embeddings,
+    and attention that sees no later token)."""
     if settings["learnable"] == GATE or settings["method"] == "value_embedding":
-        _value_heads(config)
+        _value_heads(_stack_config(model, settings.get("stack")))
     if settings["method"] != "value_embedding":
         return
     name = type(model).__name__
@@ -1370,21 +1367,6 @@ def _inner_implementation(model: PreTrainedModel, stack: str | None = None) -> s
         if missing:
             raise ValueError(f"No `eager_attention_forward` in {sorted(missing)}; adapt the model with sdpa.")
     return inner
-
-
-def _refuse_sliding_windows(model: PreTrainedModel, config, num_layers: int) -> None:
-    layer_types = getattr(config, "layer_types", None)
-    if layer_types is not None:
-        others = sorted({kind for kind in layer_types[:num_layers] if kind != "full_attention"})
-    else:
-        others = ["sliding_attention"] if getattr(config, "sliding_window", None) is not None else []
-    if others:
-        raise ValueError(
-            f"{type(model).__name__} has {others} layers: their KV cache keeps a window, not every token, so in "
-            "generation a cached token's values leave the position where this method mixes them in the cache (with "
-            "V_0's, or with the token embeddings kept beside it). Of the value paths, 'neutreno', 'twicing' and "
-            "'xsa' (which find each token's rows wherever the window keeps them) adapt such a model."
-        )
 
 
 def _refuse_dropped_keywords(model: nn.Module, layers: list[nn.Module]) -> None:

@@ -10,7 +10,26 @@ the cache, the gates); a new method is one more function here and one more branc
 
 import torch
 
-from .neutreno_term import grouped_heads, may_recompute_saved, query_rows, rebuild_saved, run_function
+from .neutreno_term import grouped_heads, may_recompute_saved, rebuild_saved, run_function
+
+
+def first_row_token(past: int, length: int, rows: int) -> int:
+    """The token (its position in the sequence) of the first of the `rows` rows of a layer's keys and values that the
+    KV cache hands over to a call with `length` new tokens after `past` cached ones. The rows are consecutive tokens,
+    this call's the last of them (every cache layer of transformers 5 appends the new rows to what it keeps), then,
+    in a static cache's buffer, empty rows: so row r is token ``first_row_token + r``. A full cache hands over every
+    token (0); a sliding window's, fewer than `past` before this call's."""
+    return max(0, past + length - rows)
+
+
+def query_rows(values: torch.Tensor, past: int, length: int) -> torch.Tensor:
+    """The rows of this call's `length` queries in a KV cache's `values` (batch, kv heads, rows, d)."""
+    rows = values.shape[2]
+    if length > rows:
+        raise RuntimeError(f"{length} queries after {past} cached tokens, but only {rows} values.")
+    if length == rows:  # every row (no cache, or one that was empty): no view, nor its backward
+        return values
+    return values.narrow(2, past - first_row_token(past, length, rows), length)
 
 
 def exclusive(run, context, value, strength):
@@ -21,7 +40,7 @@ def exclusive(run, context, value, strength):
     where a sliding-window layer's cache hands over only its window, one of the last rows (`query_rows`)."""
     output, *rest = run()
     own = (
-        query_rows(value, 2, context.past, output.shape[1]).transpose(1, 2).unsqueeze(3)
+        query_rows(value, context.past, output.shape[1]).transpose(1, 2).unsqueeze(3)
     )  # (batch, queries, kv heads, 1, d)
     grouped = grouped_heads(output, own.shape[2])  # (batch, queries, kv heads, group, d)
     result, removed, *_ = run_function(Exclusive, ExclusiveForTransforms, grouped, own, strength)
@@ -143,26 +162,31 @@ def value_embedding(run, context, table, layer, value, strength, in_cache=False)
     """Attention over ``V + g E[token]``: `value` (batch, kv heads, tokens, d), E the layer's `table` (kv heads · d
     wide; the module looked up at each call, which PEFT may have wrapped), g `strength` (a number or a learnable
     scalar) or, gated, ``2 g₀ σ(W x[..., :12])`` per token and key/value head. Token-wise, as the value residual's mix:
-    a KV cache may hold the rows with their embedding added already (`context.mixed_rows[layer]` of them). Where
+    a KV cache may hold the rows with their embedding added already (those of the first `context.mixed_rows[layer]`
+    tokens; row r of `value` is token ``first_row_token + r``). Where
     `value` is the cache's own tensor and there are no gradients (`in_cache`), the rows not added yet are added there,
     in place, so that generation costs O(d) per new token and layer;
     the token ids (and gate values) of rows not added yet are kept beside the cache, and their rows rebuilt from the
     table when a later call needs them."""
-    start, end = context.past, context.past + context.token_ids.shape[-1]
+    start, end, rows = context.past, context.past + context.token_ids.shape[-1], value.shape[-2]
     mixed = min(context.mixed_rows.get(layer, 0), start)  # a cropped cache keeps fewer rows
+    offset = first_row_token(start, end - start, rows)
+    low = max(mixed, offset)  # the first token whose row gets its embedding here (a window drops earlier ones)
     token_ids, gate = context.token_ids, context.gates.get(layer)  # gate: σ(W x[..., :12]), (batch, tokens, kv)
-    if mixed < start:  # earlier rows not in the cache's tensor yet: their ids (and gate values), kept beside it
+    if low < start:  # earlier rows not in the cache's tensor yet: their ids (and gate values), kept beside it
         pending_ids, pending_gate = context.token_rows.get(layer), context.gate_rows.get(layer)
         if pending_ids is None or pending_ids.shape[-1] < start - mixed:
             raise RuntimeError(
-                f"Layer {layer}: value embeddings need the token ids of the {start - mixed} cached tokens whose "
+                f"Layer {layer}: value embeddings need the token ids of the {start - low} cached tokens whose "
                 "values hold no embedding yet, which this cache does not carry (a cache made by another model, or "
                 "one that does not return what it stores, such as a quantised one). Generate with a DynamicCache or "
                 "StaticCache."
             )
-        token_ids = torch.cat([pending_ids.narrow(-1, 0, start - mixed), token_ids], dim=-1)
+        token_ids = torch.cat([pending_ids.narrow(-1, low - mixed, start - low), token_ids], dim=-1)
         if gate is not None:
-            gate = torch.cat([pending_gate.narrow(1, 0, start - mixed).to(gate.dtype), gate], dim=1)
+            gate = torch.cat([pending_gate.narrow(1, low - mixed, start - low).to(gate.dtype), gate], dim=1)
+    if low > mixed:  # nothing is left of the tokens before `low`: none to add later
+        mixed = context.mixed_rows[layer] = low
     batch, kv_heads, _, head_dim = value.shape
     embedded = table(token_ids)
     if embedded.shape[-1] != kv_heads * head_dim:
@@ -178,7 +202,7 @@ def value_embedding(run, context, table, layer, value, strength, in_cache=False)
     if isinstance(strength, torch.Tensor):
         embedded, strength = embedded * strength, 1.0
     if in_cache:
-        value.narrow(-2, mixed, end - mixed).add_(embedded, alpha=strength)
+        value.narrow(-2, mixed - offset, end - mixed).add_(embedded, alpha=strength)
         context.mixed_rows[layer] = end
         context.token_rows.pop(layer, None)
         context.gate_rows.pop(layer, None)
@@ -186,48 +210,73 @@ def value_embedding(run, context, table, layer, value, strength, in_cache=False)
     context.token_rows[layer] = token_ids  # rows mixed..end, for a later call that adds them in the cache
     if gate is not None:
         context.gate_rows[layer] = gate.detach()
-    if mixed or end != value.shape[-2]:
+    if mixed > offset or end - offset != rows:
         # Rows before `mixed` hold their embedding already; rows after `end` (a static cache's free slots) are zeros.
-        rest = value.shape[-2] - end
-        added = torch.add(value.narrow(-2, mixed, end - mixed), embedded, alpha=strength)
-        return run(torch.cat([value.narrow(-2, 0, mixed), added, value.narrow(-2, end, rest)], dim=-2))
+        here, rest = mixed - offset, rows - (end - offset)
+        added = torch.add(value.narrow(-2, here, end - mixed), embedded, alpha=strength)
+        return run(torch.cat([value.narrow(-2, 0, here), added, value.narrow(-2, end - offset, rest)], dim=-2))
     return run(torch.add(value, embedded, alpha=strength))
 
 
 def value_residual(run, context, layer, query, value, first, coefficient, in_cache=False):
     """Attention over ``(1 − α) V_ℓ + α V_0`` (exactly V_ℓ at α = 0). `coefficient`: α as a number, a learnable scalar,
-    or (a gate) one per token and key/value head of this call's tokens, (batch, kv heads, queries, 1).
+    or (a gate) one per token and key/value head of this call's tokens, (batch, kv heads, queries, 1). `first`: V_0
+    as layer 0's KV cache hands it over, whose rows may be other tokens than `value`'s (`first_row_token`: a sliding
+    window's cache keeps fewer).
 
-    The mix is token-wise, so a KV cache may hold mixed values. `context.mixed_rows[layer]` counts the leading rows of
-    the cache's tensor that do: where `value` is that tensor and there are no gradients (`in_cache`), the rows not
-    mixed yet (this call's, and those of a call that ran with gradients or before the model made its cache) are mixed
-    there, in place, so that generation costs O(d) per new token and layer instead of a pass over the whole cache.
-    Otherwise nothing is written into the cache."""
-    start, end = context.past, context.past + query.shape[-2]
+    The mix is token-wise, so a KV cache may hold mixed values. `context.mixed_rows[layer]` counts the leading tokens
+    whose rows in the cache's tensor do: where `value` is that tensor and there are no gradients (`in_cache`), the rows
+    not mixed yet (this call's, and those of a call that ran with gradients or before the model made its cache) are
+    mixed there, in place, so that generation costs O(d) per new token and layer instead of a pass over the whole
+    cache. Otherwise nothing is written into the cache."""
+    start, end, rows = context.past, context.past + query.shape[-2], value.shape[-2]
     mixed = min(context.mixed_rows.get(layer, 0), start)  # a cropped cache keeps fewer rows
+    offset = first_row_token(start, end - start, rows)
+    low = max(mixed, offset)  # the first token whose row is mixed here (a window drops the earlier ones)
     alpha = coefficient
     per_row = isinstance(coefficient, torch.Tensor) and coefficient.dim() > 0
-    if per_row and mixed < start:  # a gate's α of the earlier rows that are not mixed yet, kept beside the cache
+    if per_row and low < start:  # a gate's α of the earlier rows that are not mixed yet, kept beside the cache
         pending = context.gate_rows.get(layer)
         if pending is None or pending.shape[-2] < start - mixed:
             raise RuntimeError(
-                f"Layer {layer}: a gated value residual needs α of the {start - mixed} cached tokens it has not mixed "
+                f"Layer {layer}: a gated value residual needs α of the {start - low} cached tokens it has not mixed "
                 "yet, which this cache does not carry (a cache made by another model, or one that does not return "
                 "what it stores, such as a quantised one). Generate with a DynamicCache or StaticCache."
             )
-        alpha = torch.cat([pending.narrow(-2, 0, start - mixed).to(coefficient.dtype), coefficient], dim=-2)
+        alpha = torch.cat([pending.narrow(-2, low - mixed, start - low).to(coefficient.dtype), coefficient], dim=-2)
+    first_offset = first_row_token(start, end - start, first.shape[-2])
+    if first_offset > low:  # V_0 of tokens that layer 0's sliding window has dropped: kept beside the cache
+        kept = context.first_rows.get(layer)
+        if kept is None or kept.shape[-2] < first_offset - mixed:
+            raise RuntimeError(
+                f"Layer {layer}: the value residual needs V_0 of tokens {low} to {first_offset - 1}, which layer 0's "
+                "sliding-window cache no longer keeps and this cache does not carry (a cache made by another model, "
+                "or one that does not return what it stores, such as a quantised one). Generate with a DynamicCache "
+                "or StaticCache."
+            )
+        kept = kept.narrow(-2, low - mixed, first_offset - low)
+        source = torch.cat([kept, first.narrow(-2, 0, end - first_offset)], dim=-2)
+    elif low > first_offset or end - low != first.shape[-2]:
+        source = first.narrow(-2, low - first_offset, end - low)
+    else:  # every row of V_0 (a forward without a cache): no view
+        source = first
+    if low > mixed:  # nothing is left of the tokens before `low`: none to mix later
+        mixed = context.mixed_rows[layer] = low
     if in_cache:
-        value.narrow(-2, mixed, end - mixed).lerp_(first.narrow(-2, mixed, end - mixed), alpha)
+        value.narrow(-2, low - offset, end - low).lerp_(source, alpha)
         context.mixed_rows[layer] = end
         context.gate_rows.pop(layer, None)
+        context.first_rows.pop(layer, None)
         return run()
     if per_row:
         context.gate_rows[layer] = alpha.detach()  # rows mixed..end, for a later call that mixes them in the cache
-    if mixed or (per_row and end != value.shape[-2]):
+    context.first_rows[layer] = source  # their V_0, which layer 0's sliding window may drop before that call
+    aligned = first_offset == offset and first.shape[-2] == rows  # V_0 row for row (no window between them)
+    if mixed > offset or not aligned or (per_row and end - offset != rows):
         # Rows before `mixed` hold the mix already; rows after `end` (a static cache's free slots) are zeros.
-        rest = value.shape[-2] - end
-        mix = torch.lerp(value.narrow(-2, mixed, end - mixed), first.narrow(-2, mixed, end - mixed), alpha)
-        return run(torch.cat([value.narrow(-2, 0, mixed), mix, value.narrow(-2, end, rest)], dim=-2))
+        here, count = low - offset, end - low
+        mix = torch.lerp(value.narrow(-2, here, count), source, alpha)
+        return run(torch.cat([value.narrow(-2, 0, here), mix, value.narrow(-2, here + count, rows - here - count)], -2))
     if not isinstance(alpha, torch.Tensor):
         return run(torch.lerp(value, first, alpha))
     # A learnable α keeps V_ℓ and V_0 for its gradient, beside the backend's copy of the mix: that copy is rebuilt
@@ -292,13 +341,11 @@ def twicing(run, context, module, layer, query, key, value, dropout=0.0):
 
 
 def _history(context, module, layer, attended, rows):
-    """A V at each of the `rows` rows of the layer's values that a KV cache handed over, this call's `attended` the
-    last of its tokens: the cache's rows are consecutive tokens, this call's last (a static cache's empty rows after
-    them; a sliding window's cache keeps fewer earlier tokens than `context.past`), so row r is token
-    ``first + r``, ``first = max(0, past + queries − rows)``. A V is kept per layer in token order from token
-    `context.twicing_offset[layer]`, as far back as the cache's layer keeps its own rows."""
+    """A V at each of the `rows` rows of the layer's values that a KV cache handed over (row r is token
+    ``first_row_token + r``), this call's `attended` at its own tokens. A V is kept per layer in token order from
+    token `context.twicing_offset[layer]`, as far back as the cache's layer keeps its own rows."""
     start, length = context.past, attended.shape[-2]
-    first = max(0, start + length - rows)
+    first = first_row_token(start, length, rows)
     history, offset = context.twicing_history.get(layer), context.twicing_offset.get(layer, start)
     if history is None:
         history = attended.new_zeros(*attended.shape[:2], 0, attended.shape[-1])
