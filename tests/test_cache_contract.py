@@ -35,15 +35,20 @@ METHODS = {
 
 
 def adapted(architecture: str, method: str):
+    return adapt(tiny_model(architecture), method).eval()
+
+
+def adapt(model, method: str):
+    """`model` adapted with `METHODS[method]` (in place)."""
     name, coefficient, learnable = METHODS[method]
-    model = apply_value_path(tiny_model(architecture), name, coefficient, learnable=learnable)
+    model = apply_value_path(model, name, coefficient, learnable=learnable)
     if learnable == "gate":  # a gate that depends on the token, so that a row mixed with another's gate shows
         torch.manual_seed(3)
         for module in model.modules():
             gate = getattr(module, "value_path_gate", None)
             if gate is not None:
                 torch.nn.init.normal_(gate.weight, std=0.5)
-    return model.eval()
+    return model
 
 
 def neutreno_gpt():
@@ -223,6 +228,37 @@ def test_twicing_refuses_a_cache_rebuilt_from_another_caches_tensors(architectur
         for index, layer in enumerate(cache.layers):
             rebuilt.update(layer.keys.clone(), layer.values.clone(), index)
         with pytest.raises(RuntimeError, match="twicing needs A V of the 9 cached tokens"):
+            model(ids[:, -1:], past_key_values=rebuilt)
+        stepped = model(ids[:, -1:], past_key_values=cache).logits[:, -1]
+    torch.testing.assert_close(stepped, full, rtol=0, atol=ATOL)
+
+
+@pytest.mark.parametrize(
+    "method, missing",
+    [
+        ("value-residual-gate", "the gate's α"),
+        ("value-embedding", "the token ids"),
+        ("value-embedding-gate", "the token ids"),
+    ],
+)
+def test_rows_not_mixed_yet_need_what_was_kept_beside_their_cache(method, missing):
+    """A prefill with gradients mixes nothing into the cache: the gate's α and the token ids of its rows wait beside
+    the cache that the model filled, for the next call to mix them in place. A new cache filled with that cache's
+    keys and values carries none of it: refused, naming what is missing, rather than mixed without it. The cache
+    itself continues as the full forward."""
+    from transformers import DynamicCache
+
+    model = adapted("llama", method)
+    ids = tiny_inputs("llama", batch=1, length=10)["input_ids"]
+    with torch.no_grad():
+        full = model(ids).logits[:, -1]
+    cache = DynamicCache(config=model.config)
+    model(ids[:, :-1], past_key_values=cache)  # with gradients
+    rebuilt = DynamicCache(config=model.config)
+    for index, layer in enumerate(cache.layers):
+        rebuilt.update(layer.keys.detach().clone(), layer.values.detach().clone(), index)
+    with torch.no_grad():
+        with pytest.raises(RuntimeError, match=f"needs {missing} of cached tokens 0 to 8, whose rows it has not mixed"):
             model(ids[:, -1:], past_key_values=rebuilt)
         stepped = model(ids[:, -1:], past_key_values=cache).logits[:, -1]
     torch.testing.assert_close(stepped, full, rtol=0, atol=ATOL)

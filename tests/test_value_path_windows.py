@@ -20,11 +20,13 @@ from transformers import (
 
 from hf_neutreno import apply_value_path
 from hf_neutreno.value_path import coefficient_parameters
+from test_cache_contract import METHODS as CASES
+from test_cache_contract import adapt
 from test_value_path import reference_decoder_logits
 from test_value_path_gate import _sharpen, gated_reference
 from test_value_path_twicing import twicing_reference
 from test_value_path_value_embedding import reference as value_embedding_reference
-from test_value_path_xsa import decoder_reference
+from test_value_path_xsa import decoder_reference, exclusive
 from tiny_models import (
     CACHE_FIELD,
     DECODER,
@@ -38,30 +40,11 @@ from tiny_models import (
 
 # The tiny Llama's sizes, with the head size that Gemma's and GPT-OSS's configs set apart (Gemma 2's default is 256).
 WINDOWED = dict(DECODER, head_dim=8)
-# (method, coefficient, learnable): every method, fixed, learnable and gated
-CASES = {
-    "neutreno": ("neutreno", 0.6, False),
-    "neutreno-learnable": ("neutreno", 0.6, True),
-    "value-residual": ("value_residual", 0.5, False),
-    "value-residual-learnable": ("value_residual", 0.3, True),
-    "value-residual-gate": ("value_residual", 0.5, "gate"),
-    "twicing": ("twicing", 0.7, False),
-    "xsa": ("xsa", 0.9, False),
-    "value-embedding": ("value_embedding", 0.8, False),
-    "value-embedding-learnable": ("value_embedding", 0.6, True),
-    "value-embedding-gate": ("value_embedding", 1.5, "gate"),
-}
 
 
 def adapted(plain, case):
-    """`plain` adapted as `CASES[case]`, a gate's weights drawn so that α depends on the token."""
-    method, coefficient, learnable = CASES[case]
-    model = apply_value_path(copy.deepcopy(plain), method, coefficient, learnable=learnable)
-    torch.manual_seed(3)
-    for module in model.modules():
-        if hasattr(module, "value_path_gate"):
-            torch.nn.init.normal_(module.value_path_gate.weight, std=0.5)
-    return model
+    """A copy of `plain` adapted as the cache contract's `case` (its gates' weights drawn: α depends on the token)."""
+    return adapt(copy.deepcopy(plain), case)
 
 
 def windowed_reference(model, input_ids, case, window):
@@ -70,7 +53,14 @@ def windowed_reference(model, input_ids, case, window):
     every layer, value embeddings on nanochat's."""
     method, coefficient, learnable = CASES[case]
     if method == "xsa":
-        return decoder_reference(model, input_ids, range(3), coefficient, window=window)
+        if not learnable:
+            return decoder_reference(model, input_ids, range(3), coefficient, window=window)
+        strengths = coefficient_parameters(model)  # one per layer
+
+        def attended(index, probs, v, out):
+            return exclusive(out, v, strengths[index])
+
+        return written_out_decoder(model, input_ids, attended=attended, window=window)
     if method == "twicing":
         return twicing_reference(model, input_ids, range(3), coefficient, window=window)
     if method == "value_embedding":

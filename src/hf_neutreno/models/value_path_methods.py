@@ -158,6 +158,19 @@ def _ratio_gradients(exclusive, own, along, squared, strength, grad_along, grad_
     return extra_grouped, extra_own
 
 
+def _pending(kept: dict, layer: int, dim: int, mixed: int, low: int, end: int, what: str) -> torch.Tensor:
+    """What is kept beside the cache (`kept`, per layer, along `dim` from token `mixed`) for the tokens from `low` to
+    `end` whose rows are not mixed into the cache yet; `RuntimeError` where the cache does not carry it."""
+    rows = kept.get(layer)
+    if rows is None or rows.shape[dim] < end - mixed:
+        raise RuntimeError(
+            f"Layer {layer}: the value path needs {what} of cached tokens {low} to {end - 1}, whose rows it has not "
+            "mixed into the cache yet, which this cache does not carry (a cache made by another model, or one that "
+            "does not return what it stores, such as a quantised one). Generate with a DynamicCache or StaticCache."
+        )
+    return rows.narrow(dim, low - mixed, end - low)
+
+
 def value_embedding(run, context, table, layer, value, strength, in_cache=False):
     """Attention over ``V + g E[token]``: `value` (batch, kv heads, tokens, d), E the layer's `table` (kv heads · d
     wide; the module looked up at each call, which PEFT may have wrapped), g `strength` (a number or a learnable
@@ -174,17 +187,11 @@ def value_embedding(run, context, table, layer, value, strength, in_cache=False)
     low = max(mixed, offset)  # the first token whose row gets its embedding here (a window drops earlier ones)
     token_ids, gate = context.token_ids, context.gates.get(layer)  # gate: σ(W x[..., :12]), (batch, tokens, kv)
     if low < start:  # earlier rows not in the cache's tensor yet: their ids (and gate values), kept beside it
-        pending_ids, pending_gate = context.token_rows.get(layer), context.gate_rows.get(layer)
-        if pending_ids is None or pending_ids.shape[-1] < start - mixed:
-            raise RuntimeError(
-                f"Layer {layer}: value embeddings need the token ids of the {start - low} cached tokens whose "
-                "values hold no embedding yet, which this cache does not carry (a cache made by another model, or "
-                "one that does not return what it stores, such as a quantised one). Generate with a DynamicCache or "
-                "StaticCache."
-            )
-        token_ids = torch.cat([pending_ids.narrow(-1, low - mixed, start - low), token_ids], dim=-1)
+        pending = _pending(context.token_rows, layer, -1, mixed, low, start, "the token ids")
+        token_ids = torch.cat([pending, token_ids], dim=-1)
         if gate is not None:
-            gate = torch.cat([pending_gate.narrow(1, low - mixed, start - low).to(gate.dtype), gate], dim=1)
+            pending = _pending(context.gate_rows, layer, 1, mixed, low, start, "the gate's values")
+            gate = torch.cat([pending.to(gate.dtype), gate], dim=1)
     if low > mixed:  # nothing is left of the tokens before `low`: none to add later
         mixed = context.mixed_rows[layer] = low
     batch, kv_heads, _, head_dim = value.shape
@@ -236,26 +243,12 @@ def value_residual(run, context, layer, query, value, first, coefficient, in_cac
     alpha = coefficient
     per_row = isinstance(coefficient, torch.Tensor) and coefficient.dim() > 0
     if per_row and low < start:  # a gate's α of the earlier rows that are not mixed yet, kept beside the cache
-        pending = context.gate_rows.get(layer)
-        if pending is None or pending.shape[-2] < start - mixed:
-            raise RuntimeError(
-                f"Layer {layer}: a gated value residual needs α of the {start - low} cached tokens it has not mixed "
-                "yet, which this cache does not carry (a cache made by another model, or one that does not return "
-                "what it stores, such as a quantised one). Generate with a DynamicCache or StaticCache."
-            )
-        alpha = torch.cat([pending.narrow(-2, low - mixed, start - low).to(coefficient.dtype), coefficient], dim=-2)
+        pending = _pending(context.gate_rows, layer, -2, mixed, low, start, "the gate's α")
+        alpha = torch.cat([pending.to(coefficient.dtype), coefficient], dim=-2)
     first_offset = first_row_token(start, end - start, first.shape[-2])
     if first_offset > low:  # V_0 of tokens that layer 0's sliding window has dropped: kept beside the cache
-        kept = context.first_rows.get(layer)
-        if kept is None or kept.shape[-2] < first_offset - mixed:
-            raise RuntimeError(
-                f"Layer {layer}: the value residual needs V_0 of tokens {low} to {first_offset - 1}, which layer 0's "
-                "sliding-window cache no longer keeps and this cache does not carry (a cache made by another model, "
-                "or one that does not return what it stores, such as a quantised one). Generate with a DynamicCache "
-                "or StaticCache."
-            )
-        kept = kept.narrow(-2, low - mixed, first_offset - low)
-        source = torch.cat([kept, first.narrow(-2, 0, end - first_offset)], dim=-2)
+        pending = _pending(context.first_rows, layer, -2, mixed, low, first_offset, "V_0 (gone from layer 0's window)")
+        source = torch.cat([pending, first.narrow(-2, 0, end - first_offset)], dim=-2)
     elif low > first_offset or end - low != first.shape[-2]:
         source = first.narrow(-2, low - first_offset, end - low)
     else:  # every row of V_0 (a forward without a cache): no view
