@@ -399,7 +399,9 @@ def test_the_learnable_coefficients_pass_gradcheck_twice_with_the_rebuild(functi
             return ((weights @ values).transpose(1, 2),)
 
         def apply(value, first, alpha):
-            context = SimpleNamespace(past=0, mixed_rows={}, gate_rows={}, first_rows={}, recompute_saved=True)
+            context = SimpleNamespace(
+                past=0, mixed_rows={}, gate_rows={}, first_rows={}, cache=None, recompute_saved=True
+            )
             with mock.patch("hf_neutreno.models.value_path_methods.rebuild_saved", _counting(swapped)):
                 return value_residual(attention, context, 1, query, value, first, alpha)[0]
 

@@ -12,10 +12,13 @@ import torch
 from transformers import (
     Gemma2Config,
     Gemma2ForCausalLM,
+    Gemma4ForCausalLM,
+    Gemma4TextConfig,
     GptOssConfig,
     GptOssForCausalLM,
     Qwen2Config,
     Qwen2ForCausalLM,
+    StaticCache,
 )
 
 from hf_neutreno import apply_value_path
@@ -115,7 +118,43 @@ HYBRID = {
     "qwen2": lambda: Qwen2ForCausalLM(
         Qwen2Config(**WINDOWED, use_sliding_window=True, sliding_window=3, max_window_layers=1)
     ),
+    "gemma4": lambda: gemma4(num_kv_shared_layers=0),  # per-layer inputs; no KV sharing
 }
+
+
+def gemma4(num_kv_shared_layers: int):
+    """A tiny Gemma 4 text model: windowed and full layers in turn, the last `num_kv_shared_layers` of its 4 reusing
+    earlier layers' keys and values."""
+    config = Gemma4TextConfig(
+        **{**WINDOWED, "num_hidden_layers": 4},
+        global_head_dim=8,
+        sliding_window=3,
+        layer_types=["sliding_attention", "full_attention"] * 2,
+        num_kv_shared_layers=num_kv_shared_layers,
+        hidden_size_per_layer_input=8,
+        vocab_size_per_layer_input=WINDOWED["vocab_size"],
+    )
+    return Gemma4ForCausalLM(config)
+
+
+def test_layers_that_reuse_another_layers_keys_and_values_are_refused():
+    """Gemma 4's KV-shared layers attend over an earlier layer's keys and values, and run on the last tokens alone in
+    generation (`logits_to_keep`): every method was refused there for its sliding windows, except XSA, which took
+    another token's value as the query's own (0.07 off the full forward). Refused for every method when adapting;
+    a model that drops a causal layer's queries anyway is stopped at that layer, not answered otherwise."""
+    from unittest import mock
+
+    for method in CASES:
+        with pytest.raises(ValueError, match=r"layers \[2, 3\] reuse an earlier layer's keys and values"):
+            adapt(gemma4(num_kv_shared_layers=2), method)
+    model = gemma4(num_kv_shared_layers=2).eval()
+    with mock.patch.object(Gemma4TextConfig, "kv_sharing_modes", property(lambda config: None)):
+        adapt(model, "xsa")
+    inputs = tiny_inputs("llama", length=6)
+    with torch.no_grad():
+        model(**inputs)  # every layer on every token
+        with pytest.raises(RuntimeError, match=r"layer 2\) runs on 1 of this call's 6 tokens"):
+            model(**inputs, logits_to_keep=1)
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -171,19 +210,23 @@ def test_a_windows_new_rows_are_mixed_in_its_cache_in_place(case, cache):
     "case", ["value-residual", "value-residual-learnable", "value-residual-gate", "value-embedding-gate"]
 )
 @pytest.mark.parametrize("name", ["gemma2", "gpt-oss"])
-def test_calls_with_gradients_keep_v0_that_layer_0s_window_drops(name, case):
+@pytest.mark.parametrize("kind", ["dynamic", "static"])
+def test_calls_with_gradients_keep_v0_that_layer_0s_window_drops(name, case, kind):
     """Layer 0 has a window of 3 and layer 1 full attention: a call with gradients does not mix its rows into the
     cache, and by the time a later call mixes them, layer 0's cache no longer holds their V_0. It is kept beside the
-    cache meanwhile (value embeddings keep the token ids): a cache stepped by hand with gradients on and off gives the
-    full forward's logits."""
+    cache meanwhile (value embeddings keep the token ids), copied where layer 0's rows are a static cache's buffer,
+    which the next tokens overwrite in place: a cache stepped by hand with gradients on and off gives the full
+    forward's logits."""
     torch.manual_seed(0)
     model = adapted(HYBRID[name]().eval(), case)
     assert model.config.layer_types[:2] == ["sliding_attention", "full_attention"]
     input_ids = tiny_inputs("llama", length=10)["input_ids"]
     with torch.no_grad():
         full = model(input_ids).logits
-    cache, begin = None, 0
-    for end, grad in ((6, True), (7, True), (8, False), (10, True)):
+    cache = StaticCache(config=model.config, max_cache_len=10) if kind == "static" else None
+    begin = 0
+    # a prompt within the window (layer 0's static rows are its buffer), steps that fill and roll it, then more tokens
+    for end, grad in ((2, True), (3, True), (4, True), (6, False), (7, True), (10, True)):
         with torch.set_grad_enabled(grad):
             output = model(input_ids[:, begin:end], use_cache=True, **{CACHE_FIELD: cache})
         torch.testing.assert_close(output.logits.detach(), full[:, begin:end], atol=5e-5, rtol=0)

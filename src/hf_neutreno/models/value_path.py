@@ -653,6 +653,8 @@ class _ValuePathAttention:
         if layer is None:  # cross-attention of an adapted model
             return run()
         _check_context(context, module, layer)
+        if getattr(module, "is_causal", False):
+            _check_queries(context, module, layer, query.shape[2])
         if context.method == "twicing":
             if layer not in context.layers:
                 return run()
@@ -753,6 +755,20 @@ def _check_context(context, module, layer: int) -> None:
             "(NeuTRENO, the value residual) would lose the gradient later layers send it; value paths run with "
             "use_reentrant=False only (the one their tests check). Enable it so, transformers' default: "
             "`model.activation_checkpointing_enable()` (Trainer: leave `activation_checkpointing_kwargs` unset)."
+        )
+
+
+def _check_queries(context, module, layer: int, queries: int) -> None:
+    """A causal layer runs on every token of the call: the methods find the rows of this call's tokens as the last of
+    what the KV cache hands over. A model that runs a later layer on its last tokens alone (as Gemma 4 runs its
+    KV-shared layers in generation) would have them find other tokens' rows: an error, not another answer."""
+    if context.queries is None:
+        context.queries = queries
+    elif queries != context.queries:
+        raise RuntimeError(
+            f"{type(module).__name__} (value-path layer {layer}) runs on {queries} of this call's {context.queries} "
+            "tokens (the model skips the others in this layer): a value path finds each token's rows among the "
+            "values by the call's tokens, so it cannot run on such a model."
         )
 
 
@@ -971,6 +987,7 @@ class _ForwardContext:
     cache: Cache | None = None  # the KV cache that came with the call
     token_ids: torch.Tensor | None = None  # value embeddings: this call's tokens, (batch, tokens)
     called: set = dataclasses.field(default_factory=set)  # the layers that have run (`_check_context`)
+    queries: int | None = None  # the first causal layer's queries: this call's tokens (`_check_queries`)
     finished: bool = False  # the forward pass has returned (`_end_forward`)
     first_values: torch.Tensor | None = None  # V_0, left by layer 0 for the later layers
     # learnable="gate": layer -> α (value residual) or σ(W x[..., :12]) (value embeddings), (batch, tokens, kv heads)
@@ -1270,6 +1287,15 @@ def _check_adaptable(model: PreTrainedModel, stack: str | None = None) -> tuple[
             "(config.num_hidden_layers; shared layers, as ALBERT's): a value path is defined for one attention call "
             "per layer (V_0 is layer 0's values, each layer's rule acts on its one output), so this model cannot "
             f"take one. If layers were removed from it, set config.num_hidden_layers to the {len(layers)} left."
+        )
+    sharing = getattr(config, "kv_sharing_modes", None) or ()  # read as transformers' caches read it
+    if "reuse" in sharing:
+        raise ValueError(
+            f"{type(model).__name__}'s layers {[i for i, mode in enumerate(sharing) if mode == 'reuse']} reuse an "
+            "earlier layer's keys and values (config.num_kv_shared_layers: Gemma 3n's and Gemma 4's KV sharing), and "
+            "Gemma 4 runs them on the last tokens alone in generation: a value path would mix a value tensor that "
+            "another layer attends over too, and would lack the rows of the tokens that such a layer skips. Models "
+            "without shared layers (num_kv_shared_layers=0) take every method."
         )
     _refuse_dropped_keywords(model, layers)
     # An attention of its own that bypasses the interface (the NeuTRENO ViT's kernel attention) would run unchanged.

@@ -253,6 +253,7 @@ def value_residual(run, context, layer, query, value, first, coefficient, in_cac
         source = first.narrow(-2, low - first_offset, end - low)
     else:  # every row of V_0 (a forward without a cache): no view
         source = first
+    aliased = first_offset <= low  # `source` is a view of layer 0's rows
     if low > mixed:  # nothing is left of the tokens before `low`: none to mix later
         mixed = context.mixed_rows[layer] = low
     if in_cache:
@@ -263,7 +264,9 @@ def value_residual(run, context, layer, query, value, first, coefficient, in_cac
         return run()
     if per_row:
         context.gate_rows[layer] = alpha.detach()  # rows mixed..end, for a later call that mixes them in the cache
-    context.first_rows[layer] = source  # their V_0, which layer 0's sliding window may drop before that call
+    # their V_0, which layer 0's sliding window may drop before that call: a copy where it is a view of a static
+    # cache's buffer, which the next tokens overwrite in place
+    context.first_rows[layer] = source.clone() if aliased and _overwrites_in_place(context.cache) else source
     aligned = first_offset == offset and first.shape[-2] == rows  # V_0 row for row (no window between them)
     if mixed > offset or not aligned or (per_row and end - offset != rows):
         # Rows before `mixed` hold the mix already; rows after `end` (a static cache's free slots) are zeros.
@@ -275,6 +278,11 @@ def value_residual(run, context, layer, query, value, first, coefficient, in_cac
     # A learnable α keeps V_ℓ and V_0 for its gradient, beside the backend's copy of the mix: that copy is rebuilt
     # from them in the backward pass instead.
     return attend_over_mix(run, context, torch.lerp(value, first, alpha), value, first, alpha)
+
+
+def _overwrites_in_place(cache) -> bool:
+    """Whether a KV cache writes new rows into the tensors it handed over before (a static cache's buffers)."""
+    return any(getattr(layer, "is_compileable", False) for layer in getattr(cache, "layers", None) or ())
 
 
 def attend_over_mix(run, context, mixed, value, first, coefficient):
