@@ -669,10 +669,8 @@ class _ValuePathAttention:
             table = getattr(module, EMBEDDING_ATTRIBUTE)  # looked up at each call: PEFT may have wrapped it
             strength = _layer_coefficient(context, layer, value)
             return value_embedding(run, context, table, layer, value, strength, _in_cache(context, module, value))
-        if (
-            context.method == "neutreno"
-        ):  # token-wise: the queries' own rows of V_0 and V, wherever the cache keeps them
-            own = query_rows(value, context.past, query.shape[2])
+        if context.method == "neutreno":
+            own = query_rows(value, context.past, query.shape[2])  # token-wise: the queries' own rows of V_0 and V
             if layer == 0:
                 context.first_values = own
             if layer not in context.layers:

@@ -39,9 +39,8 @@ def exclusive(run, context, value, strength):
     (`context.past` of them), so cached steps need nothing kept: a query's own value is the row of its position, or,
     where a sliding-window layer's cache hands over only its window, one of the last rows (`query_rows`)."""
     output, *rest = run()
-    own = (
-        query_rows(value, context.past, output.shape[1]).transpose(1, 2).unsqueeze(3)
-    )  # (batch, queries, kv heads, 1, d)
+    own = query_rows(value, context.past, output.shape[1])
+    own = own.transpose(1, 2).unsqueeze(3)  # (batch, queries, kv heads, 1, d)
     grouped = grouped_heads(output, own.shape[2])  # (batch, queries, kv heads, group, d)
     result, removed, *_ = run_function(Exclusive, ExclusiveForTransforms, grouped, own, strength)
     if context.recompute_saved and may_recompute_saved():  # the backend's saved output, from the result
