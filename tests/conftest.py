@@ -41,6 +41,8 @@ LONGEST_FIRST = (
     "test_readme.py",
     "test_neutreno_gpt.py",
     "test_value_path.py",
+    "test_value_path_stack.py",  # the sweeps of every transformers class: about a minute each
+    "test_value_path_architectures.py",
 )
 
 
