@@ -67,7 +67,15 @@ from transformers.utils import logging
 
 from .neutreno_term import attention_with_neutreno_term, may_recompute_saved
 from .value_path_defaults import DEFAULT_COEFFICIENTS, LEARNABLE_STARTS
-from .value_path_methods import OneGroup, exclusive, query_rows, twicing, value_embedding, value_residual
+from .value_path_methods import (
+    OneGroup,
+    exclusive,
+    query_rows,
+    stored_values,
+    twicing,
+    value_embedding,
+    value_residual,
+)
 
 try:  # transformers 5 records `output_hidden_states` per model class, registered in PreTrainedModel.__init__
     from transformers.utils.output_capturing import _CAN_RECORD_REGISTRY
@@ -705,12 +713,9 @@ def _in_cache(context, module, value: torch.Tensor) -> bool:
     would be lost before the next token: it gets the whole mix at every token."""
     if not context.mix_in_cache or torch.is_grad_enabled():
         return False
-    layers, index = getattr(context.cache, "layers", None), getattr(module, "layer_idx", None)
-    if not layers or not isinstance(index, int) or not 0 <= index < len(layers):
-        return False
-    stored = getattr(layers[index], "values", None)
+    stored = stored_values(context, module)
     return (
-        isinstance(stored, torch.Tensor)
+        stored is not None
         and value.dtype == stored.dtype
         and value.stride() == stored.stride()
         and value.shape[:2] + value.shape[3:] == stored.shape[:2] + stored.shape[3:]

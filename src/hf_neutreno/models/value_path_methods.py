@@ -364,18 +364,19 @@ def _history(context, module, layer, attended, rows):
         history = history[..., :end, :]
     history[..., start - offset : start - offset + length, :] = attended
     handed = history.narrow(-2, first - offset, rows)
-    kept = _kept_rows(context, module)  # the tokens the cache keeps for later calls: the last ones
-    if kept is not None and start + length - kept > offset:
-        history, offset = history[..., start + length - kept - offset :, :], start + length - kept
+    stored = stored_values(context, module)  # the cache keeps its last tokens for later calls: that many rows
+    if stored is not None and start + length - stored.shape[-2] > offset:
+        kept_from = start + length - stored.shape[-2]
+        history, offset = history[..., kept_from - offset :, :], kept_from
     context.twicing_history[layer], context.twicing_offset[layer] = history, offset
     return handed
 
 
-def _kept_rows(context, module) -> int | None:
-    """How many rows of values the KV cache's layer of `module` keeps for the next call (a sliding window's: fewer
-    than its tokens), or None where the call came without a cache that has layers."""
+def stored_values(context, module) -> torch.Tensor | None:
+    """The values that the KV cache which came with the call keeps for `module`'s layer after this call's update (a
+    sliding window's: its last rows), or None without such a cache."""
     layers, index = getattr(context.cache, "layers", None), getattr(module, "layer_idx", None)
     if not layers or not isinstance(index, int) or not 0 <= index < len(layers):
         return None
     stored = getattr(layers[index], "values", None)
-    return stored.shape[-2] if isinstance(stored, torch.Tensor) else None
+    return stored if isinstance(stored, torch.Tensor) else None
