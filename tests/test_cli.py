@@ -191,6 +191,7 @@ def test_evaluate_lm_refuses_a_value_path_checkpoint_without_trust_remote_code(l
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_evaluate_lm_scores_a_neutreno_gpt_checkpoint_in_a_fresh_process(text_dir, tmp_path):
     """The command as a user runs it, a fresh `hf-neutreno` process, on a saved NeuTRENO GPT with and without
     --trust-remote-code: its config was read before this package's classes were registered, so transformers asked

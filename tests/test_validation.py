@@ -799,6 +799,7 @@ def test_a_segmenter_whose_ignore_index_was_edited_into_the_classes_is_not_saved
     assert files(empty) == {}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", EXAMPLE_SCRIPTS)
 def test_each_example_says_in_one_line_that_the_hub_cannot_be_reached(script, tmp_path):
     """A Hub dataset without a network (here offline mode): one line naming the dataset and what runs offline, exit
