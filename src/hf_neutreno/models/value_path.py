@@ -603,18 +603,14 @@ def _defining_module(module: nn.Module, name: str):
 def _attention_modules_by_source(model: nn.Module) -> list[tuple[str, nn.Module]]:
     """The fallback for a model that declares no attention class: modules whose forward's source text calls the
     attention interface."""
-    calls_interface: dict[type, bool] = {}
-    found = []
-    for path, module in model.named_modules():
-        kind = type(module)
-        if kind not in calls_interface:
-            try:
-                calls_interface[kind] = "ALL_ATTENTION_FUNCTIONS.get_interface(" in inspect.getsource(kind.forward)
-            except (OSError, TypeError):
-                calls_interface[kind] = False
-        if calls_interface[kind]:
-            found.append((path, module))
-    return found
+    return [(path, module) for path, module in model.named_modules() if _forward_calls_interface(type(module))]
+
+
+@functools.cache  # per class: its source does not change while the process runs
+def _forward_calls_interface(kind: type) -> bool:
+    """Whether the source of the class's forward calls ``ALL_ATTENTION_FUNCTIONS.get_interface(``."""
+    source = _source_text(kind.forward)
+    return source is not None and "ALL_ATTENTION_FUNCTIONS.get_interface(" in source
 
 
 def attention_function(module: nn.Module, implementation: str):
