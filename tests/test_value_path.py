@@ -1284,10 +1284,14 @@ def test_automodel_loads_the_backbone_of_an_adapted_checkpoint_adapted(name, tmp
     assert (plain - expected).abs().max() > 1e-3
 
 
-def test_the_value_residual_mixes_in_the_cache_only_where_the_cache_returns_what_it_stores():
+@pytest.mark.parametrize("learnable", [False, "gate"])
+@pytest.mark.parametrize("method", ["value_residual", "value_embedding"])
+def test_values_are_mixed_in_the_cache_only_where_the_cache_keeps_what_it_returns(method, learnable):
     """Generation mixes the new tokens' values in the KV cache's own tensor. A cache whose `update` hands back a copy
-    (as quantised caches hand back a dequantised one) would lose that mix for the next tokens: there the whole mix is
-    made at every token instead, and generation still equals generation without a cache."""
+    (as quantised caches hand back a dequantised one) would lose that mix for the next tokens, and so would one of
+    transformers' own layers whose cache moves what it stores after the update (an offloading cache copies each
+    layer's to the CPU): there the whole mix is made at every token instead, and generation still equals generation
+    without a cache."""
     from transformers.cache_utils import DynamicCache, DynamicLayer
 
     class CopyingLayer(DynamicLayer):
@@ -1295,16 +1299,22 @@ def test_the_value_residual_mixes_in_the_cache_only_where_the_cache_returns_what
             keys, values = super().update(key_states, value_states, *args, **kwargs)
             return keys.clone(), values.clone()
 
-    model = apply_value_path(tiny_model("llama", pad_token_id=0), "value_residual", 0.5)
+    def update_then_move(self, key_states, value_states, *args, **kwargs):
+        keys, values = DynamicLayer.update(self, key_states, value_states, *args, **kwargs)
+        self.keys, self.values = keys.clone(), values.clone()  # as `Cache.offload` after `update`, on a GPU
+        return keys, values
+
+    offloaded = type("DynamicLayer", (DynamicLayer,), {"update": update_then_move})  # judged by its class name
+    model = apply_value_path(tiny_model("llama", pad_token_id=0), method, 0.5, learnable=learnable)
     _sharpen(model)
     inputs = tiny_inputs("llama", length=6)
     settings = dict(max_new_tokens=6, do_sample=False, pad_token_id=0, output_scores=True, return_dict_in_generate=True)
     uncached = model.generate(**inputs, use_cache=False, **settings)
-    for layer_class in (DynamicLayer, CopyingLayer):
+    for kind, layer_class in {"own": DynamicLayer, "copying": CopyingLayer, "offloaded": offloaded}.items():
         cache = DynamicCache(config=model.config)
         cache.layers = [layer_class() for _ in cache.layers]
         cached = model.generate(**inputs, **{CACHE_FIELD: cache}, **settings)
-        assert torch.equal(cached.sequences, uncached.sequences), layer_class.__name__
+        assert torch.equal(cached.sequences, uncached.sequences), kind
         for a, b in zip(cached.scores, uncached.scores):
             torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
 

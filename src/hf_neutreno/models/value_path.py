@@ -705,8 +705,9 @@ def _in_cache(context, module, value: torch.Tensor) -> bool:
     layer): without gradients, with a cache that returns what it stores, and only where `value` lies over the tensor
     that cache holds for this layer, ending at the same row: the same tensor, or, under a sliding window, the rows it
     keeps of `value` (or `value`, the last rows of what it keeps while it records its past for assisted decoding). A
-    model that copies its values after the cache update (JetMoe repeats them per expert) hands over a copy, whose mix
-    would be lost before the next token: it gets the whole mix at every token."""
+    model that copies its values after the cache update (JetMoe repeats them per expert) hands over a copy, and an
+    offloading cache moves what it stores to the CPU after the update: a mix made in the tensor at hand would be lost
+    before the next token, so those get the whole mix at every token."""
     if not context.mix_in_cache or torch.is_grad_enabled():
         return False
     stored = stored_values(context, module)
