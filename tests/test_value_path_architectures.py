@@ -28,6 +28,8 @@ from transformers import (
     CohereForCausalLM,
     DeepseekV3Config,
     DeepseekV3ForCausalLM,
+    DeepseekV32Config,
+    DeepseekV32ForCausalLM,
     Dinov2Config,
     Dinov2Model,
     GemmaConfig,
@@ -53,6 +55,7 @@ from transformers import (
 )
 
 from hf_neutreno import apply_value_path
+from hf_neutreno.models import value_path as value_path_module
 from tiny_models import CACHE_FIELD, VOCAB
 
 DECODER = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4)
@@ -206,6 +209,46 @@ def test_a_cache_stepped_token_by_token_gives_the_full_forward(name, method, att
             cache = getattr(step, CACHE_FIELD)
             steps.append(step.logits)
     torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_sparse_attention_that_builds_its_mask_by_the_backends_name_is_refused(attention, monkeypatch):
+    """DeepSeek V3.2's attention (as GLM-5's and Mistral Large 4's) builds its indexer's top-k mask only where
+    `config._attn_implementation` is "eager" or "sdpa", and else hands the indices to the kernel. Under a value path's
+    name ("value_path-sdpa") the backend got them and ignored them: every query attended to every key, so at
+    coefficient 0 the adapted model was another model. Refused when adapting, for every method, naming the class;
+    with the refusal bypassed, the outputs at coefficient 0 differ from the native model's."""
+    torch.manual_seed(0)
+    native = DeepseekV32ForCausalLM(  # the indexer keeps 4 of the 9 keys of each query
+        DeepseekV32Config(
+            **DECODER,
+            num_key_value_heads=4,
+            moe_intermediate_size=16,
+            n_routed_experts=2,
+            num_experts_per_tok=1,
+            n_shared_experts=1,
+            first_k_dense_replace=1,
+            kv_lora_rank=16,
+            q_lora_rank=16,
+            qk_rope_head_dim=4,
+            qk_nope_head_dim=4,
+            v_head_dim=8,
+            n_group=1,
+            topk_group=1,
+            index_topk=4,
+            index_n_heads=2,
+            index_head_dim=8,
+        )
+    ).eval()
+    native.set_attn_implementation(attention)
+    for method in (*METHODS, "value_embedding"):
+        with pytest.raises(ValueError, match=f"DeepseekV32Attention takes another path .*'value_path-{attention}'"):
+            apply_value_path(copy.deepcopy(native), method)
+    monkeypatch.setattr(value_path_module, "_branch_names", lambda kind: frozenset())
+    bypassed = apply_value_path(copy.deepcopy(native), "neutreno", coefficient=0.0)
+    inputs = _inputs("deepseek_v3")
+    with torch.no_grad():
+        assert (bypassed(**inputs).logits - native(**inputs).logits).abs().max() > 1e-3
 
 
 @pytest.mark.slow  # every model class of the installed transformers, built on the meta device: about a minute

@@ -46,6 +46,7 @@ import inspect
 import math
 import numbers
 import operator
+import re
 import sys
 import textwrap
 import weakref
@@ -1306,7 +1307,29 @@ def _check_adaptable(model: PreTrainedModel, stack: str | None = None) -> tuple[
             "attention interface, so a value path would not act on it; use softmax attention (attention_kernel="
             "'softmax')."
         )
-    return layers, _inner_implementation(model, stack)
+    inner = _inner_implementation(model, stack)
+    branching = sorted({type(module).__name__ for module in layers if inner in _branch_names(type(module))})
+    if branching:
+        raise ValueError(
+            f"{', '.join(branching)} takes another path where config._attn_implementation is not {inner!r} (the "
+            "sparse attention of DeepSeek V3.2, GLM-5 and Mistral Large 4 builds its indexer's mask only for 'eager' "
+            f"and 'sdpa'), and a value path runs the backend under its own name, {ATTENTION_PREFIX + inner!r}: the "
+            "model would silently attend to other keys, so it cannot take one."
+        )
+    return layers, inner
+
+
+# `config._attn_implementation in ("eager", "sdpa")`, or `not in`, with a tuple, list or set of names
+_NAME_BRANCH = re.compile(r"_attn_implementation\s+(?:not\s+)?in\s*[(\[{]([^)\]}]*)[)\]}]")
+
+
+@functools.cache  # per class: its source does not change while the process runs
+def _branch_names(kind: type) -> frozenset[str]:
+    """The attention implementations whose names the class's methods test `config._attn_implementation` against:
+    under a value path's own name the model would take the other branch."""
+    sources = (_source_text(method) or "" for method in _methods(kind))
+    groups = (group for source in sources for group in _NAME_BRANCH.findall(source))
+    return frozenset(name for group in groups for name in re.findall(r"[\"']([^\"']+)[\"']", group))
 
 
 def _rooted_stack(model: PreTrainedModel, stack: str | None) -> str | None:
