@@ -258,7 +258,6 @@ def test_every_transformers_model_is_adapted_or_refused_by_name():
     coefficient: never another exception from inside a model or config (SAM 2's vision encoder raised transformers'
     AttributeError for a gate), also with each of its stacks named (`stack=`) where it has several. Each class is
     built from its default config, shrunk where the config allows."""
-    from transformers import AutoModel, AutoModelForCausalLM
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
     from hf_neutreno.models.value_path import check_adaptable
@@ -266,17 +265,8 @@ def test_every_transformers_model_is_adapted_or_refused_by_name():
     shrink = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, vocab_size=99)
     checked = adapted = stacked = 0
     for model_type, config_class in sorted(CONFIG_MAPPING.items()):
-        try:
-            config = config_class()
-            for name, value in shrink.items():
-                if hasattr(config, name):
-                    setattr(config, name, value)
-            with torch.device("meta"):
-                try:
-                    model = AutoModelForCausalLM.from_config(config)
-                except ValueError:  # no causal LM of this type
-                    model = AutoModel.from_config(config)
-        except Exception:  # a config that does not build shrunk, or a class that needs more: not the adapter's
+        model = _default_model(config_class, shrink, "meta")
+        if model is None:
             continue
         checked += 1
         try:
@@ -298,3 +288,70 @@ def test_every_transformers_model_is_adapted_or_refused_by_name():
                         where = f"{model_type}, {method}, learnable={learnable}, stack={stack}"
                         raise AssertionError(f"{where}: {error!r}") from error
     assert checked > 200 and adapted > 500 and stacked > 10, (checked, adapted, stacked)
+
+
+def _default_model(config_class, shrink: dict, device: str, text_config: bool = False):
+    """The causal LM (else the base model) of `config_class`'s default config with the fields of `shrink` it has set
+    (also on its text config, with `text_config`), built on `device`; None for a config that does not build so, or a
+    class that needs more: not the adapter's."""
+    from transformers import AutoModel, AutoModelForCausalLM
+
+    try:
+        config = config_class()
+        levels = [config, config.get_text_config()] if text_config else [config]
+        for level in levels:
+            for name, value in shrink.items():
+                if hasattr(level, name):
+                    setattr(level, name, value)
+        with torch.device(device):
+            try:
+                return AutoModelForCausalLM.from_config(config)
+            except ValueError:  # no causal LM of this type
+                return AutoModel.from_config(config)
+    except Exception:
+        return None
+
+
+# Every size field that default configs take, so that most architectures build in a few MB
+SMALL = dict(
+    **dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4, head_dim=8),
+    **dict(intermediate_size=64, vocab_size=99, moe_intermediate_size=16, shared_expert_intermediate_size=16),
+    **dict(num_experts=4, num_local_experts=4, n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1),
+    **dict(kv_lora_rank=16, q_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8),
+    # sparse attention's indexer keeps fewer keys than the 9 tokens (2048 by default: every key, as dense attention)
+    **dict(index_topk=4, index_n_heads=2, index_head_dim=16, index_block_size=2, index_topk_blocks=1),
+    **dict(n_embd=32, n_layer=3, n_head=4, d_model=32, num_layers=3, num_heads=4, ffn_hidden_size=64),
+)
+
+
+@pytest.mark.slow  # every architecture of the installed transformers that builds small from token ids: about a minute
+def test_every_architecture_that_adapts_is_the_native_model_at_coefficient_zero():
+    """A wrapper changes the attention implementation's name, which a model may read (DeepSeek V3.2's sparse attention
+    built its mask only for "eager" and "sdpa" and silently attended to every key under the value path's name): every
+    architecture that adapts and runs from token ids gives the native model's outputs, bit for bit, at λ = 0, with
+    random weights. A refusal at the first forward (a `ValueError` naming why) is allowed, another answer is not. New
+    architectures of a newer transformers are held by this too."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    input_ids = torch.randint(3, 90, (2, 9), generator=torch.Generator().manual_seed(1))
+    compared = 0
+    for model_type, config_class in sorted(CONFIG_MAPPING.items()):
+        probe = _default_model(config_class, SMALL, "meta", text_config=True)
+        if probe is None or sum(t.numel() for t in [*probe.parameters(), *probe.buffers()]) > 20_000_000:
+            continue
+        torch.manual_seed(0)
+        model = _default_model(config_class, SMALL, "cpu", text_config=True)
+        try:
+            with torch.no_grad():
+                expected = _output(model.eval(), {"input_ids": input_ids})
+            adapted = apply_value_path(copy.deepcopy(model), "neutreno", coefficient=0.0)
+        except Exception:  # needs other inputs, or does not adapt (its refusal is the other sweep's)
+            continue
+        try:
+            with torch.no_grad():
+                output = _output(adapted, {"input_ids": input_ids})
+        except ValueError:  # refused at the first forward, by name
+            continue
+        assert torch.equal(output, expected), (model_type, (output - expected).abs().max().item())
+        compared += 1
+    assert compared > 80, compared
