@@ -33,7 +33,7 @@ from hf_neutreno import NeuTRENOViTConfig, NeuTRENOViTModel, apply_value_path
 from hf_neutreno.diagnostics import ATTENTION_METRICS, DEFAULT_METRICS, METRICS, attention_maps, measure_oversmoothing
 from hf_neutreno.diagnostics.metrics import hidden_state_metrics
 from hf_neutreno.diagnostics.probe import OBSERVER_ATTRIBUTE, ProbeUnavailable, attention_probe
-from tiny_models import TINY_VIT, tiny_inputs, tiny_model
+from tiny_models import SPARSE_INDEXER, TINY_MLA, TINY_VIT, tiny_inputs, tiny_model
 
 
 def cifar10_images(data_dir, count: int) -> list[Image.Image]:
@@ -407,22 +407,8 @@ def test_a_sparse_selection_of_keys_gives_no_maps_and_says_why():
     model = DeepseekV32ForCausalLM(
         DeepseekV32Config(
             **{key: value for key, value in _DECODER.items() if key != "head_dim"},
-            num_key_value_heads=4,
-            moe_intermediate_size=16,
-            n_routed_experts=2,
-            num_experts_per_tok=1,
-            n_shared_experts=1,
-            first_k_dense_replace=2,
-            kv_lora_rank=16,
-            q_lora_rank=16,
-            qk_rope_head_dim=4,
-            qk_nope_head_dim=4,
-            v_head_dim=8,
-            index_head_dim=8,
-            index_n_heads=2,
-            index_topk=4,
-            n_group=1,
-            topk_group=1,
+            **{**TINY_MLA, "first_k_dense_replace": 2},
+            **SPARSE_INDEXER,
         )
     ).eval()
     batch = {"input_ids": torch.randint(3, 60, (1, 9))}

@@ -56,7 +56,7 @@ from transformers import (
 
 from hf_neutreno import apply_value_path
 from hf_neutreno.models import value_path as value_path_module
-from tiny_models import CACHE_FIELD, VOCAB
+from tiny_models import CACHE_FIELD, SPARSE_INDEXER, TINY_MLA, VOCAB
 
 DECODER = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4)
 VISION = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4, image_size=16)
@@ -77,22 +77,7 @@ CAUSAL = {  # name -> the tiny model
         MixtralConfig(**DECODER, num_key_value_heads=2, num_local_experts=2, sliding_window=None)
     ),
     "deepseek_v3": lambda: DeepseekV3ForCausalLM(  # multi-head latent attention: values of their own head size
-        DeepseekV3Config(
-            **DECODER,
-            num_key_value_heads=4,
-            moe_intermediate_size=16,
-            n_routed_experts=2,
-            num_experts_per_tok=1,
-            n_shared_experts=1,
-            first_k_dense_replace=1,
-            kv_lora_rank=16,
-            q_lora_rank=16,
-            qk_rope_head_dim=4,
-            qk_nope_head_dim=4,
-            v_head_dim=8,
-            n_group=1,
-            topk_group=1,
-        )
+        DeepseekV3Config(**DECODER, **TINY_MLA)
     ),
     "jetmoe": lambda: JetMoeForCausalLM(  # its values are repeated per expert after the cache update
         JetMoeConfig(
@@ -220,25 +205,7 @@ def test_sparse_attention_that_builds_its_mask_by_the_backends_name_is_refused(a
     with the refusal bypassed, the outputs at coefficient 0 differ from the native model's."""
     torch.manual_seed(0)
     native = DeepseekV32ForCausalLM(  # the indexer keeps 4 of the 9 keys of each query
-        DeepseekV32Config(
-            **DECODER,
-            num_key_value_heads=4,
-            moe_intermediate_size=16,
-            n_routed_experts=2,
-            num_experts_per_tok=1,
-            n_shared_experts=1,
-            first_k_dense_replace=1,
-            kv_lora_rank=16,
-            q_lora_rank=16,
-            qk_rope_head_dim=4,
-            qk_nope_head_dim=4,
-            v_head_dim=8,
-            n_group=1,
-            topk_group=1,
-            index_topk=4,
-            index_n_heads=2,
-            index_head_dim=8,
-        )
+        DeepseekV32Config(**DECODER, **TINY_MLA, **SPARSE_INDEXER)
     ).eval()
     native.set_attn_implementation(attention)
     for method in (*METHODS, "value_embedding"):

@@ -55,6 +55,14 @@ TINY_VIT = dict(
 FASHION_VIT = dict(TINY_VIT, image_size=28, patch_size=7, num_labels=10)  # Fashion-MNIST: 28 × 28 pixels, 10 classes
 # A micro ViT (hidden 16, 2 heads, 8 × 8 images) for tests that need a model to load, not its outputs.
 MICRO_VIT = dict(hidden_size=16, num_attention_heads=2, intermediate_size=16, image_size=8, patch_size=4)
+# Multi-head latent attention (DeepSeek V3: values of their own head size) at a tiny size; with SPARSE_INDEXER, DeepSeek
+# V3.2's sparse attention, whose indexer keeps 4 keys for each query
+TINY_MLA = {
+    **dict(num_key_value_heads=4, moe_intermediate_size=16, n_routed_experts=2, num_experts_per_tok=1),
+    **dict(n_shared_experts=1, first_k_dense_replace=1, kv_lora_rank=16, q_lora_rank=16, n_group=1, topk_group=1),
+    **dict(qk_rope_head_dim=4, qk_nope_head_dim=4, v_head_dim=8),
+}
+SPARSE_INDEXER = dict(index_topk=4, index_n_heads=2, index_head_dim=8)
 # The NeuTRENO GPT (its own field names): hidden 32, 4 layers, 4 heads, no dropout.
 TINY_NEUTRENO_GPT = {
     **dict(vocab_size=97, hidden_size=32, num_hidden_layers=4, num_attention_heads=4, intermediate_size=64),
