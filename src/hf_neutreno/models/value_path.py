@@ -1316,14 +1316,8 @@ def _check_adaptable(model: PreTrainedModel, stack: str | None = None) -> tuple[
             f"and 'sdpa'), and a value path runs the backend under its own name, {ATTENTION_PREFIX + inner!r}: the "
             "model would silently attend to other keys, so it cannot take one."
         )
-    upcast = sorted(
-        {
-            type(module).__name__
-            for module in layers
-            if inner == "eager" and getattr(module, "reorder_and_upcast_attn", 0)
-        }
-    )
-    if upcast:
+    upcast = sorted({type(module).__name__ for module in layers if getattr(module, "reorder_and_upcast_attn", 0)})
+    if inner == "eager" and upcast:
         raise ValueError(
             f"{', '.join(upcast)} with config.reorder_and_upcast_attn=True computes its attention in float32 with its "
             "own code where the implementation is 'eager', outside the attention interface; under a value path's own "
