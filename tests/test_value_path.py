@@ -1063,7 +1063,7 @@ def test_a_layer_shared_across_depths_is_refused_when_adapting_and_the_error_say
         num_hidden_layers=3,
     )
     model = AlbertModel(config, add_pooling_layer=False)
-    with pytest.raises(ValueError, match=r"runs its 1 self-attention layer\(s\) at 3 depths"):
+    with pytest.raises(ValueError, match=r"runs its 1 layer\(s\) at 3 depths"):
         apply_value_path(model, method)
     assert not is_value_path_model(model)
     pruned = tiny_model("llama")  # a layer removed, the config not told: the message says what to set

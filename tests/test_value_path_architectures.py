@@ -15,6 +15,7 @@ initialisation so that attention is far from uniform.
 """
 
 import copy
+import functools
 import re
 
 import pytest
@@ -48,6 +49,8 @@ from transformers import (
     OPTForCausalLM,
     PhiConfig,
     PhiForCausalLM,
+    Qwen3_5ForCausalLM,
+    Qwen3_5TextConfig,
     Qwen3Config,
     Qwen3ForCausalLM,
     Starcoder2Config,
@@ -59,6 +62,11 @@ from hf_neutreno.models import value_path as value_path_module
 from tiny_models import CACHE_FIELD, SPARSE_INDEXER, TINY_MLA, VOCAB
 
 DECODER = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4)
+HYBRID = dict(  # Qwen3.5's text model: gated attention, and Gated DeltaNet layers of their own head counts
+    **{**DECODER, "num_hidden_layers": 4},
+    **dict(num_key_value_heads=2, head_dim=8, linear_num_key_heads=2, linear_num_value_heads=4),
+    **dict(linear_key_head_dim=8, linear_value_head_dim=8),
+)
 VISION = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4, image_size=16)
 CAUSAL = {  # name -> the tiny model
     "olmo2": lambda: Olmo2ForCausalLM(Olmo2Config(**DECODER, num_key_value_heads=2)),  # query/key norms
@@ -78,6 +86,9 @@ CAUSAL = {  # name -> the tiny model
     ),
     "deepseek_v3": lambda: DeepseekV3ForCausalLM(  # multi-head latent attention: values of their own head size
         DeepseekV3Config(**DECODER, **TINY_MLA)
+    ),
+    "qwen3_5": lambda: Qwen3_5ForCausalLM(  # hybrid: a linear-attention layer before each self-attention layer
+        Qwen3_5TextConfig(**HYBRID, layer_types=["linear_attention", "full_attention"] * 2)
     ),
     "jetmoe": lambda: JetMoeForCausalLM(  # its values are repeated per expert after the cache update
         JetMoeConfig(
@@ -171,20 +182,31 @@ def test_a_cache_stepped_token_by_token_gives_the_full_forward(name, method, att
     """In float64: the two orders of summation agree to rounding, which float32 amplifies where a rule cancels. XSA
     leaves nothing of a token whose attended values are all its own (the inputs' first two tokens repeat one id), so
     its output there is rounding alone, which OLMo 2's norm after attention scales up (0.02 apart in float32's logits
-    through the eager backend, 3e-16 in float64)."""
-    model = tiny_architecture(name)
-    model.set_attn_implementation(attention)
-    if hasattr(model, "set_experts_implementation"):  # grouped matrix products take no float64
-        model.set_experts_implementation("eager")
-    model = apply_value_path(model.double(), method)
+    through the eager backend, 3e-16 in float64). Qwen3.5's Gated DeltaNet layers compute partly in float32 even in
+    a float64 model, so there the native model's own stepped cache is about 2e-7 off its full forward: the adapted
+    model is held to ten times the native model's own difference, or 1e-12."""
+    model = _double(tiny_architecture(name), attention)
     input_ids = _inputs(name)["input_ids"]
     if name == "jetmoe" and method == "value_embedding":  # its attention gets each key/value head once per expert
         with pytest.raises(ValueError, match="value-embedding table is 16 wide, but its values have 4 key/value"):
-            model(input_ids)
+            apply_value_path(model, method)(input_ids)
         gated = apply_value_path(tiny_architecture(name), "value_residual", learnable="gate")
         with pytest.raises(ValueError, match="gate gives α for 2 key/value heads .* values of 4 heads"):
             gated(input_ids)
         return
+    full, steps = _stepped(apply_value_path(model, method), input_ids)
+    torch.testing.assert_close(steps, full, rtol=0, atol=max(1e-12, 10 * _native_step_difference(name, attention)))
+
+
+def _double(model, attention: str):
+    model.set_attn_implementation(attention)
+    if hasattr(model, "set_experts_implementation"):  # grouped matrix products take no float64
+        model.set_experts_implementation("eager")
+    return model.double()
+
+
+def _stepped(model, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The logits of one forward over `input_ids`, and those of a prefill of 5 tokens and one token per step after."""
     with torch.no_grad():
         full = model(input_ids).logits
         prefill = model(input_ids[:, :5], use_cache=True)
@@ -193,7 +215,77 @@ def test_a_cache_stepped_token_by_token_gives_the_full_forward(name, method, att
             step = model(input_ids[:, position : position + 1], **{CACHE_FIELD: cache}, use_cache=True)
             cache = getattr(step, CACHE_FIELD)
             steps.append(step.logits)
-    torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=0, atol=1e-12)
+    return full, torch.cat(steps, dim=1)
+
+
+@functools.cache  # per worker process: the same tiny model for every method
+def _native_step_difference(name: str, attention: str) -> float:
+    full, steps = _stepped(_double(tiny_architecture(name), attention), _inputs(name)["input_ids"])
+    return (steps - full).abs().max().item()
+
+
+@pytest.mark.parametrize("method", ["neutreno", "value_residual"])
+def test_a_hybrid_takes_v0_from_its_first_self_attention_layer_and_leaves_its_other_layers(method, monkeypatch):
+    """Qwen3.5 here has linear-attention layers 0 and 2 and self-attention layers 1 and 3: the value path's layers are
+    the self-attention ones, V_0 is model layer 1's values, and the rule acts in layer 3 alone. Against eager math
+    around the native model's own eager attention: V_0 kept from its first call, then NeuTRENO's λ (V_0 − V) added to
+    the second call's output (each query head takes its key/value head's term), or the value residual's mix
+    (1 − α) V + α V_0 handed to it in place of V."""
+    from transformers.models.qwen3_5 import modeling_qwen3_5
+
+    native = tiny_architecture("qwen3_5")
+    native.set_attn_implementation("eager")
+    adapted = apply_value_path(copy.deepcopy(native), method, coefficient=0.3)
+    input_ids = _inputs("qwen3_5")["input_ids"]
+    with torch.no_grad():
+        output, plain = adapted(input_ids).logits, native(input_ids).logits
+
+    eager, calls = modeling_qwen3_5.eager_attention_forward, []
+
+    def reference(module, query, key, value, *args, **kwargs):
+        calls.append((module.layer_idx, value))
+        first = calls[0][1]
+        if len(calls) == 1:
+            return eager(module, query, key, value, *args, **kwargs)
+        if method == "value_residual":
+            return eager(module, query, key, 0.7 * value + 0.3 * first, *args, **kwargs)
+        attended, weights = eager(module, query, key, value, *args, **kwargs)
+        term = (first - value).repeat_interleave(query.shape[1] // value.shape[1], dim=1).transpose(1, 2)
+        return attended + 0.3 * term, weights
+
+    monkeypatch.setattr(modeling_qwen3_5, "eager_attention_forward", reference)
+    with torch.no_grad():
+        expected = native(input_ids).logits
+    assert [layer for layer, _ in calls] == [1, 3]
+    torch.testing.assert_close(output, expected, rtol=1e-5, atol=1e-5)
+    assert (output - plain).abs().max() > 1e-2
+
+
+def test_a_hybrids_cache_keeps_the_value_residuals_mix_of_its_self_attention_layers():
+    """A hybrid's KV cache holds linear-attention states beside the self-attention layers' values: the value residual
+    still mixes the new rows into the values the cache keeps, in place (O(d) per new token, not the whole cache again),
+    so the cache of model layer 3 holds (1 − α) V_3 + α V_1, the native model's values, whose first three layers it
+    runs unchanged."""
+    native = tiny_architecture("qwen3_5")
+    adapted = apply_value_path(copy.deepcopy(native), "value_residual", coefficient=0.3)
+    input_ids = _inputs("qwen3_5")["input_ids"]
+    caches = []
+    with torch.no_grad():
+        for model in (native, adapted):  # a prefill, then a step with the cache it made
+            cache = getattr(model(input_ids[:, :5], use_cache=True), CACHE_FIELD)
+            caches.append(getattr(model(input_ids[:, 5:6], **{CACHE_FIELD: cache}, use_cache=True), CACHE_FIELD))
+    kept, mixed = (cache.layers for cache in caches)
+    torch.testing.assert_close(mixed[1].values, kept[1].values, rtol=0, atol=0)
+    torch.testing.assert_close(mixed[3].values, torch.lerp(kept[3].values, kept[1].values, 0.3))
+
+
+def test_a_layer_that_runs_another_layers_attention_module_is_refused():
+    """A layer without a self-attention module of its own is left as it is (a hybrid's linear-attention layer), but
+    not one that runs the attention module of another layer: that module would run at two depths in one forward."""
+    model = tiny_architecture("qwen3")
+    model.model.layers[2].self_attn = model.model.layers[1].self_attn
+    with pytest.raises(ValueError, match=r"layers whose attention another layer shares, .*: \[2\]"):
+        apply_value_path(model, "neutreno")
 
 
 @pytest.mark.parametrize("attention", ["sdpa", "eager"])

@@ -440,12 +440,19 @@ def _as_index(value):
 
 def self_attention_layers(model: nn.Module, stack: str | None = None) -> list[nn.Module]:
     """The self-attention modules of `model`'s one stack of layers, or of the stack at path `stack`, in layer order
-    (cross-attention left out).
+    (cross-attention left out). In a hybrid stack (Qwen3.5's and Qwen3-Next's linear-attention layers, Jamba's and
+    Nemotron-H's state-space layers, MiniMax's lightning attention) the layers without one are left as they are: the
+    value path's layers are the self-attention layers, counted from 0, and V_0 is the first one's values.
 
     Raises `ValueError` if the model's attention does not go through transformers' attention interface, if it is an
     encoder-decoder, if it has several stacks (two towers) and `stack` names none of them, or if a layer has several
-    self-attention modules.
+    self-attention modules, or reaches one it does not own (Zamba's attention block shared by several layers).
     """
+    return _self_attention_stack(model, stack)[0]
+
+
+def _self_attention_stack(model: nn.Module, stack: str | None = None) -> tuple[list[nn.Module], int]:
+    """`self_attention_layers`, and the number of layers in their stack (with those that have no self-attention)."""
     name = type(model).__name__
     if stack is not None and not isinstance(stack, str):
         raise ValueError(f"`stack` must be the path of a list of layers (a str) or None, got {stack!r}.")
@@ -454,8 +461,9 @@ def self_attention_layers(model: nn.Module, stack: str | None = None) -> list[nn
             f"{name} is an encoder-decoder: each stack would need its own V_0, which a value path does not do."
         )
     lists = {path for path, module in model.named_modules() if isinstance(module, nn.ModuleList)}
+    attention = interface_attention_modules(model)
     stacks: dict[str, dict[int, list[str]]] = {}
-    for path, module in interface_attention_modules(model):
+    for path, module in attention:
         if _is_cross_attention(module):
             continue
         holder, layer = _layer_of(path, lists)
@@ -491,14 +499,29 @@ def self_attention_layers(model: nn.Module, stack: str | None = None) -> list[nn
                 "alone. Name that one stack with `stack=`, or adapt the sub-model that holds it."
             )
     ((stack_path, entries),) = stacks.items()
-    depth = len(model.get_submodule(stack_path))
+    holder = model.get_submodule(stack_path)
     crowded = sorted(i for i, paths in entries.items() if len(paths) > 1)
-    if crowded or sorted(entries) != list(range(depth)):
-        raise ValueError(
-            f"{name}: every layer of {stack_path!r} must have exactly one self-attention module (layers with one or "
-            f"more: {sorted(entries)} of {depth}; with several: {crowded})."
+    # A layer without a self-attention module of its own is left as it is (a hybrid's linear-attention or state-space
+    # layer), unless it reaches one by another path (an attention block shared by several layers, which would run at
+    # several depths) or holds attention that was not found as such: those would not be the model's own function.
+    found = {id(module) for _, module in attention}
+    declared = _declared_attention_classes(model)
+    hidden = [
+        i
+        for i in range(len(holder))
+        if i not in entries
+        and any(
+            id(inner) in found or isinstance(inner, declared) or _forward_calls_interface(type(inner))
+            for _, inner in holder[i].named_modules(remove_duplicate=False)
         )
-    return [model.get_submodule(entries[i][0]) for i in range(depth)]
+    ]
+    if crowded or hidden:
+        raise ValueError(
+            f"{name}: every layer of {stack_path!r} must have at most one self-attention module, its own, through "
+            f"transformers' attention interface (layers with several: {crowded}; layers whose attention another layer "
+            f"shares, or which does not go through the interface: {hidden})."
+        )
+    return [model.get_submodule(entries[i][0]) for i in sorted(entries)], len(holder)
 
 
 def _layer_of(path: str, lists: set[str]) -> tuple[str | None, int | None]:
@@ -1007,6 +1030,8 @@ class _ForwardContext:
 # KV-cache layers whose `update` returns the tensors they store (so values mixed in place stay mixed for the next
 # tokens); other caches (quantised ones hand back a dequantised copy) get the whole mix at every token instead.
 _STORING_CACHE_LAYERS = ("DynamicLayer", "StaticLayer", "DynamicSlidingWindowLayer", "StaticSlidingWindowLayer")
+# A hybrid's linear-attention or state-space layers keep a state and no values, which no method reads or mixes
+_STATE_CACHE_LAYERS = ("LinearAttentionLayer",)
 
 
 def _returns_its_storage(cache) -> bool:
@@ -1014,7 +1039,7 @@ def _returns_its_storage(cache) -> bool:
     built without a config) is judged by the layer class it will make."""
     layers = getattr(cache, "layers", None)
     if layers:
-        return all(type(layer).__name__ in _STORING_CACHE_LAYERS for layer in layers)
+        return all(type(layer).__name__ in _STORING_CACHE_LAYERS + _STATE_CACHE_LAYERS for layer in layers)
     future = getattr(cache, "layer_class_to_replicate", None)
     return future is not None and future.__name__ in _STORING_CACHE_LAYERS
 
@@ -1279,15 +1304,15 @@ def _split_old_coefficients(model, old: torch.Tensor) -> dict[str, torch.Tensor]
 def _check_adaptable(model: PreTrainedModel, stack: str | None = None) -> tuple[list[nn.Module], str]:
     """The self-attention layers (of `stack`, if named) and the backend to wrap, or `ValueError` for what a value path
     cannot do exactly."""
-    layers = self_attention_layers(model, stack)
+    layers, stacked = _self_attention_stack(model, stack)
     config = _stack_config(model, stack)
     depth = getattr(config, "num_hidden_layers", None)
-    if isinstance(depth, int) and depth > len(layers):
+    if isinstance(depth, int) and depth > stacked:
         raise ValueError(
-            f"{type(model).__name__} runs its {len(layers)} self-attention layer(s) at {depth} depths "
+            f"{type(model).__name__} runs its {stacked} layer(s) at {depth} depths "
             "(config.num_hidden_layers; shared layers, as ALBERT's): a value path is defined for one attention call "
             "per layer (V_0 is layer 0's values, each layer's rule acts on its one output), so this model cannot "
-            f"take one. If layers were removed from it, set config.num_hidden_layers to the {len(layers)} left."
+            f"take one. If layers were removed from it, set config.num_hidden_layers to the {stacked} left."
         )
     sharing = getattr(config, "kv_sharing_modes", None) or ()  # read as transformers' caches read it
     if "reuse" in sharing:
