@@ -33,6 +33,8 @@ from transformers import (
     DeepseekV32ForCausalLM,
     Dinov2Config,
     Dinov2Model,
+    FalconH1Config,
+    FalconH1ForCausalLM,
     GemmaConfig,
     GemmaForCausalLM,
     GPTNeoXConfig,
@@ -43,6 +45,8 @@ from transformers import (
     MixtralForCausalLM,
     ModernBertConfig,
     ModernBertModel,
+    NemotronHConfig,
+    NemotronHForCausalLM,
     Olmo2Config,
     Olmo2ForCausalLM,
     OPTConfig,
@@ -119,13 +123,34 @@ ENCODERS = {
         )
     ),
 }
+HYBRIDS = {  # name -> a tiny hybrid whose KV cache holds another kind of layer beside the values
+    "nemotron_h": lambda: NemotronHForCausalLM(  # a state-space layer, and an MLP layer (its cache: nothing)
+        NemotronHConfig(
+            **{**DECODER, "num_hidden_layers": 4},
+            num_key_value_heads=2,
+            layers_block_type=["mamba", "attention", "mlp", "attention"],
+            **dict(mamba_num_heads=8, mamba_head_dim=8, ssm_state_size=8, n_groups=1),
+        )
+    ),
+    "falcon_h1": lambda: FalconH1ForCausalLM(  # attention beside a state-space mixer in each layer: one cache layer
+        FalconH1Config(
+            **DECODER,
+            num_key_value_heads=2,
+            mamba_d_ssm=32,
+            mamba_n_heads=4,
+            mamba_d_head=8,
+            mamba_d_state=8,
+            mamba_n_groups=1,
+        )
+    ),
+}
 METHODS = ("neutreno", "value_residual", "twicing", "xsa")
 
 
 def tiny_architecture(name: str) -> torch.nn.Module:
-    """The tiny model `name` of `CAUSAL` or `ENCODERS`, in eval mode, its projections scaled up."""
+    """The tiny model `name` of `CAUSAL`, `ENCODERS` or `HYBRIDS`, in eval mode, its projections scaled up."""
     torch.manual_seed(0)
-    model = {**CAUSAL, **ENCODERS}[name]().eval()
+    model = {**CAUSAL, **ENCODERS, **HYBRIDS}[name]().eval()
     with torch.no_grad():
         for parameter in model.parameters():
             if parameter.dim() == 2 and max(parameter.shape) <= 128:  # projections, not embedding tables
@@ -261,22 +286,25 @@ def test_a_hybrid_takes_v0_from_its_first_self_attention_layer_and_leaves_its_ot
     assert (output - plain).abs().max() > 1e-2
 
 
-def test_a_hybrids_cache_keeps_the_value_residuals_mix_of_its_self_attention_layers():
-    """A hybrid's KV cache holds linear-attention states beside the self-attention layers' values: the value residual
-    still mixes the new rows into the values the cache keeps, in place (O(d) per new token, not the whole cache again),
-    so the cache of model layer 3 holds (1 − α) V_3 + α V_1, the native model's values, whose first three layers it
-    runs unchanged."""
-    native = tiny_architecture("qwen3_5")
+@pytest.mark.parametrize("name", ["qwen3_5", *HYBRIDS])
+def test_a_hybrids_cache_keeps_the_value_residuals_mix_of_its_self_attention_layers(name):
+    """A hybrid's KV cache holds linear-attention or state-space states (Qwen3.5's, Nemotron-H's, beside the values
+    in Falcon-H1's layers) or nothing (Nemotron-H's MLP layers) beside the self-attention layers' values: the value
+    residual still mixes the new rows into the values the cache keeps, in place (O(d) per new token, not the whole
+    cache again). So the cache of the second self-attention layer holds (1 − α) V + α V_0, the native model's values,
+    whose layers up to it the adapted model runs unchanged."""
+    native = tiny_architecture(name)
     adapted = apply_value_path(copy.deepcopy(native), "value_residual", coefficient=0.3)
-    input_ids = _inputs("qwen3_5")["input_ids"]
+    first, second = (module.layer_idx for module in value_path_module.self_attention_layers(adapted)[:2])
+    input_ids = _inputs(name)["input_ids"]
     caches = []
     with torch.no_grad():
         for model in (native, adapted):  # a prefill, then a step with the cache it made
             cache = getattr(model(input_ids[:, :5], use_cache=True), CACHE_FIELD)
             caches.append(getattr(model(input_ids[:, 5:6], **{CACHE_FIELD: cache}, use_cache=True), CACHE_FIELD))
     kept, mixed = (cache.layers for cache in caches)
-    torch.testing.assert_close(mixed[1].values, kept[1].values, rtol=0, atol=0)
-    torch.testing.assert_close(mixed[3].values, torch.lerp(kept[3].values, kept[1].values, 0.3))
+    torch.testing.assert_close(mixed[first].values, kept[first].values, rtol=0, atol=0)
+    torch.testing.assert_close(mixed[second].values, torch.lerp(kept[second].values, kept[first].values, 0.3))
 
 
 def test_a_layer_that_runs_another_layers_attention_module_is_refused():

@@ -1029,9 +1029,15 @@ class _ForwardContext:
 
 # KV-cache layers whose `update` returns the tensors they store (so values mixed in place stay mixed for the next
 # tokens); other caches (quantised ones hand back a dequantised copy) get the whole mix at every token instead.
-_STORING_CACHE_LAYERS = ("DynamicLayer", "StaticLayer", "DynamicSlidingWindowLayer", "StaticSlidingWindowLayer")
-# A hybrid's linear-attention or state-space layers keep a state and no values, which no method reads or mixes
-_STATE_CACHE_LAYERS = ("LinearAttentionLayer",)
+_STORING_CACHE_LAYERS = (
+    *("DynamicLayer", "StaticLayer", "DynamicSlidingWindowLayer", "StaticSlidingWindowLayer"),
+    # a hybrid layer's (Zamba's): a state beside the values of one of the above, whose `update` it inherits
+    *("LinearAttentionAndFullAttentionLayer", "LinearAttentionAndSlidingWindowAttentionLayer"),
+    *("LinearAttentionAndStaticFullAttentionLayer", "LinearAttentionAndStaticSlidingWindowAttentionLayer"),
+)
+# A hybrid's linear-attention or state-space layers keep a state and no values, and its MLP-only layers (Nemotron-H's)
+# nothing: no method reads or mixes them
+_STATE_CACHE_LAYERS = ("LinearAttentionLayer", "DummyLayer")
 
 
 def _returns_its_storage(cache) -> bool:
