@@ -441,12 +441,13 @@ def _as_index(value):
 def self_attention_layers(model: nn.Module, stack: str | None = None) -> list[nn.Module]:
     """The self-attention modules of `model`'s one stack of layers, or of the stack at path `stack`, in layer order
     (cross-attention left out). In a hybrid stack (Qwen3.5's and Qwen3-Next's linear-attention layers, Jamba's and
-    Nemotron-H's state-space layers, MiniMax's lightning attention) the layers without one are left as they are: the
-    value path's layers are the self-attention layers, counted from 0, and V_0 is the first one's values.
+    Nemotron-H's state-space layers) the layers without one are left as they are: the value path's layers are the
+    self-attention layers, counted from 0, and V_0 is the first one's values.
 
     Raises `ValueError` if the model's attention does not go through transformers' attention interface, if it is an
     encoder-decoder, if it has several stacks (two towers) and `stack` names none of them, or if a layer has several
-    self-attention modules, or reaches one it does not own (Zamba's attention block shared by several layers).
+    self-attention modules, runs another layer's, or holds attention outside the interface beside layers whose
+    attention goes through it (MiniMax's lightning attention).
     """
     return _self_attention_stack(model, stack)[0]
 
@@ -1031,7 +1032,7 @@ class _ForwardContext:
 # tokens); other caches (quantised ones hand back a dequantised copy) get the whole mix at every token instead.
 _STORING_CACHE_LAYERS = (
     *("DynamicLayer", "StaticLayer", "DynamicSlidingWindowLayer", "StaticSlidingWindowLayer"),
-    # a hybrid layer's (Zamba's): a state beside the values of one of the above, whose `update` it inherits
+    # a hybrid layer's (Falcon-H1's, Zamba's): a state beside the values of one of the above, whose `update` it inherits
     *("LinearAttentionAndFullAttentionLayer", "LinearAttentionAndSlidingWindowAttentionLayer"),
     *("LinearAttentionAndStaticFullAttentionLayer", "LinearAttentionAndStaticSlidingWindowAttentionLayer"),
 )
