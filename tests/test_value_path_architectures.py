@@ -433,6 +433,21 @@ SMALL = dict(
 )
 
 
+def _small_causal_lms():
+    """(model type, model) of every causal language model of the installed transformers that builds small (`SMALL`'s
+    sizes, at most 20M parameters and buffers), seeded alike; the model is None where it does not build."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    for model_type in sorted(set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES) & set(CONFIG_MAPPING)):
+        config_class = CONFIG_MAPPING[model_type]
+        probe = _default_model(config_class, SMALL, "meta", text_config=True)
+        if probe is None or sum(t.numel() for t in [*probe.parameters(), *probe.buffers()]) > 20_000_000:
+            continue
+        torch.manual_seed(0)
+        yield model_type, _default_model(config_class, SMALL, "cpu", text_config=True)
+
+
 @pytest.mark.slow  # every causal language model of the installed transformers that builds small: 15 s
 def test_every_causal_lm_that_adapts_is_the_native_model_at_coefficient_zero():
     """A wrapper changes the attention implementation's name, which a model may read (DeepSeek V3.2's sparse attention
@@ -440,18 +455,9 @@ def test_every_causal_lm_that_adapts_is_the_native_model_at_coefficient_zero():
     causal language model of the installed transformers that adapts and builds small gives the native model's
     outputs, bit for bit, at λ = 0, with random weights. A refusal at the first forward (a `ValueError` naming why) is
     allowed, another answer is not. New architectures of a newer transformers are held by this too."""
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-
     input_ids = torch.randint(3, 90, (2, 9), generator=torch.Generator().manual_seed(1))
     compared = 0
-    for model_type in sorted(set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES) & set(CONFIG_MAPPING)):
-        config_class = CONFIG_MAPPING[model_type]
-        probe = _default_model(config_class, SMALL, "meta", text_config=True)
-        if probe is None or sum(t.numel() for t in [*probe.parameters(), *probe.buffers()]) > 20_000_000:
-            continue
-        torch.manual_seed(0)
-        model = _default_model(config_class, SMALL, "cpu", text_config=True)
+    for model_type, model in _small_causal_lms():
         try:
             with torch.no_grad():
                 torch.manual_seed(1)  # a model that draws random numbers in its forward draws the same in both
@@ -480,18 +486,9 @@ def test_every_causal_lm_that_adapts_steps_its_kv_cache_as_its_full_forward():
     turns float64 rounding into differences up to about 1e-7, in the native model's own steps too: the bound is 1e-6
     or a hundred times the native model's own difference, against differences of order 0.1 that a misplaced row
     makes. A refusal by name (at the first forward, or where the model needs other inputs) is allowed."""
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-
     input_ids = torch.randint(3, 90, (2, 9), generator=torch.Generator().manual_seed(1))
     compared = 0
-    for model_type in sorted(set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES) & set(CONFIG_MAPPING)):
-        config_class = CONFIG_MAPPING[model_type]
-        probe = _default_model(config_class, SMALL, "meta", text_config=True)
-        if probe is None or sum(t.numel() for t in [*probe.parameters(), *probe.buffers()]) > 20_000_000:
-            continue
-        torch.manual_seed(0)
-        model = _default_model(config_class, SMALL, "cpu", text_config=True)
+    for model_type, model in _small_causal_lms():
         try:
             if hasattr(model, "set_experts_implementation"):  # grouped matrix products take no float64
                 model.set_experts_implementation("eager")
