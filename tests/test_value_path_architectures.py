@@ -66,11 +66,6 @@ from hf_neutreno.models import value_path as value_path_module
 from tiny_models import CACHE_FIELD, SPARSE_INDEXER, TINY_MLA, VOCAB
 
 DECODER = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4)
-HYBRID = dict(  # Qwen3.5's text model: gated attention, and Gated DeltaNet layers of their own head counts
-    **{**DECODER, "num_hidden_layers": 4},
-    **dict(num_key_value_heads=2, head_dim=8, linear_num_key_heads=2, linear_num_value_heads=4),
-    **dict(linear_key_head_dim=8, linear_value_head_dim=8),
-)
 VISION = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4, image_size=16)
 CAUSAL = {  # name -> the tiny model
     "olmo2": lambda: Olmo2ForCausalLM(Olmo2Config(**DECODER, num_key_value_heads=2)),  # query/key norms
@@ -91,8 +86,13 @@ CAUSAL = {  # name -> the tiny model
     "deepseek_v3": lambda: DeepseekV3ForCausalLM(  # multi-head latent attention: values of their own head size
         DeepseekV3Config(**DECODER, **TINY_MLA)
     ),
-    "qwen3_5": lambda: Qwen3_5ForCausalLM(  # hybrid: a linear-attention layer before each self-attention layer
-        Qwen3_5TextConfig(**HYBRID, layer_types=["linear_attention", "full_attention"] * 2)
+    "qwen3_5": lambda: Qwen3_5ForCausalLM(  # hybrid: a Gated DeltaNet layer before each self-attention layer
+        Qwen3_5TextConfig(
+            **{**DECODER, "num_hidden_layers": 4},
+            layer_types=["linear_attention", "full_attention"] * 2,
+            **dict(num_key_value_heads=2, head_dim=8, linear_num_key_heads=2, linear_num_value_heads=4),
+            **dict(linear_key_head_dim=8, linear_value_head_dim=8),
+        )
     ),
     "jetmoe": lambda: JetMoeForCausalLM(  # its values are repeated per expert after the cache update
         JetMoeConfig(
