@@ -63,6 +63,7 @@ from transformers import (
 
 from hf_neutreno import apply_value_path
 from hf_neutreno.models import value_path as value_path_module
+from hf_neutreno.models.value_path import GATE, value_path_parameters
 from tiny_models import CACHE_FIELD, SPARSE_INDEXER, TINY_MLA, VOCAB
 
 DECODER = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4)
@@ -476,17 +477,24 @@ def test_every_causal_lm_that_adapts_is_the_native_model_at_coefficient_zero():
     assert compared > 80, compared
 
 
-@pytest.mark.slow  # every causal language model of the installed transformers that builds small: about 30 s
+STEPPED_METHODS = (("value_residual", False), ("neutreno", False), ("value_residual", GATE), ("value_embedding", GATE))
+
+
+@pytest.mark.slow  # every causal language model of the installed transformers that builds small: about a minute
 def test_every_causal_lm_that_adapts_steps_its_kv_cache_as_its_full_forward():
     """Generation is where a value path can go wrong without an error: the value residual mixes each new row into the
-    cache's own tensor, and NeuTRENO finds each token's rows by its position among the cached ones. For every causal
-    language model of the installed transformers that adapts and builds small (a new cache layout in a newer
-    transformers included), in float64 at the default coefficients, a KV cache stepped token by token gives the full
-    forward's logits. Some models compute parts in float32 (EXAONE MoE's router, Falcon-H1's state-space scan), which
-    turns float64 rounding into differences up to about 1e-7, in the native model's own steps too: the bound is 1e-6
-    or a hundred times the native model's own difference, against differences of order 0.1 that a misplaced row
-    makes. A refusal by name (at the first forward, or where the model needs other inputs) is allowed."""
+    cache's own tensor, NeuTRENO finds each token's rows by its position among the cached ones, and the gates keep
+    each token's α or g beside the cache until its row is mixed. For every causal language model of the installed
+    transformers that adapts and builds small (a new cache layout in a newer transformers included), in float64, a KV
+    cache stepped token by token gives the full forward's logits: the value residual and NeuTRENO at their default
+    coefficients, and the gated value residual and value embeddings with gate weights moved from their start (where
+    every token has the same α), so that each token's differs. Some models compute parts in float32 (EXAONE MoE's
+    router, Falcon-H1's state-space scan), which turns float64 rounding into differences up to about 1e-7, in the
+    native model's own steps too: the bound is 1e-6 or a hundred times the native model's own difference, against
+    differences of order 0.1 that a misplaced row or a gate value read for another token makes. A refusal by name (at
+    the first forward, or where the model needs other inputs) is allowed."""
     input_ids = torch.randint(3, 90, (2, 9), generator=torch.Generator().manual_seed(1))
+    moved = torch.Generator().manual_seed(2)
     compared = 0
     for model_type, model in _small_causal_lms():
         try:
@@ -497,16 +505,19 @@ def test_every_causal_lm_that_adapts_steps_its_kv_cache_as_its_full_forward():
         except Exception:  # needs other inputs, takes no float64 or keeps no KV cache: not the value path's
             continue
         noise = (steps - full).abs().max().item()
-        for method in ("value_residual", "neutreno"):
+        for method, learnable in STEPPED_METHODS:
             try:
-                adapted = apply_value_path(copy.deepcopy(model), method)
+                adapted = apply_value_path(copy.deepcopy(model), method, learnable=learnable)
             except ValueError:  # refused by name (the other sweep's)
                 continue
+            with torch.no_grad():  # gates that differ per token (and tables moved alike)
+                for parameter in value_path_parameters(adapted).values():
+                    parameter.add_(torch.rand(parameter.shape, generator=moved, dtype=parameter.dtype), alpha=0.3)
             try:
                 full, steps = _stepped(adapted, input_ids)
             except ValueError:  # refused at the first forward, by name
                 continue
             difference = (steps - full).abs().max().item()
-            assert difference <= max(1e-6, 100 * noise), (model_type, method, difference, noise)
+            assert difference <= max(1e-6, 100 * noise), (model_type, method, learnable, difference, noise)
             compared += 1
-    assert compared > 150, compared
+    assert compared > 300, compared
