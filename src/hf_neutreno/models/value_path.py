@@ -673,6 +673,10 @@ class _ValuePathAttention:
     def __call__(self, module, query, key, value, attention_mask, *args, **kwargs):
         context = kwargs.pop(CONTEXT_KWARG, None)
         attention = attention_function(module, self.inner)
+        if self.inner == "eager" and context is not None and context.keeps_values and _eager_copies(query, value):
+            # The copy the backend would make and keep, made here: the rule keeps it too, not the view, which would
+            # keep the projection's output alive (multi-head latent attention's joint key/value output, twice V).
+            value = value.contiguous()
 
         def run(values=value, target=module, keys=key):
             """The inner backend's call, with other values (and, for twicing's second call, module and keys)."""
@@ -723,6 +727,21 @@ class _ValuePathAttention:
                 )
         in_cache = _in_cache(context, module, value)
         return value_residual(run, context, layer, query, value, first, coefficient, in_cache)
+
+
+def _eager_copies(query: torch.Tensor, value: torch.Tensor) -> bool:
+    """Whether eager attention's ``matmul(weights, V)`` copies V (batch, heads, tokens, d) into a contiguous tensor,
+    which it keeps for its backward pass: with gradients, where V is used as it is (no grouped-query attention, whose
+    `repeat_kv` copies it into another shape) and its batch and head dimensions cannot be viewed as one (the
+    transposed view of a projection's (batch, tokens, heads · d) output, at batch > 1)."""
+    batch, heads = value.shape[:2]
+    return (
+        value.requires_grad
+        and query.shape[1] == heads
+        and batch > 1
+        and heads > 1
+        and value.stride(0) != heads * value.stride(1)
+    )
 
 
 def _in_cache(context, module, value: torch.Tensor) -> bool:
@@ -861,6 +880,8 @@ def _begin_forward(model, settings, attention_modules, checkpointing, layer_drop
         recompute_saved=_recompute_saved(checkpointing),
         # twicing keeps A V of the earlier tokens with the KV cache that holds their keys and values
         cache_given=cache is not None,
+        keeps_values=settings["method"] == "xsa"
+        or (settings["learnable"] is not False and settings["method"] in ("neutreno", "value_residual")),
         **(_kept_beside(cache) if cache is not None else {}),
     )
     return args, kwargs
@@ -1009,6 +1030,7 @@ class _ForwardContext:
     grad_enabled: bool  # at the call (gradient checkpointing's recompute must match it)
     recompute_saved: bool  # may swap the backend's saved tensors for a recipe (`_recompute_saved`)
     cache_given: bool  # a KV cache came with the call (else the model may make one: `_end_forward`)
+    keeps_values: bool  # the rule keeps V_ℓ or V_0 for its backward pass (a learnable or gated coefficient, XSA)
     cache: Cache | None = None  # the KV cache that came with the call
     token_ids: torch.Tensor | None = None  # value embeddings: this call's tokens, (batch, tokens)
     called: set = dataclasses.field(default_factory=set)  # the layers that have run (`_check_context`)

@@ -41,7 +41,9 @@ def exclusive(run, context, value, strength):
     output, *rest = run()
     own = query_rows(value, context.past, output.shape[1])
     own = own.transpose(1, 2).unsqueeze(3)  # (batch, queries, kv heads, 1, d)
-    grouped = grouped_heads(output, own.shape[2])  # (batch, queries, kv heads, group, d)
+    # token-major, as the output projection reads it (an elementwise result takes its input's layout): else a backend
+    # that returns a transposed view (GPT-2's eager attention) has the result kept here and a copy of it kept there
+    grouped = grouped_heads(output.contiguous(), own.shape[2])  # (batch, queries, kv heads, group, d)
     result, removed, *_ = run_function(Exclusive, ExclusiveForTransforms, grouped, own, strength)
     if context.recompute_saved and may_recompute_saved():  # the backend's saved output, from the result
         scale = 1.0 if isinstance(strength, torch.Tensor) else strength
