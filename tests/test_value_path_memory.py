@@ -74,3 +74,26 @@ def test_a_learnable_or_gated_value_embedding_keeps_its_looked_up_rows_and_nothi
     for learnable in (True, "gate"):
         extra = _extra_per_layer("gpt2", "value_embedding", learnable, inputs, full, native)
         assert 1 - 1 / 8 <= extra <= 1 + 1 / 8, f"learnable={learnable}: {extra:.3f} per adapted layer"
+
+
+@pytest.mark.parametrize("method, learnable", [("value_residual", True), ("neutreno", True), ("xsa", False)])
+def test_multi_head_latent_attention_keeps_its_values_not_their_joint_projection(method, learnable):
+    """DeepSeek V3's values are a split view of one projection's output, a key part and V per head (here twice V's
+    size). Eager attention copies V and keeps the copy, so that output is freed; a rule that kept the view kept the
+    whole of it (three value-sized tensors more per layer with a learnable α, V_0's counted once)."""
+    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+
+    from tiny_models import TINY_MLA, VOCAB
+
+    fields = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4)
+    config = DeepseekV3Config(**fields, **TINY_MLA, attn_implementation="eager")
+    input_ids = tiny_inputs("llama", batch=4, length=16)["input_ids"]
+    inputs = {"input_ids": input_ids, "labels": input_ids}
+    torch.manual_seed(0)
+    native = DeepseekV3ForCausalLM(config).train()
+    values = 4 * 16 * config.num_attention_heads * config.v_head_dim * 4  # one float32 (batch, heads, tokens, d) V
+    adapted = apply_value_path(DeepseekV3ForCausalLM(config), method, learnable=learnable).train()
+    layers = len(adapted.config.value_path["layers"])
+    extra = (_retained_bytes(adapted, inputs) - _retained_bytes(native, inputs)) / values / layers
+    ratios = 2 / config.v_head_dim if method == "xsa" else 0  # XSA's two (…, 1) tensors per head
+    assert extra <= ratios + 1 / 8, f"{extra:.3f} value-sized tensors per layer"
