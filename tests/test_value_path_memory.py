@@ -76,17 +76,20 @@ def test_a_learnable_or_gated_value_embedding_keeps_its_looked_up_rows_and_nothi
         assert 1 - 1 / 8 <= extra <= 1 + 1 / 8, f"learnable={learnable}: {extra:.3f} per adapted layer"
 
 
+@pytest.mark.parametrize("attention", ["eager", "sdpa"])
 @pytest.mark.parametrize("method, learnable", [("value_residual", True), ("neutreno", True), ("xsa", False)])
-def test_multi_head_latent_attention_keeps_its_values_not_their_joint_projection(method, learnable):
+def test_multi_head_latent_attention_keeps_its_values_not_their_joint_projection(method, learnable, attention):
     """DeepSeek V3's values are a split view of one projection's output, a key part and V per head (here twice V's
-    size). Eager attention copies V and keeps the copy, so that output is freed; a rule that kept the view kept the
-    whole of it (three value-sized tensors more per layer with a learnable α, V_0's counted once)."""
+    size). Eager attention, and SDPA's math path (on a CPU, values of another head size than the queries'), copy V
+    and keep the copy, so that output is freed; a rule that kept the view kept the whole of it (three value-sized
+    tensors more per layer with a learnable α, V_0's counted once)."""
     from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
 
     from tiny_models import TINY_MLA, VOCAB
 
     fields = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4)
-    config = DeepseekV3Config(**fields, **TINY_MLA, attn_implementation="eager")
+    # keys of 12 per head (8 without position, 4 rotated) and values of 8, as DeepSeek V3's 192 and 128
+    config = DeepseekV3Config(**fields, **{**TINY_MLA, "qk_nope_head_dim": 8}, attn_implementation=attention)
     input_ids = tiny_inputs("llama", batch=4, length=16)["input_ids"]
     inputs = {"input_ids": input_ids, "labels": input_ids}
     torch.manual_seed(0)

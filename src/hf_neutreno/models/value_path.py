@@ -673,7 +673,7 @@ class _ValuePathAttention:
     def __call__(self, module, query, key, value, attention_mask, *args, **kwargs):
         context = kwargs.pop(CONTEXT_KWARG, None)
         attention = attention_function(module, self.inner)
-        if self.inner == "eager" and context is not None and context.keeps_values and _eager_copies(query, value):
+        if context is not None and context.keeps_values and _backend_copies(self.inner, query, value):
             # The copy the backend would make and keep, made here: the rule keeps it too, not the view, which would
             # keep the projection's output alive (multi-head latent attention's joint key/value output, twice V).
             value = value.contiguous()
@@ -729,14 +729,18 @@ class _ValuePathAttention:
         return value_residual(run, context, layer, query, value, first, coefficient, in_cache)
 
 
-def _eager_copies(query: torch.Tensor, value: torch.Tensor) -> bool:
-    """Whether eager attention's ``matmul(weights, V)`` copies V (batch, heads, tokens, d) into a contiguous tensor,
-    which it keeps for its backward pass: with gradients, where V is used as it is (no grouped-query attention, whose
-    `repeat_kv` copies it into another shape) and its batch and head dimensions cannot be viewed as one (the
-    transposed view of a projection's (batch, tokens, heads · d) output, at batch > 1)."""
+def _backend_copies(inner: str, query: torch.Tensor, value: torch.Tensor) -> bool:
+    """Whether the backend's ``matmul(weights, V)`` copies V (batch, heads, tokens, d) into a contiguous tensor, which
+    it keeps for its backward pass: eager attention, or SDPA on a CPU with values of another head size than the
+    queries' (multi-head latent attention), which only its math path takes; with gradients, where V is used as it is
+    (no grouped-query attention, whose `repeat_kv` copies it into another shape) and its batch and head dimensions
+    cannot be viewed as one (the transposed view of a projection's (batch, tokens, heads · d) output, at batch > 1).
+    SDPA's fused kernels keep V's view itself."""
+    math_path = inner == "sdpa" and value.device.type == "cpu" and query.shape[-1] != value.shape[-1]
     batch, heads = value.shape[:2]
     return (
-        value.requires_grad
+        (inner == "eager" or math_path)
+        and value.requires_grad
         and query.shape[1] == heads
         and batch > 1
         and heads > 1
