@@ -736,11 +736,14 @@ def _backend_copies(inner: str, query: torch.Tensor, value: torch.Tensor) -> boo
     (no grouped-query attention, whose `repeat_kv` copies it into another shape) and its batch and head dimensions
     cannot be viewed as one (the transposed view of a projection's (batch, tokens, heads · d) output, at batch > 1).
     SDPA's fused kernels keep V's view itself."""
-    math_path = inner == "sdpa" and value.device.type == "cpu" and query.shape[-1] != value.shape[-1]
+    if inner == "sdpa":
+        if value.device.type != "cpu" or query.shape[-1] == value.shape[-1]:
+            return False
+    elif inner != "eager":
+        return False
     batch, heads = value.shape[:2]
     return (
-        (inner == "eager" or math_path)
-        and value.requires_grad
+        value.requires_grad
         and query.shape[1] == heads
         and batch > 1
         and heads > 1
