@@ -59,8 +59,9 @@ def _extra_per_layer(name, method, learnable, inputs, full, native, attention="s
 @pytest.mark.parametrize("attention", ["sdpa", "eager"])
 @pytest.mark.parametrize("name", SHAPES)
 def test_every_value_path_keeps_what_the_model_keeps_for_its_backward_pass(name, attention):
-    """Also with eager attention, whose output GPT-2's returns as a transposed view of (batch, heads, tokens, d): XSA's
-    result laid out so kept a second copy of it, the one the output projection reads."""
+    """Also with eager attention, whose product copies V and keeps the copy (a rule that kept V's view kept the value
+    projection's output too: 1.5 tensors per layer more with a learnable α or λ on ViT) and whose output GPT-2's
+    returns as a transposed view (XSA's result, laid out so, was kept beside the copy the output projection reads)."""
     inputs, full, native = _setup(name, attention)
     for method, learnable in HELD:
         if method == "value_embedding" and name != "gpt2":
