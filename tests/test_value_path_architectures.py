@@ -16,6 +16,7 @@ initialisation so that attention is far from uniform.
 
 import copy
 import functools
+import gc
 import re
 
 import pytest
@@ -547,27 +548,29 @@ def test_every_causal_lm_keeps_what_it_keeps_for_its_backward_pass_with_a_learna
         return retained
 
     compared = 0
-    for model_type, model in _small_causal_lms():
-        if model_type in KEEPS_MORE:
-            continue
-        try:
-            for module in model.train().modules():
-                if isinstance(module, torch.nn.Dropout):
-                    module.p = 0.0
-            native = retained(model)
-            adapted = apply_value_path(copy.deepcopy(model), "value_residual", learnable=True).train()
-        except Exception:  # needs other inputs, or does not adapt (the other sweeps')
-            continue
-        try:
-            extra = retained(adapted) - native
-        except ValueError:  # refused at the first forward, by name
-            continue
-        layers = adapted.config.value_path["layers"]
-        extra /= (
-            input_ids.numel() * model.config.get_text_config().hidden_size * 4 * len(layers)
-        )  # (batch, tokens, hidden)
-        # grouped-query attention whose backend repeats V keeps that copy beside V: one V per layer, and V_0
-        groups = getattr(value_path_module.self_attention_layers(adapted)[0], "num_key_value_groups", 1)
-        assert extra <= 1 / 8 + (1.5 / groups if groups > 1 else 0), (model_type, extra, groups)
-        compared += 1
+    gc.freeze()  # each record collects garbage first: of this loop's objects, not of the whole test session's
+    try:
+        for model_type, model in _small_causal_lms():
+            if model_type in KEEPS_MORE:
+                continue
+            try:
+                for module in model.train().modules():
+                    if isinstance(module, torch.nn.Dropout):
+                        module.p = 0.0
+                native = retained(model)
+                adapted = apply_value_path(copy.deepcopy(model), "value_residual", learnable=True).train()
+            except Exception:  # needs other inputs, or does not adapt (the other sweeps')
+                continue
+            try:
+                extra = retained(adapted) - native
+            except ValueError:  # refused at the first forward, by name
+                continue
+            hidden, layers = model.config.get_text_config().hidden_size, len(adapted.config.value_path["layers"])
+            extra /= input_ids.numel() * hidden * 4 * layers  # in (batch, tokens, hidden) float32 tensors per layer
+            # grouped-query attention whose backend repeats V keeps that copy beside V: one V per layer, and V_0
+            groups = getattr(value_path_module.self_attention_layers(adapted)[0], "num_key_value_groups", 1)
+            assert extra <= 1 / 8 + (1.5 / groups if groups > 1 else 0), (model_type, extra, groups)
+            compared += 1
+    finally:
+        gc.unfreeze()
     assert compared > 80, compared
