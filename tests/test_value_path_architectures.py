@@ -65,7 +65,7 @@ from transformers import (
 from hf_neutreno import apply_value_path
 from hf_neutreno.models import value_path as value_path_module
 from hf_neutreno.models.value_path import GATE, value_path_parameters
-from tiny_models import CACHE_FIELD, SPARSE_INDEXER, TINY_MLA, VOCAB
+from tiny_models import CACHE_FIELD, SPARSE_INDEXER, TINY_MLA, VOCAB, retained_bytes
 
 DECODER = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4)
 VISION = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4, image_size=16)
@@ -537,16 +537,8 @@ def test_every_causal_lm_keeps_what_it_keeps_for_its_backward_pass_with_a_learna
     the unmodified model keeps (by the profiler's allocations, exact on every CPU), with its own attention
     implementation. Multi-head latent attention (DeepSeek V2/V3 and kin) kept three value-sized tensors more per layer
     where the backend copies V (eager, SDPA's math path) and the rule kept the view of the joint key/value output."""
-    from experiments.benchmarks import common
-
     input_ids = torch.randint(3, 90, (2, 8), generator=torch.Generator().manual_seed(1))
-
-    def retained(model) -> int:
-        kept = []
-        retained = sum(common.cpu_allocations(lambda: kept.append(model(input_ids=input_ids, labels=input_ids).loss)))
-        kept.clear()
-        return retained
-
+    inputs = {"input_ids": input_ids, "labels": input_ids}
     compared = 0
     gc.freeze()  # each record collects garbage first: of this loop's objects, not of the whole test session's
     try:
@@ -557,12 +549,12 @@ def test_every_causal_lm_keeps_what_it_keeps_for_its_backward_pass_with_a_learna
                 for module in model.train().modules():
                     if isinstance(module, torch.nn.Dropout):
                         module.p = 0.0
-                native = retained(model)
+                native = retained_bytes(model, inputs)
                 adapted = apply_value_path(copy.deepcopy(model), "value_residual", learnable=True).train()
             except Exception:  # needs other inputs, or does not adapt (the other sweeps')
                 continue
             try:
-                extra = retained(adapted) - native
+                extra = retained_bytes(adapted, inputs) - native
             except ValueError:  # refused at the first forward, by name
                 continue
             hidden, layers = model.config.get_text_config().hidden_size, len(adapted.config.value_path["layers"])

@@ -8,9 +8,8 @@ gradient, as nanochat's and modded-nanogpt's do (docs/value-path.md, Cost), and 
 import pytest
 import torch
 
-from experiments.benchmarks import common
 from hf_neutreno import apply_value_path
-from tiny_models import tiny_inputs, tiny_model
+from tiny_models import TINY_MLA, VOCAB, retained_bytes, tiny_inputs, tiny_model
 
 # wide heads (64), so that a (…, 1) tensor is 1/64 of a full one and a full one stands out
 SHAPES = {
@@ -29,14 +28,6 @@ HELD = [
 ]
 
 
-def _retained_bytes(model, inputs: dict) -> int:
-    """Bytes allocated and not freed by a training forward pass (the graph, its saved tensors, the loss)."""
-    kept = []
-    retained = sum(common.cpu_allocations(lambda: kept.append(model(**inputs).loss)))
-    kept.clear()
-    return retained
-
-
 def _setup(name: str, attention: str = "sdpa"):
     inputs = tiny_inputs(name, batch=4, length=16)
     if name == "gpt2":
@@ -46,14 +37,14 @@ def _setup(name: str, attention: str = "sdpa"):
         inputs["labels"] = torch.zeros(4, dtype=torch.long)
         tokens = 17  # 16 patches and the class token
     full = 4 * tokens * 128 * 4  # one float32 (batch, tokens, hidden) tensor
-    native = _retained_bytes(tiny_model(name, attention, **SHAPES[name]).train(), inputs)
+    native = retained_bytes(tiny_model(name, attention, **SHAPES[name]).train(), inputs)
     return inputs, full, native
 
 
 def _extra_per_layer(name, method, learnable, inputs, full, native, attention="sdpa") -> float:
     model = apply_value_path(tiny_model(name, attention, **SHAPES[name]), method=method, learnable=learnable).train()
     layers = len(model.config.value_path["layers"])
-    return (_retained_bytes(model, inputs) - native) / full / layers
+    return (retained_bytes(model, inputs) - native) / full / layers
 
 
 @pytest.mark.parametrize("attention", ["sdpa", "eager"])
@@ -86,8 +77,6 @@ def test_multi_head_latent_attention_keeps_its_values_not_their_joint_projection
     tensors more per layer with a learnable α, V_0's counted once)."""
     from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
 
-    from tiny_models import TINY_MLA, VOCAB
-
     fields = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4)
     # keys of 12 per head (8 without position, 4 rotated) and values of 8, as DeepSeek V3's 192 and 128
     config = DeepseekV3Config(**fields, **{**TINY_MLA, "qk_nope_head_dim": 8}, attn_implementation=attention)
@@ -98,6 +87,6 @@ def test_multi_head_latent_attention_keeps_its_values_not_their_joint_projection
     values = 4 * 16 * config.num_attention_heads * config.v_head_dim * 4  # one float32 (batch, heads, tokens, d) V
     adapted = apply_value_path(DeepseekV3ForCausalLM(config), method, learnable=learnable).train()
     layers = len(adapted.config.value_path["layers"])
-    extra = (_retained_bytes(adapted, inputs) - _retained_bytes(native, inputs)) / values / layers
+    extra = (retained_bytes(adapted, inputs) - retained_bytes(native, inputs)) / values / layers
     ratios = 2 / config.v_head_dim if method == "xsa" else 0  # XSA's two (…, 1) tensors per head
     assert extra <= ratios + 1 / 8, f"{extra:.3f} value-sized tensors per layer"

@@ -180,6 +180,17 @@ def tiny_inputs(name: str, batch: int = 3, length: int = 9, padding: str | None 
     return {"input_ids": input_ids, "attention_mask": attention_mask}
 
 
+def retained_bytes(model, inputs: dict) -> int:
+    """Bytes allocated and not freed by a training forward pass (the graph, its saved tensors, the loss), from the
+    profiler's record of every CPU allocation and free: exact and the same on every CPU."""
+    from experiments.benchmarks import common
+
+    kept = []
+    retained = sum(common.cpu_allocations(lambda: kept.append(model(**inputs).loss)))
+    kept.clear()
+    return retained
+
+
 def output_of(model, inputs: dict) -> torch.Tensor:
     """The logits of a model with a head, else its last hidden state."""
     outputs = model(**inputs)
